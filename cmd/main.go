@@ -1,0 +1,97 @@
+// Package cmd is the flowrun command line: flags and wiring, no pipeline logic. It is a library so
+// that a custom binary with extra Go stage functions is a blank import plus a call to Main:
+//
+//	package main
+//
+//	import (
+//		"github.com/flowrun/flowrun/cmd"
+//		_ "example.com/acme/flowstages" // calls stages.Register in init
+//	)
+//
+//	func main() { cmd.Main() }
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes shared by every command.
+const (
+	ExitOK      = 0
+	ExitError   = 1 // a runtime error, or a check that found something (fmt --check)
+	ExitInvalid = 2 // the pipeline or the command line is invalid
+)
+
+// Main runs the flowrun command line with the process's arguments and exits with its code.
+func Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Execute(ctx, os.Args[1:], IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// IO is where a command reads and writes.
+type IO struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Execute runs the command line with args and returns the exit code.
+func Execute(ctx context.Context, args []string, stdio IO) int {
+	root := newRootCommand(stdio)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var exit exitError
+	if errors.As(err, &exit) {
+		if exit.message != "" {
+			fmt.Fprintln(stdio.Err, "Error:", exit.message)
+		}
+		return exit.code
+	}
+	// Cobra's own errors: unknown command or flag, wrong number of arguments.
+	fmt.Fprintln(stdio.Err, "Error:", err)
+	fmt.Fprintf(stdio.Err, "Run '%s --help' for usage.\n", root.Name())
+	return ExitInvalid
+}
+
+// exitError ends a command with a specific exit code; an empty message means the command has
+// already said what went wrong.
+type exitError struct {
+	code    int
+	message string
+}
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.message) }
+
+func newRootCommand(stdio IO) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "flowrun",
+		Short: "Declarative stream processing on Redis",
+		Long: "flowrun compiles pipelines written in HCL (topics, stages, retries, dead letters) into a graph of " +
+			"stages connected by partitioned Redis streams, and runs them.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	root.AddCommand(
+		newValidateCommand(stdio),
+		newFmtCommand(stdio),
+		newGraphCommand(stdio),
+		newSchemaCommand(stdio),
+		newVersionCommand(stdio),
+	)
+	return root
+}

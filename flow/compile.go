@@ -1,0 +1,101 @@
+package flow
+
+import (
+	"sort"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Options are the inputs of a compilation besides the pipeline's files.
+type Options struct {
+	// Vars are --var NAME=VALUE assignments, in order; a later one wins.
+	Vars []string
+	// VarFiles are --var-file paths, in order; a later one wins.
+	VarFiles []string
+	// LookupEnv reads environment variables for env() and FLOWRUN_VAR_NAME; nil means os.LookupEnv.
+	LookupEnv func(name string) (string, bool)
+	// GoFuncs are the names of the Go stage functions registered in this binary (stages.Names()).
+	GoFuncs []string
+}
+
+// compiler holds the state of one compilation.
+type compiler struct {
+	cfg   *Config
+	opts  Options
+	ctx   *hcl.EvalContext
+	plan  *Plan
+	diags hcl.Diagnostics
+
+	topics    map[string]*Topic      // declared topics
+	implicit  map[string]*Topic      // implicit stage outputs, by stage name
+	retries   map[string]RetryPolicy // retry policies, by name
+	topicUsed map[string]bool        // topics that something refers to
+	retryUsed map[string]bool        // retry policies that something refers to
+	resolving map[string]bool        // stages whose implicit output is being sized, against cycles
+}
+
+// Compile evaluates a loaded pipeline into a Plan and checks it as a whole: references, types,
+// durations, the graph's shape. It returns every diagnostic at once; the Plan is nil when any of
+// them is an error.
+func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
+	c := &compiler{
+		cfg:       cfg,
+		opts:      opts,
+		plan:      &Plan{},
+		topics:    map[string]*Topic{},
+		implicit:  map[string]*Topic{},
+		retries:   map[string]RetryPolicy{},
+		topicUsed: map[string]bool{},
+		retryUsed: map[string]bool{},
+		resolving: map[string]bool{},
+	}
+	c.ctx = c.newEvalContext()
+	c.ctx.Variables["var"] = c.compileVariables()
+	c.ctx.Variables["local"] = c.compileLocals()
+	c.compilePipeline()
+	c.compileTopics()
+	c.compileRetries()
+
+	for _, b := range cfg.Sources {
+		c.plan.Sources = append(c.plan.Sources, c.compileSource(b))
+	}
+	blocks := map[*Stage]*Block{}
+	for _, b := range cfg.Stages {
+		s := c.compileStage(b)
+		blocks[s] = b
+		c.plan.Stages = append(c.plan.Stages, s)
+	}
+	for _, b := range cfg.Sinks {
+		c.plan.Sinks = append(c.plan.Sinks, c.compileSink(b))
+	}
+	c.finishStageOutputs(blocks)
+	c.collectTopics()
+	c.checkGraph(blocks)
+
+	if c.diags.HasErrors() {
+		return nil, c.diags
+	}
+	return c.plan, c.diags
+}
+
+// Build loads and compiles the pipeline at path. It returns the Config too, even on errors, for
+// printing diagnostics with source snippets.
+func Build(path string, opts Options) (*Plan, *Config, hcl.Diagnostics) {
+	cfg, diags := Load(path)
+	if diags.HasErrors() {
+		return nil, cfg, diags
+	}
+	plan, moreDiags := Compile(cfg, opts)
+	return plan, cfg, append(diags, moreDiags...)
+}
+
+// collectTopics puts the declared and implicit topics in the plan, sorted by name.
+func (c *compiler) collectTopics() {
+	for _, t := range c.topics {
+		c.plan.Topics = append(c.plan.Topics, t)
+	}
+	for _, t := range c.implicit {
+		c.plan.Topics = append(c.plan.Topics, t)
+	}
+	sort.Slice(c.plan.Topics, func(i, j int) bool { return c.plan.Topics[i].Name < c.plan.Topics[j].Name })
+}

@@ -1,0 +1,203 @@
+package flow
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// The plan is a graph of nodes (sources, stages, sinks) and topics. Edges go from a topic to the nodes
+// that read it and from a node to the topics it writes. This file builds the edges, orders the stages,
+// and reports what makes the graph invalid (cycles) or suspicious (topics nobody reads).
+
+// checkGraph builds the plan's edges, orders its stages and checks the graph's shape.
+func (c *compiler) checkGraph(blocks map[*Stage]*Block) {
+	p := c.plan
+	for _, s := range p.Sources {
+		if s.Output != nil {
+			p.Edges = append(p.Edges, Edge{From: "source." + s.Name, To: "topic." + s.Output.Name, Kind: EdgeWrites})
+		}
+	}
+	for _, s := range p.Stages {
+		from := "stage." + s.Name
+		if s.Input != nil {
+			p.Edges = append(p.Edges, Edge{From: "topic." + s.Input.Name, To: from, Kind: EdgeReads})
+		}
+		if s.Output != nil {
+			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + s.Output.Name, Kind: EdgeWrites})
+		}
+		for _, cs := range s.Config.Blocks("case") {
+			if t := cs.Topic("output"); t != nil {
+				p.Edges = append(p.Edges, Edge{From: from, To: "topic." + t.Name, Kind: EdgeWrites, Label: exprLabel(cs, "when")})
+			}
+		}
+		if t := s.Config.Topic("default"); t != nil {
+			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + t.Name, Kind: EdgeWrites, Label: "default"})
+		}
+		if s.DeadLetter != nil {
+			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + s.DeadLetter.Name, Kind: EdgeDeadLetter})
+		}
+	}
+	for _, s := range p.Sinks {
+		to := "sink." + s.Name
+		if s.Input != nil {
+			p.Edges = append(p.Edges, Edge{From: "topic." + s.Input.Name, To: to, Kind: EdgeReads})
+		}
+		if s.DeadLetter != nil {
+			p.Edges = append(p.Edges, Edge{From: to, To: "topic." + s.DeadLetter.Name, Kind: EdgeDeadLetter})
+		}
+	}
+	c.checkCycles(blocks)
+	c.orderStages()
+	c.checkUnused()
+}
+
+func exprLabel(a Attrs, name string) string {
+	if e := a.Expr(name); e != nil {
+		return e.String()
+	}
+	return ""
+}
+
+// checkCycles reports every cycle of the data flow with its path. Dead-letter edges do not count:
+// a stage that repairs dead letters and feeds them back is a legitimate loop that only failures take.
+func (c *compiler) checkCycles(blocks map[*Stage]*Block) {
+	next := map[string][]string{}
+	for _, e := range c.plan.Edges {
+		if e.Kind != EdgeDeadLetter {
+			next[e.From] = append(next[e.From], e.To)
+		}
+	}
+	for _, n := range next {
+		sort.Strings(n)
+	}
+	ranges := map[string]hcl.Range{}
+	for s, b := range blocks {
+		ranges["stage."+s.Name] = b.DeclRange
+	}
+
+	const (
+		unvisited = iota
+		onPath
+		done
+	)
+	state := map[string]int{}
+	var path []string
+	reported := map[string]bool{}
+	var visit func(n string)
+	visit = func(n string) {
+		state[n] = onPath
+		path = append(path, n)
+		for _, m := range next[n] {
+			switch state[m] {
+			case unvisited:
+				visit(m)
+			case onPath:
+				start := 0
+				for i, x := range path {
+					if x == m {
+						start = i
+					}
+				}
+				cycle := append(append([]string(nil), path[start:]...), m)
+				c.reportCycle(cycle, ranges, reported)
+			}
+		}
+		path = path[:len(path)-1]
+		state[n] = done
+	}
+	nodes := sortedKeys(next)
+	for _, n := range nodes {
+		if state[n] == unvisited {
+			visit(n)
+		}
+	}
+}
+
+// reportCycle reports a cycle once, starting from its alphabetically first stage so that the message
+// is the same whichever node the search started from.
+func (c *compiler) reportCycle(cycle []string, ranges map[string]hcl.Range, reported map[string]bool) {
+	nodes := cycle[:len(cycle)-1]
+	first := 0
+	for i, n := range nodes {
+		if strings.HasPrefix(n, "stage.") && (!strings.HasPrefix(nodes[first], "stage.") || n < nodes[first]) {
+			first = i
+		}
+	}
+	rotated := append(append(append([]string(nil), nodes[first:]...), nodes[:first]...), nodes[first])
+	key := strings.Join(rotated, " ")
+	if reported[key] {
+		return
+	}
+	reported[key] = true
+	rng := ranges[rotated[0]]
+	c.errorf(rng, "Cycle in the pipeline",
+		fmt.Sprintf("Messages would flow in a circle: %s. Break the cycle; a pipeline is a directed acyclic graph.",
+			strings.Join(rotated, " → ")))
+}
+
+// orderStages sorts the stages so that each comes after the stages that feed it, keeping
+// declaration order among independent stages.
+func (c *compiler) orderStages() {
+	writers := map[string][]int{} // topic name -> indexes of the stages writing it
+	for i, s := range c.plan.Stages {
+		for _, t := range s.Outputs() {
+			writers[t.Name] = append(writers[t.Name], i)
+		}
+	}
+	placed := make([]bool, len(c.plan.Stages))
+	var ordered []*Stage
+	var place func(i int, depth int)
+	place = func(i int, depth int) {
+		if placed[i] || depth > len(c.plan.Stages) { // the depth bound stops at cycles, reported already
+			return
+		}
+		if in := c.plan.Stages[i].Input; in != nil {
+			for _, w := range writers[in.Name] {
+				place(w, depth+1)
+			}
+		}
+		if !placed[i] {
+			placed[i] = true
+			ordered = append(ordered, c.plan.Stages[i])
+		}
+	}
+	for i := range c.plan.Stages {
+		place(i, 0)
+	}
+	c.plan.Stages = ordered
+}
+
+// checkUnused warns about topics and retry policies that nothing uses, and about topics that are
+// written but never read.
+func (c *compiler) checkUnused() {
+	read := map[string]bool{}
+	deadLetter := map[string]bool{}
+	for _, e := range c.plan.Edges {
+		switch e.Kind {
+		case EdgeReads:
+			read[e.From] = true
+		case EdgeDeadLetter:
+			deadLetter[e.To] = true
+		}
+	}
+	for _, b := range c.cfg.Topics {
+		addr := "topic." + b.Name
+		switch {
+		case !c.topicUsed[b.Name]:
+			c.warnf(b.LabelRange, "Unused topic",
+				fmt.Sprintf("Nothing reads or writes topic %q. Remove it, or connect it with input or output = topic.%s.", b.Name, b.Name))
+		case !read[addr] && !deadLetter[addr]:
+			c.warnf(b.LabelRange, "Topic is never read",
+				fmt.Sprintf("Messages written to topic %q are kept but never processed: no stage or sink reads it.", b.Name))
+		}
+	}
+	for _, b := range c.cfg.Retries {
+		if !c.retryUsed[b.Name] {
+			c.warnf(b.LabelRange, "Unused retry policy",
+				fmt.Sprintf("No stage or sink uses retry %q. Use it with retry = retry.%s, or remove it.", b.Name, b.Name))
+		}
+	}
+}

@@ -1,0 +1,21 @@
+// Package flow is flowrun's pipeline language: it reads HCL pipeline files, checks them, and
+// compiles them into a Plan, the only thing the runtime sees.
+//
+// The work happens in stages, each in its own place:
+//
+//   - load.go and config.go parse the files (native .hcl and JSON .hcl.json) and decode each block
+//     against its declaration into a Config, the source representation, without evaluating anything.
+//   - spec.go and the types.*.go files declare the language: every block type, every kind of source,
+//     stage and sink, and every attribute. Validation, the JSON Schema (jsonschema.go) and the
+//     reference docs (refdocs.go) are generated from these declarations.
+//   - eval.go, values.go and references.go evaluate attributes: config-time expressions (var, local,
+//     path, functions) once, references to other blocks by address, and per-message expressions
+//     (msg) compiled by package flow/expr into closures.
+//   - compile.go and dag.go assemble the Plan and check the graph: cycles, unused topics, stage order.
+//   - graph.go renders a Plan as DOT, Mermaid or JSON; format.go is flowrun fmt.
+//
+// Every problem is an hcl.Diagnostic with a source range, and all of them are reported at once.
+//
+// This package does not run anything and does not know Redis: key layout, partition hashing and
+// delivery belong to packages runtime and transport/redis.
+package flow

@@ -1,0 +1,126 @@
+package flow
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// A pipeline is one file or a directory of files. Files in native syntax end in .hcl, files in JSON
+// syntax in .hcl.json; both follow the same schema.
+const (
+	nativeExt = ".hcl"
+	jsonExt   = ".hcl.json"
+)
+
+// Load reads and decodes the pipeline at path: a file, or a directory whose *.hcl and *.hcl.json files
+// form one pipeline (subdirectories are not read). It always returns a Config, possibly partial, whose
+// Files let the caller print the diagnostics with source snippets.
+func Load(path string) (*Config, hcl.Diagnostics) {
+	files, diags := pipelineFiles(path)
+	cfg := newConfig(path)
+	if diags.HasErrors() {
+		return cfg, diags
+	}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			diags = diags.Append(&hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Cannot read pipeline file",
+				Detail:   err.Error(),
+			})
+			continue
+		}
+		diags = append(diags, cfg.addSource(name, src)...)
+	}
+	diags = append(diags, cfg.checkComplete()...)
+	return cfg, diags
+}
+
+// LoadSource decodes a pipeline from in-memory files, keyed by file name (used by tests and tools).
+func LoadSource(files map[string][]byte) (*Config, hcl.Diagnostics) {
+	cfg := newConfig(".")
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var diags hcl.Diagnostics
+	for _, n := range names {
+		diags = append(diags, cfg.addSource(n, files[n])...)
+	}
+	diags = append(diags, cfg.checkComplete()...)
+	return cfg, diags
+}
+
+// pipelineFiles lists the files that make up the pipeline at path, in a stable order.
+func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Pipeline not found",
+			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, describeFSError(err)),
+		}}
+	}
+	if !info.IsDir() {
+		if !isPipelineFile(path) {
+			return nil, hcl.Diagnostics{{
+				Severity: hcl.DiagError,
+				Summary:  "Not a pipeline file",
+				Detail:   fmt.Sprintf("%s: pipeline files end in %s or %s.", path, nativeExt, jsonExt),
+			}}
+		}
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Cannot read pipeline directory",
+			Detail:   fmt.Sprintf("%s: %s.", path, describeFSError(err)),
+		}}
+	}
+	var files []string
+	for _, e := range entries {
+		if !e.IsDir() && isPipelineFile(e.Name()) {
+			files = append(files, filepath.Join(path, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "No pipeline files",
+			Detail:   fmt.Sprintf("The directory %s holds no %s or %s files.", path, nativeExt, jsonExt),
+		}}
+	}
+	return files, nil
+}
+
+func isPipelineFile(name string) bool {
+	return strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)
+}
+
+func describeFSError(err error) string {
+	switch {
+	case os.IsNotExist(err):
+		return "no such file or directory"
+	case os.IsPermission(err):
+		return "permission denied"
+	}
+	return err.Error()
+}
+
+// parseFile parses one file in the syntax its name says.
+func parseFile(p *hclparse.Parser, name string, src []byte) (*hcl.File, hcl.Diagnostics) {
+	if strings.HasSuffix(name, jsonExt) {
+		return p.ParseJSON(src, name)
+	}
+	return p.ParseHCL(src, name)
+}

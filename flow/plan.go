@@ -1,0 +1,201 @@
+package flow
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/flowrun/flowrun/flow/expr"
+)
+
+// Plan is a compiled pipeline: everything the runtime needs and nothing of the HCL syntax tree.
+// Ranges are kept only so that runtime errors can point back at the pipeline source.
+type Plan struct {
+	Name        string
+	Description string
+	KeyPrefix   string // every Redis key of the pipeline starts with it
+	Delivery    Delivery
+
+	Topics  []*Topic  // sorted by name; includes the implicit outputs of stages read as stage.NAME
+	Sources []*Source // in declaration order
+	Stages  []*Stage  // in dependency order: a stage comes after every stage that feeds it
+	Sinks   []*Sink   // in declaration order
+	Edges   []Edge    // every connection between a node and a topic, for graphs and lag reports
+
+	Variables []Variable // declared variables with their final values
+}
+
+// Topic is a partitioned stream of messages.
+type Topic struct {
+	Name       string
+	Partitions int
+	// Key computes a message's key from its payload; nil keeps the key the message arrived with.
+	Key       *expr.Program
+	Retention Retention
+	// Implicit marks a topic that no block declares: the output of a stage that is read as stage.NAME.
+	Implicit bool
+	// Stage is the stage whose implicit output this is; empty for declared topics.
+	Stage string
+	Range hcl.Range
+}
+
+// Retention bounds a topic's streams. Zero values mean unbounded.
+type Retention struct {
+	MaxLen int64
+	MaxAge time.Duration
+}
+
+// Delivery is a hop's delivery guarantee.
+type Delivery string
+
+const (
+	AtLeastOnce     Delivery = "at_least_once"
+	EffectivelyOnce Delivery = "effectively_once"
+)
+
+// Ordering says which messages of a stage's input may be processed concurrently.
+type Ordering string
+
+const (
+	OrderByKey       Ordering = "key"       // parallel lanes by key inside a partition; order kept per key
+	OrderByPartition Ordering = "partition" // strictly serial per partition
+	OrderNone        Ordering = "none"      // any consumer, most parallel
+)
+
+// Backoff is the shape of the delays between attempts.
+type Backoff string
+
+const (
+	BackoffConstant    Backoff = "constant"
+	BackoffLinear      Backoff = "linear"
+	BackoffExponential Backoff = "exponential"
+)
+
+// RetryPolicy says how often and how patiently a failed message is retried before it is dead-lettered.
+type RetryPolicy struct {
+	Name        string // the retry block's name; empty for the default policy
+	MaxAttempts int    // attempts in all, the first one included
+	Backoff     Backoff
+	Initial     time.Duration
+	Max         time.Duration
+	Jitter      float64 // fraction of the delay randomised, in [0, 1]
+}
+
+// Delay is the wait before the given retry (1 for the first retry), without jitter. It saturates at Max
+// instead of overflowing, however large the attempt number.
+func (r RetryPolicy) Delay(retry int) time.Duration {
+	if retry < 1 {
+		retry = 1
+	}
+	var d float64
+	switch r.Backoff {
+	case BackoffConstant:
+		d = float64(r.Initial)
+	case BackoffLinear:
+		d = float64(r.Initial) * float64(retry)
+	default:
+		d = float64(r.Initial) * math.Pow(2, float64(retry-1))
+	}
+	if r.Max > 0 && d > float64(r.Max) {
+		return r.Max
+	}
+	if d >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
+}
+
+// Source brings messages into the pipeline.
+type Source struct {
+	Name   string
+	Kind   string
+	Output *Topic
+	Config Attrs // the kind's own attributes
+	Range  hcl.Range
+}
+
+// Stage reads one topic, processes each message and writes to its outputs.
+type Stage struct {
+	Name  string
+	Kind  string
+	Input *Topic
+	// Output is where results go; nil for a route stage, whose outputs are in its Config.
+	Output      *Topic
+	Retry       RetryPolicy
+	DeadLetter  *Topic // nil: the stage's own dead-letter stream
+	Ordering    Ordering
+	Concurrency int
+	Timeout     time.Duration
+	Delivery    Delivery
+	Config      Attrs // the kind's own attributes
+	Range       hcl.Range
+}
+
+// Outputs lists every topic the stage may write to, in a stable order, dead letters excluded.
+func (s *Stage) Outputs() []*Topic {
+	var out []*Topic
+	if s.Output != nil {
+		out = append(out, s.Output)
+	}
+	return append(out, s.Config.topics()...)
+}
+
+// Sink delivers messages out of the pipeline.
+type Sink struct {
+	Name       string
+	Kind       string
+	Input      *Topic
+	Where      *expr.Program // nil: every message
+	Retry      RetryPolicy
+	DeadLetter *Topic // nil: the sink's own dead-letter stream
+	Delivery   Delivery
+	Config     Attrs
+	Range      hcl.Range
+}
+
+// Variable is a declared variable with the value it compiled with. Sensitive values must never be
+// printed: the runtime redacts them from logs and errors.
+type Variable struct {
+	Name        string
+	Description string
+	Sensitive   bool
+	Value       cty.Value
+}
+
+// EdgeKind says what an edge carries.
+type EdgeKind string
+
+const (
+	EdgeReads      EdgeKind = "reads"       // topic -> stage or sink
+	EdgeWrites     EdgeKind = "writes"      // source or stage -> topic
+	EdgeDeadLetter EdgeKind = "dead_letter" // stage or sink -> its dead_letter topic
+)
+
+// Edge connects a node ("source.x", "stage.y", "sink.z") with a topic ("topic.t").
+type Edge struct {
+	From, To string
+	Kind     EdgeKind
+	Label    string // e.g. a route case's condition
+}
+
+// Topic returns the topic with the given name, or nil.
+func (p *Plan) Topic(name string) *Topic {
+	i := sort.Search(len(p.Topics), func(i int) bool { return p.Topics[i].Name >= name })
+	if i < len(p.Topics) && p.Topics[i].Name == name {
+		return p.Topics[i]
+	}
+	return nil
+}
+
+// Stage returns the stage with the given name, or nil.
+func (p *Plan) Stage(name string) *Stage {
+	for _, s := range p.Stages {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+package flow
+
+import "github.com/agext/levenshtein"
+
+// suggest returns the candidate closest to a misspelt name, or "" when none is close enough to be
+// what the user meant. It uses the same distance as hcl's own suggestions, so that all of
+// flowrun's "did you mean" hints agree.
+func suggest(given string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := levenshtein.Distance(given, c, nil); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// didYouMean formats a suggestion as the end of a diagnostic's detail, or returns "".
+func didYouMean(given string, candidates []string) string {
+	if s := suggest(given, candidates); s != "" {
+		return " Did you mean \"" + s + "\"?"
+	}
+	return ""
+}

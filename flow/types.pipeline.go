@@ -1,0 +1,59 @@
+package flow
+
+import (
+	"github.com/hashicorp/hcl/v2"
+)
+
+var pipelineSpec = &BlockSpec{
+	Type:   "pipeline",
+	Labels: []string{"name"},
+	Unique: true,
+	Doc: "Names the pipeline and sets what applies to all of it. Every pipeline has exactly one " +
+		"pipeline block, in any of its files.",
+	Attributes: []Attribute{
+		{
+			Name: "key_prefix", Type: TypeString,
+			DefaultDoc: `"flowrun:" followed by the pipeline's name`,
+			Doc: "Every Redis key the pipeline uses starts with this prefix, so that pipelines sharing a " +
+				"Redis do not collide. Changing it starts the pipeline afresh on new keys.",
+		},
+		{
+			Name: "delivery", Type: TypeString, Default: string(AtLeastOnce),
+			Enum: []string{string(AtLeastOnce), string(EffectivelyOnce)},
+			Doc: "The default delivery guarantee of every stage and sink: at_least_once may deliver a " +
+				"message twice after a crash; effectively_once writes each output with a dedup marker so " +
+				"that downstream sees it once.",
+		},
+		{Name: "description", Type: TypeString, Doc: "What the pipeline is for; shown by graph and inspect."},
+	},
+}
+
+// compilePipeline fills the plan's pipeline-wide settings.
+func (c *compiler) compilePipeline() {
+	b := c.cfg.Pipeline
+	if b == nil {
+		return // Load has reported it
+	}
+	attrs := c.decodeAttributes(pipelineSpec.Attributes, b.Attributes)
+	c.plan.Name = b.Name
+	c.plan.Description = attrs.String("description")
+	c.plan.KeyPrefix = "flowrun:" + b.Name
+	if attrs.Has("key_prefix") {
+		c.plan.KeyPrefix = attrs.String("key_prefix")
+		if c.plan.KeyPrefix == "" {
+			c.errorf(b.Attributes["key_prefix"].Expr.Range(), "Invalid key_prefix",
+				"The key prefix must not be empty: it keeps this pipeline's keys apart from everything else in Redis.")
+		}
+	}
+	c.plan.Delivery = Delivery(attrs.String("delivery"))
+}
+
+// errorf appends an error diagnostic at rng.
+func (c *compiler) errorf(rng hcl.Range, summary, detail string) {
+	c.diags = c.diags.Append(&hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: rng.Ptr()})
+}
+
+// warnf appends a warning diagnostic at rng.
+func (c *compiler) warnf(rng hcl.Range, summary, detail string) {
+	c.diags = c.diags.Append(&hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: summary, Detail: detail, Subject: rng.Ptr()})
+}

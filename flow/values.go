@@ -1,0 +1,293 @@
+package flow
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/typeexpr"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/flowrun/flowrun/flow/expr"
+)
+
+// decodeAttributes evaluates a block's attributes by their declarations: constants are evaluated and
+// checked against their type and constraints, per-message expressions are compiled, references are
+// resolved, and defaults fill in what is absent. Attributes that fail are left out, so that the
+// caller can go on and report every error of the pipeline at once.
+func (c *compiler) decodeAttributes(specs []Attribute, attrs hcl.Attributes) Attrs {
+	var out Attrs
+	for _, spec := range specs {
+		a, ok := attrs[spec.Name]
+		if !ok {
+			if spec.Default != nil {
+				out.set(spec.Name, spec.Default)
+			}
+			continue
+		}
+		v, ok := c.decodeValue(spec, a)
+		switch {
+		case !ok:
+		case v != nil:
+			out.set(spec.Name, v)
+		case spec.Default != nil:
+			out.set(spec.Name, spec.Default) // null means unset
+		}
+	}
+	return out
+}
+
+// decodeNested decodes a block's nested blocks into attrs, each nested block's attributes by its own
+// declaration.
+func (c *compiler) decodeNested(out *Attrs, b *Block) {
+	for _, nb := range b.Blocks {
+		out.addBlock(nb.Type, c.decodeAttributes(nb.Spec.Attributes, nb.Attributes))
+	}
+}
+
+// decodeValue evaluates one attribute. It returns false when the attribute has an error (reported),
+// and a nil value for null, which means the attribute is unset.
+func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
+	switch spec.Type {
+	case TypeMessageExpr, TypeMessageBool:
+		p, diags := expr.Compile(a.Expr, c.messageScope(spec.Roots))
+		c.diags = append(c.diags, diags...)
+		return p, !diags.HasErrors()
+	case TypeMessageFields:
+		return c.decodeFields(spec, a)
+	case TypeTopicRef, TypeInputRef:
+		t := c.resolveTopic(a.Expr, spec.Name, spec.Type == TypeInputRef)
+		return t, t != nil
+	case TypeRetryRef:
+		return c.resolveRetry(a.Expr)
+	case TypeTypeConstraint:
+		ty, diags := typeexpr.TypeConstraint(a.Expr)
+		c.diags = append(c.diags, diags...)
+		return ty, !diags.HasErrors()
+	}
+
+	v, ok := c.evalConstant(a.Expr)
+	if !ok {
+		return nil, false
+	}
+	if v.IsNull() {
+		return nil, true
+	}
+	rng := a.Expr.Range()
+	switch spec.Type {
+	case TypeAny:
+		return v, true
+	case TypeString:
+		s, ok := c.convertConstant(v, cty.String, spec, rng)
+		if !ok {
+			return nil, false
+		}
+		return c.checkEnum(s.AsString(), spec, rng)
+	case TypeBool:
+		v, ok := c.convertConstant(v, cty.Bool, spec, rng)
+		return ok && v.True(), ok
+	case TypeNumber, TypeInteger:
+		return c.decodeNumber(v, spec, rng)
+	case TypeDuration:
+		s, ok := c.convertConstant(v, cty.String, spec, rng)
+		if !ok {
+			return nil, false
+		}
+		d, err := ParseDuration(s.AsString())
+		if err != nil {
+			c.errorf(rng, "Invalid duration", fmt.Sprintf("%s: %s.", spec.Name, err))
+			return nil, false
+		}
+		return d, true
+	case TypeStringList:
+		l, ok := c.convertConstant(v, cty.List(cty.String), spec, rng)
+		if !ok {
+			return nil, false
+		}
+		var out []string
+		for _, e := range l.AsValueSlice() {
+			if e.IsNull() {
+				c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name), "The list must not hold null.")
+				return nil, false
+			}
+			out = append(out, e.AsString())
+		}
+		return out, true
+	case TypeStringMap:
+		m, ok := c.convertConstant(v, cty.Map(cty.String), spec, rng)
+		if !ok {
+			return nil, false
+		}
+		out := map[string]string{}
+		for k, e := range m.AsValueMap() {
+			if e.IsNull() {
+				c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name), fmt.Sprintf("The entry %q must not be null.", k))
+				return nil, false
+			}
+			out[k] = e.AsString()
+		}
+		return out, true
+	}
+	panic(fmt.Sprintf("flow: attribute %s has undecodable type %d", spec.Name, spec.Type))
+}
+
+// evalConstant evaluates a config-time expression. Unknown results stand for values whose errors were
+// already reported (an invalid variable, say), so they count as failures without a new message.
+func (c *compiler) evalConstant(e hcl.Expression) (cty.Value, bool) {
+	if !c.checkConstantRefs(e) {
+		return cty.NilVal, false
+	}
+	v, diags := e.Value(c.ctx)
+	c.diags = append(c.diags, diags...)
+	if diags.HasErrors() || !v.IsWhollyKnown() {
+		return cty.NilVal, false
+	}
+	return v, true
+}
+
+// convertConstant converts a value to the attribute's type or reports why it cannot.
+func (c *compiler) convertConstant(v cty.Value, ty cty.Type, spec Attribute, rng hcl.Range) (cty.Value, bool) {
+	out, err := convert.Convert(v, ty)
+	if err != nil {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s takes %s: %s.", spec.Name, describeType(spec.Type), err))
+		return cty.NilVal, false
+	}
+	if out.IsNull() {
+		return cty.NilVal, false
+	}
+	return out, true
+}
+
+// checkEnum accepts a string attribute's value if it is one of the allowed values.
+func (c *compiler) checkEnum(s string, spec Attribute, rng hcl.Range) (any, bool) {
+	if len(spec.Enum) == 0 || contains(spec.Enum, s) {
+		return s, true
+	}
+	c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+		fmt.Sprintf("%q is not a valid %s.%s The values are %s.", s, spec.Name, didYouMean(s, spec.Enum), quotedList(spec.Enum)))
+	return nil, false
+}
+
+// decodeNumber checks a number against the attribute's bounds and, for integers, wholeness.
+func (c *compiler) decodeNumber(v cty.Value, spec Attribute, rng hcl.Range) (any, bool) {
+	n, ok := c.convertConstant(v, cty.Number, spec, rng)
+	if !ok {
+		return nil, false
+	}
+	bf := n.AsBigFloat()
+	f, _ := bf.Float64()
+	if spec.Min != nil && f < *spec.Min {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be at least %s; it is %s.", spec.Name, formatBound(*spec.Min), bf.Text('g', -1)))
+		return nil, false
+	}
+	if spec.Max != nil && f > *spec.Max {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be at most %s; it is %s.", spec.Name, formatBound(*spec.Max), bf.Text('g', -1)))
+		return nil, false
+	}
+	if spec.Type == TypeNumber {
+		return f, true
+	}
+	i, acc := bf.Int64()
+	if !bf.IsInt() || acc != big.Exact {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be a whole number; it is %s.", spec.Name, bf.Text('g', -1)))
+		return nil, false
+	}
+	return i, true
+}
+
+// decodeFields compiles an object of per-message expressions, such as a map stage's set, keeping the
+// order in which the fields are written.
+func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool) {
+	pairs, diags := hcl.ExprMap(a.Expr)
+	if diags.HasErrors() {
+		c.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s takes an object of expressions, such as { total = msg.amount * 2 }.", spec.Name))
+		return nil, false
+	}
+	var fields []Field
+	seen := map[string]hcl.Range{}
+	ok := true
+	for _, kv := range pairs {
+		name, nameOK := c.fieldName(kv.Key)
+		if !nameOK {
+			ok = false
+			continue
+		}
+		if prev, dup := seen[name]; dup {
+			c.errorf(kv.Key.Range(), "Duplicate field", fmt.Sprintf("The field %q is already set at %s.", name, prev))
+			ok = false
+			continue
+		}
+		seen[name] = kv.Key.Range()
+		p, diags := expr.Compile(kv.Value, c.messageScope(spec.Roots))
+		c.diags = append(c.diags, diags...)
+		if diags.HasErrors() {
+			ok = false
+			continue
+		}
+		fields = append(fields, Field{Name: name, Expr: p})
+	}
+	return fields, ok
+}
+
+// fieldName evaluates an object key, which is a bare name or a constant string.
+func (c *compiler) fieldName(e hcl.Expression) (string, bool) {
+	if kw := hcl.ExprAsKeyword(e); kw != "" {
+		return kw, true
+	}
+	v, ok := c.evalConstant(e)
+	if !ok {
+		return "", false
+	}
+	s, err := convert.Convert(v, cty.String)
+	if err != nil || s.IsNull() || s.AsString() == "" {
+		c.errorf(e.Range(), "Invalid field name", "A field name is a name or a non-empty string.")
+		return "", false
+	}
+	return s.AsString(), true
+}
+
+// describeType words a type for error messages and docs.
+func describeType(t Type) string {
+	switch t {
+	case TypeString:
+		return "a string"
+	case TypeNumber:
+		return "a number"
+	case TypeInteger:
+		return "a whole number"
+	case TypeBool:
+		return "true or false"
+	case TypeDuration:
+		return `a duration such as "250ms", "30s", "5m" or "1h"`
+	case TypeStringList:
+		return "a list of strings"
+	case TypeStringMap:
+		return "a map of strings"
+	case TypeMessageExpr:
+		return "a per-message expression"
+	case TypeMessageBool:
+		return "a per-message condition"
+	case TypeMessageFields:
+		return "an object of per-message expressions"
+	case TypeTopicRef:
+		return "a topic reference"
+	case TypeInputRef:
+		return "a topic or stage reference"
+	case TypeRetryRef:
+		return "a retry reference"
+	case TypeTypeConstraint:
+		return "a type"
+	}
+	return "a value"
+}
+
+func formatBound(f float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%f", f), "0"), ".")
+}
