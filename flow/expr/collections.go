@@ -1,7 +1,6 @@
 package expr
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
@@ -231,5 +230,3 @@ func (c *compiler) forExpr(e *hclsyntax.ForExpr) *node {
 	}
 	return n
 }
-
-var _ = fmt.Sprintf

@@ -440,6 +440,11 @@ func (p *Program) EvalBool(env *Env) (bool, error) {
 	if v.k == Bool {
 		return v.boolean(), nil
 	}
+	return p.condition(v)
+}
+
+// condition converts a non-bool result the way HCL converts conditions.
+func (p *Program) condition(v Value) (bool, error) {
 	b, msg := toBool(v)
 	if msg != "" {
 		if v.k == Null {
@@ -466,16 +471,26 @@ func (p *Program) EvalString(env *Env) (string, error) {
 }
 
 // Range is the source range of the expression.
-func (p *Program) Range() hcl.Range { return p.root.rng }
+func (p *Program) Range() hcl.Range {
+	if p == nil || p.root == nil {
+		return hcl.Range{}
+	}
+	return p.root.rng
+}
 
 // String is the expression's source text (best effort), for graph labels
 // and messages.
-func (p *Program) String() string { return p.root.src }
+func (p *Program) String() string {
+	if p == nil || p.root == nil {
+		return ""
+	}
+	return p.root.src
+}
 
 // Constant returns the value of an expression that depends on nothing
 // per-message and was folded at compile time.
 func (p *Program) Constant() (Value, bool) {
-	if p.root.isConst {
+	if p != nil && p.root != nil && p.root.isConst {
 		return p.root.val, true
 	}
 	return Value{}, false
