@@ -1,0 +1,114 @@
+package redis
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Keys builds every Redis key flowrun uses. All keys start with Prefix followed by ':'.
+//
+// Keys that a Lua script touches together share a hash tag (the part in braces), so that they
+// live in one Redis Cluster slot; different topic partitions have different tags, so they spread
+// over the shards of a cluster:
+//
+//	<prefix>:{<topic>:<p>}                         stream: partition p of a topic
+//	<prefix>:{<topic>:<p>}:lease:<stage>           string: lease "<owner>#<token>" of stage on p
+//	<prefix>:{<topic>:<p>}:lease:<stage>:fence     string: fencing-token counter (INCR)
+//	<prefix>:{<topic>:<p>}:retry:<stage>           sorted set: scheduled retries of stage on p
+//	<prefix>:{<topic>:<p>}:dedup:<stage>:<src>     string: effectively-once marker of an output
+//	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
+//
+// The consumer group of a stage on each of its input partitions is named after the stage.
+// Topic and stage names are HCL identifiers (see ValidName), so they cannot contain braces or
+// colons and a tag is never ambiguous. See docs/redis-keys.md for who reads and writes each key.
+type Keys struct {
+	// Prefix starts every key, for example "flow". It must be non-empty and must not contain
+	// braces (they would change the hash tag).
+	Prefix string
+}
+
+// Validate reports whether the prefix is usable.
+func (k Keys) Validate() error {
+	if k.Prefix == "" {
+		return fmt.Errorf("redis: empty key prefix")
+	}
+	if strings.ContainsAny(k.Prefix, "{}") {
+		return fmt.Errorf("redis: key prefix %q contains a brace, which would change the cluster hash tag", k.Prefix)
+	}
+	if strings.ContainsAny(k.Prefix, " \t\r\n") {
+		return fmt.Errorf("redis: key prefix %q contains white space", k.Prefix)
+	}
+	return nil
+}
+
+// ValidName reports whether name is usable as a topic, stage or consumer-group name: an HCL
+// identifier, that is a letter or '_' followed by letters, digits, '_' or '-' (ASCII only).
+func ValidName(name string) error {
+	if name == "" {
+		return fmt.Errorf("redis: empty name")
+	}
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '_':
+		case i > 0 && (r >= '0' && r <= '9' || r == '-'):
+		default:
+			return fmt.Errorf("redis: invalid name %q: want a letter or '_' followed by letters, digits, '_' or '-'", name)
+		}
+	}
+	return nil
+}
+
+// tag returns "{<topic>:<p>}".
+func tag(topic string, partition int) string {
+	return "{" + topic + ":" + strconv.Itoa(partition) + "}"
+}
+
+// Stream returns the stream key of partition p of topic: "<prefix>:{<topic>:<p>}".
+func (k Keys) Stream(topic string, partition int) string {
+	return k.Prefix + ":" + tag(topic, partition)
+}
+
+// Streams returns the stream keys of all partitions of a topic, in partition order.
+func (k Keys) Streams(topic string, partitions int) []string {
+	out := make([]string, partitions)
+	for p := range out {
+		out[p] = k.Stream(topic, p)
+	}
+	return out
+}
+
+// Lease returns the key of the lease that stage holds on partition p of its input topic:
+// "<prefix>:{<topic>:<p>}:lease:<stage>". Its fencing-token counter is LeaseFence of that key.
+func (k Keys) Lease(topic string, partition int, stage string) string {
+	return k.Stream(topic, partition) + ":lease:" + stage
+}
+
+// LeaseFence returns the key of the fencing-token counter that belongs to a lease key:
+// "<lease key>:fence". AcquireLease INCRs it; it never expires, so tokens only grow.
+func LeaseFence(leaseKey string) string { return leaseKey + ":fence" }
+
+// Retry returns the key of the sorted set of retries that stage has scheduled for entries of
+// partition p of its input topic: "<prefix>:{<topic>:<p>}:retry:<stage>". It shares the tag of
+// the input stream, so a script can move an entry there and ack it atomically.
+func (k Keys) Retry(topic string, partition int, stage string) string {
+	return k.Stream(topic, partition) + ":retry:" + stage
+}
+
+// Dedup returns the key of an effectively-once marker: the marker that stage's output number n
+// for input entry id of partition inPartition of topic inTopic was written to partition p of
+// topic outTopic. It carries the OUTPUT partition's tag, so a script can write the marker and
+// the XADD atomically:
+// "<prefix>:{<outTopic>:<p>}:dedup:<stage>:<inTopic>:<inPartition>:<id>:<n>".
+func (k Keys) Dedup(outTopic string, partition int, stage, inTopic string, inPartition int, id string, n int) string {
+	return k.Stream(outTopic, partition) + ":dedup:" + stage + ":" + inTopic + ":" +
+		strconv.Itoa(inPartition) + ":" + id + ":" + strconv.Itoa(n)
+}
+
+// DeadLetter returns the key of a stage's dead-letter stream: "<prefix>:dlq:{<stage>}".
+func (k Keys) DeadLetter(stage string) string {
+	return k.Prefix + ":dlq:{" + stage + "}"
+}
+
+// Group returns the consumer-group name of a stage: the stage name itself.
+func Group(stage string) string { return stage }
