@@ -27,8 +27,8 @@ func newValidateCommand(stdio IO) *cobra.Command {
 				report.ErrorCount += errs
 				report.WarningCount += warnings
 				entry := validatedPipeline{Path: path, Valid: errs == 0}
-				if plan != nil {
-					entry.Name = plan.Name
+				if cfg.Pipeline != nil {
+					entry.Name = cfg.Pipeline.Name
 				}
 				report.Pipelines = append(report.Pipelines, entry)
 				report.Valid = report.Valid && errs == 0

@@ -32,6 +32,9 @@ type compiler struct {
 	topicUsed map[string]bool        // topics that something refers to
 	retryUsed map[string]bool        // retry policies that something refers to
 	resolving map[string]bool        // stages whose implicit output is being sized, against cycles
+	// unresolved is set when a reference failed: the graph is then incomplete, and checks of its
+	// shape would report consequences of that error rather than mistakes of their own.
+	unresolved bool
 }
 
 // Compile evaluates a loaded pipeline into a Plan and checks it as a whole: references, types,
@@ -39,15 +42,16 @@ type compiler struct {
 // them is an error.
 func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 	c := &compiler{
-		cfg:       cfg,
-		opts:      opts,
-		plan:      &Plan{},
-		topics:    map[string]*Topic{},
-		implicit:  map[string]*Topic{},
-		retries:   map[string]RetryPolicy{},
-		topicUsed: map[string]bool{},
-		retryUsed: map[string]bool{},
-		resolving: map[string]bool{},
+		cfg:        cfg,
+		opts:       opts,
+		plan:       &Plan{},
+		topics:     map[string]*Topic{},
+		implicit:   map[string]*Topic{},
+		retries:    map[string]RetryPolicy{},
+		topicUsed:  map[string]bool{},
+		retryUsed:  map[string]bool{},
+		resolving:  map[string]bool{},
+		unresolved: cfg.incomplete,
 	}
 	c.ctx = c.newEvalContext()
 	c.ctx.Variables["var"] = c.compileVariables()
@@ -82,11 +86,29 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 // printing diagnostics with source snippets.
 func Build(path string, opts Options) (*Plan, *Config, hcl.Diagnostics) {
 	cfg, diags := Load(path)
-	if diags.HasErrors() {
-		return nil, cfg, diags
+	if cfg.syntaxErrors {
+		// A file that does not parse is only partly known: compiling it would mostly report
+		// consequences of the syntax error. Other errors of the files still show all at once.
+		return nil, cfg, sortDiagnostics(diags)
 	}
 	plan, moreDiags := Compile(cfg, opts)
-	return plan, cfg, append(diags, moreDiags...)
+	return plan, cfg, sortDiagnostics(append(diags, moreDiags...))
+}
+
+// sortDiagnostics orders diagnostics by file and position, those without a location first, so that
+// a user reads them top-down.
+func sortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
+	sort.SliceStable(diags, func(i, j int) bool {
+		a, b := diags[i].Subject, diags[j].Subject
+		switch {
+		case a == nil || b == nil:
+			return a == nil && b != nil
+		case a.Filename != b.Filename:
+			return a.Filename < b.Filename
+		}
+		return a.Start.Byte < b.Start.Byte
+	})
+	return diags
 }
 
 // collectTopics puts the declared and implicit topics in the plan, sorted by name.

@@ -28,6 +28,9 @@ type Config struct {
 	Sinks     []*Block
 
 	parser *hclparse.Parser
+	// syntaxErrors is set when a file does not parse; incomplete when any block has errors, so
+	// that the compiler does not report consequences of a broken block as mistakes of the graph.
+	syntaxErrors, incomplete bool
 	// declared maps a namespace ("variable", "local", "topic", "retry", "node") and name to where
 	// it was declared, to report duplicates with both places.
 	declared map[string]map[string]declaration
@@ -73,6 +76,9 @@ var topLevelSchema = func() *hcl.BodySchema {
 // addSource parses one file and decodes its blocks into the Config.
 func (c *Config) addSource(name string, src []byte) hcl.Diagnostics {
 	f, diags := parseFile(c.parser, name, src)
+	if diags.HasErrors() {
+		c.syntaxErrors = true
+	}
 	if f == nil || f.Body == nil {
 		return diags
 	}
@@ -86,6 +92,9 @@ func (c *Config) addSource(name string, src []byte) hcl.Diagnostics {
 		}
 		b, moreDiags := decodeBlock(hb, spec)
 		diags = append(diags, moreDiags...)
+		if moreDiags.HasErrors() {
+			c.incomplete = true
+		}
 		if b == nil {
 			continue
 		}
@@ -221,6 +230,7 @@ func decodeBlock(hb *hcl.Block, spec *BlockSpec) (*Block, hcl.Diagnostics) {
 					"letters, digits, underscores and dashes.", b.Name, hb.Type, b.Name),
 				Subject: b.LabelRange.Ptr(),
 			})
+			return nil, diags // nothing could refer to it
 		}
 	}
 

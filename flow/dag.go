@@ -51,7 +51,9 @@ func (c *compiler) checkGraph(blocks map[*Stage]*Block) {
 	}
 	c.checkCycles(blocks)
 	c.orderStages()
-	c.checkUnused()
+	if !c.unresolved {
+		c.checkUnused()
+	}
 }
 
 func exprLabel(a Attrs, name string) string {

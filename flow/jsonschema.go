@@ -14,7 +14,7 @@ const JSONSchemaID = "https://github.com/flowrun/flowrun/schema/flowrun.schema.j
 // syntax are strings ("${msg.amount > 100}"), so wherever a value may be an expression a string is
 // accepted too; the schema checks structure and names, and flowrun validate checks the rest.
 func JSONSchema() []byte {
-	props := map[string]any{}
+	props := map[string]any{"//": commentSchema}
 	for _, b := range Language {
 		props[b.Type] = blockTypeSchema(b)
 	}
@@ -63,7 +63,7 @@ func blockBodySchema(b *BlockSpec) map[string]any {
 	if b.FreeForm {
 		return map[string]any{"type": "object", "description": b.Doc}
 	}
-	props := map[string]any{"//": map[string]any{"description": "A comment."}}
+	props := map[string]any{"//": commentSchema}
 	var required []string
 	for _, a := range b.Attributes {
 		props[a.Name] = attributeSchema(a)
@@ -122,6 +122,9 @@ func nestedBlockSchema(nb NestedBlock) map[string]any {
 	}
 	return map[string]any{"description": nb.Spec.Doc, "anyOf": []any{body, arr}}
 }
+
+// commentSchema describes "//" keys, which HCL's JSON syntax ignores as comments.
+var commentSchema = map[string]any{"description": "A comment, ignored."}
 
 // expressionString is any string: in JSON syntax a string may hold a template with expressions.
 var expressionString = map[string]any{"type": "string", "pattern": `\$\{`}

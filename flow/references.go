@@ -90,12 +90,9 @@ func (c *compiler) parseReference(e hcl.Expression, attr string, allowed ...stri
 	want := fmt.Sprintf("%s takes a reference to a %s, written without quotes as %s.",
 		attr, joinOr(allowed), joinOr(examples))
 	t, diags := hcl.AbsTraversalForExpr(e)
-	if diags.HasErrors() || len(t) != 2 {
-		c.errorf(e.Range(), "Invalid reference", want)
-		return reference{}, false
-	}
 	name, ok := traversalAttr(t)
-	if !ok {
+	if diags.HasErrors() || len(t) != 2 || !ok {
+		c.unresolved = true
 		c.errorf(e.Range(), "Invalid reference", want)
 		return reference{}, false
 	}
@@ -105,6 +102,7 @@ func (c *compiler) parseReference(e hcl.Expression, attr string, allowed ...stri
 		if s := suggest(root, allowed); s != "" {
 			want += fmt.Sprintf(" Did you mean %s.%s?", s, name)
 		}
+		c.unresolved = true
 		c.errorf(e.Range(), summary, want)
 		return reference{}, false
 	}
@@ -127,6 +125,7 @@ func (c *compiler) resolveTopic(e hcl.Expression, attr string, allowStage bool) 
 	}
 	t, ok := c.topics[ref.Name]
 	if !ok {
+		c.unresolved = true
 		c.errorf(ref.Range, "Reference to undeclared topic",
 			fmt.Sprintf("There is no topic named %q.%s", ref.Name, didYouMean(ref.Name, sortedKeys(c.topics))))
 		return nil
@@ -143,6 +142,7 @@ func (c *compiler) resolveRetry(e hcl.Expression) (RetryPolicy, bool) {
 	}
 	p, ok := c.retries[ref.Name]
 	if !ok {
+		c.unresolved = true
 		c.errorf(ref.Range, "Reference to undeclared retry policy",
 			fmt.Sprintf("There is no retry block named %q.%s", ref.Name, didYouMean(ref.Name, sortedKeys(c.retries))))
 		return RetryPolicy{}, false
@@ -164,10 +164,12 @@ func (c *compiler) stageOutput(ref reference) *Topic {
 		if b != nil {
 			detail = fmt.Sprintf("%q is a %s, not a stage: only stages have outputs to read.", ref.Name, b.Type)
 		}
+		c.unresolved = true
 		c.errorf(ref.Range, "Reference to undeclared stage", detail)
 		return nil
 	}
 	if b.Kind != nil && b.Kind.OwnOutputs {
+		c.unresolved = true
 		c.errorf(ref.Range, "Ambiguous stage output",
 			fmt.Sprintf("The %s stage %q writes to several topics; read one of them by its topic reference.", b.Kind.Name, b.Name))
 		return nil
@@ -199,9 +201,9 @@ const implicitTopicSuffix = ".out"
 // resolveTopicQuiet resolves a reference without reporting anything: the block that owns the attribute
 // reports its own errors when it compiles.
 func (c *compiler) resolveTopicQuiet(e hcl.Expression) *Topic {
-	saved := c.diags
+	saved, unresolved := c.diags, c.unresolved
 	t := c.resolveTopic(e, "input", true)
-	c.diags = saved
+	c.diags, c.unresolved = saved, unresolved
 	return t
 }
 

@@ -158,7 +158,9 @@ func (c *compiler) compileStage(b *Block) *Stage {
 	}
 	switch s.Kind {
 	case "map":
-		if !s.Config.Has("set") && !s.Config.Has("drop") {
+		_, set := b.Attributes["set"]
+		_, drop := b.Attributes["drop"]
+		if !set && !drop {
 			c.warnf(b.DeclRange, "Map stage changes nothing", "Give it set, drop or both; as it is, it passes messages on unchanged.")
 		}
 	case "go":
@@ -184,6 +186,9 @@ func (c *compiler) checkGoFunc(b *Block, name string) {
 // finishStageOutputs gives each stage without an output the implicit topic its readers made, and
 // reports stages whose results would go nowhere.
 func (c *compiler) finishStageOutputs(blocks map[*Stage]*Block) {
+	if c.unresolved {
+		return // the missing reader may be the reference that failed
+	}
 	for _, s := range c.plan.Stages {
 		b := blocks[s]
 		if s.Output != nil || (b.Kind != nil && b.Kind.OwnOutputs) || b.Kind == nil {

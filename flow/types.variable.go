@@ -212,6 +212,9 @@ func (c *compiler) convertVariable(v *declaredVariable, val cty.Value, subject *
 				from, v.block.Name, convertErrorText(err, v.typ)),
 			Subject: subj,
 		})
+		if v.value == cty.NilVal {
+			v.value = cty.UnknownVal(v.typ) // reported: the variable is not also missing
+		}
 		return
 	}
 	v.value = converted

@@ -1,0 +1,56 @@
+# flowrun's build. `make run` and `make test` are the two commands a newcomer needs.
+
+GO      ?= go
+BIN     := bin/flowrun
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
+# The example that make run runs.
+EXAMPLE ?= examples/pipelines/fanout
+
+.PHONY: all build run test lint fmt bench fuzz generate tools clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flowrun
+
+# Validate the example pipeline and print its graph.
+run: build
+	./$(BIN) validate $(EXAMPLE)
+	./$(BIN) graph --format mermaid $(EXAMPLE)
+
+# Every test, with the race detector. The tests start their own redis-server processes on free
+# loopback ports; tools checks that the programs they need are installed.
+test: tools lint
+	$(GO) test -race -timeout 20m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run ./cmd/flowrun fmt --check examples/pipelines/*
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+	$(GO) run ./cmd/flowrun fmt -w examples/pipelines/*
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./flow/expr
+
+# A short run of every fuzzer, on top of the seed corpora that go test always runs.
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test ./flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
+
+# Regenerate the files derived from the language registry and the golden graphs.
+generate:
+	$(GO) test ./flow ./schema -run 'Generated|Golden' -update
+
+# The programs the tests need besides Go: redis-server (tests start their own) and Graphviz's dot
+# (the graph tests render every example).
+tools:
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server (or brew install redis)"; exit 1; }
+	@command -v dot >/dev/null || echo "note: Graphviz's dot is missing, so the DOT rendering tests are skipped (apt-get install graphviz)"
+
+clean:
+	rm -rf bin

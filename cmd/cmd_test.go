@@ -1,0 +1,189 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/schema"
+)
+
+// run executes the command line and returns its exit code and output.
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Execute(context.Background(), args, IO{In: strings.NewReader(""), Out: &out, Err: &errOut})
+	return code, out.String(), errOut.String()
+}
+
+const examples = "../examples/pipelines"
+
+func TestValidateExamples(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(examples, "*"))
+	code, out, errOut := run(t, append([]string{"validate"}, paths...)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if got := strings.Count(out, "is valid"); got != len(paths) {
+		t.Fatalf("%d pipelines reported valid of %d:\n%s", got, len(paths), out)
+	}
+}
+
+const broken = `pipeline "b" {}
+topic "orders" {
+  partitions = 0
+}
+`
+
+func writePipeline(t *testing.T, src string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestValidateBrokenFile(t *testing.T) {
+	path := writePipeline(t, broken)
+	code, _, errOut := run(t, "validate", path)
+	if code != ExitInvalid {
+		t.Fatalf("exit %d, want %d", code, ExitInvalid)
+	}
+	for _, want := range []string{
+		"Error: Invalid value for partitions",
+		"on " + path + " line 3, in topic \"orders\":",
+		"3:   partitions = 0",
+		"partitions must be at least 1",
+		"1 error",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestValidateJSON(t *testing.T) {
+	path := writePipeline(t, broken)
+	code, out, _ := run(t, "validate", "--json", path)
+	if code != ExitInvalid {
+		t.Fatalf("exit %d", code)
+	}
+	var report validateReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if report.Valid || report.ErrorCount != 1 || report.WarningCount != 1 || len(report.Diagnostics) != 2 ||
+		report.Pipelines[0].Name != "b" {
+		t.Fatalf("report = %+v", report)
+	}
+	d := report.Diagnostics[1] // after the warning about the unused topic, declared on line 2
+	if d.Severity != "error" {
+		t.Fatalf("diagnostics out of order: %+v", report.Diagnostics)
+	}
+	if d.Range == nil || d.Range.Start.Line != 3 || d.Range.Start.Column != 16 || d.Snippet == nil ||
+		!strings.Contains(d.Snippet.Code, "partitions = 0") {
+		t.Fatalf("diagnostic = %+v", d)
+	}
+}
+
+func TestValidateVarFlags(t *testing.T) {
+	path := writePipeline(t, `pipeline "v" {}
+variable "parts" { type = number }
+topic "t" { partitions = var.parts }
+source "s" {
+  kind   = "stdin"
+  output = topic.t
+}
+sink "o" {
+  kind  = "stdout"
+  input = topic.t
+}
+`)
+	if code, _, errOut := run(t, "validate", path); code != ExitInvalid || !strings.Contains(errOut, "No value for required variable") {
+		t.Fatalf("without --var: exit %d\n%s", code, errOut)
+	}
+	if code, out, errOut := run(t, "validate", "--var", "parts=3", path); code != ExitOK {
+		t.Fatalf("with --var: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Setenv("FLOWRUN_VAR_parts", "2")
+	if code, _, errOut := run(t, "validate", path); code != ExitOK {
+		t.Fatalf("with FLOWRUN_VAR_parts: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestFmt(t *testing.T) {
+	path := writePipeline(t, "pipeline \"f\" {\nkey_prefix=\"f\"\n}\n")
+	code, out, _ := run(t, "fmt", "--check", path)
+	if code != ExitError || strings.TrimSpace(out) != path {
+		t.Fatalf("--check on an unformatted file: exit %d, out %q", code, out)
+	}
+	code, out, _ = run(t, "fmt", path)
+	if code != ExitOK || out != "pipeline \"f\" {\n  key_prefix = \"f\"\n}\n" {
+		t.Fatalf("fmt: exit %d, out %q", code, out)
+	}
+	if code, _, _ = run(t, "fmt", "-w", path); code != ExitOK {
+		t.Fatalf("fmt -w: exit %d", code)
+	}
+	if code, out, _ = run(t, "fmt", "--check", path); code != ExitOK || out != "" {
+		t.Fatalf("--check after -w: exit %d, out %q", code, out)
+	}
+	bad := writePipeline(t, "pipeline \"f\" {\n")
+	if code, _, errOut := run(t, "fmt", "--check", bad); code != ExitInvalid || !strings.Contains(errOut, "line 1") {
+		t.Fatalf("fmt on a syntax error: exit %d\n%s", code, errOut)
+	}
+	src, _ := os.ReadFile(bad)
+	if string(src) != "pipeline \"f\" {\n" {
+		t.Fatal("fmt changed a file it could not parse")
+	}
+}
+
+func TestFmtCheckExamples(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join(examples, "*"))
+	if code, out, errOut := run(t, append([]string{"fmt", "--check"}, paths...)...); code != ExitOK {
+		t.Fatalf("exit %d: unformatted examples:\n%s%s", code, out, errOut)
+	}
+}
+
+func TestGraphFormats(t *testing.T) {
+	path := filepath.Join(examples, "fanout")
+	for format, want := range map[string]string{
+		"dot":     `digraph "clickstream"`,
+		"mermaid": "flowchart LR",
+		"json":    `"name": "clickstream"`,
+	} {
+		code, out, errOut := run(t, "graph", "--format", format, path)
+		if code != ExitOK || !strings.Contains(out, want) {
+			t.Errorf("graph --format %s: exit %d, output lacks %q\n%s", format, code, want, errOut)
+		}
+	}
+	if code, _, errOut := run(t, "graph", "--format", "png", path); code != ExitInvalid || !strings.Contains(errOut, "unknown format") {
+		t.Errorf("graph --format png: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestSchemaMatchesTheCheckedInFile(t *testing.T) {
+	code, out, _ := run(t, "schema")
+	if code != ExitOK || out != string(schema.JSON) {
+		t.Fatalf("flowrun schema differs from schema/flowrun.schema.json (exit %d)", code)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, "version")
+	if code != ExitOK || !strings.HasPrefix(out, "flowrun ") {
+		t.Fatalf("exit %d, out %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"validate"}, {"nonsense"}, {"validate", "--bogus", "x"}} {
+		if code, _, errOut := run(t, args...); code != ExitInvalid || !strings.Contains(errOut, "Error:") {
+			t.Errorf("%v: exit %d\n%s", args, code, errOut)
+		}
+	}
+}

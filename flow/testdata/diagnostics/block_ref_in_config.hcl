@@ -1,0 +1,16 @@
+pipeline "t" {}
+topic "orders" {
+  partitions = 2
+  key        = msg.customer
+}
+source "in" {
+  kind   = "stdin"
+  output = topic.orders
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.orders
+}
+topic "copies" { # WARNING: Unused topic
+  partitions = topic.orders # ERROR: Block reference not allowed here
+}

@@ -1,0 +1,16 @@
+pipeline "t" {}
+topic "orders" {
+  partitions = 2
+  key        = msg.customer
+}
+source "in" {
+  kind   = "stdin"
+  output = topic.orders
+}
+stage "enrich" { # ERROR: Missing stage kind: A stage needs a kind attribute; the kinds are "filter", "go", "map", "route".
+  input = topic.orders
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.orders
+}

@@ -1,0 +1,17 @@
+pipeline "t" {}
+topic "orders" {
+  partitions = 2
+  key        = msg.customer
+}
+source "in" {
+  kind   = "stdin"
+  output = topic.orders
+}
+stage "enrich" {
+  kind  = "mapp" # ERROR: There is no stage kind "mapp". Did you mean "map"? The kinds are "filter", "go", "map", "route".
+  input = topic.orders
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.orders
+}
