@@ -419,3 +419,14 @@ func TestEnvVarsRoot(t *testing.T) {
 		t.Error("missing root value did not fail")
 	}
 }
+
+func TestHugeExponent(t *testing.T) {
+	// big.ParseFloat would take seconds on this; float64 says +Inf.
+	v := ValueOf(json.Number("1e45678902"))
+	if v.Kind() != Number || v.String() != "+Inf" {
+		t.Errorf("got %v", v)
+	}
+	if v, ok := parseNumber("-2.5e-99999999"); !ok || v.n != 0 {
+		t.Errorf("got %v %v", v, ok)
+	}
+}

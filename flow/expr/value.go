@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"reflect"
 	"strconv"
+	"strings"
 )
 
 // Kind is the dynamic type of a Value. Lists stand for every cty sequence
@@ -264,10 +265,25 @@ func parseNumber(text string) (Value, bool) {
 			}
 			return exactNumber(text)
 		}
-		// Out of float64 range: cty still has it exactly.
+		// Out of float64 range: cty still has it exactly, unless the
+		// exponent is absurd (1e45678902), where big.ParseFloat would spend
+		// seconds per message; then it is ±Inf or 0 like float64 says.
+		if hugeExponent(text) {
+			return numVal(f), true
+		}
 		return exactNumber(text)
 	}
 	return exactNumber(text)
+}
+
+// hugeExponent reports a decimal exponent beyond ±10000.
+func hugeExponent(text string) bool {
+	i := strings.IndexAny(text, "eE")
+	if i < 0 {
+		return false
+	}
+	exp := strings.TrimLeft(text[i+1:], "+-0")
+	return len(exp) > 5 || (len(exp) == 5 && exp > "10000")
 }
 
 // exactNumber is the slow path: parse with big.Float like cty does and keep
