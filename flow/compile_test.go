@@ -458,4 +458,3 @@ func TestPipelineFileErrors(t *testing.T) {
 		t.Errorf("Build(%s) = %s", txt, diags.Error())
 	}
 }
-
