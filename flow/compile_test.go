@@ -458,3 +458,37 @@ func TestPipelineFileErrors(t *testing.T) {
 		t.Errorf("Build(%s) = %s", txt, diags.Error())
 	}
 }
+
+// TestETLExampleExpressions evaluates the ETL example's expressions on a line of its sample data.
+func TestETLExampleExpressions(t *testing.T) {
+	plan, _, diags := Build(filepath.Join(examplesDir, "etl"), Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	msg := map[string]any{
+		"id": 5006.0, "status": "completed", "internal_note": "checked",
+		"customer": map[string]any{"id": "cust-6", "email": "  GRACE@EXAMPLE.COM ", "country": nil},
+		"items": []any{
+			map[string]any{"sku": "SKU-100", "price": 9.5, "qty": 2.0},
+			map[string]any{"sku": "SKU-400", "price": 120.0, "qty": 1.0},
+		},
+	}
+	keep, err := plan.Stage("completed").Config.Expr("where").EvalBool(&expr.Env{Msg: msg})
+	if err != nil || !keep {
+		t.Fatalf("where = %v, %v", keep, err)
+	}
+	want := map[string]any{
+		"order_id": "5006", "customer_id": "cust-6", "email": "grace@example.com", "country": "UNKNOWN",
+		"items": 2.0, "total": 139.0, "skus": "SKU-100,SKU-400",
+	}
+	for _, f := range plan.Stage("normalise").Config.Fields("set") {
+		v, err := f.Expr.Eval(&expr.Env{Msg: msg})
+		if err != nil {
+			t.Errorf("%s: %v", f.Name, err)
+			continue
+		}
+		if got := v.Interface(); got != want[f.Name] {
+			t.Errorf("%s = %#v, want %#v", f.Name, got, want[f.Name])
+		}
+	}
+}

@@ -117,6 +117,7 @@ var differentialExprs = []string{
 	`trimspace(msg.text)`, `trimprefix(msg.customer_id, "c-")`, `trimsuffix(msg.country, "E")`, `replace(msg.text, "l", "L")`,
 	`split(",", "a,b,,c")`, `split(",", msg.country)`, `join("-", msg.tags)`, `join("-", msg.tags, ["x"])`, `join("-", msg.mixed)`,
 	`substr(msg.customer_id, 0, 2)`, `substr(msg.customer_id, -2, -1)`, `substr(msg.customer_id, 1, 100)`, `substr(msg.text, 1, 3)`,
+	`sum([msg.amount, 2, 3])`, `sum([])`, `sum(["1", 2])`, `sum([null])`, `sum(msg.customer_id)`,
 	`substr(msg.customer_id, 10, 1)`, `substr(msg.customer_id, -10, 1)`, `substr(msg.customer_id, 0, 0)`,
 	`startswith(msg.customer_id, "c-")`, `endswith(msg.country, "E")`, `strcontains(msg.text, "World")`,
 	`regex("[a-z]+", msg.customer_id)`, `regexall("[a-z]", msg.text)`, `title(msg.text)`, `chomp(msg.country)`,

@@ -83,6 +83,7 @@ func Functions() map[string]function.Function {
 			"strcontains":     strContainsFunc,
 			"strrev":          stdlib.ReverseFunc,
 			"substr":          stdlib.SubstrFunc,
+			"sum":             sumFunc,
 			"timeadd":         stdlib.TimeAddFunc,
 			"timestamp":       timestampFunc,
 			"title":           stdlib.TitleFunc,
@@ -159,6 +160,22 @@ var (
 	strContainsFunc = stringPredicate("Reports whether part occurs within str.", strings.Contains)
 )
 
+var sumFunc = function.New(&function.Spec{
+	Description: "Returns the sum of a list of numbers; 0 for an empty list.",
+	Params:      []function.Parameter{{Name: "list", Type: cty.List(cty.Number)}},
+	Type:        function.StaticReturnType(cty.Number),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		total := cty.Zero
+		for i, v := range args[0].AsValueSlice() {
+			if v.IsNull() {
+				return cty.NilVal, function.NewArgErrorf(0, "element %d is null", i)
+			}
+			total = total.Add(v)
+		}
+		return total, nil
+	},
+})
+
 var uuidFunc = function.New(&function.Spec{
 	Description: "Returns a new random (version 4) UUID string.",
 	Type:        function.StaticReturnType(cty.String),
@@ -234,6 +251,7 @@ func init() {
 		"split":       {nSplit, tList},
 		"join":        {nJoin, tString},
 		"substr":      {nSubstr, tString},
+		"sum":         {nSum, tNumber},
 		"startswith":  {predFn(strings.HasPrefix), tBool},
 		"endswith":    {predFn(strings.HasSuffix), tBool},
 		"strcontains": {predFn(strings.Contains), tBool},
@@ -338,6 +356,22 @@ func nLength(a []Value) (Value, bool) {
 		return numVal(float64(len(v.object()))), true
 	}
 	return Value{}, false
+}
+
+// nSum adds a list of numbers; anything else (strings to convert, nulls) goes through cty.
+func nSum(a []Value) (Value, bool) {
+	if a[0].k != List {
+		return Value{}, false
+	}
+	total := 0.0
+	for _, x := range a[0].list() {
+		v := ValueOf(x)
+		if v.k != Number {
+			return Value{}, false
+		}
+		total += v.n
+	}
+	return numVal(total), true
 }
 
 func nContains(a []Value) (Value, bool) {
