@@ -1,0 +1,275 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPoolSize is the default number of connections per Redis node. A blocking
+	// XREADGROUP holds a connection for up to its Block duration, so the pool must be larger
+	// than the number of readers that block at the same time, plus what the producers, commits
+	// and timers use concurrently. 128 covers a process running dozens of partition workers.
+	DefaultPoolSize = 128
+	// DefaultDialTimeout bounds establishing a connection.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultReadTimeout bounds waiting for a reply to a non-blocking command. Blocking reads
+	// get their Block duration on top.
+	DefaultReadTimeout = 5 * time.Second
+	// DefaultWriteTimeout bounds writing a command.
+	DefaultWriteTimeout = 5 * time.Second
+	// DefaultClientName is the CLIENT SETNAME of every connection, so that CLIENT LIST shows
+	// flowrun's connections.
+	DefaultClientName = "flowrun"
+)
+
+// Options configure Open. The zero value of every field but URLs means its default.
+type Options struct {
+	// URLs locate Redis. One URL is a single server, for example
+	// "redis://localhost:6379/0", "rediss://user:secret@redis.example:6380/2" (TLS, ACL user).
+	// Several URLs are seeds of one Redis Cluster (db must be 0; the scheme and credentials
+	// must agree). A single URL whose server is a cluster node (INFO cluster says
+	// cluster_enabled:1) is opened as a cluster too. Entries may themselves be comma-separated
+	// lists; see ParseURLs. Query parameters of go-redis URLs (for example skip_verify=true,
+	// dial_timeout=3s) are honoured for a single server.
+	URLs []string
+	// PoolSize is the maximum number of connections per node. Default DefaultPoolSize. See
+	// DefaultPoolSize for why blocking readers need a generous pool.
+	PoolSize int
+	// DialTimeout, ReadTimeout and WriteTimeout default to DefaultDialTimeout,
+	// DefaultReadTimeout and DefaultWriteTimeout.
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// TLSConfig replaces the TLS configuration that a rediss:// URL implies (for example to
+	// trust a private CA or to present a client certificate). It is ignored for redis:// URLs.
+	TLSConfig *tls.Config
+	// ClientName is sent with CLIENT SETNAME. Default DefaultClientName.
+	ClientName string
+	// MaxRetries is how many times the go-redis client retries a command after a network
+	// error. Default 0: no retries, errors go to the caller, which owns the retry policy.
+	// Retrying an XADD whose reply was lost can write it twice.
+	MaxRetries int
+}
+
+// Client is a connection pool to a Redis server or Redis Cluster, with flowrun's operations.
+// It is safe for concurrent use.
+type Client struct {
+	rdb     goredis.UniversalClient
+	cluster bool
+	desc    string // redacted, for errors and String
+}
+
+// ParseURLs splits comma-separated entries into single URLs, trims white space and drops empty
+// entries. A bare "host:port" becomes "redis://host:port". It does not validate the URLs; Open
+// does.
+func ParseURLs(entries ...string) []string {
+	var out []string
+	for _, e := range entries {
+		for _, u := range strings.Split(e, ",") {
+			u = strings.TrimSpace(u)
+			if u == "" {
+				continue
+			}
+			if !strings.Contains(u, "://") {
+				u = "redis://" + u
+			}
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// RedactURL returns the URL with its password replaced by "xxxxx", for logs and errors. A
+// string that does not parse as a URL has everything between "://" and the last "@" replaced.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err == nil {
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		if i := strings.LastIndexByte(raw, '@'); i >= 0 {
+			return "xxxxx" + raw[i:]
+		}
+		return raw
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		return scheme + "://xxxxx" + rest[i:]
+	}
+	return raw
+}
+
+// parseURL parses one URL with go-redis's rules, keeping secrets out of the error.
+func parseURL(raw string) (*goredis.Options, error) {
+	o, err := goredis.ParseURL(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // url.Error repeats the whole URL, password included
+		}
+		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), err)
+	}
+	return o, nil
+}
+
+// Open connects to Redis and checks the connection with PING. The error names the address but
+// never the password.
+func Open(ctx context.Context, opts Options) (*Client, error) {
+	urls := ParseURLs(opts.URLs...)
+	if len(urls) == 0 {
+		return nil, errors.New("redis: no URL given")
+	}
+	parsed := make([]*goredis.Options, len(urls))
+	for i, u := range urls {
+		o, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		parsed[i] = o
+	}
+	redacted := make([]string, len(urls))
+	for i, u := range urls {
+		redacted[i] = RedactURL(u)
+	}
+	if len(urls) == 1 {
+		c, err := openSingle(ctx, opts, parsed[0], redacted[0])
+		if err != nil || !c.cluster {
+			return c, err
+		}
+		// A cluster node given as a single URL: reopen as a cluster client seeded with it.
+		_ = c.rdb.Close()
+	}
+	return openCluster(ctx, opts, parsed, redacted)
+}
+
+func applyDefaults(opts *Options) {
+	if opts.PoolSize <= 0 {
+		opts.PoolSize = DefaultPoolSize
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultDialTimeout
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.ClientName == "" {
+		opts.ClientName = DefaultClientName
+	}
+}
+
+func maxRetries(n int) int {
+	if n <= 0 {
+		return -1 // go-redis: -1 disables retries, 0 means its default of 3
+	}
+	return n
+}
+
+func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc string) (*Client, error) {
+	applyDefaults(&opts)
+	o.PoolSize = opts.PoolSize
+	o.DialTimeout = opts.DialTimeout
+	o.ReadTimeout = opts.ReadTimeout
+	o.WriteTimeout = opts.WriteTimeout
+	o.ClientName = opts.ClientName
+	o.MaxRetries = maxRetries(opts.MaxRetries)
+	o.ContextTimeoutEnabled = true
+	o.Protocol = 2 // RESP2: the widest support (miniredis, older servers, proxies)
+	if o.TLSConfig != nil && opts.TLSConfig != nil {
+		o.TLSConfig = opts.TLSConfig.Clone()
+	}
+	rdb := goredis.NewClient(o)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis: connecting to %s: %w", desc, err)
+	}
+	c := &Client{rdb: rdb, desc: desc}
+	// INFO cluster: an error (for example from miniredis, which lacks the section, or an ACL
+	// user without INFO) means we cannot tell, and a plain client is the right guess.
+	if info, err := rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+		c.cluster = true
+	}
+	return c, nil
+}
+
+func openCluster(ctx context.Context, opts Options, parsed []*goredis.Options, redacted []string) (*Client, error) {
+	applyDefaults(&opts)
+	first := parsed[0]
+	co := &goredis.ClusterOptions{
+		Username:              first.Username,
+		Password:              first.Password,
+		TLSConfig:             first.TLSConfig,
+		PoolSize:              opts.PoolSize,
+		DialTimeout:           opts.DialTimeout,
+		ReadTimeout:           opts.ReadTimeout,
+		WriteTimeout:          opts.WriteTimeout,
+		ClientName:            opts.ClientName,
+		MaxRetries:            maxRetries(opts.MaxRetries),
+		ContextTimeoutEnabled: true,
+		Protocol:              2,
+	}
+	for i, o := range parsed {
+		if o.Network != "tcp" {
+			return nil, fmt.Errorf("redis: cluster seed %s: only redis:// and rediss:// URLs can be cluster seeds", redacted[i])
+		}
+		if o.DB != 0 {
+			return nil, fmt.Errorf("redis: cluster seed %s selects db %d; a Redis Cluster has only db 0", redacted[i], o.DB)
+		}
+		if (o.TLSConfig != nil) != (first.TLSConfig != nil) {
+			return nil, fmt.Errorf("redis: cluster seeds mix redis:// and rediss:// (%s, %s)", redacted[0], redacted[i])
+		}
+		if o.Username != "" || o.Password != "" {
+			if o.Username != co.Username || o.Password != co.Password {
+				if co.Username == "" && co.Password == "" {
+					co.Username, co.Password = o.Username, o.Password
+				} else {
+					return nil, fmt.Errorf("redis: cluster seeds %s and %s have different credentials", redacted[0], redacted[i])
+				}
+			}
+		}
+		co.Addrs = append(co.Addrs, o.Addr)
+	}
+	if co.TLSConfig != nil && opts.TLSConfig != nil {
+		co.TLSConfig = opts.TLSConfig.Clone()
+	}
+	desc := "redis cluster " + strings.Join(redacted, ",")
+	rdb := goredis.NewClusterClient(co)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis: connecting to %s: %w", desc, err)
+	}
+	return &Client{rdb: rdb, cluster: true, desc: desc}, nil
+}
+
+// Close closes every connection. Calls in flight fail.
+func (c *Client) Close() error { return c.rdb.Close() }
+
+// IsCluster reports whether the client talks to a Redis Cluster.
+func (c *Client) IsCluster() bool { return c.cluster }
+
+// Universal returns the underlying go-redis client, for tests and for commands this package
+// does not wrap. Prefer the Client's methods: they keep the key layout and the fencing rules.
+func (c *Client) Universal() goredis.UniversalClient { return c.rdb }
+
+// String describes the connection with the password redacted, for example
+// "redis://app:xxxxx@10.0.0.5:6379/0".
+func (c *Client) String() string { return c.desc }
+
+// wrap prefixes an error with the operation and key, keeping it inspectable with errors.Is/As.
+func wrap(err error, op, key string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("redis: %s %s: %w", op, key, err)
+}

@@ -1,0 +1,133 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+func TestParseURLs(t *testing.T) {
+	got := ParseURLs("redis://a:1, redis://b:2", "", " c:3 ,", "rediss://u:p@d:4/0")
+	want := []string{"redis://a:1", "redis://b:2", "redis://c:3", "rediss://u:p@d:4/0"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ParseURLs = %q, want %q", got, want)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	cases := map[string]string{
+		"redis://app:s3cret@host:6379/1":  "redis://app:xxxxx@host:6379/1",
+		"rediss://:s3cret@host:6380":      "rediss://:xxxxx@host:6380",
+		"redis://host:6379":               "redis://host:6379",
+		"redis://app:s3 cr%et@host:6379/": "redis://xxxxx@host:6379/",
+	}
+	for in, want := range cases {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestOpenErrorsNeverShowThePassword(t *testing.T) {
+	ctx := context.Background()
+	for _, u := range []string{
+		"redis://app:s3cret@127.0.0.1:1/0",      // refused
+		"redis://app:s3cret%zz@127.0.0.1:1/0",   // does not parse
+		"ftp://app:s3cret@127.0.0.1:1/0",        // bad scheme
+		"redis://app:s3cret@127.0.0.1:1/notadb", // bad db
+	} {
+		_, err := Open(ctx, Options{URLs: []string{u}, DialTimeout: 200 * time.Millisecond})
+		if err == nil {
+			t.Fatalf("Open(%q) succeeded", u)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q) error shows the password: %v", u, err)
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("Open(%q) error does not name the address: %v", u, err)
+		}
+	}
+	if _, err := Open(ctx, Options{}); err == nil {
+		t.Error("Open without URL succeeded")
+	}
+}
+
+func TestOpenWithACLUserAndDB(t *testing.T) {
+	ctx := ctxT(t)
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	u := "redis://app:s3cret@" + srv.Addr() + "/3"
+	c := openURLs(t, u)
+	if c.IsCluster() {
+		t.Fatal("a single server opened as a cluster")
+	}
+	if s := c.String(); strings.Contains(s, "s3cret") || !strings.Contains(s, srv.Addr()) {
+		t.Fatalf("String() = %q", s)
+	}
+	if err := c.Universal().Set(ctx, "in-db-3", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The key went to db 3, not db 0.
+	if n, _ := admin.Exists(ctx, "in-db-3").Result(); n != 0 {
+		t.Fatal("a key written through a /3 URL is in db 0")
+	}
+	if v, err := admin.Do(ctx, "EVAL", "redis.call('SELECT', 3) return redis.call('GET', 'in-db-3')", 0).Text(); err != nil || v != "1" {
+		t.Fatalf("db 3 holds %q, %v", v, err)
+	}
+	_, err := Open(ctx, Options{URLs: []string{"redis://app:wrong@" + srv.Addr()}})
+	if err == nil || strings.Contains(err.Error(), "wrong@") || !strings.Contains(err.Error(), srv.Addr()) {
+		t.Fatalf("wrong password: err = %v", err)
+	}
+}
+
+func TestOpenCluster(t *testing.T) {
+	ctx := ctxT(t)
+	cl := redistest.SharedCluster(t, 3)
+	for name, urls := range map[string][]string{
+		"all seeds":       cl.URLs(),
+		"comma-separated": {strings.Join(cl.Addrs(), ",")},
+		"single node URL": {cl.URLs()[1]},
+		"bare host:port":  {cl.Addrs()[2]},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := openURLs(t, urls...)
+			if !c.IsCluster() {
+				t.Fatal("not opened as a cluster")
+			}
+			// Keys in every slot range work: the client follows the cluster's slot map.
+			k := testKeys(t)
+			for p := range 8 {
+				if err := c.Universal().Set(ctx, k.Stream("x", p), "v", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	if _, err := Open(ctx, Options{URLs: []string{cl.URLs()[0] + "/2", cl.URLs()[1]}}); err == nil || !strings.Contains(err.Error(), "db 2") {
+		t.Fatalf("cluster seeds with a db: err = %v", err)
+	}
+}
+
+func TestOpenMiniredisIsNotACluster(t *testing.T) {
+	c := miniredisBackend().open(t)
+	if c.IsCluster() {
+		t.Fatal("miniredis opened as a cluster")
+	}
+}
+
+func TestNoGroupError(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		_, err := c.ReadGroup(ctxT(t), ReadArgs{Stream: k.Stream("none", 0), Group: "g", Consumer: "c", Block: -1})
+		if !errors.Is(err, ErrNoGroup) {
+			t.Fatalf("err = %v, want ErrNoGroup", err)
+		}
+	})
+}

@@ -1,0 +1,285 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// DefaultDedupTTL is how long an effectively-once marker lives by default. It must cover the
+// longest time between writing an output and re-processing its input after a crash (claim idle
+// time plus processing). Markers cost about 100 bytes each: at 1,000 messages/s, 10 minutes of
+// markers is about 60 MB.
+const DefaultDedupTTL = 10 * time.Minute
+
+// Output is one entry a batch writes.
+type Output struct {
+	// Stream is the output stream key (a topic partition or a dead-letter stream).
+	Stream string
+	// Entry is the entry to append; its ID is ignored.
+	Entry Entry
+	// DedupKey, when set, makes the output effectively-once: the entry is appended only if the
+	// marker key does not exist, and the marker (holding the entry's ID) is written in the same
+	// script as the XADD. It must share the stream's hash tag (see Keys.Dedup). A repeated
+	// commit of the same input then writes nothing and returns the first write's ID.
+	DedupKey string
+}
+
+// CommitArgs are a batch's outputs and the input entries it acks.
+type CommitArgs struct {
+	// Outputs are appended, in order per stream.
+	Outputs []Output
+	// Stream, Group and IDs name the input entries to ack. IDs may be empty (a batch that only
+	// writes) and Outputs may be empty (a batch that only acks).
+	Stream string
+	Group  string
+	IDs    []string
+	// Lease, when set, fences the ack: it happens only if the lease (whose key must share the
+	// input stream's hash tag, see Keys.Lease) still holds Lease.Value(); otherwise Commit
+	// returns an error wrapping ErrLeaseLost and acks nothing.
+	Lease *Lease
+	// DedupTTL is the time to live of the effectively-once markers; default DefaultDedupTTL.
+	DedupTTL time.Duration
+}
+
+// Commit writes a batch's outputs and acks its inputs, and returns the IDs of the outputs in
+// the order of a.Outputs.
+//
+// On a single server (and on a cluster when every key is in the input stream's slot) it is one
+// round trip: a MULTI/EXEC pipeline of the XADDs followed by the ack (a fencing script when
+// a.Lease is set). Redis rejects a transaction whose commands cannot be queued, out-of-memory
+// included, as a whole, so a failed XADD does not leave its input acked. An XADD that fails at
+// run time inside EXEC (WRONGTYPE: a non-stream key at an output name) does not stop the ack;
+// Commit then returns that error.
+//
+// On a cluster with outputs in other slots it is two steps: the outputs (go-redis sends one
+// pipeline per node, in parallel), then, only if every output was written, the ack. A cluster
+// pipeline runs its per-node parts concurrently, so a single round trip could ack inputs whose
+// outputs failed on another node.
+//
+// When the lease is lost the outputs may have been written (they are duplicates the new owner
+// also writes, as at-least-once delivery allows; DedupKey removes them), but nothing is acked
+// and the error wraps ErrLeaseLost.
+func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
+	plan, err := c.planCommit(a)
+	if err != nil {
+		return nil, err
+	}
+	if len(a.Outputs) == 0 && len(a.IDs) == 0 {
+		return nil, nil
+	}
+	if plan.atomic {
+		return c.commitAtomic(ctx, a, plan)
+	}
+	ids, err := c.writeOutputs(ctx, c.rdb.Pipeline(), plan)
+	if err != nil {
+		return ids, err
+	}
+	if len(a.IDs) == 0 {
+		return ids, nil
+	}
+	return ids, c.ack(ctx, a)
+}
+
+// commitPlan is a validated, encoded batch.
+type commitPlan struct {
+	atomic bool
+	plain  []plainOutput         // outputs without a dedup key, in order
+	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
+	order  []string              // streams of dedup calls, in first-use order
+	n      int                   // number of outputs
+	ttlMS  int64
+}
+
+type plainOutput struct {
+	index  int
+	stream string
+	values []any
+}
+
+type dedupCall struct {
+	stream  string
+	keys    []string // stream, then markers
+	args    []any    // ttl, then per entry: count, fields
+	indexes []int    // output index of each marker
+}
+
+func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
+	p := &commitPlan{n: len(a.Outputs), ttlMS: a.DedupTTL.Milliseconds()}
+	if a.DedupTTL <= 0 {
+		p.ttlMS = DefaultDedupTTL.Milliseconds()
+	} else if p.ttlMS < 1 {
+		return nil, fmt.Errorf("redis: commit: dedup ttl %s is below 1ms", a.DedupTTL)
+	}
+	if len(a.IDs) > 0 && (a.Stream == "" || a.Group == "") {
+		return nil, errors.New("redis: commit: acking needs the input stream and group")
+	}
+	slot := -1
+	sameSlot := true
+	see := func(key string) {
+		s := HashSlot(key)
+		if slot < 0 {
+			slot = s
+		} else if s != slot {
+			sameSlot = false
+		}
+	}
+	if len(a.IDs) > 0 {
+		see(a.Stream)
+		if a.Lease != nil && HashSlot(a.Lease.Key) != HashSlot(a.Stream) {
+			return nil, fmt.Errorf("redis: commit: lease %s is not in the hash slot of stream %s; use Keys.Lease", a.Lease.Key, a.Stream)
+		}
+	}
+	for i, o := range a.Outputs {
+		if o.Stream == "" {
+			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
+		}
+		values, err := EncodeEntry(o.Entry)
+		if err != nil {
+			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
+		}
+		see(o.Stream)
+		if o.DedupKey == "" {
+			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values})
+			continue
+		}
+		if HashSlot(o.DedupKey) != HashSlot(o.Stream) {
+			return nil, fmt.Errorf("redis: commit: dedup key %s is not in the hash slot of stream %s; use Keys.Dedup", o.DedupKey, o.Stream)
+		}
+		if p.dedup == nil {
+			p.dedup = map[string]*dedupCall{}
+		}
+		d := p.dedup[o.Stream]
+		if d == nil {
+			d = &dedupCall{stream: o.Stream, keys: []string{o.Stream}, args: []any{p.ttlMS}}
+			p.dedup[o.Stream] = d
+			p.order = append(p.order, o.Stream)
+		}
+		d.keys = append(d.keys, o.DedupKey)
+		d.args = append(d.args, len(values))
+		d.args = append(d.args, values...)
+		d.indexes = append(d.indexes, i)
+	}
+	p.atomic = !c.cluster || sameSlot
+	return p, nil
+}
+
+// queueOutputs adds the outputs to a pipeline and returns a function that collects their IDs
+// after Exec. Scripts in pipelines are sent with EVAL (the full text): an EVALSHA that fails
+// with NOSCRIPT inside a transaction could not be retried atomically.
+func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) func() ([]string, error) {
+	adds := make([]*goredis.StringCmd, len(p.plain))
+	for i, o := range p.plain {
+		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values})
+	}
+	scripts := make([]*goredis.Cmd, len(p.order))
+	for i, s := range p.order {
+		d := p.dedup[s]
+		scripts[i] = xaddOnceScript.Eval(ctx, pipe, d.keys, d.args...)
+	}
+	return func() ([]string, error) {
+		ids := make([]string, p.n)
+		var first error
+		for i, cmd := range adds {
+			id, err := cmd.Result()
+			if err != nil {
+				first = firstErr(first, wrap(err, "appending output to", p.plain[i].stream))
+				continue
+			}
+			ids[p.plain[i].index] = id
+		}
+		for i, cmd := range scripts {
+			d := p.dedup[p.order[i]]
+			res, err := cmd.StringSlice()
+			if err == nil && len(res) != len(d.indexes) {
+				err = fmt.Errorf("unexpected reply %v", res)
+			}
+			if err != nil {
+				first = firstErr(first, wrap(err, "appending effectively-once outputs to", d.stream))
+				continue
+			}
+			for j, idx := range d.indexes {
+				ids[idx] = res[j]
+			}
+		}
+		return ids, first
+	}
+}
+
+func firstErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+func (c *Client) writeOutputs(ctx context.Context, pipe goredis.Pipeliner, p *commitPlan) ([]string, error) {
+	if p.n == 0 {
+		return nil, nil
+	}
+	collect := p.queueOutputs(ctx, pipe)
+	_, _ = pipe.Exec(ctx) // per-command errors are collected below
+	return collect()
+}
+
+func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
+	pipe := c.rdb.TxPipeline()
+	collect := p.queueOutputs(ctx, pipe)
+	var ack goredis.Cmder
+	if len(a.IDs) > 0 {
+		ack = queueAck(ctx, pipe, a)
+	}
+	_, execErr := pipe.Exec(ctx)
+	ids, err := collect()
+	if err != nil {
+		if ack != nil && ack.Err() == nil {
+			return ids, fmt.Errorf("%w (the inputs were acked: the XADD failed inside the transaction)", err)
+		}
+		return ids, err
+	}
+	if ack != nil {
+		if err := ack.Err(); err != nil {
+			return ids, wrap(classify(err), "acking group "+a.Group+" on", a.Stream)
+		}
+	} else if execErr != nil {
+		return ids, wrap(execErr, "committing to", a.Stream)
+	}
+	return ids, nil
+}
+
+// queueAck adds the ack of a batch to a pipeline: a fenced script when a lease is given.
+func queueAck(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) goredis.Cmder {
+	if a.Lease == nil {
+		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
+	}
+	return fencedAckScript.Eval(ctx, pipe, []string{a.Stream, a.Lease.Key}, ackArgs(a)...)
+}
+
+func ackArgs(a CommitArgs) []any {
+	args := make([]any, 0, 2+len(a.IDs))
+	args = append(args, a.Group, a.Lease.Value())
+	for _, id := range a.IDs {
+		args = append(args, id)
+	}
+	return args
+}
+
+// ack acks a batch on its own (EVALSHA with EVAL fallback for the fenced form).
+func (c *Client) ack(ctx context.Context, a CommitArgs) error {
+	var err error
+	if a.Lease == nil {
+		err = c.rdb.XAck(ctx, a.Stream, a.Group, a.IDs...).Err()
+	} else {
+		err = fencedAckScript.Run(ctx, c.rdb, []string{a.Stream, a.Lease.Key}, ackArgs(a)...).Err()
+	}
+	return wrap(classify(err), "acking group "+a.Group+" on", a.Stream)
+}
+
+// Ack acks entries of a group, fenced by a lease when one is given: Commit without outputs.
+func (c *Client) Ack(ctx context.Context, stream, group string, lease *Lease, ids ...string) error {
+	_, err := c.Commit(ctx, CommitArgs{Stream: stream, Group: group, IDs: ids, Lease: lease})
+	return err
+}

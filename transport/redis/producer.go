@@ -1,0 +1,221 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Producer defaults and limits.
+const (
+	// DefaultBatchSize is the default number of XADDs per pipelined flush. Pipelining 256
+	// commands already amortises the round trip to well under a microsecond per entry; larger
+	// batches add latency and memory (the reply buffer) for little more throughput, and a
+	// flush of 256 stays far below Redis's output-buffer limits.
+	DefaultBatchSize = 256
+	// DefaultLinger, also the maximum, is how long a partial batch waits for more entries
+	// before it is flushed.
+	DefaultLinger = time.Millisecond
+)
+
+// ErrProducerClosed is returned by Add and Flush after Close.
+var ErrProducerClosed = errors.New("redis: producer closed")
+
+// ProducerOptions configure a Producer.
+type ProducerOptions struct {
+	// BatchSize is the number of entries per pipelined flush; default DefaultBatchSize. The
+	// producer buffers at most 2*BatchSize entries: Add blocks when the buffer is full.
+	BatchSize int
+	// Linger is how long a partial batch waits before it is flushed; default and maximum
+	// DefaultLinger (1ms).
+	Linger time.Duration
+}
+
+// Producer appends entries to streams in pipelined batches. Add enqueues; a background
+// goroutine flushes when a batch is full or Linger after its first entry. Errors of background
+// flushes are returned by the next Flush (or Close). It is safe for concurrent use; entries
+// added by one goroutine are written in the order it added them.
+type Producer struct {
+	c      *Client
+	batch  int
+	linger time.Duration
+	in     chan produceItem
+	done   chan struct{}
+
+	mu     sync.RWMutex // guards closed against sends on in
+	closed bool
+}
+
+// produceItem is an entry to write, or a flush/close request when reply is set.
+type produceItem struct {
+	stream string
+	values []any
+	reply  chan error
+	close  bool
+}
+
+// NewProducer starts a producer. Close it to stop its goroutine.
+func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
+	if opts.BatchSize < 0 {
+		return nil, fmt.Errorf("redis: producer batch size %d is negative", opts.BatchSize)
+	}
+	if opts.BatchSize == 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.Linger < 0 || opts.Linger > DefaultLinger {
+		return nil, fmt.Errorf("redis: producer linger %s is outside [0, %s]", opts.Linger, DefaultLinger)
+	}
+	if opts.Linger == 0 {
+		opts.Linger = DefaultLinger
+	}
+	p := &Producer{
+		c:      c,
+		batch:  opts.BatchSize,
+		linger: opts.Linger,
+		in:     make(chan produceItem, 2*opts.BatchSize),
+		done:   make(chan struct{}),
+	}
+	go p.run()
+	return p, nil
+}
+
+// Add enqueues an entry for stream. It returns at once unless the buffer is full, in which case
+// it waits for room (backpressure) or for ctx. An entry with an invalid payload is rejected
+// here. Add does not report write errors: Flush does.
+func (p *Producer) Add(ctx context.Context, stream string, e Entry) error {
+	values, err := EncodeEntry(e)
+	if err != nil {
+		return err
+	}
+	return p.send(ctx, produceItem{stream: stream, values: values})
+}
+
+func (p *Producer) send(ctx context.Context, it produceItem) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrProducerClosed
+	}
+	select {
+	case p.in <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush waits until every entry added before it has been written, and returns the first error
+// of the writes since the previous Flush (nil if there was none).
+func (p *Producer) Flush(ctx context.Context) error {
+	reply := make(chan error, 1)
+	if err := p.send(ctx, produceItem{reply: reply}); err != nil {
+		return err
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close flushes what was added, stops the producer and returns the first write error since the
+// last Flush. Add and Flush fail with ErrProducerClosed afterwards. If ctx ends first, Close
+// returns its error; the remaining entries are still written in the background.
+func (p *Producer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrProducerClosed
+	}
+	p.closed = true
+	p.mu.Unlock()
+	reply := make(chan error, 1)
+	// No Add can send any more; the buffer drains, so this send completes.
+	p.in <- produceItem{reply: reply, close: true}
+	select {
+	case err := <-reply:
+		<-p.done
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is the flusher goroutine.
+func (p *Producer) run() {
+	defer close(p.done)
+	pending := make([]produceItem, 0, p.batch)
+	var firstErr error
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	timerOn := false
+	flush := func() {
+		if timerOn {
+			timer.Stop()
+			timerOn = false
+		}
+		if len(pending) == 0 {
+			return
+		}
+		if err := p.write(pending); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		clear(pending)
+		pending = pending[:0]
+	}
+	for {
+		select {
+		case it := <-p.in:
+			if it.reply != nil {
+				flush()
+				it.reply <- firstErr
+				firstErr = nil
+				if it.close {
+					return
+				}
+				continue
+			}
+			pending = append(pending, it)
+			if len(pending) >= p.batch {
+				flush()
+			} else if !timerOn {
+				timer.Reset(p.linger)
+				timerOn = true
+			}
+		case <-timer.C:
+			timerOn = false
+			flush()
+		}
+	}
+}
+
+// write sends one batch as a pipeline. go-redis splits it per node on a cluster.
+func (p *Producer) write(items []produceItem) error {
+	// The flusher is not tied to any caller's context; the client's timeouts bound it.
+	ctx := context.Background()
+	pipe := p.c.rdb.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(items))
+	for i, it := range items {
+		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: it.stream, Values: it.values})
+	}
+	_, _ = pipe.Exec(ctx)
+	var first error
+	failed := 0
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			failed++
+			if first == nil {
+				first = fmt.Errorf("XADD %s: %w", items[i].stream, err)
+			}
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("redis: producer: %d of %d entries not written: %w", failed, len(items), first)
+	}
+	return nil
+}

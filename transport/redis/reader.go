@@ -1,0 +1,149 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Read defaults and limits.
+const (
+	// DefaultReadCount is the default and maximum COUNT of one group read.
+	DefaultReadCount = 1000
+	// DefaultBlock is how long a group read waits for new entries by default.
+	DefaultBlock = 2 * time.Second
+)
+
+// Batch is the result of a read: every entry the read delivered to the consumer, sorted into
+// three kinds. All of them are now in the consumer's pending list; the caller acks every ID of
+// the batch (IDs) once it has handled it, including malformed and deleted ones, which it
+// dead-letters first. Nothing is dropped silently.
+type Batch struct {
+	// Entries are the decoded entries, in stream order.
+	Entries []Entry
+	// Malformed are the entries that could not be decoded, in stream order.
+	Malformed []*MalformedEntryError
+	// Deleted are IDs whose entries were trimmed or deleted from the stream while pending:
+	// their contents are gone.
+	Deleted []string
+}
+
+// Len returns the number of IDs in the batch.
+func (b Batch) Len() int { return len(b.Entries) + len(b.Malformed) + len(b.Deleted) }
+
+// IDs returns every ID of the batch: entries, malformed entries and deleted IDs.
+func (b Batch) IDs() []string {
+	ids := make([]string, 0, b.Len())
+	for _, e := range b.Entries {
+		ids = append(ids, e.ID)
+	}
+	for _, m := range b.Malformed {
+		ids = append(ids, m.ID)
+	}
+	return append(ids, b.Deleted...)
+}
+
+// add sorts one message into the batch.
+func (b *Batch) add(msg goredis.XMessage) {
+	if msg.Values == nil {
+		b.Deleted = append(b.Deleted, msg.ID)
+		return
+	}
+	e, err := DecodeEntry(msg)
+	if err != nil {
+		var m *MalformedEntryError
+		if errors.As(err, &m) {
+			b.Malformed = append(b.Malformed, m)
+			return
+		}
+		b.Malformed = append(b.Malformed, &MalformedEntryError{ID: msg.ID, Reason: err.Error()})
+		return
+	}
+	b.Entries = append(b.Entries, e)
+}
+
+// ReadArgs select a group read.
+type ReadArgs struct {
+	Stream   string
+	Group    string
+	Consumer string
+	// Count is the maximum number of entries; default and maximum DefaultReadCount.
+	Count int64
+	// Block is how long to wait for entries when there are none: 0 means DefaultBlock, a
+	// negative value means do not wait. The read holds a pool connection while it waits.
+	Block time.Duration
+}
+
+func (a ReadArgs) validate() (ReadArgs, error) {
+	if a.Stream == "" || a.Group == "" || a.Consumer == "" {
+		return a, fmt.Errorf("redis: read needs a stream, a group and a consumer (got %q, %q, %q)", a.Stream, a.Group, a.Consumer)
+	}
+	switch {
+	case a.Count <= 0:
+		a.Count = DefaultReadCount
+	case a.Count > DefaultReadCount:
+		return a, fmt.Errorf("redis: read count %d is above the maximum %d", a.Count, DefaultReadCount)
+	}
+	if a.Block == 0 {
+		a.Block = DefaultBlock
+	}
+	return a, nil
+}
+
+// ReadGroup reads entries never delivered to the group (XREADGROUP ... >), waiting up to
+// a.Block for some to arrive. It returns an empty batch when none arrived. The entries are now
+// pending for a.Consumer until acked (see Commit). A missing group or stream is an error
+// wrapping ErrNoGroup.
+func (c *Client) ReadGroup(ctx context.Context, a ReadArgs) (Batch, error) {
+	a, err := a.validate()
+	if err != nil {
+		return Batch{}, err
+	}
+	return c.readGroup(ctx, a, ">", a.Block)
+}
+
+// ReadPending re-reads the consumer's own pending entries with IDs greater than after (""
+// means from the start), up to a.Count of them, without waiting. It is the recovery step of a
+// consumer that restarts under the same name, run once at start-up and paged by passing the
+// last ID returned: an empty batch means the end. Do not call it on every loop: each re-read
+// resets the entries' idle time, so a stuck entry would never become old enough for Reclaim.
+// Entries deleted from the stream while pending come back in Batch.Deleted.
+func (c *Client) ReadPending(ctx context.Context, a ReadArgs, after string) (Batch, error) {
+	a, err := a.validate()
+	if err != nil {
+		return Batch{}, err
+	}
+	if after == "" {
+		after = "0"
+	}
+	return c.readGroup(ctx, a, after, -1)
+}
+
+func (c *Client) readGroup(ctx context.Context, a ReadArgs, id string, block time.Duration) (Batch, error) {
+	if block < 0 {
+		block = -1 // go-redis: a negative Block sends no BLOCK argument
+	}
+	res, err := c.rdb.XReadGroup(ctx, &goredis.XReadGroupArgs{
+		Group:    a.Group,
+		Consumer: a.Consumer,
+		Streams:  []string{a.Stream, id},
+		Count:    a.Count,
+		Block:    block,
+	}).Result()
+	if isNil(err) {
+		return Batch{}, nil
+	}
+	if err != nil {
+		return Batch{}, wrap(classify(err), "reading group "+a.Group+" of", a.Stream)
+	}
+	var b Batch
+	for _, s := range res {
+		for _, msg := range s.Messages {
+			b.add(msg)
+		}
+	}
+	return b, nil
+}

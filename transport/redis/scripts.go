@@ -1,0 +1,139 @@
+package redis
+
+import (
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts. Each touches only the keys it is given, and all of a script's keys share one
+// hash tag, so every script runs on a Redis Cluster. They are run with EVALSHA, falling back to
+// EVAL when the server does not know the script yet (go-redis Script.Run), and inside pipelines
+// with EVALSHA plus a retry through Script.Run on NOSCRIPT.
+
+// leaseLostPrefix starts the error reply of a fenced script whose lease is not held.
+const leaseLostPrefix = "LEASELOST"
+
+// acquireLeaseScript takes a lease if nobody holds it: SET NX PX and the fencing token (INCR of
+// the companion counter) in one atomic step.
+//
+//	KEYS[1] lease key, KEYS[2] fencing counter; ARGV[1] owner, ARGV[2] ttl in ms
+//	returns {1, value, ttl} when taken, {0, current value, remaining ttl} when held by someone
+var acquireLeaseScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  return {0, cur, redis.call('PTTL', KEYS[1])}
+end
+local token = redis.call('INCR', KEYS[2])
+local value = ARGV[1] .. '#' .. token
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {1, value, tonumber(ARGV[2])}
+`)
+
+// renewLeaseScript extends a lease only if it still holds the caller's owner and token.
+//
+//	KEYS[1] lease key; ARGV[1] expected value, ARGV[2] ttl in ms; returns 1 or 0
+var renewLeaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseLeaseScript deletes a lease only if it still holds the caller's owner and token, so a
+// slow owner never deletes its successor's lease.
+//
+//	KEYS[1] lease key; ARGV[1] expected value; returns 1 or 0
+var releaseLeaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+// fencedAckScript acks a batch only if the lease on the input partition is still the caller's.
+// One call per batch.
+//
+//	KEYS[1] input stream, KEYS[2] lease key; ARGV[1] group, ARGV[2] expected lease value,
+//	ARGV[3..] entry IDs; returns the XACK count, or a LEASELOST error
+var fencedAckScript = goredis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[2] .. ' is not held by ' .. ARGV[2])
+end
+return redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+`)
+
+// deleteIdleConsumerScript deletes a consumer only if it has no pending entries (XGROUP
+// DELCONSUMER would drop them from the group's PEL, losing them).
+//
+//	KEYS[1] stream; ARGV[1] group, ARGV[2] consumer; returns 1 when deleted, 0 when it has
+//	pending entries
+var deleteIdleConsumerScript = goredis.NewScript(`
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #p > 0 then
+  return 0
+end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
+// maxLenCutScript finds the first ID to keep when a stream is cut to ARGV[1] entries, cutting
+// at most ARGV[2] entries per call. It runs server-side so that the entries read to find the
+// position do not cross the network.
+//
+//	KEYS[1] stream; ARGV[1] max length, ARGV[2] step
+//	returns false when the stream is not longer than max length, else {first kept ID, more}
+//	where more is 1 if the step limited the cut
+var maxLenCutScript = goredis.NewScript(`
+local n = redis.call('XLEN', KEYS[1])
+local excess = n - tonumber(ARGV[1])
+if excess <= 0 then
+  return false
+end
+local more = 0
+local step = tonumber(ARGV[2])
+if excess > step then
+  excess = step
+  more = 1
+end
+local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', excess + 1)
+return {r[excess + 1][1], more}
+`)
+
+// isNoScript reports whether err is Redis's NOSCRIPT (EVALSHA of a script it does not know).
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// isLeaseLost reports whether err is the LEASELOST error reply of a fenced script.
+func isLeaseLost(err error) bool {
+	return err != nil && strings.Contains(err.Error(), leaseLostPrefix)
+}
+
+// xaddOnceScript appends entries to one stream unless their effectively-once marker exists,
+// writing each marker (with a time to live) atomically with its XADD. One call per output
+// stream per batch.
+//
+//	KEYS[1] stream, KEYS[2..] one marker per entry (same hash tag as the stream)
+//	ARGV[1] marker ttl in ms, then per entry: the number of field/value strings, then them
+//	returns the entry IDs, in order: the new ID, or the ID stored in an existing marker
+var xaddOnceScript = goredis.NewScript(`
+local ids = {}
+local a = 2
+for i = 2, #KEYS do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  local prev = redis.call('GET', KEYS[i])
+  if prev then
+    ids[#ids + 1] = prev
+  else
+    local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a, a + n - 1))
+    redis.call('SET', KEYS[i], id, 'PX', ARGV[1])
+    ids[#ids + 1] = id
+  end
+  a = a + n
+end
+return ids
+`)
