@@ -188,3 +188,19 @@ func mustLookPath(t *testing.T) string {
 	}
 	return bin
 }
+
+func TestTLS(t *testing.T) {
+	ctx := context.Background()
+	s := Start(t, WithTLS())
+	if !strings.HasPrefix(s.TLSURL(), "rediss://127.0.0.1:") || s.TLSAddr() == s.Addr() {
+		t.Fatalf("TLSURL = %q, Addr = %q", s.TLSURL(), s.Addr())
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: s.TLSAddr(), TLSConfig: s.TLSConfig()})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING over TLS: %v", err)
+	}
+	if Start(t).TLSConfig() != nil {
+		t.Fatal("TLSConfig without WithTLS")
+	}
+}

@@ -42,6 +42,7 @@ type Option func(*config)
 type config struct {
 	aof     bool
 	cluster bool
+	tls     bool
 	args    []string
 }
 
@@ -62,6 +63,8 @@ type Server struct {
 	dir     string
 	port    int
 	busPort int // cluster bus port; 0 when not a cluster node
+	tlsPort int // TLS port; 0 without WithTLS
+	tls     *tlsFiles
 	cfg     config
 	ownsDir bool
 
@@ -104,16 +107,25 @@ func startServer(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
 	s := &Server{bin: bin, dir: dir, cfg: cfg, ownsDir: true}
+	if cfg.tls {
+		if s.tls, err = writeTLSFiles(dir); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("generating TLS certificates: %w", err)
+		}
+	}
 	var lastErr error
 	for range portAttempts {
-		ports, err := freePorts(1 + boolInt(cfg.cluster))
+		ports, err := freePorts(1 + boolInt(cfg.cluster) + boolInt(cfg.tls))
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		s.port = ports[0]
+		s.port, ports = ports[0], ports[1:]
 		if cfg.cluster {
-			s.busPort = ports[1]
+			s.busPort, ports = ports[0], ports[1:]
+		}
+		if cfg.tls {
+			s.tlsPort = ports[0]
 		}
 		err = s.launch()
 		if err == nil {
@@ -181,6 +193,15 @@ func (s *Server) args() []string {
 			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(s.busPort),
 			"--cluster-node-timeout", "5000",
+		)
+	}
+	if s.tls != nil {
+		args = append(args,
+			"--tls-port", strconv.Itoa(s.tlsPort),
+			"--tls-cert-file", s.tls.cert,
+			"--tls-key-file", s.tls.key,
+			"--tls-ca-cert-file", s.tls.ca,
+			"--tls-auth-clients", "no",
 		)
 	}
 	return append(args, s.cfg.args...)

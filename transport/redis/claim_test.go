@@ -13,8 +13,8 @@ import (
 // ageEntries makes pending entries look idle for d without waiting: XCLAIM to the same
 // consumer with IDLE and JUSTID, which sets the idle time and leaves the delivery count alone.
 // (Redis 7's XCLAIM also drops IDs whose entries are gone, so age entries before deleting any.)
-// miniredis lacks XCLAIM IDLE and counts a JUSTID claim as a delivery, so there its clock is
-// moved forward instead, which ages every pending entry.
+// miniredis counts a JUSTID claim as a delivery, so there its clock is moved forward instead,
+// which ages every pending entry.
 func ageEntries(t *testing.T, c *Client, stream, group, consumer string, d time.Duration, ids ...string) {
 	t.Helper()
 	if m, ok := minis.Load(c); ok {

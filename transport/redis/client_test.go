@@ -131,3 +131,31 @@ func TestNoGroupError(t *testing.T) {
 		}
 	})
 }
+
+func TestOpenTLS(t *testing.T) {
+	ctx := ctxT(t)
+	srv := redistest.Start(t, redistest.WithTLS())
+	if err := srv.Client(t).Do(ctx, "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	u := "rediss://app:s3cret@" + srv.TLSAddr() + "/0"
+	// The server's certificate is signed by a private CA: without it, verification fails, and
+	// the error names the address but not the password.
+	_, err := Open(ctx, Options{URLs: []string{u}})
+	if err == nil || !strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), srv.TLSAddr()) {
+		t.Fatalf("untrusted certificate: err = %v", err)
+	}
+	c, err := Open(ctx, Options{URLs: []string{u}, TLSConfig: srv.TLSConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k := testKeys(t)
+	if err := c.EnsureGroup(ctx, k.Stream("tls", 0), "g"); err != nil {
+		t.Fatal(err)
+	}
+	// A plain client on the TLS port fails.
+	if _, err := Open(ctx, Options{URLs: []string{"redis://" + srv.TLSAddr()}, ReadTimeout: 500 * time.Millisecond}); err == nil {
+		t.Fatal("plain connection to the TLS port succeeded")
+	}
+}
