@@ -68,8 +68,11 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(a.Outputs) == 0 && len(a.IDs) == 0 {
-		return nil, nil
+	if len(a.Outputs) == 0 {
+		if len(a.IDs) == 0 {
+			return nil, nil
+		}
+		return nil, c.ack(ctx, a) // a lone ack needs no transaction
 	}
 	if plan.atomic {
 		return c.commitAtomic(ctx, a, plan)

@@ -2,9 +2,11 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,9 +76,13 @@ func forEach(t *testing.T, bs []backend, f func(t *testing.T, c *Client, k Keys)
 
 var nonKeyChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
-// testKeys returns a key layout with a prefix unique to the test.
+// runs makes prefixes unique across -count repetitions on a shared server.
+var runs atomic.Int64
+
+// testKeys returns a key layout with a prefix unique to the test (and to this run of it).
 func testKeys(t *testing.T) Keys {
-	return Keys{Prefix: "t:" + strings.Trim(nonKeyChars.ReplaceAllString(t.Name(), "-"), "-")}
+	name := strings.Trim(nonKeyChars.ReplaceAllString(t.Name(), "-"), "-")
+	return Keys{Prefix: fmt.Sprintf("t%d:%s", runs.Add(1), name)}
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -44,18 +44,21 @@ type Producer struct {
 	batch  int
 	linger time.Duration
 	in     chan produceItem
-	done   chan struct{}
+	stop   chan struct{} // closed by Close once no Add or Flush can send any more
+	done   chan struct{} // closed by the flusher when it has exited
 
-	mu     sync.RWMutex // guards closed against sends on in
-	closed bool
+	closing   chan struct{} // closed at the start of Close: wakes blocked senders
+	closeOnce sync.Once
+	mu        sync.RWMutex // senders hold it shared while they send; Close takes it to stop them
+	closed    bool
+	closeErr  error // the flusher's last error report, valid after done
 }
 
-// produceItem is an entry to write, or a flush/close request when reply is set.
+// produceItem is an entry to write, or a flush request when reply is set.
 type produceItem struct {
 	stream string
 	values []any
 	reply  chan error
-	close  bool
 }
 
 // NewProducer starts a producer. Close it to stop its goroutine.
@@ -73,19 +76,21 @@ func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
 		opts.Linger = DefaultLinger
 	}
 	p := &Producer{
-		c:      c,
-		batch:  opts.BatchSize,
-		linger: opts.Linger,
-		in:     make(chan produceItem, 2*opts.BatchSize),
-		done:   make(chan struct{}),
+		c:       c,
+		batch:   opts.BatchSize,
+		linger:  opts.Linger,
+		in:      make(chan produceItem, 2*opts.BatchSize),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		closing: make(chan struct{}),
 	}
 	go p.run()
 	return p, nil
 }
 
 // Add enqueues an entry for stream. It returns at once unless the buffer is full, in which case
-// it waits for room (backpressure) or for ctx. An entry with an invalid payload is rejected
-// here. Add does not report write errors: Flush does.
+// it waits for room (backpressure), for ctx, or for Close. An entry with an invalid payload is
+// rejected here. Add does not report write errors: Flush does.
 func (p *Producer) Add(ctx context.Context, stream string, e Entry) error {
 	values, err := EncodeEntry(e)
 	if err != nil {
@@ -105,6 +110,8 @@ func (p *Producer) send(ctx context.Context, it produceItem) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-p.closing:
+		return ErrProducerClosed
 	}
 }
 
@@ -123,24 +130,26 @@ func (p *Producer) Flush(ctx context.Context) error {
 	}
 }
 
-// Close flushes what was added, stops the producer and returns the first write error since the
-// last Flush. Add and Flush fail with ErrProducerClosed afterwards. If ctx ends first, Close
-// returns its error; the remaining entries are still written in the background.
+// Close writes what was added, stops the producer and returns the first write error since the
+// last Flush. Adds blocked at that moment fail with ErrProducerClosed, as do Add and Flush
+// afterwards. If ctx ends first, Close returns its error and the producer finishes writing in
+// the background (bounded by the client's timeouts).
 func (p *Producer) Close(ctx context.Context) error {
-	p.mu.Lock()
-	if p.closed {
+	first := false
+	p.closeOnce.Do(func() {
+		first = true
+		close(p.closing)
+		p.mu.Lock() // waits for senders, which the closed channel has released
+		p.closed = true
 		p.mu.Unlock()
+		close(p.stop)
+	})
+	if !first {
 		return ErrProducerClosed
 	}
-	p.closed = true
-	p.mu.Unlock()
-	reply := make(chan error, 1)
-	// No Add can send any more; the buffer drains, so this send completes.
-	p.in <- produceItem{reply: reply, close: true}
 	select {
-	case err := <-reply:
-		<-p.done
-		return err
+	case <-p.done:
+		return p.closeErr
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -168,28 +177,42 @@ func (p *Producer) run() {
 		clear(pending)
 		pending = pending[:0]
 	}
+	handle := func(it produceItem) {
+		if it.reply != nil {
+			flush()
+			it.reply <- firstErr
+			firstErr = nil
+			return
+		}
+		pending = append(pending, it)
+		if len(pending) >= p.batch {
+			flush()
+		} else if !timerOn {
+			timer.Reset(p.linger)
+			timerOn = true
+		}
+	}
 	for {
 		select {
 		case it := <-p.in:
-			if it.reply != nil {
-				flush()
-				it.reply <- firstErr
-				firstErr = nil
-				if it.close {
-					return
-				}
-				continue
-			}
-			pending = append(pending, it)
-			if len(pending) >= p.batch {
-				flush()
-			} else if !timerOn {
-				timer.Reset(p.linger)
-				timerOn = true
-			}
+			handle(it)
 		case <-timer.C:
 			timerOn = false
 			flush()
+		case <-p.stop:
+			// Nobody can send any more: take what is buffered, write it, report.
+		drain:
+			for {
+				select {
+				case it := <-p.in:
+					handle(it)
+				default:
+					break drain
+				}
+			}
+			flush()
+			p.closeErr = firstErr
+			return
 		}
 	}
 }

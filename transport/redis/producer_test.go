@@ -128,6 +128,57 @@ func TestProducerBackpressure(t *testing.T) {
 	}
 }
 
+func TestProducerCloseReleasesBlockedAdd(t *testing.T) {
+	srv := redistest.Start(t)
+	c := openURLs(t, srv.URL())
+	k := testKeys(t)
+	ctx := ctxT(t)
+	p, err := c.NewProducer(ProducerOptions{BatchSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the producer until an Add blocks, in the background.
+	blocked := make(chan error, 1)
+	go func() {
+		for {
+			if err := p.Add(ctx, k.Stream("c", 0), Entry{Payload: []byte(`1`)}); err != nil {
+				blocked <- err
+				return
+			}
+		}
+	}()
+	waitFor(t, "the buffer to fill", func() bool { return len(p.in) == cap(p.in) })
+	// Close cannot finish while Redis refuses writes: it gives up at its deadline, but the
+	// blocked Add is released at once.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := p.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want the deadline", err)
+	}
+	if err := <-blocked; !errors.Is(err, ErrProducerClosed) {
+		t.Fatalf("blocked Add = %v, want ErrProducerClosed", err)
+	}
+	if err := p.Close(ctx); !errors.Is(err, ErrProducerClosed) {
+		t.Fatalf("second Close = %v", err)
+	}
+	// Once Redis accepts writes again the producer writes everything buffered and exits (goleak
+	// checks the goroutine is gone).
+	if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	if p.closeErr != nil {
+		t.Fatal(p.closeErr)
+	}
+	if n := xlen(t, c, k.Stream("c", 0)); n < int64(cap(p.in)) {
+		t.Fatalf("XLEN = %d, want at least the %d buffered entries", n, cap(p.in))
+	}
+}
+
 func TestProducerReportsErrorsOnFlush(t *testing.T) {
 	forEach(t, []backend{serverBackend(), miniredisBackend()}, func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)

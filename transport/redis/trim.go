@@ -84,7 +84,7 @@ func (c *Client) Trim(ctx context.Context, stream string, r Retention, now time.
 			return res, wrap(err, "trimming", stream)
 		}
 		res.Trimmed += n
-		if n > 0 || res.MinID == "" {
+		if n > 0 {
 			res.MinID = cut.String()
 		}
 		if !more || res.Clamped || n == 0 {
