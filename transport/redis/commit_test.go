@@ -154,6 +154,35 @@ func forceExpire(t *testing.T, c *Client, key string) {
 	})
 }
 
+func TestFencedAckOfManyIDs(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in := k.Stream("in", 0)
+		fill(t, c, in, 9000) // more than Lua's unpack limit (8000) in one call
+		if err := c.EnsureGroup(ctx, in, "stage"); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for len(ids) < 9000 {
+			b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Block: -1})
+			if err != nil || b.Len() == 0 {
+				t.Fatal(b.Len(), err)
+			}
+			ids = append(ids, b.IDs()...)
+		}
+		l, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Ack(ctx, in, "stage", &l, ids...); err != nil {
+			t.Fatal(err)
+		}
+		if n := pending(t, c, in, "stage"); n != 0 {
+			t.Fatalf("pending = %d", n)
+		}
+	})
+}
+
 func TestCommitRejectsLeaseInAnotherSlot(t *testing.T) {
 	c := miniredisBackend().open(t)
 	k := testKeys(t)

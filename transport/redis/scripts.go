@@ -57,12 +57,17 @@ return 0
 // One call per batch.
 //
 //	KEYS[1] input stream, KEYS[2] lease key; ARGV[1] group, ARGV[2] expected lease value,
-//	ARGV[3..] entry IDs; returns the XACK count, or a LEASELOST error
+//	ARGV[3..] entry IDs (acked 1000 per XACK: Lua's unpack has a stack limit); returns the
+//	number acked, or a LEASELOST error
 var fencedAckScript = goredis.NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[2] .. ' is not held by ' .. ARGV[2])
 end
-return redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+local n = 0
+for i = 3, #ARGV, 1000 do
+  n = n + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+return n
 `)
 
 // deleteIdleConsumerScript deletes a consumer only if it has no pending entries (XGROUP
