@@ -70,7 +70,7 @@ type Client struct {
 
 // ParseURLs splits comma-separated entries into single URLs, trims white space and drops empty
 // entries. A bare "host:port" becomes "redis://host:port". It does not validate the URLs; Open
-// does.
+// does. A comma in a password must be percent-encoded (%2C).
 func ParseURLs(entries ...string) []string {
 	var out []string
 	for _, e := range entries {
@@ -114,7 +114,8 @@ func parseURL(raw string) (*goredis.Options, error) {
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
-			err = uerr.Err // url.Error repeats the whole URL, password included
+			// url.Error repeats the whole URL, and its cause may quote part of the password.
+			err = errors.New("not a valid URL (percent-encode special characters of the user name and password)")
 		}
 		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), err)
 	}

@@ -36,16 +36,16 @@ func TestRedactURL(t *testing.T) {
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	ctx := context.Background()
 	for _, u := range []string{
-		"redis://app:s3cret@127.0.0.1:1/0",      // refused
-		"redis://app:s3cret%zz@127.0.0.1:1/0",   // does not parse
-		"ftp://app:s3cret@127.0.0.1:1/0",        // bad scheme
-		"redis://app:s3cret@127.0.0.1:1/notadb", // bad db
+		"redis://app:s3cret@127.0.0.1:1/0",          // refused
+		"redis://app:s3cret%zzs3cret@127.0.0.1:1/0", // does not parse
+		"ftp://app:s3cret@127.0.0.1:1/0",            // bad scheme
+		"redis://app:s3cret@127.0.0.1:1/notadb",     // bad db
 	} {
 		_, err := Open(ctx, Options{URLs: []string{u}, DialTimeout: 200 * time.Millisecond})
 		if err == nil {
 			t.Fatalf("Open(%q) succeeded", u)
 		}
-		if strings.Contains(err.Error(), "s3cret") {
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "%zz") {
 			t.Errorf("Open(%q) error shows the password: %v", u, err)
 		}
 		if !strings.Contains(err.Error(), "127.0.0.1:1") {
