@@ -13,11 +13,15 @@ type Message struct {
 	// Key is the message's key: it picks the partition and orders the messages of one key. A function
 	// may change it; the output topic's key expression, if any, recomputes it.
 	Key string
-	// Value is the message's JSON payload, decoded: strings, float64 numbers, bools, nil, []any and
-	// map[string]any. A function may modify and return it.
+	// Value is the message's JSON payload, decoded: strings, json.Number numbers (which keep every
+	// digit of large ids), bools, nil, []any and map[string]any. A function may modify and return it.
 	Value map[string]any
 	// Headers travel with the message from hop to hop (trace context is carried separately).
 	Headers map[string]string
+
+	// raw is the payload as it arrived, kept while it still describes the message so that it can be
+	// passed on without decoding and encoding it again.
+	raw []byte
 }
 
 // Func processes one message and returns the messages to pass on: none to drop it, the same message

@@ -1,0 +1,329 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/flow"
+)
+
+// plan compiles a pipeline whose stages read topic "in"; every stage and topic it declares exists.
+func plan(t testing.TB, stagesSrc string) *flow.Plan {
+	t.Helper()
+	src := `
+pipeline "t" {}
+topic "in" {}
+topic "a" {}
+topic "b" {}
+topic "rest" {}
+source "s" {
+  kind   = "stdin"
+  output = topic.in
+}
+` + stagesSrc
+	cfg, diags := flow.LoadSource(map[string][]byte{"t.hcl": []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	p, diags := flow.Compile(cfg, flow.Options{GoFuncs: Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return p
+}
+
+func processor(t testing.TB, p *flow.Plan, name string) Processor {
+	t.Helper()
+	proc, err := Compile(p.Stage(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proc
+}
+
+func process(t *testing.T, proc Processor, payload string) ([]Output, error) {
+	t.Helper()
+	m := NewMessage("k", []byte(payload), nil)
+	return proc.Process(context.Background(), &m, nil)
+}
+
+func payloadOf(t *testing.T, o Output) string {
+	t.Helper()
+	b, err := o.Message.Payload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+const sinkA = `
+sink "out" {
+  kind  = "stdout"
+  input = topic.a
+}
+`
+
+func TestMapSetsThenDrops(t *testing.T) {
+	p := plan(t, `
+stage "m" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.a
+  set = {
+    total   = msg.amount * 2
+    country = upper(msg.country)
+    amount  = 0
+    doubled = msg.amount * 2
+  }
+  drop = ["note"]
+}
+`+sinkA)
+	outs, err := process(t, processor(t, p, "m"), `{"amount": 21, "country": "de", "note": "x", "id": 12345678901234567890}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 1 || outs[0].Topic != p.Topic("a") || outs[0].Message.Key != "k" {
+		t.Fatalf("outputs = %+v", outs)
+	}
+	// Every expression sees the message as it arrived (doubled uses amount 21, not the 0 set beside it),
+	// and the 20-digit id keeps its digits.
+	want := `{"amount":0,"country":"DE","doubled":42,"id":12345678901234567890,"total":42}`
+	if got := payloadOf(t, outs[0]); got != want {
+		t.Fatalf("payload = %s, want %s", got, want)
+	}
+}
+
+func TestMapWithoutChangesPassesBytesThrough(t *testing.T) {
+	p := plan(t, `
+stage "m" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.a
+}
+`+sinkA)
+	in := `{"b": 1,   "a": "<x>"}`
+	outs, err := process(t, processor(t, p, "m"), in)
+	if err != nil || len(outs) != 1 || payloadOf(t, outs[0]) != in {
+		t.Fatalf("outs %+v, err %v", outs, err)
+	}
+}
+
+func TestExpressionErrorsArePermanent(t *testing.T) {
+	p := plan(t, `
+stage "m" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.a
+  set    = { cents = tonumber(msg.amount) * 100 }
+}
+`+sinkA)
+	_, err := process(t, processor(t, p, "m"), `{"amount": "n/a"}`)
+	if err == nil || !IsPermanent(err) {
+		t.Fatalf("err = %v, want a permanent error", err)
+	}
+	_, err = process(t, processor(t, p, "m"), `{"other": 1}`)
+	if err == nil || !IsPermanent(err) || !strings.Contains(err.Error(), "amount") {
+		t.Fatalf("missing field: err = %v", err)
+	}
+}
+
+func TestMalformedPayloadsArePermanent(t *testing.T) {
+	p := plan(t, `
+stage "f" {
+  kind   = "filter"
+  input  = topic.in
+  output = topic.a
+  where  = true
+}
+`+sinkA)
+	for payload, want := range map[string]string{
+		`{"a": `:      "not valid JSON",
+		`[1, 2]`:      "JSON array, not an object",
+		`42`:          "JSON number, not an object",
+		`{"a": 1} {}`: "data after the value",
+	} {
+		_, err := process(t, processor(t, p, "f"), payload)
+		if err == nil || !IsPermanent(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want a permanent error about %q", payload, err, want)
+		}
+	}
+}
+
+func TestFilter(t *testing.T) {
+	p := plan(t, `
+stage "f" {
+  kind   = "filter"
+  input  = topic.in
+  output = topic.a
+  where  = msg.amount > 100 && msg.country == "DE"
+}
+`+sinkA)
+	proc := processor(t, p, "f")
+	in := `{"amount": 150, "country": "DE"}`
+	outs, err := process(t, proc, in)
+	if err != nil || len(outs) != 1 || payloadOf(t, outs[0]) != in {
+		t.Fatalf("a matching message: outs %+v, err %v", outs, err)
+	}
+	if outs, err := process(t, proc, `{"amount": 50, "country": "DE"}`); err != nil || len(outs) != 0 {
+		t.Fatalf("a message to drop: outs %+v, err %v", outs, err)
+	}
+	if _, err := process(t, proc, `{"amount": "lots", "country": "DE"}`); !IsPermanent(err) {
+		t.Fatalf("a type error: err %v", err)
+	}
+}
+
+func TestRoute(t *testing.T) {
+	src := `
+stage "r" {
+  kind  = "route"
+  input = topic.in
+  case {
+    when   = msg.n > 10
+    output = topic.a
+  }
+  case {
+    when   = msg.n > 5
+    output = topic.b
+  }
+  %s
+}
+sink "a" {
+  kind  = "stdout"
+  input = topic.a
+}
+sink "b" {
+  kind  = "stdout"
+  input = topic.b
+}
+sink "rest" {
+  kind  = "stdout"
+  input = topic.rest
+}
+`
+	withDefault := plan(t, strings.Replace(src, "%s", "default = topic.rest", 1))
+	proc := processor(t, withDefault, "r")
+	for payload, want := range map[string]string{`{"n": 20}`: "a", `{"n": 7}`: "b", `{"n": 1}`: "rest"} {
+		outs, err := process(t, proc, payload)
+		if err != nil || len(outs) != 1 || outs[0].Topic.Name != want {
+			t.Errorf("%s went to %+v (%v), want %s", payload, outs, err, want)
+		}
+	}
+	without := plan(t, strings.Replace(src, "%s", "", 1))
+	if outs, err := process(t, processor(t, without, "r"), `{"n": 1}`); err != nil || len(outs) != 0 {
+		t.Errorf("unmatched without a default: %+v, %v", outs, err)
+	}
+}
+
+func init() {
+	Register("test.split", func(_ context.Context, m Message) ([]Message, error) {
+		var out []Message
+		for _, item := range m.Value["items"].([]any) {
+			out = append(out, Message{Key: item.(string), Value: map[string]any{"item": item}})
+		}
+		return out, nil
+	})
+	Register("test.fail", func(_ context.Context, m Message) ([]Message, error) {
+		if m.Value["permanent"] == true {
+			return nil, Permanent(errors.New("rejected"))
+		}
+		return nil, errors.New("try again")
+	})
+	Register("test.panic", func(context.Context, Message) ([]Message, error) { panic("boom") })
+}
+
+func TestGoStage(t *testing.T) {
+	p := plan(t, `
+stage "split" {
+  kind   = "go"
+  func   = "test.split"
+  input  = topic.in
+  output = topic.a
+}
+stage "fail" {
+  kind   = "go"
+  func   = "test.fail"
+  input  = topic.in
+  output = topic.b
+}
+stage "panic" {
+  kind   = "go"
+  func   = "test.panic"
+  input  = topic.in
+  output = topic.rest
+}
+`+sinkA+`
+sink "b" {
+  kind  = "stdout"
+  input = topic.b
+}
+sink "rest" {
+  kind  = "stdout"
+  input = topic.rest
+}
+`)
+	outs, err := process(t, processor(t, p, "split"), `{"items": ["x", "y"]}`)
+	if err != nil || len(outs) != 2 || outs[1].Message.Key != "y" || payloadOf(t, outs[1]) != `{"item":"y"}` {
+		t.Fatalf("split: %+v, %v", outs, err)
+	}
+	if _, err := process(t, processor(t, p, "fail"), `{}`); err == nil || IsPermanent(err) {
+		t.Fatalf("a transient error: %v", err)
+	}
+	if _, err := process(t, processor(t, p, "fail"), `{"permanent": true}`); !IsPermanent(err) {
+		t.Fatalf("a permanent error: %v", err)
+	}
+	if _, err := process(t, processor(t, p, "panic"), `{}`); !IsPermanent(err) || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("a panic: %v", err)
+	}
+}
+
+func TestRegisterRefusesMistakes(t *testing.T) {
+	for name, fn := range map[string]Func{"": func(context.Context, Message) ([]Message, error) { return nil, nil }, "test.nil": nil, "test.split": func(context.Context, Message) ([]Message, error) { return nil, nil }} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", name)
+				}
+			}()
+			Register(name, fn)
+		}()
+	}
+}
+
+func BenchmarkFilterOnRawPayload(b *testing.B) {
+	p := plan(b, `
+stage "f" {
+  kind   = "filter"
+  input  = topic.in
+  output = topic.a
+  where  = msg.amount > 100 && msg.country == "DE"
+}
+`+sinkA)
+	proc := processor(b, p, "f")
+	payload := []byte(`{"order_id":"o-1","customer_id":"c-42","amount":150.5,"country":"DE","items":[{"sku":"a","qty":1}]}`)
+	out := make([]Output, 0, 1)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		m := NewMessage("c-42", payload, nil)
+		out, _ = proc.Process(context.Background(), &m, out[:0])
+	}
+}
+
+func BenchmarkIdentityMap(b *testing.B) {
+	p := plan(b, `
+stage "m" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.a
+}
+`+sinkA)
+	proc := processor(b, p, "m")
+	payload := []byte(`{"order_id":"o-1","customer_id":"c-42","amount":150.5,"country":"DE"}`)
+	out := make([]Output, 0, 1)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		m := NewMessage("c-42", payload, nil)
+		out, _ = proc.Process(context.Background(), &m, out[:0])
+	}
+}
