@@ -3,27 +3,30 @@ module github.com/flowrun/flowrun
 go 1.25.0
 
 require (
-	github.com/agext/levenshtein v1.2.1 // indirect
-	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
-	github.com/apparentlymart/go-textseg/v15 v15.0.0 // indirect
-	github.com/apparentlymart/go-textseg/v17 v17.0.1 // indirect
+	github.com/agext/levenshtein v1.2.1
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/apparentlymart/go-textseg/v15 v15.0.0
+	github.com/apparentlymart/go-textseg/v17 v17.0.1
+	github.com/hashicorp/hcl/v2 v2.25.0
+	github.com/redis/go-redis/v9 v9.22.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
+	github.com/spf13/cobra v1.10.2
+	github.com/zclconf/go-cty v1.20.0
+	go.uber.org/goleak v1.3.0
+	golang.org/x/term v0.37.0
+	golang.org/x/text v0.31.0
+)
+
+require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/go-cmp v0.6.0 // indirect
-	github.com/hashicorp/hcl/v2 v2.25.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
-	github.com/zclconf/go-cty v1.20.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/mod v0.29.0 // indirect
 	golang.org/x/sync v0.18.0 // indirect
 	golang.org/x/sys v0.38.0 // indirect
-	golang.org/x/term v0.37.0 // indirect
-	golang.org/x/text v0.31.0 // indirect
 	golang.org/x/tools v0.38.0 // indirect
 )
