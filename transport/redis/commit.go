@@ -21,6 +21,10 @@ type Output struct {
 	Stream string
 	// Entry is the entry to append; its ID is ignored.
 	Entry Entry
+	// MaxLen, when positive, caps the stream at about that many entries (XADD MAXLEN ~), for
+	// streams that other applications read and no retention timer trims. It is ignored with
+	// DedupKey.
+	MaxLen int64
 	// DedupKey, when set, makes the output effectively-once: the entry is appended only if the
 	// marker key does not exist, and the marker (holding the entry's ID) is written in the same
 	// script as the XADD. It must share the stream's hash tag (see Keys.Dedup). A repeated
@@ -101,6 +105,7 @@ type plainOutput struct {
 	index  int
 	stream string
 	values []any
+	maxLen int64
 }
 
 type dedupCall struct {
@@ -146,7 +151,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		}
 		see(o.Stream)
 		if o.DedupKey == "" {
-			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values})
+			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen})
 			continue
 		}
 		if HashSlot(o.DedupKey) != HashSlot(o.Stream) {
@@ -176,7 +181,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) func() ([]string, error) {
 	adds := make([]*goredis.StringCmd, len(p.plain))
 	for i, o := range p.plain {
-		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values})
+		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0})
 	}
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, s := range p.order {

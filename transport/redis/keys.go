@@ -18,6 +18,9 @@ import (
 //	<prefix>:{<topic>:<p>}:retry:<stage>           sorted set: scheduled retries of stage on p
 //	<prefix>:{<topic>:<p>}:dedup:<stage>:<src>     string: effectively-once marker of an output
 //	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
+//	<prefix>:members                               sorted set: running processes, by expiry
+//	<prefix>:source:{<source>}:lease               string: lease of a source that produces
+//	<prefix>:{<stream tag>}:lease:<source>         string: lease of a redis_stream source
 //
 // The consumer group of a stage on each of its input partitions is named after the stage.
 // Topic and stage names are HCL identifiers (see ValidName), so they cannot contain braces or
@@ -108,6 +111,37 @@ func (k Keys) Dedup(outTopic string, partition int, stage, inTopic string, inPar
 // DeadLetter returns the key of a stage's dead-letter stream: "<prefix>:dlq:{<stage>}".
 func (k Keys) DeadLetter(stage string) string {
 	return k.Prefix + ":dlq:{" + stage + "}"
+}
+
+// Members returns the key of the sorted set of running processes: each member is a process ID
+// whose score is the time (Unix milliseconds) its membership expires unless renewed. Processes
+// count the live members to share partitions fairly.
+func (k Keys) Members() string { return k.Prefix + ":members" }
+
+// SourceLease returns the key of the lease that lets one process at a time run a source that
+// produces messages (generate, file): "<prefix>:source:{<source>}:lease".
+func (k Keys) SourceLease(source string) string {
+	return k.Prefix + ":source:{" + source + "}:lease"
+}
+
+// StreamLease returns the key of the lease of a source that reads an external stream. It lives in
+// the stream's hash slot (it carries the stream's hash tag, or the whole stream key as its tag),
+// so that acks on the stream can be fenced by it: "<prefix>:{<tag>}:lease:<source>". A stream key
+// with an empty tag and a closing brace ("{}x}") has no such key; flowrun does not fence its acks on
+// a cluster correctly, which no sensible stream name runs into.
+func (k Keys) StreamLease(stream, source string) string {
+	return k.Prefix + ":{" + hashTag(stream) + "}:lease:" + source
+}
+
+// hashTag returns the part of a key that Redis Cluster hashes: the content of the first {...}
+// with something in it, or the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }
 
 // Group returns the consumer-group name of a stage: the stage name itself.

@@ -109,3 +109,18 @@ func TestCompareIDs(t *testing.T) {
 		t.Errorf("next of max seq = %v", got)
 	}
 }
+
+func TestLeaseKeysShareTheirStreamsSlot(t *testing.T) {
+	k := Keys{Prefix: "flow"}
+	for _, stream := range []string{"demo:events:orders", "app:{orders}:events", "x", "a{b}c{d}"} {
+		if got, want := HashSlot(k.StreamLease(stream, "shop")), HashSlot(stream); got != want {
+			t.Errorf("StreamLease(%q) is in slot %d, the stream in %d", stream, got, want)
+		}
+	}
+	if got := k.SourceLease("gen"); got != "flow:source:{gen}:lease" {
+		t.Errorf("SourceLease = %q", got)
+	}
+	if got := k.Members(); got != "flow:members" {
+		t.Errorf("Members = %q", got)
+	}
+}
