@@ -90,8 +90,10 @@ func newRootCommand(stdio IO) *cobra.Command {
 		newValidateCommand(stdio),
 		newFmtCommand(stdio),
 		newGraphCommand(stdio),
+		newProduceCommand(stdio), newTailCommand(stdio), newInspectCommand(stdio),
 		newSchemaCommand(stdio),
 		newVersionCommand(stdio),
+		newRunCommand(stdio),
 	)
 	return root
 }

@@ -9,7 +9,13 @@ import (
 // stream), creating the stream too if needed (XGROUP CREATE ... 0 MKSTREAM). An existing group
 // is left as it is (BUSYGROUP is success).
 func (c *Client) EnsureGroup(ctx context.Context, stream, group string) error {
-	err := c.rdb.XGroupCreateMkStream(ctx, stream, group, "0").Err()
+	return c.EnsureGroupAt(ctx, stream, group, "0")
+}
+
+// EnsureGroupAt is EnsureGroup with the ID a new group starts after: "0" for every entry, "$" for
+// only those added from now on.
+func (c *Client) EnsureGroupAt(ctx context.Context, stream, group, start string) error {
+	err := c.rdb.XGroupCreateMkStream(ctx, stream, group, start).Err()
 	if err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return nil
 	}

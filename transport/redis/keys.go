@@ -133,6 +133,14 @@ func (k Keys) StreamLease(stream, source string) string {
 	return k.Prefix + ":{" + hashTag(stream) + "}:lease:" + source
 }
 
+// StreamDedup returns the key of an effectively-once marker for an output to a stream that is not a
+// topic (a redis_stream sink's): like Dedup, in the output stream's hash slot:
+// "<prefix>:{<tag>}:dedup:<stage>:<inTopic>:<inPartition>:<id>".
+func (k Keys) StreamDedup(stream, stage, inTopic string, inPartition int, id string) string {
+	return k.Prefix + ":{" + hashTag(stream) + "}:dedup:" + stage + ":" + inTopic + ":" +
+		strconv.Itoa(inPartition) + ":" + id
+}
+
 // hashTag returns the part of a key that Redis Cluster hashes: the content of the first {...}
 // with something in it, or the whole key.
 func hashTag(key string) string {

@@ -116,6 +116,9 @@ func TestLeaseKeysShareTheirStreamsSlot(t *testing.T) {
 		if got, want := HashSlot(k.StreamLease(stream, "shop")), HashSlot(stream); got != want {
 			t.Errorf("StreamLease(%q) is in slot %d, the stream in %d", stream, got, want)
 		}
+		if got, want := HashSlot(k.StreamDedup(stream, "sink", "t", 3, "1-0")), HashSlot(stream); got != want {
+			t.Errorf("StreamDedup(%q) is in slot %d, the stream in %d", stream, got, want)
+		}
 	}
 	if got := k.SourceLease("gen"); got != "flow:source:{gen}:lease" {
 		t.Errorf("SourceLease = %q", got)

@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A job is done when every producing source has finished (and flushed), every redis_stream source has
+// read all that its stream held when the job started, and every stage and sink of this process has
+// nothing left: no lag (entries not yet delivered to its group) and nothing pending (delivered, not
+// yet acknowledged, which includes messages waiting for a retry). The streams are not read in one
+// atomic step, so the test must pass twice in a row with nothing moving in between: only then can no
+// message be in flight from one stream to another.
+
+// drainInterval is how often job mode checks whether all work is done.
+const drainInterval = 100 * time.Millisecond
+
+// watchDrain ends the run once all work is done.
+func (r *runner) watchDrain(ctx context.Context) {
+	starts := r.streamSourceStarts(ctx)
+	ticker := time.NewTicker(drainInterval)
+	defer ticker.Stop()
+	previous := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		state, done, err := r.drainState(ctx, starts)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.log.Debug("checking for the end of the job failed", "err", err)
+			}
+			previous = ""
+		case !done:
+			previous = ""
+		case state == previous:
+			r.log.Info("all work done")
+			r.finish()
+			return
+		default:
+			previous = state
+		}
+	}
+}
+
+// streamSourceStarts records the last entry of each redis_stream source's stream as the job starts:
+// the source is exhausted once its group has read that far.
+func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
+	starts := map[*unit]string{}
+	for _, u := range r.units {
+		if u.node.typ != "source" {
+			continue
+		}
+		for ctx.Err() == nil {
+			st, err := r.rdb.StreamStats(ctx, u.stream)
+			if err == nil {
+				starts[u] = st.LastID
+				break
+			}
+			r.log.Warn("reading the source stream's length failed; retrying", "source", u.node.name, "err", err)
+			var b backoff
+			b.wait(ctx)
+		}
+	}
+	return starts
+}
+
+// drainState reports whether all work is done now, with a fingerprint of the streams' state that
+// changes whenever anything moves.
+func (r *runner) drainState(ctx context.Context, starts map[*unit]string) (string, bool, error) {
+	for _, p := range r.producers {
+		if !p.done.Load() {
+			return "", false, nil
+		}
+	}
+	var state strings.Builder
+	stats := map[string]redis.StreamInfo{}
+	for _, u := range r.units {
+		st, ok := stats[u.stream]
+		if !ok {
+			var err error
+			if st, err = r.rdb.StreamStats(ctx, u.stream); err != nil {
+				return "", false, err
+			}
+			stats[u.stream] = st
+		}
+		var group *redis.GroupInfo
+		for i := range st.Groups {
+			if st.Groups[i].Name == u.node.group {
+				group = &st.Groups[i]
+			}
+		}
+		if group == nil || group.Pending > 0 {
+			return "", false, nil
+		}
+		if start, isSource := starts[u]; isSource {
+			if start != "" {
+				if c, err := redis.CompareIDs(group.LastDeliveredID, start); err != nil || c < 0 {
+					return "", false, nil
+				}
+			}
+		} else if group.Lag > 0 {
+			return "", false, nil
+		}
+		state.WriteString(u.stream + "|" + u.node.group + "|" + strconv.FormatInt(st.Length, 10) + "|" +
+			st.LastID + "|" + group.LastDeliveredID + ";")
+	}
+	return state.String(), true, nil
+}

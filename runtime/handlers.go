@@ -1,0 +1,104 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// stageHandler runs a stage's processor and routes its outputs to their topics' partitions.
+type stageHandler struct {
+	noLifecycle
+	r    *runner
+	node *node
+	proc stages.Processor
+}
+
+func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	results, err := h.proc.Process(ctx, &m.msg, nil)
+	if err != nil {
+		return outs, err
+	}
+	if len(results) == 0 {
+		h.node.stats.filtered.Add(1)
+	}
+	for i := range results {
+		o := &results[i]
+		out, err := h.r.topicOutput(h.node, m, o.Topic, &o.Message, i, m.partition)
+		if err != nil {
+			return outs, err
+		}
+		outs = append(outs, out)
+	}
+	return outs, nil
+}
+
+// topicOutput makes the entry that writes msg, the i-th output of input m at node n, to topic t;
+// fallback is the partition of an unkeyed message. Effectively-once nodes mark the output so that
+// writing it again after a crash writes nothing.
+func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Message, i, fallback int) (redis.Output, error) {
+	key, p, err := route(t, msg, fallback)
+	if err != nil {
+		return redis.Output{}, err
+	}
+	e, err := entryOf(key, msg, m.trace)
+	if err != nil {
+		return redis.Output{}, err
+	}
+	out := redis.Output{Stream: r.keys.Stream(t.Name, p), Entry: e}
+	if n.delivery == flow.EffectivelyOnce {
+		out.DedupKey = r.keys.Dedup(t.Name, p, n.name, n.inputName(), m.partition, m.id, i)
+	}
+	return out, nil
+}
+
+// inputName names the node's input in dedup markers: its topic, or for a source the source itself.
+func (n *node) inputName() string {
+	if n.input != nil {
+		return n.input.Name
+	}
+	return n.name
+}
+
+// sink is a sink kind's delivery.
+type sink interface {
+	// deliver sends m on; a sink that writes to Redis appends its entry to outs instead, to be
+	// written with the batch's acks.
+	deliver(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error)
+	flush() error
+	open() error
+	close() error
+	// inline reports that delivering is quick and local, so that lanes would not help.
+	inline() bool
+}
+
+// sinkHandler applies a sink's where and delivers what passes.
+type sinkHandler struct {
+	node  *node
+	where *expr.Program
+	sink  sink
+}
+
+func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	if h.where != nil {
+		if err := m.msg.Decode(); err != nil {
+			return outs, err
+		}
+		ok, err := h.where.EvalBool(&expr.Env{Msg: m.msg.Value})
+		if err != nil {
+			return outs, stages.Permanent(err)
+		}
+		if !ok {
+			h.node.stats.filtered.Add(1)
+			return outs, nil
+		}
+	}
+	return h.sink.deliver(ctx, m, outs)
+}
+
+func (h *sinkHandler) flush() error { return h.sink.flush() }
+func (h *sinkHandler) open() error  { return h.sink.open() }
+func (h *sinkHandler) close() error { return h.sink.close() }

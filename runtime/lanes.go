@@ -1,0 +1,63 @@
+package runtime
+
+import (
+	"github.com/sourcegraph/conc"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// processAll processes a batch. Nodes that only compute, or keep strict partition order, take the
+// messages one after another. Others spread them over lanes that run in parallel: with ordering
+// "key" all messages of a key share a lane (unkeyed messages share lane 0), so each key keeps its
+// order; with "none" messages go to the lanes in turn. Results come back in input order.
+//
+// When shutdown abandons a message, the rest of its lane is abandoned too: acking a later message of
+// the same key while an earlier one waits for redelivery would reorder the key.
+func (r *runner) processAll(n *node, msgs []*message, stopping <-chan struct{}) []result {
+	results := make([]result, len(msgs))
+	if n.inline || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
+		r.processLane(n, msgs, allIndexes(len(msgs)), results, stopping)
+		return results
+	}
+	lanes := make([][]int, n.lanes)
+	for i, m := range msgs {
+		lane := 0
+		switch {
+		case n.ordering == flow.OrderNone:
+			lane = i % n.lanes
+		case m.msg.Key != "":
+			lane = redis.Partition(m.msg.Key, n.lanes)
+		}
+		lanes[lane] = append(lanes[lane], i)
+	}
+	var wg conc.WaitGroup
+	for _, lane := range lanes {
+		if len(lane) > 0 {
+			wg.Go(func() { r.processLane(n, msgs, lane, results, stopping) })
+		}
+	}
+	wg.Wait()
+	return results
+}
+
+// processLane processes the messages at the given indexes in order.
+func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, stopping <-chan struct{}) {
+	for k, i := range indexes {
+		results[i] = r.processMessage(n, msgs[i], stopping)
+		if results[i].abandoned {
+			for _, j := range indexes[k+1:] {
+				results[j] = result{abandoned: true}
+			}
+			return
+		}
+	}
+}
+
+func allIndexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}

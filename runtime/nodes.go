@@ -1,0 +1,167 @@
+package runtime
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A node is a source, stage or sink of the plan as this process runs it. Nodes that consume (stages,
+// sinks and redis_stream sources) work partition by partition through units; sources that produce
+// (generate, file, stdin) run once in one process.
+type node struct {
+	name string
+	typ  string // "source", "stage" or "sink"
+	kind string
+
+	group      string      // consumer group on the input streams
+	input      *flow.Topic // nil for a redis_stream source, which reads an external stream
+	handler    handler
+	ordering   flow.Ordering
+	lanes      int  // messages of one partition in flight at once
+	inline     bool // process in the reading goroutine: the kind only computes
+	retry      flow.RetryPolicy
+	timeout    time.Duration
+	deadLetter *flow.Topic // nil: the node's own dead-letter stream
+	delivery   flow.Delivery
+
+	stats nodeStats
+}
+
+// handler does a node's work on one message.
+type handler interface {
+	// handle processes m and appends the entries to write for it to outs. An error marked
+	// stages.Permanent is not retried.
+	handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error)
+	// flush makes what handle delivered durable; it runs before a batch is acknowledged.
+	flush() error
+	// open and close bracket the run (a file sink opens its file).
+	open() error
+	close() error
+}
+
+// noLifecycle is the open, close and flush of handlers without resources.
+type noLifecycle struct{}
+
+func (noLifecycle) open() error  { return nil }
+func (noLifecycle) close() error { return nil }
+func (noLifecycle) flush() error { return nil }
+
+func (n *node) open() error {
+	if n.handler == nil {
+		return nil
+	}
+	return n.handler.open()
+}
+
+func (n *node) close() error {
+	if n.handler == nil {
+		return nil
+	}
+	return n.handler.close()
+}
+
+// message is one input entry while a node works on it.
+type message struct {
+	id         string
+	partition  int
+	msg        stages.Message
+	trace      traceContext
+	deliveries int64 // from a reclaim; 0 when unknown
+}
+
+// nodeStats counts what a node did, for the summary.
+type nodeStats struct {
+	in           atomic.Int64 // entries read, or messages produced by a source
+	out          atomic.Int64 // entries written downstream
+	filtered     atomic.Int64 // messages that produced no output and no error
+	failed       atomic.Int64 // failed attempts
+	retried      atomic.Int64 // attempts made again after a failure
+	deadLettered atomic.Int64 // messages sent to a dead-letter stream
+}
+
+// unit is one partition of a consuming node: the unit of work that processes share.
+type unit struct {
+	node      *node
+	partition int
+	stream    string // the input stream
+	leaseKey  string // "" when the unit needs no lease (ordering = "none")
+	// startLatest makes a new consumer group start at the end of the stream (a redis_stream source
+	// with start = "latest") instead of its beginning.
+	startLatest bool
+}
+
+// addUnits adds a unit per partition of the node's input.
+func (r *runner) addUnits(n *node) {
+	for p := 0; p < n.input.Partitions; p++ {
+		u := &unit{node: n, partition: p, stream: r.keys.Stream(n.input.Name, p)}
+		if n.ordering != flow.OrderNone {
+			u.leaseKey = r.keys.Lease(n.input.Name, p, n.name)
+		}
+		r.units = append(r.units, u)
+	}
+}
+
+// cheapKinds only compute; their messages are processed one after another in the goroutine that
+// reads them, as extra goroutines would cost more than they save.
+var cheapKinds = map[string]bool{"map": true, "filter": true, "route": true}
+
+func (r *runner) addStage(s *flow.Stage) error {
+	proc, err := stages.Compile(s)
+	if err != nil {
+		return &ConfigError{err.Error()}
+	}
+	n := &node{
+		name: s.Name, typ: "stage", kind: s.Kind,
+		group: redis.Group(s.Name), input: s.Input,
+		ordering: s.Ordering, lanes: s.Concurrency, inline: cheapKinds[s.Kind],
+		retry: s.Retry, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
+	}
+	n.handler = &stageHandler{r: r, node: n, proc: proc}
+	r.nodes = append(r.nodes, n)
+	r.addUnits(n)
+	return nil
+}
+
+func (r *runner) addSink(s *flow.Sink) error {
+	n := &node{
+		name: s.Name, typ: "sink", kind: s.Kind,
+		group: redis.Group(s.Name), input: s.Input,
+		ordering: flow.OrderByKey, lanes: sinkLanes, retry: s.Retry, timeout: sinkTimeout,
+		deadLetter: s.DeadLetter, delivery: s.Delivery,
+	}
+	h, err := r.newSink(n, s)
+	if err != nil {
+		return err
+	}
+	n.handler = &sinkHandler{where: s.Where, sink: h, node: n}
+	n.inline = h.inline()
+	r.nodes = append(r.nodes, n)
+	r.addUnits(n)
+	return nil
+}
+
+// Sinks keep the order of each key and work on up to sinkLanes messages of a partition at once;
+// an attempt may take sinkTimeout, or the sink's own timeout when it has one.
+const (
+	sinkLanes   = 4
+	sinkTimeout = 30 * time.Second
+)
+
+func (r *runner) addSource(s *flow.Source) error {
+	n := &node{name: s.Name, typ: "source", kind: s.Kind, retry: flow.DefaultRetry, timeout: sinkTimeout}
+	r.nodes = append(r.nodes, n)
+	if s.Kind == "redis_stream" {
+		return r.addStreamSource(n, s)
+	}
+	p, err := r.newProducingSource(n, s)
+	if err != nil {
+		return err
+	}
+	r.producers = append(r.producers, p)
+	return nil
+}

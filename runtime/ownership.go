@@ -1,0 +1,301 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// Processes running the same pipeline share its units (a stage or sink on one partition) through
+// leases. Each process renews a membership on a timer and counts the live members; its fair share is
+// the number of units divided by the members, rounded up. A process holding more gives units up
+// (finishing their batches first); a process holding fewer takes free units. When a process dies its
+// leases expire, the others stop counting it, and its units move within about one lease period.
+//
+// A lease is fenced: every ack checks that the lease is still held (transport/redis Commit), so a
+// process that lost a lease (it stalled past the TTL, say) stops working on the unit and acks nothing.
+//
+// Units of nodes with ordering "none" need no owner: every process reads every partition. Sources
+// that read an external stream take a lease too, so that one process reads it in order; sources that
+// produce (generate, file) take one so that only one process produces.
+
+// ownership runs the units of this process.
+type ownership struct {
+	r        *runner
+	interval time.Duration
+	balanced []*unit // leased units, shared fairly; in this process's preference order
+	sources  []*unit // leased units of sources: taken when free, kept until the end
+	free     []*unit // units without leases: always run
+
+	workers conc.WaitGroup
+	ctx     context.Context // the run's context, set by run
+
+	mu        sync.Mutex
+	held      map[*unit]*holding
+	sourceLes map[string]*heldLease // leases of producing sources, by key
+	worked    []*unit               // every unit this process worked on, to tidy its consumer up
+}
+
+// holding is a unit this process holds, or is giving up.
+type holding struct {
+	lease     *redis.Lease
+	stop      context.CancelFunc
+	done      chan struct{}
+	err       error // the worker's result, set before done closes
+	releasing bool
+}
+
+// heldLease is the lease of a producing source; lost is canceled when it is lost.
+type heldLease struct {
+	lease redis.Lease
+	lost  context.CancelFunc
+}
+
+func newOwnership(r *runner) *ownership {
+	o := &ownership{
+		r:         r,
+		interval:  max(r.opts.LeaseTTL/5, 10*time.Millisecond),
+		held:      map[*unit]*holding{},
+		sourceLes: map[string]*heldLease{},
+	}
+	for _, u := range r.units {
+		switch {
+		case u.leaseKey == "":
+			o.free = append(o.free, u)
+		case u.node.typ == "source":
+			o.sources = append(o.sources, u)
+		default:
+			o.balanced = append(o.balanced, u)
+		}
+	}
+	// Each process prefers a different order of units, so that processes starting together
+	// mostly try different leases.
+	rank := func(u *unit) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(r.opts.ProcessID + "|" + u.leaseKey))
+		return h.Sum64()
+	}
+	sort.Slice(o.balanced, func(i, j int) bool { return rank(o.balanced[i]) < rank(o.balanced[j]) })
+	return o
+}
+
+// run starts the units and keeps the leases until ctx ends; shutdown then finishes the work.
+func (o *ownership) run(ctx context.Context) {
+	o.ctx = ctx
+	for _, u := range o.free {
+		o.startWorker(u, nil)
+	}
+	ticker := time.NewTicker(o.interval)
+	defer ticker.Stop()
+	for {
+		o.step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// step renews what this process holds and moves it towards its fair share.
+func (o *ownership) step(ctx context.Context) {
+	r := o.r
+	ttl := r.opts.LeaseTTL
+	members, err := r.rdb.Heartbeat(ctx, r.keys.Members(), r.opts.ProcessID, ttl)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("renewing membership failed", "err", err)
+		}
+		members = 0
+	}
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	// Workers that ended on their own: a lost lease, or a fatal error.
+	for u, h := range o.held {
+		select {
+		case <-h.done:
+			if !h.releasing {
+				delete(o.held, u)
+				if !errors.Is(h.err, errLeaseLost) && h.lease != nil {
+					_ = r.rdb.ReleaseLease(ctx, *h.lease)
+				}
+			}
+		default:
+		}
+	}
+	for u, h := range o.held {
+		if h.lease == nil || h.releasing {
+			continue
+		}
+		if err := r.rdb.RenewLease(ctx, *h.lease, ttl); errors.Is(err, redis.ErrLeaseLost) {
+			r.log.Warn("lease lost; stopping the partition", "node", u.node.name, "stream", u.stream)
+			h.stop()
+			h.releasing = true // the worker ends; nothing to release
+			go func() { <-h.done; o.forget(u) }()
+		} else if err != nil && ctx.Err() == nil {
+			r.log.Warn("renewing a lease failed", "node", u.node.name, "stream", u.stream, "err", err)
+		}
+	}
+	for key, h := range o.sourceLes {
+		if err := r.rdb.RenewLease(ctx, h.lease, ttl); errors.Is(err, redis.ErrLeaseLost) {
+			r.log.Warn("source lease lost; stopping the source", "lease", key)
+			h.lost()
+			delete(o.sourceLes, key)
+		}
+	}
+	if ctx.Err() != nil || members == 0 {
+		return // without a membership count, keep what is held and take nothing new
+	}
+
+	for _, u := range o.sources {
+		if _, ok := o.held[u]; !ok {
+			o.tryAcquire(ctx, u)
+		}
+	}
+	share := (len(o.balanced) + members - 1) / members
+	holding := 0
+	for _, u := range o.balanced {
+		if h, ok := o.held[u]; ok && !h.releasing {
+			holding++
+		}
+	}
+	// Give up the least preferred units first, take the most preferred first.
+	for i := len(o.balanced) - 1; i >= 0 && holding > share; i-- {
+		u := o.balanced[i]
+		if h, ok := o.held[u]; ok && !h.releasing {
+			o.release(u, h)
+			holding--
+		}
+	}
+	for _, u := range o.balanced {
+		if holding >= share {
+			break
+		}
+		if _, ok := o.held[u]; !ok && o.tryAcquire(ctx, u) {
+			holding++
+		}
+	}
+}
+
+// tryAcquire takes a unit's lease if it is free and starts its worker. Called with o.mu held.
+func (o *ownership) tryAcquire(ctx context.Context, u *unit) bool {
+	lease, ok, err := o.r.rdb.AcquireLease(ctx, u.leaseKey, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.r.log.Warn("taking a lease failed", "node", u.node.name, "stream", u.stream, "err", err)
+		}
+		return false
+	}
+	if !ok {
+		return false
+	}
+	o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", lease.Token)
+	o.startWorkerLocked(u, &lease)
+	return true
+}
+
+// release gives a unit up: its worker finishes its batch, then the lease is released. Called with
+// o.mu held.
+func (o *ownership) release(u *unit, h *holding) {
+	h.releasing = true
+	h.stop()
+	o.r.log.Debug("giving a partition up", "node", u.node.name, "stream", u.stream)
+	go func() {
+		<-h.done
+		if !errors.Is(h.err, errLeaseLost) {
+			_ = o.r.rdb.ReleaseLease(o.r.hard, *h.lease)
+		}
+		o.forget(u)
+	}()
+}
+
+func (o *ownership) forget(u *unit) {
+	o.mu.Lock()
+	delete(o.held, u)
+	o.mu.Unlock()
+}
+
+func (o *ownership) startWorker(u *unit, lease *redis.Lease) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.startWorkerLocked(u, lease)
+}
+
+// startWorkerLocked runs a unit's worker until its context ends. Called with o.mu held.
+func (o *ownership) startWorkerLocked(u *unit, lease *redis.Lease) {
+	ctx, stop := context.WithCancel(o.ctx)
+	h := &holding{lease: lease, stop: stop, done: make(chan struct{})}
+	o.held[u] = h
+	o.worked = append(o.worked, u)
+	o.workers.Go(func() {
+		defer close(h.done)
+		defer stop()
+		h.err = newWorker(o.r, u, lease).run(ctx)
+	})
+}
+
+// holdSource takes the lease of a producing source, waiting while another process holds it. The
+// returned context ends when ctx does or the lease is lost.
+func (o *ownership) holdSource(ctx context.Context, key string) (context.Context, bool) {
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		lease, ok, err := o.r.rdb.AcquireLease(ctx, key, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
+		if err == nil && ok {
+			sctx, lost := context.WithCancel(ctx)
+			o.mu.Lock()
+			o.sourceLes[key] = &heldLease{lease: lease, lost: lost}
+			o.mu.Unlock()
+			return sctx, true
+		}
+		if err != nil && ctx.Err() == nil {
+			o.r.log.Warn("taking a source lease failed", "lease", key, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx, false
+		case <-t.C:
+		}
+	}
+}
+
+// shutdown waits for every worker to finish its batch, then releases the leases, removes this
+// process's idle consumers from the groups, and leaves the membership, so that other processes take
+// over at once instead of after the leases expire.
+func (o *ownership) shutdown(hard context.Context) {
+	o.workers.Wait()
+	// The run's context is over; these last calls get a moment of their own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(hard), 5*time.Second)
+	defer cancel()
+	r := o.r
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for u, h := range o.held {
+		if h.lease != nil && !errors.Is(h.err, errLeaseLost) {
+			_ = r.rdb.ReleaseLease(ctx, *h.lease)
+		}
+		delete(o.held, u)
+	}
+	for key, h := range o.sourceLes {
+		_ = r.rdb.ReleaseLease(ctx, h.lease)
+		delete(o.sourceLes, key)
+	}
+	seen := map[*unit]bool{}
+	for _, u := range o.worked {
+		if !seen[u] {
+			seen[u] = true
+			_, _ = r.rdb.DeleteIdleConsumer(ctx, u.stream, u.node.group, r.opts.ProcessID)
+		}
+	}
+	if err := r.rdb.Leave(ctx, r.keys.Members(), r.opts.ProcessID); err != nil {
+		r.log.Warn("leaving the membership failed; the others take over once it expires", "err", err)
+	}
+}

@@ -1,0 +1,62 @@
+package runtime
+
+import (
+	"sync/atomic"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A message's way into a topic: its key (the topic's key expression, or the key it already has)
+// picks the partition, so that all messages of a key stay in one partition and in order. A message
+// without a key keeps the partition number it came from, modulo the topic's partitions, which keeps
+// the order of an unkeyed partition across hops; sources spread unkeyed messages round-robin.
+
+// route computes the key and partition of m on topic t. fallback is the partition for a message
+// without a key.
+func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partition int, err error) {
+	key = m.Key
+	if t.Key != nil {
+		if err := m.Decode(); err != nil {
+			return "", 0, err
+		}
+		key, err = t.Key.EvalString(&expr.Env{Msg: m.Value})
+		if err != nil {
+			return "", 0, stages.Permanent(err)
+		}
+	}
+	if key == "" {
+		if fallback < 0 {
+			fallback = -fallback
+		}
+		return "", fallback % t.Partitions, nil
+	}
+	return key, redis.Partition(key, t.Partitions), nil
+}
+
+// entryOf encodes a message as a stream entry.
+func entryOf(key string, m *stages.Message, trace traceContext) (redis.Entry, error) {
+	payload, err := m.Payload()
+	if err != nil {
+		return redis.Entry{}, err
+	}
+	return redis.Entry{
+		Key:         key,
+		Payload:     payload,
+		Headers:     m.Headers,
+		TraceParent: trace.parent,
+		TraceState:  trace.state,
+	}, nil
+}
+
+// traceContext is the W3C trace context that travels with a message from entry to entry.
+type traceContext struct {
+	parent, state string
+}
+
+// roundRobin hands out partition numbers in turn, for unkeyed messages of a source.
+type roundRobin struct{ n atomic.Uint64 }
+
+func (r *roundRobin) next() int { return int(r.n.Add(1) - 1) }

@@ -1,0 +1,313 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// Options configure Run. The zero value of every field but Redis is a sane default.
+type Options struct {
+	// Redis is the connection to run on; the caller opens and closes it.
+	Redis *redis.Client
+	// Nodes limits this process to the named sources, stages and sinks; empty runs them all. Several
+	// processes can split a pipeline this way, or run all of it and share the partitions.
+	Nodes []string
+	// UntilDrained makes Run return once every source is exhausted and no stage or sink has anything
+	// left to do: job mode. Every source must then be finite.
+	UntilDrained bool
+	// LeaseTTL is how long a partition's lease lasts without renewal, and so the longest a dead
+	// process's partitions wait before another process takes them. Default 10s.
+	LeaseTTL time.Duration
+	// DrainTimeout bounds shutdown: batches still in flight after it are abandoned unacknowledged, for
+	// another process (or the next start) to redo. Default 10s.
+	DrainTimeout time.Duration
+	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default 256, at most 1000.
+	BatchSize int
+	// Block is how long a read waits for new entries. It also bounds how long a stop waits for an idle
+	// read to return. Default 500ms.
+	Block time.Duration
+	// Stdin feeds stdin sources and Stdout receives stdout sinks' lines. Default os.Stdin, os.Stdout.
+	Stdin  io.Reader
+	Stdout io.Writer
+	// HTTPClient sends the requests of http sinks. Default: a client without a global timeout (each
+	// sink has its own).
+	HTTPClient *http.Client
+	// Logger receives the runtime's log. Default slog.Default().
+	Logger *slog.Logger
+	// ProcessID names this process as a consumer and lease owner. Default: host name, process ID and
+	// a random suffix, unique per start.
+	ProcessID string
+}
+
+func (o *Options) applyDefaults() {
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 10 * time.Second
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 256
+	}
+	if o.BatchSize > redis.DefaultReadCount {
+		o.BatchSize = redis.DefaultReadCount
+	}
+	if o.Block <= 0 {
+		o.Block = 500 * time.Millisecond
+	}
+	if o.Stdin == nil {
+		o.Stdin = os.Stdin
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ProcessID == "" {
+		o.ProcessID = newProcessID()
+	}
+}
+
+func newProcessID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "flowrun"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported platforms
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// ConfigError is an error in how Run was asked to run the plan (an unknown node name, job mode with
+// an endless source): the command line's fault, not the pipeline's or Redis's.
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+// Run runs the plan until ctx is canceled or, in job mode, until all work is done. It then stops
+// reading, finishes and commits the batches in flight (within DrainTimeout), releases its leases and
+// returns a summary of what each node did. The error is nil after a clean stop; a *ConfigError means
+// the options do not suit the plan.
+func Run(ctx context.Context, plan *flow.Plan, opts Options) (*Summary, error) {
+	if opts.Redis == nil {
+		return nil, errors.New("runtime: no Redis client")
+	}
+	opts.applyDefaults()
+	r, err := newRunner(plan, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.run(ctx)
+}
+
+// runner is one Run of a plan.
+type runner struct {
+	plan  *flow.Plan
+	opts  Options
+	rdb   *redis.Client
+	keys  redis.Keys
+	log   *slog.Logger
+	start time.Time
+
+	nodes     []*node            // every node this process runs, in plan order
+	producers []*producingSource // sources that produce messages (generate, file, stdin)
+	units     []*unit            // every partition of a consuming node this process runs
+
+	producer *redis.Producer // shared by the producing sources
+
+	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
+	hard context.Context
+
+	mu       sync.Mutex
+	fatalErr error        // the first error that stops the run
+	out      *lockedWriter // the stdout sinks' shared output
+	stopRun  context.CancelFunc
+}
+
+func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
+	r := &runner{
+		plan: plan,
+		opts: opts,
+		rdb:  opts.Redis,
+		keys: redis.Keys{Prefix: plan.KeyPrefix},
+		log:  opts.Logger.With("pipeline", plan.Name),
+	}
+	if err := r.keys.Validate(); err != nil {
+		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
+	}
+	selected, err := r.selectNodes()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range plan.Sources {
+		if !selected[s.Name] {
+			continue
+		}
+		if err := r.addSource(s); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range plan.Stages {
+		if selected[s.Name] {
+			if err := r.addStage(s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, s := range plan.Sinks {
+		if selected[s.Name] {
+			if err := r.addSink(s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if opts.UntilDrained {
+		for _, p := range r.producers {
+			if !p.finite {
+				return nil, &ConfigError{fmt.Sprintf("--until-drained: source %q never ends (a generate source without count); "+
+					"give it a count or run the pipeline as a service", p.node.name)}
+			}
+		}
+	}
+	return r, nil
+}
+
+// selectNodes resolves Options.Nodes against the plan.
+func (r *runner) selectNodes() (map[string]bool, error) {
+	all := map[string]bool{}
+	var names []string
+	for _, s := range r.plan.Sources {
+		all[s.Name] = true
+		names = append(names, s.Name)
+	}
+	for _, s := range r.plan.Stages {
+		all[s.Name] = true
+		names = append(names, s.Name)
+	}
+	for _, s := range r.plan.Sinks {
+		all[s.Name] = true
+		names = append(names, s.Name)
+	}
+	if len(r.opts.Nodes) == 0 {
+		return all, nil
+	}
+	sort.Strings(names)
+	selected := map[string]bool{}
+	for _, n := range r.opts.Nodes {
+		n = strings.TrimSpace(n)
+		if !all[n] {
+			return nil, &ConfigError{fmt.Sprintf("pipeline %s has no source, stage or sink %q; it has %s",
+				r.plan.Name, n, strings.Join(names, ", "))}
+		}
+		selected[n] = true
+	}
+	return selected, nil
+}
+
+// run starts everything, waits for the end, and shuts down in order.
+func (r *runner) run(ctx context.Context) (*Summary, error) {
+	r.start = time.Now()
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	r.stopRun = stopRun
+	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHard()
+	r.hard = hard
+
+	for _, n := range r.nodes {
+		if err := n.open(); err != nil {
+			r.closeNodes()
+			return nil, fmt.Errorf("%s %s: %w", n.typ, n.name, err)
+		}
+	}
+	producer, err := r.rdb.NewProducer(redis.ProducerOptions{})
+	if err != nil {
+		r.closeNodes()
+		return nil, err
+	}
+	r.producer = producer
+
+	r.log.Info("pipeline starting", "process", r.opts.ProcessID, "nodes", len(r.nodes), "partitions", len(r.units),
+		"job", r.opts.UntilDrained)
+
+	own := newOwnership(r)
+	var wg conc.WaitGroup
+	wg.Go(func() { own.run(runCtx) })
+	for _, p := range r.producers {
+		wg.Go(func() { r.runProducer(runCtx, own, p) })
+	}
+	if r.opts.UntilDrained {
+		wg.Go(func() { r.watchDrain(runCtx) })
+	}
+
+	<-runCtx.Done()
+	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
+	drainTimer := time.AfterFunc(r.opts.DrainTimeout, func() {
+		r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
+		stopHard()
+	})
+	defer drainTimer.Stop()
+	wg.Wait()
+	own.shutdown(hard)
+	if err := producer.Close(hard); err != nil {
+		r.fail(fmt.Errorf("flushing source output: %w", err))
+	}
+	r.closeNodes()
+	if r.out != nil {
+		if err := r.out.flush(); err != nil {
+			r.fail(fmt.Errorf("writing to standard output: %w", err))
+		}
+	}
+
+	summary := r.summary()
+	r.mu.Lock()
+	err = r.fatalErr
+	r.mu.Unlock()
+	if err == nil && ctx.Err() == nil && !r.opts.UntilDrained {
+		err = errors.New("runtime: stopped without a cause") // should not happen: say so rather than exit 0
+	}
+	r.log.Info("pipeline stopped", "elapsed", summary.Elapsed.Round(time.Millisecond))
+	return summary, err
+}
+
+// fail records the first error that ends the run, and stops it.
+func (r *runner) fail(err error) {
+	r.mu.Lock()
+	if r.fatalErr == nil {
+		r.fatalErr = err
+	}
+	r.mu.Unlock()
+	r.log.Error("stopping", "err", err)
+	r.stopRun()
+}
+
+// finish ends a job run without an error.
+func (r *runner) finish() { r.stopRun() }
+
+func (r *runner) closeNodes() {
+	for _, n := range r.nodes {
+		if err := n.close(); err != nil {
+			r.log.Error("closing", "node", n.name, "err", err)
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// newSink builds a sink kind's delivery.
+func (r *runner) newSink(n *node, s *flow.Sink) (sink, error) {
+	switch s.Kind {
+	case "stdout":
+		return &stdoutSink{w: r.stdout()}, nil
+	case "file":
+		return &fileSink{path: s.Config.String("path")}, nil
+	case "redis_stream":
+		return &streamSink{r: r, node: n, stream: s.Config.String("stream"), maxLen: s.Config.Int("max_len")}, nil
+	case "http":
+		n.timeout = s.Config.Duration("timeout")
+		n.lanes = httpLanes
+		return &httpSink{
+			client: r.opts.HTTPClient, url: s.Config.String("url"), method: s.Config.String("method"),
+			headers: s.Config.StringMap("headers"), redact: r.plan.Redact,
+		}, nil
+	}
+	return nil, &ConfigError{fmt.Sprintf("sink %s: unknown kind %q", s.Name, s.Kind)}
+}
+
+// httpLanes is how many requests an http sink has in flight per partition, keeping each key's order.
+const httpLanes = 8
+
+// lockedWriter is a buffered writer shared by the stdout sinks, so that lines never interleave.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+// stdout returns the runner's shared standard output.
+func (r *runner) stdout() *lockedWriter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.out == nil {
+		r.out = &lockedWriter{w: bufio.NewWriter(r.opts.Stdout)}
+	}
+	return r.out
+}
+
+func (l *lockedWriter) writeLine(b []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.w.Write(b); err != nil {
+		return err
+	}
+	return l.w.WriteByte('\n')
+}
+
+func (l *lockedWriter) flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Flush()
+}
+
+// stdoutSink prints each message's payload as a line of JSON.
+type stdoutSink struct {
+	noLifecycle
+	w *lockedWriter
+}
+
+func (s *stdoutSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	payload, err := m.msg.Payload()
+	if err != nil {
+		return outs, err
+	}
+	return outs, s.w.writeLine(payload)
+}
+
+func (s *stdoutSink) flush() error { return s.w.flush() }
+func (s *stdoutSink) inline() bool { return true }
+
+// fileSink appends each message's payload as a line of JSON to a file, and syncs the file before the
+// batch is acknowledged, so that an acknowledged message is on disk.
+type fileSink struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+	w    *bufio.Writer
+}
+
+func (s *fileSink) open() error {
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	s.f, s.w = f, bufio.NewWriterSize(f, 64<<10)
+	return nil
+}
+
+func (s *fileSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	payload, err := m.msg.Payload()
+	if err != nil {
+		return outs, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.w.Write(payload); err != nil {
+		return outs, err
+	}
+	return outs, s.w.WriteByte('\n')
+}
+
+func (s *fileSink) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.w.Flush(); err != nil {
+		return err
+	}
+	return s.f.Sync()
+}
+
+func (s *fileSink) close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.flush()
+	return errors.Join(err, s.f.Close())
+}
+
+func (s *fileSink) inline() bool { return true }
+
+// streamSink appends each message to a stream that other applications read, in the same round trip
+// that acknowledges the batch.
+type streamSink struct {
+	noLifecycle
+	r      *runner
+	node   *node
+	stream string
+	maxLen int64
+}
+
+func (s *streamSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	e, err := entryOf(m.msg.Key, &m.msg, m.trace)
+	if err != nil {
+		return outs, err
+	}
+	out := redis.Output{Stream: s.stream, Entry: e, MaxLen: s.maxLen}
+	if s.node.delivery == flow.EffectivelyOnce {
+		out.DedupKey = s.r.keys.StreamDedup(s.stream, s.node.name, s.node.input.Name, m.partition, m.id)
+	}
+	return append(outs, out), nil
+}
+
+func (s *streamSink) inline() bool { return true }
+
+// httpSink sends each message as a JSON request body. 2xx is success; 408, 429, 5xx and network
+// errors are worth retrying; any other status fails the message for good.
+type httpSink struct {
+	noLifecycle
+	client  *http.Client
+	url     string
+	method  string
+	headers map[string]string
+	redact  func(string) string // hides secrets (a token in the URL) in errors
+}
+
+func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	payload, err := m.msg.Payload()
+	if err != nil {
+		return outs, err
+	}
+	req, err := http.NewRequestWithContext(ctx, s.method, s.url, bytes.NewReader(payload))
+	if err != nil {
+		return outs, stages.Permanent(errors.New(s.redact(err.Error())))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range s.headers {
+		req.Header.Set(k, v)
+	}
+	if m.trace.parent != "" {
+		req.Header.Set("traceparent", m.trace.parent)
+		if m.trace.state != "" {
+			req.Header.Set("tracestate", m.trace.state)
+		}
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return outs, errors.New(s.redact(err.Error()))
+	}
+	// Read a little of the body, so that the connection can be reused and the error can say why.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return outs, nil
+	}
+	err = fmt.Errorf("%s %s: %s: %s", s.method, s.redact(s.url), resp.Status, bytes.TrimSpace(body))
+	switch {
+	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+		return outs, err
+	}
+	return outs, stages.Permanent(err)
+}
+
+func (s *httpSink) inline() bool { return false }
+

@@ -1,0 +1,44 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A redis_stream source reads a stream that other applications write, through a consumer group of its
+// own, and passes each entry to its output topic. It is a consuming node with a single unit, leased so
+// that one process reads the stream in order; the group remembers where it stopped, so a restart
+// resumes there. An entry with a payload field is that JSON; any other entry is an object of its
+// fields (transport/redis DecodeEntry).
+
+// streamSourceHandler passes entries of an external stream to the source's output topic.
+type streamSourceHandler struct {
+	noLifecycle
+	r      *runner
+	node   *node
+	out    *flow.Topic
+	spread roundRobin
+}
+
+func (r *runner) addStreamSource(n *node, s *flow.Source) error {
+	stream := s.Config.String("stream")
+	n.group = s.Config.String("group")
+	n.ordering, n.lanes, n.inline = flow.OrderByPartition, 1, true
+	n.delivery = r.plan.Delivery
+	n.handler = &streamSourceHandler{r: r, node: n, out: s.Output}
+	r.units = append(r.units, &unit{
+		node: n, stream: stream, leaseKey: r.keys.StreamLease(stream, s.Name),
+		startLatest: s.Config.String("start") == "latest",
+	})
+	return nil
+}
+
+func (h *streamSourceHandler) handle(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	out, err := h.r.topicOutput(h.node, m, h.out, &m.msg, 0, h.spread.next())
+	if err != nil {
+		return outs, err
+	}
+	return append(outs, out), nil
+}
