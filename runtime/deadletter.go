@@ -26,7 +26,7 @@ type envelope struct {
 	Partition     int               `json:"partition"`
 	ID            string            `json:"id,omitempty"`
 	Key           string            `json:"key,omitempty"`
-	Payload       json.RawMessage   `json:"payload,omitempty"`  // the original JSON payload
+	Payload       json.RawMessage   `json:"payload,omitempty"`    // the original JSON payload
 	RawFields     map[string]string `json:"raw_fields,omitempty"` // a malformed entry's fields
 	Headers       map[string]string `json:"headers,omitempty"`
 }

@@ -139,7 +139,7 @@ type runner struct {
 	hard context.Context
 
 	mu       sync.Mutex
-	fatalErr error        // the first error that stops the run
+	fatalErr error         // the first error that stops the run
 	out      *lockedWriter // the stdout sinks' shared output
 	stopRun  context.CancelFunc
 }

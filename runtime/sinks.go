@@ -211,4 +211,3 @@ func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output)
 }
 
 func (s *httpSink) inline() bool { return false }
-
