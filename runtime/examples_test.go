@@ -1,0 +1,357 @@
+package runtime_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// Every example pipeline runs end to end, on a real Redis, on a Redis Cluster and on the embedded
+// default, and its outputs are checked message by message.
+
+const examples = "../examples/pipelines"
+
+func TestExamplesRunEndToEnd(t *testing.T) {
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			t.Run("fanout", func(t *testing.T) { checkFanout(t, c) })
+			t.Run("etl", func(t *testing.T) { checkETL(t, c) })
+			t.Run("greetings", func(t *testing.T) { checkGreetings(t, c) })
+			t.Run("orders", func(t *testing.T) { checkOrders(t, c) })
+			t.Run("retries", func(t *testing.T) { checkRetries(t, c) })
+		})
+	}
+}
+
+// TestEveryExampleIsCovered fails when an example is added without an end-to-end check above.
+func TestEveryExampleIsCovered(t *testing.T) {
+	entries, err := os.ReadDir(examples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true}
+	for _, e := range entries {
+		if !covered[e.Name()] {
+			t.Errorf("example %s has no end-to-end test in TestExamplesRunEndToEnd", e.Name())
+		}
+	}
+}
+
+// checkFanout runs the keyed fan-out: 200 generated events routed by type.
+func checkFanout(t *testing.T, c *redis.Client) {
+	signups := filepath.Join(t.TempDir(), "signups.jsonl")
+	plan := build(t, filepath.Join(examples, "fanout"), "signups_file="+signups)
+	j := runJob(t, c, plan, runtime.Options{})
+
+	types := []string{"view", "view", "click", "view", "purchase", "click", "signup"}
+	pages := []string{"/", "/pricing", "/docs", "/blog"}
+	var wantPurchases, wantClicks, wantSignups []map[string]any
+	for i := 0; i < 200; i++ {
+		event := map[string]any{
+			"user": fmt.Sprintf("user-%d", i%25), "seq": float64(i), "type": types[i%7],
+			"page": pages[i%4], "price": float64((i%5 + 1) * 10),
+		}
+		switch event["type"] {
+		case "purchase":
+			price := event["price"].(float64)
+			delete(event, "price")
+			event["net"], event["gross"] = price, price*(1+0.19)
+			wantPurchases = append(wantPurchases, event)
+		case "click":
+			wantClicks = append(wantClicks, event)
+		case "signup":
+			wantSignups = append(wantSignups, event)
+		}
+	}
+	var gotPurchases, gotClicks []map[string]any
+	for _, m := range jsonLines(t, j.stdout) {
+		if m["type"] == "purchase" {
+			gotPurchases = append(gotPurchases, m)
+		} else {
+			gotClicks = append(gotClicks, m)
+		}
+	}
+	sameMessages(t, "purchases", gotPurchases, wantPurchases)
+	sameMessages(t, "clicks", gotClicks, wantClicks)
+	sameMessages(t, "signups", jsonLines(t, readFile(t, signups)), wantSignups)
+	keyOrderKept(t, "purchases", gotPurchases, "user", "seq")
+	keyOrderKept(t, "clicks", gotClicks, "user", "seq")
+
+	if n := j.node(t, "clicks"); n.In != 144 || n.Out != 57 || n.Filtered != 87 {
+		t.Errorf("clicks stage: %+v", n)
+	}
+	if j.summary.DeadLettered() != 0 {
+		t.Errorf("%d dead letters", j.summary.DeadLettered())
+	}
+}
+
+// checkETL runs the file-to-file job and compares its output with the transformation done here.
+func checkETL(t *testing.T, c *redis.Client) {
+	out := filepath.Join(t.TempDir(), "clean.jsonl")
+	plan := build(t, filepath.Join(examples, "etl"), "output="+out)
+	runJob(t, c, plan, runtime.Options{})
+
+	var want []map[string]any
+	for _, order := range jsonLines(t, readFile(t, filepath.Join(examples, "etl", "data", "orders.jsonl"))) {
+		items := order["items"].([]any)
+		if order["status"] != "completed" || len(items) == 0 {
+			continue
+		}
+		customer := order["customer"].(map[string]any)
+		country := "unknown"
+		if s, ok := customer["country"].(string); ok {
+			country = s
+		}
+		total, skus := 0.0, []string{}
+		for _, it := range items {
+			item := it.(map[string]any)
+			total += item["price"].(float64) * item["qty"].(float64)
+			skus = append(skus, item["sku"].(string))
+		}
+		want = append(want, map[string]any{
+			"order_id":    strconv.Itoa(int(order["id"].(float64))),
+			"customer_id": customer["id"],
+			"email":       strings.ToLower(strings.TrimSpace(customer["email"].(string))),
+			"country":     strings.ToUpper(country),
+			"items":       float64(len(items)),
+			"total":       total,
+			"skus":        strings.Join(skus, ","),
+		})
+	}
+	got := jsonLines(t, readFile(t, out))
+	sameMessages(t, "clean orders", got, want)
+	keyOrderKept(t, "clean orders", got, "customer_id", "order_id")
+}
+
+// checkGreetings runs the JSON-syntax example.
+func checkGreetings(t *testing.T, c *redis.Client) {
+	plan := build(t, filepath.Join(examples, "greetings.hcl.json"))
+	j := runJob(t, c, plan, runtime.Options{})
+	want := []map[string]any{
+		{"name": "ada", "n": 0.0, "text": "Hello, ADA!"},
+		{"name": "barbara", "n": 3.0, "text": "Hello, BARBARA!"},
+		{"name": "edsger", "n": 6.0, "text": "Hello, EDSGER!"},
+		{"name": "grace", "n": 9.0, "text": "Hello, GRACE!"},
+	}
+	sameMessages(t, "greetings", jsonLines(t, j.stdout), want)
+}
+
+// orderEvents are order events as a shop would XADD them, with flat fields (no payload field).
+var orderEvents = [][]string{
+	{"type", "order.placed", "order_id", "1001", "customer", "alice", "amount", "42.50"},
+	{"type", "order.placed", "order_id", "1002", "customer", "bob", "amount", "19.99"},
+	{"type", "order.paid", "order_id", "1001", "customer", "alice", "amount", "42.50"},
+	{"type", "order.placed", "order_id", "1003", "customer", "carol", "amount", "5"},
+	{"type", "order.shipped", "order_id", "1001", "customer", "alice", "amount", "42.50"},
+	{"type", "order.cancelled", "order_id", "1002", "customer", "bob", "amount", "19.99"},
+	{"type", "order.paid", "order_id", "1003", "customer", "carol", "amount", "5"},
+	{"type", "order.shipped", "order_id", "1003", "customer", "carol", "amount", "5"},
+}
+
+// checkOrders runs the Redis streaming guide's order flow on events written like redis-cli would.
+func checkOrders(t *testing.T, c *redis.Client) {
+	ctx := context.Background()
+	stream := "demo:events:orders:" + t.Name()
+	analytics := "demo:analytics:orders:" + t.Name()
+	for _, e := range orderEvents {
+		values := make([]any, len(e))
+		for i, v := range e {
+			values[i] = v
+		}
+		if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: values}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := build(t, filepath.Join(examples, "orders"), "stream="+stream, "analytics_stream="+analytics)
+	j := runJob(t, c, plan, runtime.Options{})
+
+	wording := map[string]string{"order.paid": "paid", "order.shipped": "on its way", "order.cancelled": "cancelled"}
+	var wantNotes, wantRecords []map[string]any
+	for _, e := range orderEvents {
+		f := map[string]string{}
+		for i := 0; i < len(e); i += 2 {
+			f[e[i]] = e[i+1]
+		}
+		amount, _ := strconv.ParseFloat(f["amount"], 64)
+		wantRecords = append(wantRecords, map[string]any{
+			"order_id": f["order_id"], "customer": f["customer"], "event": f["type"],
+			"amount_cents": float64(int(amount*100 + 0.5)), "cancelled": f["type"] == "order.cancelled",
+		})
+		if f["type"] == "order.placed" {
+			continue
+		}
+		channel := "email"
+		if f["type"] == "order.shipped" {
+			channel = "sms"
+		}
+		wantNotes = append(wantNotes, map[string]any{
+			"type": f["type"], "order_id": f["order_id"], "customer": f["customer"], "channel": channel,
+			"to": f["customer"], "text": fmt.Sprintf("Your order %s is %s.", f["order_id"], wording[f["type"]]),
+		})
+	}
+	notes := jsonLines(t, j.stdout)
+	sameMessages(t, "notifications", notes, wantNotes)
+	keyOrderKept(t, "notifications", notes, "order_id", "")
+
+	entries, err := c.Universal().XRange(ctx, analytics, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records []map[string]any
+	for _, e := range entries {
+		records = append(records, jsonObject(t, e.Values["payload"].(string)))
+	}
+	sameMessages(t, "analytics records", records, wantRecords)
+}
+
+// checkRetries runs the retry and dead-letter showcase against a ledger that accepts every payment:
+// the payments whose amount is not a number are dead-lettered by the validate stage, once.
+func checkRetries(t *testing.T, c *redis.Client) {
+	var mu sync.Mutex
+	var received []map[string]any
+	ledger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("Authorization") != "Bearer dev-token-not-secret" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		received = append(received, jsonObject(t, string(body)))
+		mu.Unlock()
+	}))
+	defer ledger.Close()
+	plan := build(t, filepath.Join(examples, "retries"), "ledger_url="+ledger.URL)
+	j := runJob(t, c, plan, runtime.Options{})
+
+	var wantPaid []map[string]any
+	var wantFailed []string
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("pay-%d", i)
+		if i%7 == 3 {
+			wantFailed = append(wantFailed, id)
+			continue
+		}
+		wantPaid = append(wantPaid, map[string]any{"id": id, "account": fmt.Sprintf("acct-%d", i%5), "amount_cents": float64((i*10 + 5) * 100)})
+	}
+	sameMessages(t, "ledger requests", received, wantPaid)
+
+	var failed []string
+	for _, env := range jsonLines(t, j.stdout) {
+		if env["node"] != "validate" || env["attempts"] != 1.0 || !strings.Contains(env["error"].(string), "n/a") {
+			t.Errorf("dead letter %v", env)
+		}
+		failed = append(failed, env["payload"].(map[string]any)["id"].(string))
+	}
+	sort.Strings(failed)
+	sort.Strings(wantFailed)
+	if !reflect.DeepEqual(failed, wantFailed) {
+		t.Errorf("dead letters for %v, want %v", failed, wantFailed)
+	}
+	if n := j.node(t, "validate"); n.DeadLettered != 3 || n.Failed != 3 || n.Retried != 0 {
+		t.Errorf("validate stage: %+v", n)
+	}
+	if j.summary.DeadLettered() != 3 {
+		t.Errorf("%d dead letters in all, want 3", j.summary.DeadLettered())
+	}
+}
+
+// sameMessages compares two lists of messages as multisets.
+func sameMessages(t *testing.T, what string, got, want []map[string]any) {
+	t.Helper()
+	canon := func(list []map[string]any) []string {
+		out := make([]string, len(list))
+		for i, m := range list {
+			b, _ := json.Marshal(m)
+			out[i] = string(b)
+		}
+		sort.Strings(out)
+		return out
+	}
+	g, w := canon(got), canon(want)
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s: got %d messages, want %d\ngot:  %s\nwant: %s", what, len(g), len(w),
+			strings.Join(g, "\n      "), strings.Join(w, "\n      "))
+	}
+}
+
+// keyOrderKept checks that the messages of each key appear in increasing order of seq (or, with seq
+// empty, that each key's messages keep the order of the expected list, here checked as "not fewer").
+func keyOrderKept(t *testing.T, what string, msgs []map[string]any, key, seq string) {
+	t.Helper()
+	if seq == "" {
+		return
+	}
+	last := map[any]float64{}
+	for _, m := range msgs {
+		var n float64
+		switch v := m[seq].(type) {
+		case float64:
+			n = v
+		case string:
+			n, _ = strconv.ParseFloat(v, 64)
+		}
+		k := m[key]
+		if prev, ok := last[k]; ok && n <= prev {
+			t.Errorf("%s: key %v has %s %v after %v", what, k, seq, n, prev)
+		}
+		last[k] = n
+	}
+}
+
+func jsonLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(s))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) != "" {
+			out = append(out, jsonObject(t, sc.Text()))
+		}
+	}
+	return out
+}
+
+func jsonObject(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("not a JSON object: %q: %v", s, err)
+	}
+	return m
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,150 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/internal/embedded"
+	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// The tests share one redis-server and one 3-master cluster (see redistest); each test isolates
+// itself with a key prefix of its own.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.M(m)) }
+
+// backend is a Redis to run pipelines on.
+type backend struct {
+	name string
+	open func(t *testing.T) *redis.Client
+}
+
+func openURLs(t *testing.T, urls ...string) *redis.Client {
+	t.Helper()
+	c, err := redis.Open(context.Background(), redis.Options{URLs: urls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var (
+	server = backend{"server", func(t *testing.T) *redis.Client { return openURLs(t, redistest.Shared(t).URL()) }}
+	// cluster runs on a local 3-master Redis Cluster.
+	cluster = backend{"cluster", func(t *testing.T) *redis.Client {
+		return openURLs(t, redistest.SharedCluster(t, 3).URLs()...)
+	}}
+	// embeddedRedis is the embedded default of flowrun run (miniredis).
+	embeddedRedis = backend{"embedded", func(t *testing.T) *redis.Client {
+		srv, err := embedded.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Close)
+		return openURLs(t, srv.URL())
+	}}
+	allBackends = []backend{server, cluster, embeddedRedis}
+)
+
+var prefixes atomic.Int64
+
+// build compiles a pipeline with this binary's Go stage functions and gives it a key prefix of its
+// own, so that tests sharing a Redis never see each other's keys.
+func build(t *testing.T, path string, vars ...string) *flow.Plan {
+	t.Helper()
+	plan, _, diags := flow.Build(path, flow.Options{Vars: vars, GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	plan.KeyPrefix = "t" + itoa(prefixes.Add(1)) + "-" + strings.ReplaceAll(t.Name(), "/", "-")
+	return plan
+}
+
+// buildSource compiles a pipeline from source text.
+func buildSource(t *testing.T, src string, vars ...string) *flow.Plan {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pipeline.hcl")
+	writeFile(t, path, src)
+	return build(t, path, vars...)
+}
+
+// job is the result of running a pipeline in job mode.
+type job struct {
+	summary *runtime.Summary
+	stdout  string
+	log     string
+}
+
+// runJob runs a plan until it is drained. The deadline only keeps a broken test from hanging.
+func runJob(t *testing.T, c *redis.Client, plan *flow.Plan, opts runtime.Options) job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, log syncBuffer
+	opts.Redis = c
+	opts.UntilDrained = true
+	if opts.Stdout == nil {
+		opts.Stdout = &stdout
+	}
+	if opts.Stdin == nil {
+		opts.Stdin = strings.NewReader("")
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 2 * time.Second
+	}
+	summary, err := runtime.Run(ctx, plan, opts)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the job did not finish:\n%s", log.String())
+	}
+	return job{summary: summary, stdout: stdout.String(), log: log.String()}
+}
+
+// node returns a node's counts from a summary.
+func (j job) node(t *testing.T, name string) runtime.NodeSummary {
+	t.Helper()
+	for _, n := range j.summary.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	t.Fatalf("no node %s in the summary", name)
+	return runtime.NodeSummary{}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)
