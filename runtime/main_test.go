@@ -103,7 +103,7 @@ func runJob(t *testing.T, c *redis.Client, plan *flow.Plan, opts runtime.Options
 	if opts.Stdin == nil {
 		opts.Stdin = strings.NewReader("")
 	}
-	opts.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts.Logger = newLogger(&log)
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 2 * time.Second
 	}
@@ -115,6 +115,11 @@ func runJob(t *testing.T, c *redis.Client, plan *flow.Plan, opts runtime.Options
 		t.Fatalf("the job did not finish:\n%s", log.String())
 	}
 	return job{summary: summary, stdout: stdout.String(), log: log.String()}
+}
+
+// newLogger logs everything, for the test's failure messages.
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // node returns a node's counts from a summary.
@@ -146,5 +151,3 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-var _ io.Writer = (*syncBuffer)(nil)

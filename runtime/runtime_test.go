@@ -1,0 +1,343 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+func init() {
+	// test.shuffle delays each message by a few thousand iterations of busy work that depend on the
+	// message, so that the lanes of a stage finish in a jumbled order.
+	stages.Register("test.shuffle", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		h := fnv.New32a()
+		fmt.Fprint(h, m.Value["seq"])
+		spin := int(h.Sum32() % 20000)
+		x := 0
+		for i := 0; i < spin; i++ {
+			x ^= i
+		}
+		m.Value["spin"] = x % 2
+		return []stages.Message{m}, nil
+	})
+	// test.flaky fails the first attempt at every message whose seq is divisible by 10.
+	stages.Register("test.flaky", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		if seq, ok := m.Value["seq"].(json.Number); ok && strings.HasSuffix(string(seq), "0") {
+			if _, seen := flakySeen.LoadOrStore(string(seq), true); !seen {
+				return nil, errors.New("flaky failure")
+			}
+		}
+		return []stages.Message{m}, nil
+	})
+}
+
+var flakySeen sync.Map
+
+// TestPerKeyOrderUnderConcurrency runs a few thousand keyed messages from a file through a stage that
+// works on eight messages of a partition at once, and checks that every message arrives exactly once
+// and that each key's messages keep their order.
+func TestPerKeyOrderUnderConcurrency(t *testing.T) {
+	const messages, keys = 3000, 37
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	var lines strings.Builder
+	for i := 0; i < messages; i++ {
+		fmt.Fprintf(&lines, `{"key":"k%d","seq":%d}`+"\n", i%keys, i)
+	}
+	writeFile(t, in, lines.String())
+	src := `
+pipeline "order" {}
+variable "in" {}
+variable "out" {}
+topic "events" {
+  partitions = 4
+  key        = msg.key
+}
+source "file" {
+  kind   = "file"
+  path   = var.in
+  output = topic.events
+}
+stage "shuffle" {
+  kind        = "go"
+  func        = "test.shuffle"
+  input       = topic.events
+  concurrency = 8
+}
+stage "again" {
+  kind        = "go"
+  func        = "test.shuffle"
+  input       = stage.shuffle
+  concurrency = 3
+}
+sink "out" {
+  kind  = "file"
+  input = stage.again
+  path  = var.out
+}
+`
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			plan := buildSource(t, src, "in="+in, "out="+out)
+			j := runJob(t, b.open(t), plan, runtime.Options{BatchSize: 100})
+			got := jsonLines(t, readFile(t, out))
+			if len(got) != messages {
+				t.Fatalf("%d messages arrived, want %d", len(got), messages)
+			}
+			seen := map[float64]bool{}
+			for _, m := range got {
+				seen[m["seq"].(float64)] = true
+			}
+			if len(seen) != messages {
+				t.Fatalf("%d distinct messages arrived, want %d", len(seen), messages)
+			}
+			keyOrderKept(t, "output", got, "key", "seq")
+			if n := j.node(t, "again"); n.In != messages || n.Out != messages {
+				t.Errorf("again: %+v", n)
+			}
+		})
+	}
+}
+
+// TestRetriesThenSucceeds fails the first attempt at some messages: they are retried in process and
+// arrive, in order, without dead letters.
+func TestRetriesThenSucceeds(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	plan := buildSource(t, `
+pipeline "retry" {}
+variable "out" {}
+retry "fast" {
+  max_attempts = 3
+  initial      = "1ms"
+  max          = "5ms"
+}
+topic "in" {
+  partitions = 2
+  key        = msg.key
+}
+source "gen" {
+  kind     = "generate"
+  count    = 100
+  output   = topic.in
+  template = { key = "k${index % 3}", seq = index }
+}
+stage "flaky" {
+  kind  = "go"
+  func  = "test.flaky"
+  input = topic.in
+  retry = retry.fast
+}
+sink "out" {
+  kind  = "file"
+  input = stage.flaky
+  path  = var.out
+}
+`, "out="+out)
+	j := runJob(t, server.open(t), plan, runtime.Options{})
+	got := jsonLines(t, readFile(t, out))
+	if len(got) != 100 {
+		t.Fatalf("%d messages arrived, want 100", len(got))
+	}
+	keyOrderKept(t, "output", got, "key", "seq")
+	if n := j.node(t, "flaky"); n.Failed != 10 || n.Retried != 10 || n.DeadLettered != 0 {
+		t.Errorf("flaky: %+v", n)
+	}
+}
+
+// TestMalformedEntriesAreDeadLettered writes entries into a topic the way a broken producer would:
+// the malformed ones go to the stage's dead-letter stream with the reason, the others pass, and
+// nothing loops.
+func TestMalformedEntriesAreDeadLettered(t *testing.T) {
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := b.open(t)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			plan := buildSource(t, `
+pipeline "bad" {}
+variable "out" {}
+topic "in" { partitions = 2 }
+stage "pass" {
+  kind  = "filter"
+  input = topic.in
+  where = true
+}
+sink "out" {
+  kind  = "file"
+  input = stage.pass
+  path  = var.out
+}
+`, "out="+out)
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			add := func(p int, values ...any) {
+				t.Helper()
+				if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: keys.Stream("in", p), Values: values}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			add(0, "payload", `{"n":1}`)
+			add(0, "payload", `{"n":`) // invalid JSON
+			add(1, "payload", `{"n":2}`, "headers", `not json`)
+			add(1, "n", "3", "note", "flat") // written like redis-cli would: a flat object
+			add(0, "payload", `[1,2]`)       // valid JSON, not an object: the stage fails it for good
+			j := runJob(t, c, plan, runtime.Options{})
+
+			got := jsonLines(t, readFile(t, out))
+			sameMessages(t, "passed", got, []map[string]any{{"n": 1.0}, {"n": "3", "note": "flat"}})
+			dead, err := c.Universal().XRange(ctx, keys.DeadLetter("pass"), "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dead) != 3 {
+				t.Fatalf("%d dead letters, want 3: %v", len(dead), dead)
+			}
+			reasons := ""
+			for _, d := range dead {
+				env := jsonObject(t, d.Values["payload"].(string))
+				reasons += env["error"].(string) + "\n"
+				if env["node"] != "pass" || env["stream"] == "" || env["id"] == "" {
+					t.Errorf("envelope %v", env)
+				}
+			}
+			for _, want := range []string{"payload is not valid JSON", "headers", "not an object"} {
+				if !strings.Contains(reasons, want) {
+					t.Errorf("no dead letter says %q:\n%s", want, reasons)
+				}
+			}
+			if j.summary.DeadLettered() != 3 {
+				t.Errorf("summary counts %d dead letters", j.summary.DeadLettered())
+			}
+		})
+	}
+}
+
+// TestServiceStopsCleanly runs a pipeline as a service, stops it, and checks that the work in flight
+// was committed and that it left no lease, consumer or membership behind.
+func TestServiceStopsCleanly(t *testing.T) {
+	ctx := context.Background()
+	c := server.open(t)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	plan := buildSource(t, `
+pipeline "svc" {}
+variable "out" {}
+topic "in" {
+  partitions = 3
+  key        = msg.k
+}
+stage "pass" {
+  kind  = "map"
+  input = topic.in
+  set   = { seen = true }
+}
+sink "out" {
+  kind  = "file"
+  input = stage.pass
+  path  = var.out
+}
+`, "out="+out)
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 500; i++ {
+		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(fmt.Sprintf(`{"k":"k%d","i":%d}`, i%7, i)), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	var log syncBuffer
+	done := make(chan error, 1)
+	var summary atomic.Pointer[runtime.Summary]
+	go func() {
+		s, err := runtime.Run(runCtx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), LeaseTTL: 30 * time.Second})
+		summary.Store(s)
+		done <- err
+	}()
+	// Wait until everything was delivered, by watching the sink's group, then stop.
+	waitFor(t, "the sink to acknowledge 500 messages", func() bool {
+		return acked(t, c, plan.KeyPrefix, "pass.out", 3, "out") == 500
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	if n := len(jsonLines(t, readFile(t, out))); n != 500 {
+		t.Fatalf("%d messages in the file, want 500", n)
+	}
+	// Leases released (a successor need not wait for their expiry), consumers and membership gone.
+	leftovers, err := c.Universal().Keys(ctx, plan.KeyPrefix+":*lease*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range leftovers {
+		if !strings.HasSuffix(k, ":fence") {
+			t.Errorf("lease %s left behind", k)
+		}
+	}
+	if n, _ := c.Universal().ZCard(ctx, redis.Keys{Prefix: plan.KeyPrefix}.Members()).Result(); n != 0 {
+		t.Errorf("%d members left", n)
+	}
+	for p := 0; p < 3; p++ {
+		consumers, err := c.Universal().XInfoConsumers(ctx, redis.Keys{Prefix: plan.KeyPrefix}.Stream("in", p), "pass").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(consumers) != 0 {
+			t.Errorf("partition %d keeps consumers %v", p, consumers)
+		}
+	}
+	if s := summary.Load(); s == nil || s.Nodes[0].In != 500 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+// acked sums, over a topic's partitions, the entries a group has delivered and acknowledged.
+func acked(t *testing.T, c *redis.Client, prefix, topic string, partitions int, group string) int64 {
+	t.Helper()
+	var n int64
+	for p := 0; p < partitions; p++ {
+		st, err := c.StreamStats(context.Background(), redis.Keys{Prefix: prefix}.Stream(topic, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range st.Groups {
+			if g.Name == group {
+				n += st.Length - g.Lag - g.Pending
+			}
+		}
+	}
+	return n
+}
+
+// waitFor polls a condition until it holds; the deadline only keeps a broken test from hanging.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
