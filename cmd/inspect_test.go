@@ -1,0 +1,174 @@
+package cmd
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+func parseInspect(t *testing.T, out string) inspectReport {
+	t.Helper()
+	var r inspectReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("inspect --json printed %v:\n%s", err, out)
+	}
+	return r
+}
+
+func topicOf(t *testing.T, r inspectReport, name string) topicReport {
+	t.Helper()
+	for _, tr := range r.Topics {
+		if tr.Name == name {
+			return tr
+		}
+	}
+	t.Fatalf("no topic %s in %+v", name, r.Topics)
+	return topicReport{}
+}
+
+func groupOn(t *testing.T, p partitionReport, group string) groupReport {
+	t.Helper()
+	for _, g := range p.Groups {
+		if g.Group == group {
+			return g
+		}
+	}
+	t.Fatalf("partition %d has no group %s: %+v", p.Partition, group, p.Groups)
+	return groupReport{}
+}
+
+func TestInspect(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testContext(t)
+	path, prefix := testPipeline(t, ordersPipeline)
+	keys := redis.Keys{Prefix: prefix}
+	if code, _, errOut := runIn(t, orderLines(20, 20), "produce", "--redis", srv.URL(), path, "orders"); code != ExitOK {
+		t.Fatalf("produce: exit %d\n%s", code, errOut)
+	}
+	rdb := srv.Client(t)
+	lens := make([]int64, 3)
+	for p := range lens {
+		lens[p] = rdb.XLen(ctx, keys.Stream("orders", p)).Val()
+		if lens[p] < 2 {
+			t.Fatalf("partition %d has %d entries; the test needs 2 in each", p, lens[p])
+		}
+	}
+	// The runtime is not there yet: play the stage enrich by hand. Its group exists on
+	// partitions 0 and 1; on partition 0 a consumer read 2 entries and acked none. A group that
+	// the pipeline does not have (a removed stage) reads partition 1.
+	for _, p := range []int{0, 1} {
+		if err := rdb.XGroupCreate(ctx, keys.Stream("orders", p), "enrich", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.XGroupCreate(ctx, keys.Stream("orders", 1), "old_stage", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XReadGroup(ctx, &goredis.XReadGroupArgs{
+		Group: "enrich", Consumer: "w1", Streams: []string{keys.Stream("orders", 0), ">"}, Count: 2, Block: -1,
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := redis.Open(ctx, redis.Options{URLs: []string{srv.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok, err := c.AcquireLease(ctx, keys.Lease("orders", 0, "enrich"), "worker-1@host", time.Minute); err != nil || !ok {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	xadd(t, rdb, keys.DeadLetter("audit"), "payload", `{}`)
+	xadd(t, rdb, keys.DeadLetter("audit"), "payload", `{}`)
+	if err := rdb.ZAdd(ctx, keys.Retry("orders", 0, "enrich"), goredis.Z{Score: 1, Member: "x"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runIn(t, "", "inspect", "--json", "--redis", srv.URL(), path)
+	if code != ExitOK {
+		t.Fatalf("inspect --json: exit %d\n%s", code, errOut)
+	}
+	r := parseInspect(t, out)
+	if r.KeyPrefix != prefix || r.Redis != "redis://"+srv.Addr() || len(r.Topics) != 3 {
+		t.Fatalf("report: %+v", r)
+	}
+	orders := topicOf(t, r, "orders")
+	if orders.Length != 20 || len(orders.Partitions) != 3 {
+		t.Fatalf("orders: %+v", orders)
+	}
+	for p, pr := range orders.Partitions {
+		if pr.Partition != p || !pr.Exists || pr.Length != lens[p] || pr.FirstID == "" || pr.LastID == "" || pr.Stream != keys.Stream("orders", p) {
+			t.Errorf("partition %d: %+v", p, pr)
+		}
+	}
+	g0 := groupOn(t, orders.Partitions[0], "enrich")
+	if !g0.Exists || g0.Reader != "stage.enrich" || g0.Lag != lens[0]-2 || !g0.LagExact || g0.Pending != 2 || g0.Consumers != 1 ||
+		g0.OldestPendingID == "" || g0.OldestPendingDeliveries != 1 || g0.OldestPendingAgeMS < 0 || g0.ScheduledRetries != 1 {
+		t.Errorf("enrich on partition 0: %+v", g0)
+	}
+	if g0.Lease == nil || g0.Lease.Owner != "worker-1@host" || g0.Lease.Token < 1 || g0.Lease.TTLMS <= 0 {
+		t.Errorf("lease on partition 0: %+v", g0.Lease)
+	}
+	if g1 := groupOn(t, orders.Partitions[1], "enrich"); !g1.Exists || g1.Lag != lens[1] || g1.Pending != 0 || g1.Lease != nil {
+		t.Errorf("enrich on partition 1: %+v", g1)
+	}
+	if g := groupOn(t, orders.Partitions[1], "old_stage"); !g.Exists || g.Reader != "" || g.Lag != 0 {
+		t.Errorf("old_stage on partition 1: %+v", g)
+	}
+	if g2 := groupOn(t, orders.Partitions[2], "enrich"); g2.Exists || g2.Lag != 0 || g2.Reader != "stage.enrich" {
+		t.Errorf("enrich on partition 2 (no group yet): %+v", g2)
+	}
+	// Topics that nobody wrote to are empty, with groups that do not exist yet.
+	for _, pr := range topicOf(t, r, "events").Partitions {
+		if pr.Exists || pr.Length != 0 || len(pr.Groups) != 1 || pr.Groups[0].Exists || pr.Groups[0].Reader != "sink.audit" {
+			t.Errorf("events partition %d: %+v", pr.Partition, pr)
+		}
+	}
+	readers := map[string]readerReport{}
+	for _, rd := range r.Readers {
+		readers[rd.Kind+"."+rd.Name] = rd
+	}
+	if e := readers["stage.enrich"]; len(r.Readers) != 3 || e.Input != "orders" || e.Lag != lens[0]-2+lens[1] || e.Pending != 2 ||
+		e.ScheduledRetries != 1 || e.DeadLetters != 0 || e.DeadLetterTopic != "failed" || e.DeadLetterStream != keys.DeadLetter("enrich") {
+		t.Errorf("readers: %+v", r.Readers)
+	}
+	if a := readers["sink.audit"]; a.DeadLetters != 2 || a.Input != "events" || a.Lag != 0 {
+		t.Errorf("sink.audit: %+v", a)
+	}
+
+	// The table says the same.
+	code, out, errOut = runIn(t, "", "inspect", "--redis", srv.URL(), path)
+	if code != ExitOK {
+		t.Fatalf("inspect: exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{
+		"pipeline p", "key prefix " + prefix,
+		"TOPIC", "LAST ID", "GROUP", "LAG", "PENDING", "LEASE", "READER", "DEAD LETTERS",
+		"worker-1@host#", "no consumer group yet", "not in this pipeline", "old_stage",
+		"dead letters go to topic failed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "stage.enrich  orders") && strings.Contains(line, " 0 ") && strings.Contains(line, "worker-1@host") {
+			if fields := strings.Fields(line); fields[3] != itoa(lens[0]-2) || fields[4] != "2" {
+				t.Errorf("row of partition 0: %q", line)
+			}
+		}
+		if strings.HasSuffix(line, " ") {
+			t.Errorf("trailing white space in %q", line)
+		}
+	}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
