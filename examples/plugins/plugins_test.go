@@ -1,0 +1,73 @@
+package plugins_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+// TestCustomBinary builds the example's custom flowrun and runs the pipeline that uses its Go stage
+// function, on a real Redis.
+func TestCustomBinary(t *testing.T) {
+	dir := t.TempDir()
+	custom := filepath.Join(dir, "flowrun-acme")
+	stock := filepath.Join(dir, "flowrun")
+	for bin, pkg := range map[string]string{custom: "./flowrun-acme", stock: "../../cmd/flowrun"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+
+	out, err := exec.Command(stock, "validate", "pipeline").CombinedOutput()
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `No Go stage function "acme.score"`) {
+		t.Fatalf("stock flowrun validate: exit %d\n%s", code, out)
+	}
+	if out, err := exec.Command(custom, "version").CombinedOutput(); err != nil || !strings.Contains(string(out), "acme.score") {
+		t.Fatalf("flowrun-acme version: %v\n%s", err, out)
+	}
+
+	srv := redistest.Start(t)
+	result := filepath.Join(dir, "risky.jsonl")
+	run := exec.Command(custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result)
+	out, err = run.CombinedOutput()
+	// Order 5 has no numeric amount: acme.score fails it for good, so the job ends with exit status 3.
+	if code := exitCode(err); code != 3 {
+		t.Fatalf("flowrun-acme run: exit %d, want 3\n%s", code, out)
+	}
+	data, err := os.ReadFile(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var order struct {
+			ID   json.Number `json:"id"`
+			Risk float64     `json:"risk"`
+		}
+		if err := json.Unmarshal([]byte(line), &order); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, order.ID.String())
+	}
+	sort.Strings(ids)
+	// Risk: amount/20, +50 in XX and ZZ, at most 100: orders 2 (100), 3 (52), 6 (100); 4 is 49.5 → 50.
+	if got := strings.Join(ids, ","); got != "2,3,4,6" {
+		t.Fatalf("risky orders %s, want 2,3,4,6\n%s", got, out)
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
