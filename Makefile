@@ -4,8 +4,9 @@ GO      ?= go
 BIN     := bin/flowrun
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
-# The example that make run runs.
-EXAMPLE ?= examples/pipelines/fanout
+# The example that make run runs, and its variables.
+EXAMPLE   ?= examples/pipelines/fanout
+RUN_FLAGS ?= --var events=40 --var signups_file=bin/signups.jsonl
 
 .PHONY: all build run test lint fmt bench fuzz generate tools clean
 
@@ -14,10 +15,9 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flowrun
 
-# Validate the example pipeline and print its graph.
+# Run the example pipeline as a job, on an embedded Redis unless FLOWRUN_REDIS_URL names one.
 run: build
-	./$(BIN) validate $(EXAMPLE)
-	./$(BIN) graph --format mermaid $(EXAMPLE)
+	./$(BIN) run --until-drained $(RUN_FLAGS) $(EXAMPLE)
 
 # Every test, with the race detector. The tests start their own redis-server processes on free
 # loopback ports; tools checks that the programs they need are installed.
@@ -27,11 +27,11 @@ test: tools lint
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) run ./cmd/flowrun fmt --check examples/pipelines/*
+	$(GO) run ./cmd/flowrun fmt --check examples/pipelines/* examples/plugins/pipeline
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
-	$(GO) run ./cmd/flowrun fmt -w examples/pipelines/*
+	$(GO) run ./cmd/flowrun fmt -w examples/pipelines/* examples/plugins/pipeline
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./flow/expr

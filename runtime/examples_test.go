@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -73,7 +74,7 @@ func checkFanout(t *testing.T, c *redis.Client) {
 		case "purchase":
 			price := event["price"].(float64)
 			delete(event, "price")
-			event["net"], event["gross"] = price, price*(1+0.19)
+			event["net"], event["gross"] = price, math.Floor(price*(1+0.19)*100+0.5)/100
 			wantPurchases = append(wantPurchases, event)
 		case "click":
 			wantClicks = append(wantClicks, event)

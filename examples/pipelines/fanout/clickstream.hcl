@@ -69,7 +69,7 @@ stage "price" {
   input = topic.purchases
   set = {
     net   = msg.price
-    gross = msg.price * (1 + var.vat_rate)
+    gross = floor(msg.price * (1 + var.vat_rate) * 100 + 0.5) / 100
   }
   drop = ["price"]
 }
