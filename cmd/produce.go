@@ -96,8 +96,10 @@ type stdinLine struct {
 	err  error
 }
 
-// readLines sends the lines of r (without their line ends) until EOF, a read error or done.
-// Reading runs in its own goroutine so that an interrupt is noticed while standard input waits.
+// readLines sends the lines of r, each with its line end, until EOF, a read error or done.
+// Reading runs in its own goroutine so that an interrupt is noticed while standard input waits;
+// a goroutine blocked in Read at that moment stays blocked until the process exits, which Main
+// does right after.
 func readLines(r io.Reader, done <-chan struct{}) <-chan stdinLine {
 	lines := make(chan stdinLine, 256)
 	send := func(l stdinLine) bool {
