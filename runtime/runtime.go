@@ -42,6 +42,8 @@ type Options struct {
 	// Block is how long a read waits for new entries. It also bounds how long a stop waits for an idle
 	// read to return. Default 500ms.
 	Block time.Duration
+	// TrimInterval is how often topics with a retention block are trimmed. Default 10s.
+	TrimInterval time.Duration
 	// Stdin feeds stdin sources and Stdout receives stdout sinks' lines. Default os.Stdin, os.Stdout.
 	Stdin  io.Reader
 	Stdout io.Writer
@@ -70,6 +72,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.Block <= 0 {
 		o.Block = 500 * time.Millisecond
+	}
+	if o.TrimInterval <= 0 {
+		o.TrimInterval = 10 * time.Second
 	}
 	if o.Stdin == nil {
 		o.Stdin = os.Stdin
@@ -258,6 +263,9 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	}
 	if r.opts.UntilDrained {
 		wg.Go(func() { r.watchDrain(runCtx) })
+	}
+	if r.hasRetention() {
+		wg.Go(func() { r.trimLoop(runCtx) })
 	}
 
 	<-runCtx.Done()

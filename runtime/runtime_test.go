@@ -341,3 +341,65 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		<-tick.C
 	}
 }
+
+// TestRetentionTrimsWhatWasRead runs a topic with max_len = 10 as a service: once the stage has read
+// everything, the streams are trimmed to 10 entries per partition.
+func TestRetentionTrimsWhatWasRead(t *testing.T) {
+	ctx := context.Background()
+	c := server.open(t)
+	plan := buildSource(t, `
+pipeline "trim" {}
+topic "in" {
+  partitions = 2
+  retention {
+    max_len = 10
+  }
+}
+stage "pass" {
+  kind   = "filter"
+  input  = topic.in
+  output = topic.kept
+  where  = true
+}
+topic "kept" {}
+sink "out" {
+  kind  = "stdout"
+  input = topic.kept
+}
+`)
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(fmt.Sprintf(`{"i":%d}`, i)), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var out, log syncBuffer
+	go func() {
+		_, err := runtime.Run(runCtx, plan, runtime.Options{Redis: c, Stdout: &out, Logger: newLogger(&log), TrimInterval: 20 * time.Millisecond})
+		done <- err
+	}()
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	waitFor(t, "both partitions trimmed to 10 entries", func() bool {
+		for p := 0; p < 2; p++ {
+			if n, err := c.Universal().XLen(ctx, keys.Stream("in", p)).Result(); err != nil || n != 10 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if n := len(jsonLines(t, out.String())); n != 100 {
+		t.Fatalf("%d messages delivered, want all 100: trimming must not outrun the stage", n)
+	}
+}
