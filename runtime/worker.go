@@ -81,9 +81,10 @@ func (w *worker) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if w.lease == nil && time.Since(lastReclaim) > claimIdle(n) {
-			// Without leases, consumers of other processes share the partition: take over what a
-			// dead one left, once it has been idle long enough that nobody is still working on it.
+		if time.Since(lastReclaim) > claimIdle(n) {
+			// Take over what another consumer left pending, once it has been idle long enough that
+			// nobody is still working on it: a dead consumer of a partition without leases, or a
+			// process that read a batch just before it noticed it had lost this partition's lease.
 			if err := w.reclaim(ctx, claimIdle(n)); err != nil {
 				return err
 			}
