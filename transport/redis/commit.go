@@ -47,6 +47,20 @@ type CommitArgs struct {
 	Lease *Lease
 	// DedupTTL is the time to live of the effectively-once markers; default DefaultDedupTTL.
 	DedupTTL time.Duration
+
+	// RetryKey is the retry set of the input partition (Keys.Retry, which shares the input
+	// stream's hash tag). RetryDone are retries (from DueRetries) to remove from it, finished or
+	// given up, and Retries are messages to schedule in it. Both happen in the same atomic step
+	// as the acks, fenced by the lease like them: a message moved to the retry set is never both
+	// acked and lost, nor left unacked and scheduled.
+	RetryKey  string
+	RetryDone []Retry
+	Retries   []Retry
+}
+
+// settles reports whether the commit acks inputs or moves retries.
+func (a CommitArgs) settles() bool {
+	return len(a.IDs) > 0 || len(a.RetryDone) > 0 || len(a.Retries) > 0
 }
 
 // Commit writes a batch's outputs and acks its inputs, and returns the IDs of the outputs in
@@ -73,10 +87,10 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 		return nil, err
 	}
 	if len(a.Outputs) == 0 {
-		if len(a.IDs) == 0 {
+		if !a.settles() {
 			return nil, nil
 		}
-		return nil, c.ack(ctx, a) // a lone ack needs no transaction
+		return nil, c.settle(ctx, a) // a lone ack needs no transaction
 	}
 	if plan.atomic {
 		return c.commitAtomic(ctx, a, plan)
@@ -85,10 +99,10 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 	if err != nil {
 		return ids, err
 	}
-	if len(a.IDs) == 0 {
+	if !a.settles() {
 		return ids, nil
 	}
-	return ids, c.ack(ctx, a)
+	return ids, c.settle(ctx, a)
 }
 
 // commitPlan is a validated, encoded batch.
@@ -122,8 +136,11 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	} else if p.ttlMS < 1 {
 		return nil, fmt.Errorf("redis: commit: dedup ttl %s is below 1ms", a.DedupTTL)
 	}
-	if len(a.IDs) > 0 && (a.Stream == "" || a.Group == "") {
+	if a.settles() && (a.Stream == "" || a.Group == "") {
 		return nil, errors.New("redis: commit: acking needs the input stream and group")
+	}
+	if (len(a.RetryDone) > 0 || len(a.Retries) > 0) && HashSlot(a.RetryKey) != HashSlot(a.Stream) {
+		return nil, fmt.Errorf("redis: commit: retry set %q is not in the hash slot of stream %s; use Keys.Retry", a.RetryKey, a.Stream)
 	}
 	slot := -1
 	sameSlot := true
@@ -135,7 +152,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 			sameSlot = false
 		}
 	}
-	if len(a.IDs) > 0 {
+	if a.settles() {
 		see(a.Stream)
 		if a.Lease != nil && HashSlot(a.Lease.Key) != HashSlot(a.Stream) {
 			return nil, fmt.Errorf("redis: commit: lease %s is not in the hash slot of stream %s; use Keys.Lease", a.Lease.Key, a.Stream)
@@ -237,8 +254,8 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 	pipe := c.rdb.TxPipeline()
 	collect := p.queueOutputs(ctx, pipe)
 	var ack goredis.Cmder
-	if len(a.IDs) > 0 {
-		ack = queueAck(ctx, pipe, a)
+	if a.settles() {
+		ack = queueSettle(ctx, pipe, a)
 	}
 	_, execErr := pipe.Exec(ctx)
 	ids, err := collect()
@@ -258,30 +275,64 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 	return ids, nil
 }
 
-// queueAck adds the ack of a batch to a pipeline: a fenced script when a lease is given.
-func queueAck(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) goredis.Cmder {
-	if a.Lease == nil {
+// queueSettle adds the ack of a batch (and its retry moves) to a pipeline: a plain XACK when that
+// is all, else the settle script.
+func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) goredis.Cmder {
+	if a.Lease == nil && a.RetryKey == "" {
 		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
 	}
-	return fencedAckScript.Eval(ctx, pipe, []string{a.Stream, a.Lease.Key}, ackArgs(a)...)
+	keys, args, err := settleArgs(a)
+	if err != nil {
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return settleScript.Eval(ctx, pipe, keys, args...)
 }
 
-func ackArgs(a CommitArgs) []any {
-	args := make([]any, 0, 2+len(a.IDs))
-	args = append(args, a.Group, a.Lease.Value())
+// settleArgs encodes the settle script's keys and arguments.
+func settleArgs(a CommitArgs) ([]string, []any, error) {
+	retryKey, leaseKey, leaseValue := a.Stream, a.Stream, ""
+	if a.RetryKey != "" {
+		retryKey = a.RetryKey
+	}
+	if a.Lease != nil {
+		leaseKey, leaseValue = a.Lease.Key, a.Lease.Value()
+	}
+	args := make([]any, 0, 6+len(a.IDs)+len(a.RetryDone)+2*len(a.Retries))
+	args = append(args, a.Group, leaseValue, len(a.IDs))
 	for _, id := range a.IDs {
 		args = append(args, id)
 	}
-	return args
+	args = append(args, len(a.RetryDone))
+	for _, r := range a.RetryDone {
+		if r.member == "" {
+			return nil, nil, fmt.Errorf("redis: commit: retry of %s was not read from a retry set", r.Entry.ID)
+		}
+		args = append(args, r.member)
+	}
+	args = append(args, len(a.Retries))
+	for _, r := range a.Retries {
+		member, err := r.encode()
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, r.Due.UnixMilli(), member)
+	}
+	return []string{a.Stream, retryKey, leaseKey}, args, nil
 }
 
-// ack acks a batch on its own (EVALSHA with EVAL fallback for the fenced form).
-func (c *Client) ack(ctx context.Context, a CommitArgs) error {
+// settle acks a batch and moves its retries on its own.
+func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 	var err error
-	if a.Lease == nil {
+	if a.Lease == nil && a.RetryKey == "" {
 		err = c.rdb.XAck(ctx, a.Stream, a.Group, a.IDs...).Err()
 	} else {
-		err = fencedAckScript.Run(ctx, c.rdb, []string{a.Stream, a.Lease.Key}, ackArgs(a)...).Err()
+		keys, args, aerr := settleArgs(a)
+		if aerr != nil {
+			return aerr
+		}
+		err = settleScript.Run(ctx, c.rdb, keys, args...).Err()
 	}
 	return wrap(classify(err), "acking group "+a.Group+" on", a.Stream)
 }

@@ -53,21 +53,41 @@ end
 return 0
 `)
 
-// fencedAckScript acks a batch only if the lease on the input partition is still the caller's.
-// One call per batch.
+// settleScript settles a batch on its input partition in one atomic step: it checks the lease,
+// acks the entries, removes finished retries from the retry set and schedules new ones. One call
+// per batch.
 //
-//	KEYS[1] input stream, KEYS[2] lease key; ARGV[1] group, ARGV[2] expected lease value,
-//	ARGV[3..] entry IDs (acked 1000 per XACK: Lua's unpack has a stack limit); returns the
-//	number acked, or a LEASELOST error
-var fencedAckScript = goredis.NewScript(`
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then
-  return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[2] .. ' is not held by ' .. ARGV[2])
+//	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
+//	(the stream again when not fenced)
+//	ARGV[1] group, ARGV[2] expected lease value ("" when not fenced), then the number of IDs to
+//	ack and the IDs, the number of retry members to remove and them, the number of retries to
+//	add and their (due ms, member) pairs. Lua's unpack has a stack limit, so each command takes
+//	at most 1000 arguments.
+//	returns the number acked, or a LEASELOST error
+var settleScript = goredis.NewScript(`
+if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
-local n = 0
-for i = 3, #ARGV, 1000 do
-  n = n + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+local i = 3
+local n = tonumber(ARGV[i])
+i = i + 1
+local acked = 0
+for j = i, i + n - 1, 1000 do
+  acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, j, math.min(j + 999, i + n - 1)))
 end
-return n
+i = i + n
+local m = tonumber(ARGV[i])
+i = i + 1
+for j = i, i + m - 1, 1000 do
+  redis.call('ZREM', KEYS[2], unpack(ARGV, j, math.min(j + 999, i + m - 1)))
+end
+i = i + m
+local k = 2 * tonumber(ARGV[i])
+i = i + 1
+for j = i, i + k - 1, 1000 do
+  redis.call('ZADD', KEYS[2], unpack(ARGV, j, math.min(j + 999, i + k - 1)))
+end
+return acked
 `)
 
 // deleteIdleConsumerScript deletes a consumer only if it has no pending entries (XGROUP
