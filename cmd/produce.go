@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/spf13/cobra"
@@ -271,7 +270,7 @@ func topicArg(plan *flow.Plan, name string) (*flow.Topic, error) {
 	}
 	sort.Strings(names)
 	msg := fmt.Sprintf("pipeline %s has no topic %q.", plan.Name, name)
-	if s := closest(name, names); s != "" {
+	if s := flow.Suggest(name, names); s != "" {
 		msg += fmt.Sprintf(" Did you mean %q?", s)
 	}
 	if len(names) == 0 {
@@ -280,18 +279,6 @@ func topicArg(plan *flow.Plan, name string) (*flow.Topic, error) {
 		msg += " The topics are " + quoteList(names) + "."
 	}
 	return nil, exitError{code: ExitInvalid, message: msg}
-}
-
-// closest returns the candidate closest to a misspelt name, or "" when none is close, with the
-// distance that flow's own suggestions use.
-func closest(given string, candidates []string) string {
-	best, bestDist := "", 3
-	for _, c := range candidates {
-		if d := levenshtein.Distance(given, c, nil); d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	return best
 }
 
 func quoteList(names []string) string {
