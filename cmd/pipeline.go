@@ -1,6 +1,10 @@
 package cmd
 
 import (
+	"fmt"
+	"sort"
+	"strings"
+
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
 
@@ -27,4 +31,46 @@ func (f *pipelineFlags) build(path string) (*flow.Plan, *flow.Config, hcl.Diagno
 		VarFiles: f.varFiles,
 		GoFuncs:  stages.Names(),
 	})
+}
+
+// buildPlan compiles the pipeline at path for a command that runs against Redis. It prints the
+// diagnostics only when there are errors: warnings are validate's business.
+func buildPlan(stdio IO, flags *pipelineFlags, path string) (*flow.Plan, error) {
+	plan, cfg, diags := flags.build(path)
+	if diags.HasErrors() {
+		printDiagnostics(stdio.Err, diags, cfg.Files())
+		return nil, exitError{code: ExitInvalid}
+	}
+	return plan, nil
+}
+
+// topicArg returns the plan's topic with the given name, or an exit-2 error that lists the topics
+// and suggests the closest one.
+func topicArg(plan *flow.Plan, name string) (*flow.Topic, error) {
+	if t := plan.Topic(name); t != nil {
+		return t, nil
+	}
+	names := make([]string, len(plan.Topics))
+	for i, t := range plan.Topics {
+		names[i] = t.Name
+	}
+	sort.Strings(names)
+	msg := fmt.Sprintf("pipeline %s has no topic %q.", plan.Name, name)
+	if s := flow.Suggest(name, names); s != "" {
+		msg += fmt.Sprintf(" Did you mean %q?", s)
+	}
+	if len(names) == 0 {
+		msg += " It has no topics."
+	} else {
+		msg += " The topics are " + quoteList(names) + "."
+	}
+	return nil, exitError{code: ExitInvalid, message: msg}
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
 }
