@@ -123,15 +123,18 @@ type Stage struct {
 	Kind  string
 	Input *Topic
 	// Output is where results go; nil for a route stage, whose outputs are in its Config.
-	Output      *Topic
-	Retry       RetryPolicy
-	DeadLetter  *Topic // nil: the stage's own dead-letter stream
-	Ordering    Ordering
-	Concurrency int
-	Timeout     time.Duration
-	Delivery    Delivery
-	Config      Attrs // the kind's own attributes
-	Range       hcl.Range
+	Output *Topic
+	Retry  RetryPolicy
+	// RetryInPlace makes a failed message wait for its retry in the process, holding back the
+	// messages behind it; otherwise longer delays wait in Redis while later messages go on.
+	RetryInPlace bool
+	DeadLetter   *Topic // nil: the stage's own dead-letter stream
+	Ordering     Ordering
+	Concurrency  int
+	Timeout      time.Duration
+	Delivery     Delivery
+	Config       Attrs // the kind's own attributes
+	Range        hcl.Range
 }
 
 // Outputs lists every topic the stage may write to, in a stable order, dead letters excluded.
@@ -145,15 +148,16 @@ func (s *Stage) Outputs() []*Topic {
 
 // Sink delivers messages out of the pipeline.
 type Sink struct {
-	Name       string
-	Kind       string
-	Input      *Topic
-	Where      *expr.Program // nil: every message
-	Retry      RetryPolicy
-	DeadLetter *Topic // nil: the sink's own dead-letter stream
-	Delivery   Delivery
-	Config     Attrs
-	Range      hcl.Range
+	Name         string
+	Kind         string
+	Input        *Topic
+	Where        *expr.Program // nil: every message
+	Retry        RetryPolicy
+	RetryInPlace bool   // see Stage.RetryInPlace
+	DeadLetter   *Topic // nil: the sink's own dead-letter stream
+	Delivery     Delivery
+	Config       Attrs
+	Range        hcl.Range
 }
 
 // Variable is a declared variable with the value it compiled with. Sensitive values must never be

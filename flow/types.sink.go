@@ -19,6 +19,12 @@ var sinkSpec = &BlockSpec{
 			Name: "delivery", Type: TypeString, Enum: []string{string(AtLeastOnce), string(EffectivelyOnce)},
 			DefaultDoc: "the pipeline's delivery", Doc: "The delivery guarantee, for sinks that write to Redis.",
 		},
+		{
+			Name: "retry_in_place", Type: TypeBool, Default: false,
+			Doc: "Whether a failed delivery waits for its retry where it is, holding back the messages behind " +
+				"it, or (false) waits in a retry set in Redis while later messages go on. Delays of a second " +
+				"or less are always waited in place.",
+		},
 	},
 	Kinds: []*Kind{
 		{
@@ -95,6 +101,7 @@ func (c *compiler) compileSink(b *Block) *Sink {
 	if attrs.Has("delivery") {
 		s.Delivery = Delivery(attrs.String("delivery"))
 	}
+	s.RetryInPlace = attrs.Bool("retry_in_place")
 	if b.Kind != nil {
 		s.Kind = b.Kind.Name
 		s.Config = c.decodeAttributes(b.Kind.Attributes, b.Attributes)

@@ -43,6 +43,12 @@ var stageSpec = &BlockSpec{
 				"gives up order for the most parallelism.",
 		},
 		{
+			Name: "retry_in_place", Type: TypeBool, DefaultDoc: `true when ordering = "partition", else false`,
+			Doc: "Whether a failed message waits for its retry where it is, holding back the messages behind " +
+				"it, or (false) waits in a retry set in Redis while later messages, of its key too, go on. " +
+				"Delays of a second or less are always waited in place.",
+		},
+		{
 			Name: "concurrency", Type: TypeInteger, Default: int64(4), Min: bound(1), Max: bound(1024),
 			Doc: "How many messages of one partition are processed at once (lanes). Raise it for stages that wait on I/O.",
 		},
@@ -144,6 +150,10 @@ func (c *compiler) compileStage(b *Block) *Stage {
 	}
 	if attrs.Has("delivery") {
 		s.Delivery = Delivery(attrs.String("delivery"))
+	}
+	s.RetryInPlace = s.Ordering == OrderByPartition
+	if attrs.Has("retry_in_place") {
+		s.RetryInPlace = attrs.Bool("retry_in_place")
 	}
 	if b.Kind == nil {
 		return s
