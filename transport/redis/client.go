@@ -29,6 +29,13 @@ const (
 	// DefaultClientName is the CLIENT SETNAME of every connection, so that CLIENT LIST shows
 	// flowrun's connections.
 	DefaultClientName = "flowrun"
+	// DefaultDialAttempts is how many times a new connection is dialled before the error goes to
+	// the caller: once. go-redis's own default is 5 attempts 100 ms apart, which makes every call
+	// to a Redis that is down take 0.4 s or more (a cluster client tries every seed in turn, so
+	// about a second for three) before it fails, and with it `flowrun inspect` against
+	// a wrong address. A caller that wants to wait for Redis retries on its own terms: the
+	// runtime backs off and tries again, the command-line tools report the error at once.
+	DefaultDialAttempts = 1
 )
 
 // Options configure Open. The zero value of every field but URLs means its default.
@@ -57,7 +64,18 @@ type Options struct {
 	// MaxRetries is how many times the go-redis client retries a command after a network
 	// error. Default 0: no retries, errors go to the caller, which owns the retry policy.
 	// Retrying an XADD whose reply was lost can write it twice.
+	//
+	// On a Redis Cluster, go-redis also retries a command after a network error within its
+	// budget for MOVED and ASK redirections (3, with a backoff of 10 ms to 1 s), first on the
+	// same node, then on another; that budget is what lets a client follow a resharding or a
+	// failover, so it is left alone, and it does not depend on MaxRetries.
 	MaxRetries int
+	// DialAttempts is how many times a new connection is dialled before the call that needed it
+	// fails (go-redis's DialerRetries, which counts attempts, not retries; attempts are 100 ms
+	// apart). Default DefaultDialAttempts, 1: a Redis that is down or a wrong address is
+	// reported at once. Each attempt may take up to DialTimeout when the address does not answer
+	// at all (a firewall that drops packets, a host that is gone).
+	DialAttempts int
 }
 
 // Client is a connection pool to a Redis server or Redis Cluster, with flowrun's operations.
@@ -168,6 +186,9 @@ func applyDefaults(opts *Options) {
 	if opts.ClientName == "" {
 		opts.ClientName = DefaultClientName
 	}
+	if opts.DialAttempts <= 0 {
+		opts.DialAttempts = DefaultDialAttempts
+	}
 }
 
 func maxRetries(n int) int {
@@ -177,10 +198,12 @@ func maxRetries(n int) int {
 	return n
 }
 
-func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc string) (*Client, error) {
+// singleOptions sets the go-redis options of a single-server client from opts.
+func singleOptions(opts Options, o *goredis.Options) {
 	applyDefaults(&opts)
 	o.PoolSize = opts.PoolSize
 	o.DialTimeout = opts.DialTimeout
+	o.DialerRetries = opts.DialAttempts
 	o.ReadTimeout = opts.ReadTimeout
 	o.WriteTimeout = opts.WriteTimeout
 	o.ClientName = opts.ClientName
@@ -190,6 +213,10 @@ func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc stri
 	if o.TLSConfig != nil && opts.TLSConfig != nil {
 		o.TLSConfig = opts.TLSConfig.Clone()
 	}
+}
+
+func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc string) (*Client, error) {
+	singleOptions(opts, o)
 	rdb := goredis.NewClient(o)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
@@ -205,6 +232,21 @@ func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc stri
 }
 
 func openCluster(ctx context.Context, opts Options, parsed []*goredis.Options, redacted []string) (*Client, error) {
+	co, err := clusterOptions(opts, parsed, redacted)
+	if err != nil {
+		return nil, err
+	}
+	desc := "redis cluster " + strings.Join(redacted, ",")
+	rdb := goredis.NewClusterClient(co)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis: connecting to %s: %w", desc, err)
+	}
+	return &Client{rdb: rdb, cluster: true, desc: desc}, nil
+}
+
+// clusterOptions returns the go-redis options of a cluster client seeded with the parsed URLs.
+func clusterOptions(opts Options, parsed []*goredis.Options, redacted []string) (*goredis.ClusterOptions, error) {
 	applyDefaults(&opts)
 	first := parsed[0]
 	co := &goredis.ClusterOptions{
@@ -213,6 +255,7 @@ func openCluster(ctx context.Context, opts Options, parsed []*goredis.Options, r
 		TLSConfig:             first.TLSConfig,
 		PoolSize:              opts.PoolSize,
 		DialTimeout:           opts.DialTimeout,
+		DialerRetries:         opts.DialAttempts,
 		ReadTimeout:           opts.ReadTimeout,
 		WriteTimeout:          opts.WriteTimeout,
 		ClientName:            opts.ClientName,
@@ -244,13 +287,7 @@ func openCluster(ctx context.Context, opts Options, parsed []*goredis.Options, r
 	if co.TLSConfig != nil && opts.TLSConfig != nil {
 		co.TLSConfig = opts.TLSConfig.Clone()
 	}
-	desc := "redis cluster " + strings.Join(redacted, ",")
-	rdb := goredis.NewClusterClient(co)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("redis: connecting to %s: %w", desc, err)
-	}
-	return &Client{rdb: rdb, cluster: true, desc: desc}, nil
+	return co, nil
 }
 
 // Close closes every connection. Calls in flight fail.

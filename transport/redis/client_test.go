@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/flowrun/flowrun/internal/redistest"
 )
 
@@ -157,5 +159,38 @@ func TestOpenTLS(t *testing.T) {
 	// A plain client on the TLS port fails.
 	if _, err := Open(ctx, Options{URLs: []string{"redis://" + srv.TLSAddr()}, ReadTimeout: 500 * time.Millisecond}); err == nil {
 		t.Fatal("plain connection to the TLS port succeeded")
+	}
+}
+
+func TestDialAttempts(t *testing.T) {
+	seed := func(u string) *goredis.Options {
+		o, err := parseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		opts Options
+		want int
+	}{
+		{Options{}, DefaultDialAttempts},
+		{Options{DialAttempts: 4}, 4},
+	} {
+		o := seed("redis://127.0.0.1:1")
+		singleOptions(tc.opts, o)
+		if o.DialerRetries != tc.want {
+			t.Errorf("single server with %+v: DialerRetries = %d, want %d", tc.opts, o.DialerRetries, tc.want)
+		}
+		co, err := clusterOptions(tc.opts, []*goredis.Options{seed("redis://127.0.0.1:1"), seed("redis://127.0.0.1:2")}, []string{"a", "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if co.DialerRetries != tc.want {
+			t.Errorf("cluster with %+v: DialerRetries = %d, want %d", tc.opts, co.DialerRetries, tc.want)
+		}
+	}
+	if DefaultDialAttempts != 1 {
+		t.Errorf("DefaultDialAttempts = %d: a dead Redis should be reported after one dial", DefaultDialAttempts)
 	}
 }

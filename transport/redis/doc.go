@@ -16,7 +16,9 @@
 //   - No retry policy: a failed call returns a wrapped error (errors.Is/As work on ErrLeaseLost,
 //     ErrNoGroup, *MalformedEntryError and the go-redis errors underneath). Whether and when to
 //     retry is the caller's decision; even go-redis's own retry after network errors is off
-//     unless Options.MaxRetries asks for it.
+//     unless Options.MaxRetries asks for it (except for what a cluster client does to follow
+//     redirections, see Options.MaxRetries), and a connection is dialled once (see
+//     Options.DialAttempts). go-redis's own log lines are silenced for the same reason.
 //
 // Every call that can block takes a context. Cancellation interrupts a call that is waiting for
 // a connection or for a reply with a deadline; a blocking XREADGROUP already on the wire returns
