@@ -46,7 +46,7 @@ type Options struct {
 	// must agree). A single URL whose server is a cluster node (INFO cluster says
 	// cluster_enabled:1) is opened as a cluster too. Entries may themselves be comma-separated
 	// lists; see ParseURLs. Query parameters of go-redis URLs (for example skip_verify=true,
-	// dial_timeout=3s) are honoured for a single server.
+	// dial_timeout=3s) are honoured for a single server where the field of Options is zero.
 	URLs []string
 	// PoolSize is the maximum number of connections per node. Default DefaultPoolSize. See
 	// DefaultPoolSize for why blocking readers need a generous pool.
@@ -198,8 +198,28 @@ func maxRetries(n int) int {
 	return n
 }
 
-// singleOptions sets the go-redis options of a single-server client from opts.
+// singleOptions sets the go-redis options of a single-server client from opts. A field that opts
+// leaves at zero takes the URL's query parameter (pool_size, dial_timeout, read_timeout,
+// write_timeout, client_name, max_retries) when it has one, and else the default.
 func singleOptions(opts Options, o *goredis.Options) {
+	if opts.PoolSize <= 0 {
+		opts.PoolSize = o.PoolSize
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = o.DialTimeout
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = o.ReadTimeout
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = o.WriteTimeout
+	}
+	if opts.ClientName == "" {
+		opts.ClientName = o.ClientName
+	}
+	if opts.MaxRetries <= 0 {
+		opts.MaxRetries = o.MaxRetries
+	}
 	applyDefaults(&opts)
 	o.PoolSize = opts.PoolSize
 	o.DialTimeout = opts.DialTimeout

@@ -194,3 +194,28 @@ func TestDialAttempts(t *testing.T) {
 		t.Errorf("DefaultDialAttempts = %d: a dead Redis should be reported after one dial", DefaultDialAttempts)
 	}
 }
+
+// Query parameters of a single server's URL count where Options leaves the field zero.
+func TestURLQueryParameters(t *testing.T) {
+	u := "redis://127.0.0.1:1/0?dial_timeout=3s&read_timeout=4s&write_timeout=6s&pool_size=7&client_name=mine&max_retries=2"
+	o, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	singleOptions(Options{}, o)
+	if o.DialTimeout != 3*time.Second || o.ReadTimeout != 4*time.Second || o.WriteTimeout != 6*time.Second ||
+		o.PoolSize != 7 || o.ClientName != "mine" || o.MaxRetries != 2 {
+		t.Errorf("from the URL: %+v", o)
+	}
+	o, _ = parseURL(u)
+	singleOptions(Options{DialTimeout: time.Second, PoolSize: 3, ClientName: "theirs", MaxRetries: 1}, o)
+	if o.DialTimeout != time.Second || o.ReadTimeout != 4*time.Second || o.PoolSize != 3 || o.ClientName != "theirs" || o.MaxRetries != 1 {
+		t.Errorf("Options win over the URL: %+v", o)
+	}
+	o, _ = parseURL("redis://127.0.0.1:1")
+	singleOptions(Options{}, o)
+	if o.DialTimeout != DefaultDialTimeout || o.ReadTimeout != DefaultReadTimeout || o.WriteTimeout != DefaultWriteTimeout ||
+		o.PoolSize != DefaultPoolSize || o.ClientName != DefaultClientName || o.MaxRetries != -1 {
+		t.Errorf("defaults: %+v", o)
+	}
+}
