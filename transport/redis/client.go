@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -84,60 +83,6 @@ type Client struct {
 	rdb     goredis.UniversalClient
 	cluster bool
 	desc    string // redacted, for errors and String
-}
-
-// ParseURLs splits comma-separated entries into single URLs, trims white space and drops empty
-// entries. A bare "host:port" becomes "redis://host:port". It does not validate the URLs; Open
-// does. A comma in a password must be percent-encoded (%2C).
-func ParseURLs(entries ...string) []string {
-	var out []string
-	for _, e := range entries {
-		for _, u := range strings.Split(e, ",") {
-			u = strings.TrimSpace(u)
-			if u == "" {
-				continue
-			}
-			if !strings.Contains(u, "://") {
-				u = "redis://" + u
-			}
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-// RedactURL returns the URL with its password replaced by "xxxxx", for logs and errors. A
-// string that does not parse as a URL has everything between "://" and the last "@" replaced.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err == nil {
-		return u.Redacted()
-	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		if i := strings.LastIndexByte(raw, '@'); i >= 0 {
-			return "xxxxx" + raw[i:]
-		}
-		return raw
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		return scheme + "://xxxxx" + rest[i:]
-	}
-	return raw
-}
-
-// parseURL parses one URL with go-redis's rules, keeping secrets out of the error.
-func parseURL(raw string) (*goredis.Options, error) {
-	o, err := goredis.ParseURL(raw)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			// url.Error repeats the whole URL, and its cause may quote part of the password.
-			err = errors.New("not a valid URL (percent-encode special characters of the user name and password)")
-		}
-		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), err)
-	}
-	return o, nil
 }
 
 // Open connects to Redis and checks the connection with PING. The error names the address but

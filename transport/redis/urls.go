@@ -1,0 +1,203 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// ParseURLs turns entries such as the values of --redis and FLOWRUN_REDIS_URL into single URLs.
+// An entry may be a comma-separated list. Since a comma is a legal character of a password in a
+// URL (redis://app:p,w@host:6379 is one URL), an entry is split only at a comma that starts
+// another URL:
+//
+//   - a comma followed by a URL with a scheme ("redis://", "rediss://", "unix://", ...) always
+//     separates, and
+//   - any other comma separates only after the last '@' of the URL being read, that is after its
+//     user name and password, where a list of bare seeds ("host:port") may follow.
+//
+// So "redis://a:1,b:2" and "redis://app:pw@a:1,b:2,c:3" are lists, and "redis://app:p,w@a:1" is one
+// URL. A list in which a later seed has its own credentials must give that seed's scheme:
+// "redis://a:1,redis://app:pw@b:2". A password that contains ",redis://" (a comma followed by
+// anything that looks like a scheme and "://") must percent-encode the comma (%2C).
+//
+// White space around each URL is trimmed and empty entries are dropped. A bare "host:port" becomes
+// "redis://host:port". ParseURLs does not validate the URLs; Open does.
+func ParseURLs(entries ...string) []string {
+	var out []string
+	for _, e := range entries {
+		for {
+			e = strings.TrimLeft(e, ", \t\r\n")
+			if e == "" {
+				break
+			}
+			limit := nextSchemeComma(e)
+			n := firstURLEnd(e[:limit])
+			u := strings.TrimSpace(e[:n])
+			if !strings.Contains(u, "://") {
+				u = "redis://" + u
+			}
+			out = append(out, u)
+			e = e[n:]
+		}
+	}
+	return out
+}
+
+// nextSchemeComma returns the index of the first comma of s that is followed (after white space)
+// by "<scheme>://", or len(s).
+func nextSchemeComma(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ',' {
+			if _, ok := schemePrefix(strings.TrimLeft(s[i+1:], " \t\r\n")); ok {
+				return i
+			}
+		}
+	}
+	return len(s)
+}
+
+// schemePrefix returns the scheme of s if s starts with "<scheme>://", where a scheme is a letter
+// followed by letters, digits, '+', '-' or '.' (RFC 3986).
+func schemePrefix(s string) (string, bool) {
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok || scheme == "" {
+		return "", false
+	}
+	for i, r := range scheme {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return "", false
+		}
+	}
+	return scheme, true
+}
+
+// firstURLEnd returns the length of the first URL of s, which holds no ",<scheme>://": up to the
+// first comma after its user information (everything before its last '@'), or all of s.
+func firstURLEnd(s string) int {
+	start := 0
+	if scheme, ok := schemePrefix(strings.TrimLeft(s, " \t\r\n")); ok {
+		start = strings.Index(s, scheme+"://") + len(scheme) + len("://")
+	}
+	if at := strings.LastIndexByte(s[start:], '@'); at >= 0 {
+		start += at + 1
+	}
+	if c := strings.IndexByte(s[start:], ','); c >= 0 {
+		return start + c
+	}
+	return len(s)
+}
+
+// redactedPassword replaces a password in RedactURL's output.
+const redactedPassword = "xxxxx"
+
+// plainURL parses raw as a URL with an authority ("scheme://...") and reports whether its parts
+// are what they seem: an '@' after the authority (in the path, query or fragment) means that a
+// password holds a '/', '?' or '#' that should have been percent-encoded, so that what url.Parse
+// takes for the host, port or path is part of the password.
+func plainURL(raw string) (*url.URL, bool) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if _, valid := schemePrefix(raw); !ok || !valid || scheme == "" {
+		return nil, false
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.IndexByte(rest[i:], '@') >= 0 {
+		return nil, false
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" {
+		return nil, false
+	}
+	return u, true
+}
+
+// RedactURL returns a URL for logs and errors with its password replaced by "xxxxx", for example
+// "redis://app:xxxxx@host:6379/0". It prints only what it can identify safely: of a string that
+// does not parse as a URL, or whose parts are not what they seem (see below), it prints the scheme
+// and, when there is user information to skip (an '@'), the host after it, for example
+// "redis://xxxxx@host:6379"; without an '@' it cannot tell a host from a password and prints
+// "redis://<redacted>". A string without a scheme and "://" is printed as "<redacted URL>".
+//
+// A URL whose password has an unencoded '/', '?' or '#' parses, but as a host, port and path made
+// of pieces of the password ("redis://app:12/34@host" has host "app", port 12 and path
+// "/34@host"); an '@' after the host gives it away, and such a URL is treated as unparseable.
+func RedactURL(raw string) string {
+	if u, ok := plainURL(raw); ok {
+		return u.Redacted()
+	}
+	scheme, ok := schemePrefix(raw)
+	if !ok {
+		return "<redacted URL>"
+	}
+	rest := raw[len(scheme)+len("://"):]
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return scheme + "://<redacted>"
+	}
+	host, path := rest[at+1:], ""
+	if i := strings.IndexAny(host, "/?#"); i >= 0 {
+		host, path = host[:i], host[i:]
+	}
+	if !safeHost(host) {
+		return scheme + "://" + redactedPassword + "@<redacted>"
+	}
+	if !isDBPath(path) {
+		path = ""
+	}
+	return scheme + "://" + redactedPassword + "@" + host + path
+}
+
+// safeHost reports whether s is made of the characters of a host name, an IP address (with
+// brackets and a zone) and a port only.
+func safeHost(s string) bool {
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune(".-_:[]%", r):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isDBPath reports whether s is the path of a database number: "/", "/3".
+func isDBPath(s string) bool {
+	if !strings.HasPrefix(s, "/") {
+		return false
+	}
+	for _, r := range s[1:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// errBadURL is the cause of every URL that does not parse: the parser's own messages quote the
+// URL, or the piece they stumbled on, which may be part of the password.
+var errBadURL = errors.New("not a valid URL (percent-encode special characters of the user name and password: " +
+	"'@' as %40, '/' as %2F, '%' as %25, a space as %20)")
+
+// parseURL parses one URL with go-redis's rules, keeping secrets out of the error.
+func parseURL(raw string) (*goredis.Options, error) {
+	if _, ok := plainURL(raw); !ok {
+		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), errBadURL)
+	}
+	o, err := goredis.ParseURL(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = errBadURL
+		}
+		// Otherwise go-redis names a bad scheme, database number, path or query parameter; a
+		// plain URL holds no piece of its password there.
+		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), err)
+	}
+	return o, nil
+}
