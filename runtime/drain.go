@@ -11,8 +11,9 @@ import (
 
 // A job is done when every producing source has finished (and flushed), every redis_stream source has
 // read all that its stream held when the job started, and every stage and sink of this process has
-// nothing left: no lag (entries not yet delivered to its group) and nothing pending (delivered, not
-// yet acknowledged, which includes messages waiting for a retry). The streams are not read in one
+// nothing left: no lag (entries not yet delivered to its group), nothing pending (delivered, not
+// yet acknowledged, which includes messages waiting for a retry in the process) and nothing in its
+// retry set. The streams are not read in one
 // atomic step, so the test must pass twice in a row with nothing moving in between: only then can no
 // message be in flight from one stream to another.
 
@@ -99,6 +100,11 @@ func (r *runner) drainState(ctx context.Context, starts map[*unit]string) (strin
 		}
 		if group == nil || group.Pending > 0 {
 			return "", false, nil
+		}
+		if u.retryKey != "" {
+			if _, waiting, err := r.rdb.NextRetry(ctx, u.retryKey); err != nil || waiting {
+				return "", false, err
+			}
 		}
 		if start, isSource := starts[u]; isSource {
 			if start != "" {

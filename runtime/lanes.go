@@ -14,10 +14,10 @@ import (
 //
 // When shutdown abandons a message, the rest of its lane is abandoned too: acking a later message of
 // the same key while an earlier one waits for redelivery would reorder the key.
-func (r *runner) processAll(n *node, msgs []*message, stopping <-chan struct{}) []result {
+func (r *runner) processAll(n *node, msgs []*message, durable bool, stopping <-chan struct{}) []result {
 	results := make([]result, len(msgs))
 	if n.inline || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
-		r.processLane(n, msgs, allIndexes(len(msgs)), results, stopping)
+		r.processLane(n, msgs, allIndexes(len(msgs)), results, durable, stopping)
 		return results
 	}
 	lanes := make([][]int, n.lanes)
@@ -34,7 +34,7 @@ func (r *runner) processAll(n *node, msgs []*message, stopping <-chan struct{}) 
 	var wg conc.WaitGroup
 	for _, lane := range lanes {
 		if len(lane) > 0 {
-			wg.Go(func() { r.processLane(n, msgs, lane, results, stopping) })
+			wg.Go(func() { r.processLane(n, msgs, lane, results, durable, stopping) })
 		}
 	}
 	wg.Wait()
@@ -42,9 +42,9 @@ func (r *runner) processAll(n *node, msgs []*message, stopping <-chan struct{}) 
 }
 
 // processLane processes the messages at the given indexes in order.
-func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, stopping <-chan struct{}) {
+func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, durable bool, stopping <-chan struct{}) {
 	for k, i := range indexes {
-		results[i] = r.processMessage(n, msgs[i], stopping)
+		results[i] = r.processMessage(n, msgs[i], durable, stopping)
 		if results[i].abandoned {
 			for _, j := range indexes[k+1:] {
 				results[j] = result{abandoned: true}

@@ -25,7 +25,10 @@ type node struct {
 	lanes      int  // messages of one partition in flight at once
 	inline     bool // process in the reading goroutine: the kind only computes
 	retry      flow.RetryPolicy
-	timeout    time.Duration
+	// retryInPlace makes failed messages wait for their retries in the process; otherwise delays
+	// longer than Options.RetryInPlaceUpTo wait in the unit's retry set in Redis.
+	retryInPlace bool
+	timeout      time.Duration
 	deadLetter *flow.Topic // nil: the node's own dead-letter stream
 	delivery   flow.Delivery
 
@@ -72,6 +75,11 @@ type message struct {
 	msg        stages.Message
 	trace      traceContext
 	deliveries int64 // from a reclaim; 0 when unknown
+	// attempts were already made at this message: by earlier deliveries, or before it waited in
+	// the retry set (retry, which it leaves once handled).
+	attempts     int
+	firstFailure time.Time
+	retry        *redis.Retry
 }
 
 // nodeStats counts what a node did, for the summary.
@@ -90,6 +98,9 @@ type unit struct {
 	partition int
 	stream    string // the input stream
 	leaseKey  string // "" when the unit needs no lease (ordering = "none")
+	// retryKey is the unit's retry set; "" when failed messages always wait in place (sources,
+	// and units without a lease, whose retry set several processes would read at once).
+	retryKey string
 	// startLatest makes a new consumer group start at the end of the stream (a redis_stream source
 	// with start = "latest") instead of its beginning.
 	startLatest bool
@@ -101,6 +112,7 @@ func (r *runner) addUnits(n *node) {
 		u := &unit{node: n, partition: p, stream: r.keys.Stream(n.input.Name, p)}
 		if n.ordering != flow.OrderNone {
 			u.leaseKey = r.keys.Lease(n.input.Name, p, n.name)
+			u.retryKey = r.keys.Retry(n.input.Name, p, n.name)
 		}
 		r.units = append(r.units, u)
 	}
@@ -119,7 +131,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 		name: s.Name, typ: "stage", kind: s.Kind,
 		group: redis.Group(s.Name), input: s.Input,
 		ordering: s.Ordering, lanes: s.Concurrency, inline: cheapKinds[s.Kind],
-		retry: s.Retry, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
+		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
 	n.handler = &stageHandler{r: r, node: n, proc: proc}
 	r.nodes = append(r.nodes, n)
@@ -131,7 +143,7 @@ func (r *runner) addSink(s *flow.Sink) error {
 	n := &node{
 		name: s.Name, typ: "sink", kind: s.Kind,
 		group: redis.Group(s.Name), input: s.Input,
-		ordering: flow.OrderByKey, lanes: sinkLanes, retry: s.Retry, timeout: sinkTimeout,
+		ordering: flow.OrderByKey, lanes: sinkLanes, retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: sinkTimeout,
 		deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
 	h, err := r.newSink(n, s)

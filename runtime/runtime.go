@@ -42,6 +42,10 @@ type Options struct {
 	// Block is how long a read waits for new entries. It also bounds how long a stop waits for an idle
 	// read to return. Default 500ms.
 	Block time.Duration
+	// RetryInPlaceUpTo is the longest retry delay waited in the process even where retries could
+	// wait in Redis (retry_in_place = false): a round trip through the retry set is not worth a
+	// shorter wait. Default 1s.
+	RetryInPlaceUpTo time.Duration
 	// TrimInterval is how often topics with a retention block are trimmed. Default 10s.
 	TrimInterval time.Duration
 	// Stdin feeds stdin sources and Stdout receives stdout sinks' lines. Default os.Stdin, os.Stdout.
@@ -72,6 +76,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.Block <= 0 {
 		o.Block = 500 * time.Millisecond
+	}
+	if o.RetryInPlaceUpTo <= 0 {
+		o.RetryInPlaceUpTo = time.Second
 	}
 	if o.TrimInterval <= 0 {
 		o.TrimInterval = 10 * time.Second

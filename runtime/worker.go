@@ -13,6 +13,10 @@ import (
 // errLeaseLost ends a worker whose partition another process now owns: it stops without acking.
 var errLeaseLost = errors.New("lease lost")
 
+// retryPoll is how often a unit looks for due retries it was not told about (a dead letter replayed
+// with flowrun dlq replay, retries scheduled by a previous owner).
+const retryPoll = time.Second
+
 // poisonDeliveries is how many deliveries of one entry a node tolerates: an entry delivered more often
 // kept killing the processes that took it, so it goes to the dead-letter stream instead of looping.
 const poisonDeliveries = 5
@@ -25,6 +29,8 @@ type worker struct {
 	backoff  backoff
 	recover  bool   // the consumer's own pending entries must be read again (a commit failed)
 	recovery string // the last pending ID read again
+	// nextRetries is when the unit's retry set is next looked at.
+	nextRetries time.Time
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -48,6 +54,15 @@ func (w *worker) run(ctx context.Context) error {
 	args := redis.ReadArgs{Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID,
 		Count: int64(w.r.opts.BatchSize), Block: w.r.opts.Block}
 	for ctx.Err() == nil {
+		if w.u.retryKey != "" && !time.Now().Before(w.nextRetries) {
+			handled, err := w.retryDue(ctx)
+			if err != nil {
+				return err
+			}
+			if handled {
+				continue // there may be more due
+			}
+		}
 		var batch redis.Batch
 		var err error
 		if w.recover {
@@ -61,7 +76,14 @@ func (w *worker) run(ctx context.Context) error {
 				w.recovery = maxID(ids)
 			}
 		} else {
-			batch, err = w.r.rdb.ReadGroup(ctx, args)
+			// Wait for new entries no longer than until the next retry is due.
+			read := args
+			if w.u.retryKey != "" {
+				if until := time.Until(w.nextRetries); until < read.Block {
+					read.Block = max(until, time.Millisecond)
+				}
+			}
+			batch, err = w.r.rdb.ReadGroup(ctx, read)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -77,7 +99,7 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		w.backoff.reset()
 		if batch.Len() > 0 {
-			if err := w.process(ctx, batch); err != nil {
+			if err := w.process(ctx, batch, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -137,7 +159,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 		}
 		if res.Batch.Len() > 0 {
 			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Batch.Len())
-			if err := w.process(ctx, res.Batch); err != nil {
+			if err := w.process(ctx, res.Batch, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -149,16 +171,35 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 	return nil
 }
 
-// process handles one batch and commits its outputs with its acks. Messages that fail for good and
-// entries that cannot be decoded go to the dead-letter stream; messages abandoned by a shutdown stay
-// pending for another process.
-func (w *worker) process(ctx context.Context, b redis.Batch) error {
+// retryDue processes the retries of the unit that are due, and reports whether there were any.
+func (w *worker) retryDue(ctx context.Context) (bool, error) {
+	due, bad, err := w.r.rdb.DueRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.r.log.Warn("reading due retries failed", "node", w.u.node.name, "retries", w.u.retryKey, "err", err)
+		}
+		w.nextRetries = time.Now().Add(retryPoll)
+		return false, nil
+	}
+	if len(due)+len(bad) == 0 {
+		w.nextRetries = time.Now().Add(retryPoll)
+		return false, nil
+	}
+	return true, w.process(ctx, redis.Batch{}, due, bad)
+}
+
+// process handles one batch, read from the stream or due in the retry set, and commits its outputs
+// with its acks and retry moves in one step. Messages that fail for good and entries that cannot be
+// decoded go to the dead-letter stream; messages that wait for a later retry go to the retry set;
+// messages abandoned by a shutdown stay where they were for another process.
+func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
 	n := w.u.node
 	r := w.r
 	n.stats.in.Add(int64(b.Len()))
 
 	var outs []redis.Output
 	var acks []string
+	var retryDone, retries []redis.Retry
 	for _, bad := range b.Malformed {
 		outs = append(outs, r.deadLetterMalformed(n, w.u, bad))
 		acks = append(acks, bad.ID)
@@ -167,19 +208,40 @@ func (w *worker) process(ctx context.Context, b redis.Batch) error {
 		outs = append(outs, r.deadLetterDeleted(n, w.u, id))
 		acks = append(acks, id)
 	}
-	msgs := make([]*message, len(b.Entries))
-	for i, e := range b.Entries {
-		msgs[i] = &message{
+	for _, bad := range badRetries {
+		outs = append(outs, r.deadLetterMalformed(n, w.u, &redis.MalformedEntryError{
+			ID: bad.Entry.ID, Reason: "a member of the retry set cannot be decoded",
+		}))
+		retryDone = append(retryDone, bad)
+	}
+	msgs := make([]*message, 0, len(b.Entries)+len(due))
+	for _, e := range b.Entries {
+		msgs = append(msgs, &message{
 			id:         e.ID,
 			partition:  w.u.partition,
 			msg:        stages.NewMessage(e.Key, e.Payload, e.Headers),
 			trace:      traceContext{parent: e.TraceParent, state: e.TraceState},
 			deliveries: e.Deliveries,
-		}
+			attempts:   max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
+		})
 	}
+	for i := range due {
+		rt := &due[i]
+		msgs = append(msgs, &message{
+			id:           rt.Entry.ID,
+			partition:    w.u.partition,
+			msg:          stages.NewMessage(rt.Entry.Key, rt.Entry.Payload, rt.Entry.Headers),
+			trace:        traceContext{parent: rt.Entry.TraceParent, state: rt.Entry.TraceState},
+			attempts:     rt.Attempts,
+			firstFailure: rt.FirstFailure,
+			retry:        rt,
+		})
+	}
+	durable := w.u.retryKey != "" && !n.retryInPlace
 	written := 0
 	abandoned := false
-	for i, res := range r.processAll(n, msgs, ctx.Done()) {
+	for i, res := range r.processAll(n, msgs, durable, ctx.Done()) {
+		m := msgs[i]
 		if res.abandoned {
 			abandoned = true
 			continue
@@ -188,9 +250,19 @@ func (w *worker) process(ctx context.Context, b redis.Batch) error {
 		if !res.deadLettered {
 			written += len(res.outs)
 		}
-		acks = append(acks, msgs[i].id)
+		if res.retry != nil {
+			retries = append(retries, *res.retry)
+			if res.retry.Due.Before(w.nextRetries) {
+				w.nextRetries = res.retry.Due
+			}
+		}
+		if m.retry != nil {
+			retryDone = append(retryDone, *m.retry)
+		} else {
+			acks = append(acks, m.id)
+		}
 	}
-	if len(acks) == 0 && len(outs) == 0 {
+	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 {
 		return nil
 	}
 	if err := n.handler.flush(); err != nil {
@@ -200,9 +272,11 @@ func (w *worker) process(ctx context.Context, b redis.Batch) error {
 		w.backoff.wait(ctx)
 		return nil
 	}
-	_, err := r.rdb.Commit(r.hard, redis.CommitArgs{
-		Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease,
-	})
+	args := redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease}
+	if len(retryDone)+len(retries) > 0 {
+		args.RetryKey, args.RetryDone, args.Retries = w.u.retryKey, retryDone, retries
+	}
+	_, err := r.rdb.Commit(r.hard, args)
 	switch {
 	case errors.Is(err, redis.ErrLeaseLost):
 		r.log.Warn("lost the partition to another process; its entries are left to the new owner", "node", n.name, "stream", w.u.stream)
@@ -225,24 +299,26 @@ func (w *worker) process(ctx context.Context, b redis.Batch) error {
 // result is what processing one message came to.
 type result struct {
 	outs         []redis.Output
-	deadLettered bool // outs is the message's dead letter
-	abandoned    bool // shutdown interrupted it: not acked, not dead-lettered
+	deadLettered bool         // outs is the message's dead letter
+	retry        *redis.Retry // the message waits in the retry set for its next attempt
+	abandoned    bool         // shutdown interrupted it: not acked, not dead-lettered
 }
 
 // processMessage runs a message through the node's handler, retrying by the node's policy, and
-// dead-letters it when it fails for good.
-func (r *runner) processMessage(n *node, m *message, stopping <-chan struct{}) result {
+// dead-letters it when it fails for good. With durable, a retry due later than RetryInPlaceUpTo is
+// scheduled in the unit's retry set instead of waited for.
+func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-chan struct{}) result {
 	if m.deliveries > poisonDeliveries {
 		err := stages.Permanent(errors.New("delivered " + itoa(m.deliveries) +
 			" times without being acknowledged: every process that took it died or lost it (a poison message)"))
-		return r.deadLettered(n, m, err, 0, time.Now())
+		return r.deadLettered(n, m, err, m.attempts, time.Now())
 	}
 	// A retry starts again from the payload as it arrived, whatever the failed attempt changed.
 	payload, _ := m.msg.Payload()
 	key, headers := m.msg.Key, m.msg.Headers
-	var firstFailure time.Time
-	for attempt := 1; ; attempt++ {
-		if attempt > 1 {
+	firstFailure := m.firstFailure
+	for attempt := m.attempts + 1; ; attempt++ {
+		if attempt > m.attempts+1 {
 			m.msg = stages.NewMessage(key, payload, headers)
 		}
 		ctx, cancel := context.WithTimeout(r.hard, n.timeout)
@@ -265,7 +341,19 @@ func (r *runner) processMessage(n *node, m *message, stopping <-chan struct{}) r
 		if stages.IsPermanent(err) || attempt >= n.retry.MaxAttempts {
 			return r.deadLettered(n, m, err, attempt, firstFailure)
 		}
+		n.stats.retried.Add(1)
 		delay := jittered(n.retry.Delay(attempt), n.retry.Jitter)
+		if durable && delay > r.opts.RetryInPlaceUpTo {
+			r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
+			return result{retry: &redis.Retry{
+				Entry: redis.Entry{
+					ID: m.id, Key: key, Payload: payload, Headers: headers,
+					TraceParent: m.trace.parent, TraceState: m.trace.state,
+				},
+				Attempts: attempt, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
+				Due: time.Now().Add(delay),
+			}}
+		}
 		r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
 		t := time.NewTimer(delay)
 		select {
@@ -274,7 +362,6 @@ func (r *runner) processMessage(n *node, m *message, stopping <-chan struct{}) r
 			t.Stop()
 			return result{abandoned: true} // redelivered after the restart, retry count and all
 		}
-		n.stats.retried.Add(1)
 	}
 }
 
