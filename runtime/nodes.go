@@ -18,19 +18,19 @@ type node struct {
 	typ  string // "source", "stage" or "sink"
 	kind string
 
-	group      string      // consumer group on the input streams
-	input      *flow.Topic // nil for a redis_stream source, which reads an external stream
-	handler    handler
-	ordering   flow.Ordering
-	lanes      int  // messages of one partition in flight at once
-	inline     bool // process in the reading goroutine: the kind only computes
-	retry      flow.RetryPolicy
+	group    string      // consumer group on the input streams
+	input    *flow.Topic // nil for a redis_stream source, which reads an external stream
+	handler  handler
+	ordering flow.Ordering
+	lanes    int  // messages of one partition in flight at once
+	inline   bool // process in the reading goroutine: the kind only computes
+	retry    flow.RetryPolicy
 	// retryInPlace makes failed messages wait for their retries in the process; otherwise delays
 	// longer than Options.RetryInPlaceUpTo wait in the unit's retry set in Redis.
 	retryInPlace bool
 	timeout      time.Duration
-	deadLetter *flow.Topic // nil: the node's own dead-letter stream
-	delivery   flow.Delivery
+	deadLetter   *flow.Topic // nil: the node's own dead-letter stream
+	delivery     flow.Delivery
 
 	stats nodeStats
 }
