@@ -175,3 +175,13 @@ func (c *Client) countLag(ctx context.Context, info StreamInfo, lastDelivered st
 	}
 	return n, false, nil
 }
+
+// ScheduledRetries returns how many messages wait in a retry set (Keys.Retry) for their next
+// attempt: its size (ZCARD), 0 when it does not exist.
+func (c *Client) ScheduledRetries(ctx context.Context, key string) (int64, error) {
+	n, err := c.rdb.ZCard(ctx, key).Result()
+	if err != nil {
+		return 0, wrap(err, "counting the retries in", key)
+	}
+	return n, nil
+}
