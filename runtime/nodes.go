@@ -98,8 +98,8 @@ type unit struct {
 	partition int
 	stream    string // the input stream
 	leaseKey  string // "" when the unit needs no lease (ordering = "none")
-	// retryKey is the unit's retry set; "" when failed messages always wait in place (sources,
-	// and units without a lease, whose retry set several processes would read at once).
+	// retryKey is the unit's retry set, where failed messages wait for their next attempt and
+	// replayed dead letters for theirs; "" for sources, whose failures cannot be retried.
 	retryKey string
 	// startLatest makes a new consumer group start at the end of the stream (a redis_stream source
 	// with start = "latest") instead of its beginning.
@@ -109,10 +109,9 @@ type unit struct {
 // addUnits adds a unit per partition of the node's input.
 func (r *runner) addUnits(n *node) {
 	for p := 0; p < n.input.Partitions; p++ {
-		u := &unit{node: n, partition: p, stream: r.keys.Stream(n.input.Name, p)}
+		u := &unit{node: n, partition: p, stream: r.keys.Stream(n.input.Name, p), retryKey: r.keys.Retry(n.input.Name, p, n.name)}
 		if n.ordering != flow.OrderNone {
 			u.leaseKey = r.keys.Lease(n.input.Name, p, n.name)
-			u.retryKey = r.keys.Retry(n.input.Name, p, n.name)
 		}
 		r.units = append(r.units, u)
 	}

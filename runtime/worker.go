@@ -173,7 +173,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 
 // retryDue processes the retries of the unit that are due, and reports whether there were any.
 func (w *worker) retryDue(ctx context.Context) (bool, error) {
-	due, bad, err := w.r.rdb.DueRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize))
+	due, bad, err := w.r.rdb.ClaimRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize), claimIdle(w.u.node))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.r.log.Warn("reading due retries failed", "node", w.u.node.name, "retries", w.u.retryKey, "err", err)

@@ -49,7 +49,7 @@ type CommitArgs struct {
 	DedupTTL time.Duration
 
 	// RetryKey is the retry set of the input partition (Keys.Retry, which shares the input
-	// stream's hash tag). RetryDone are retries (from DueRetries) to remove from it, finished or
+	// stream's hash tag). RetryDone are retries (from ClaimRetries) to remove from it, finished or
 	// given up, and Retries are messages to schedule in it. Both happen in the same atomic step
 	// as the acks, fenced by the lease like them: a message moved to the retry set is never both
 	// acked and lost, nor left unacked and scheduled.

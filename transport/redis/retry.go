@@ -10,6 +10,19 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
+// claimRetriesScript takes the due members of a retry set and moves their score to the end of the
+// hold, returning them with their original due times.
+//
+//	KEYS[1] retry set; ARGV[1] now in ms, ARGV[2] count, ARGV[3] end of the hold in ms
+//	returns member, score, member, score, ...
+var claimRetriesScript = goredis.NewScript(`
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+for i = 1, #due, 2 do
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[3], due[i])
+end
+return due
+`)
+
 // A retry set (Keys.Retry) holds the messages of one stage on one input partition that wait for
 // their next attempt: a sorted set whose members are the messages, scored by the time they are due.
 // Messages get there, and leave it, only through Commit's settle step, which also acks their
@@ -80,20 +93,21 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// DueRetries returns up to count retries of a retry set that are due at now, earliest first,
-// without removing them: Commit's RetryDone removes them once they are handled. A member that
-// cannot be decoded comes back in malformed, to be removed (and recorded) by the caller.
-func (c *Client) DueRetries(ctx context.Context, key string, now time.Time, count int64) (due []Retry, malformed []Retry, err error) {
-	zs, err := c.rdb.ZRangeByScoreWithScores(ctx, key, &goredis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: count,
-	}).Result()
+// ClaimRetries takes up to count retries of a retry set that are due at now, earliest first, and
+// holds them for the caller: in the same script their due time moves to now+hold, so that no other
+// consumer of the set (processes sharing a partition without a lease, or a process that just lost
+// it) takes them meanwhile. Commit's RetryDone removes them once they are handled; a caller that
+// dies leaves them to be taken again when the hold ends. A member that cannot be decoded comes back
+// in malformed, to be removed (and recorded) by the caller.
+func (c *Client) ClaimRetries(ctx context.Context, key string, now time.Time, count int64, hold time.Duration) (due []Retry, malformed []Retry, err error) {
+	res, err := claimRetriesScript.Run(ctx, c.rdb, []string{key}, now.UnixMilli(), count, now.Add(hold).UnixMilli()).StringSlice()
 	if err != nil {
-		return nil, nil, wrap(err, "reading due retries of", key)
+		return nil, nil, wrap(err, "claiming due retries of", key)
 	}
-	for _, z := range zs {
-		member, _ := z.Member.(string)
-		r, derr := decodeRetry(member, z.Score)
-		if derr != nil {
+	for i := 0; i+1 < len(res); i += 2 {
+		score, perr := strconv.ParseFloat(res[i+1], 64)
+		r, derr := decodeRetry(res[i], score)
+		if perr != nil || derr != nil {
 			malformed = append(malformed, r)
 			continue
 		}

@@ -37,9 +37,13 @@ func TestRetriesMoveWithTheirAcks(t *testing.T) {
 		if next, ok, err := c.NextRetry(ctx, retryKey); err != nil || !ok || next.UnixMilli() != now.UnixMilli() {
 			t.Fatalf("NextRetry = %v, %v, %v; want %v", next, ok, err, now)
 		}
-		due, bad, err := c.DueRetries(ctx, retryKey, now.Add(time.Minute), 100)
+		due, bad, err := c.ClaimRetries(ctx, retryKey, now.Add(time.Minute), 100, time.Minute)
 		if err != nil || len(bad) != 0 || len(due) != 1 {
-			t.Fatalf("DueRetries = %d due, %d malformed, %v; want the one due now", len(due), len(bad), err)
+			t.Fatalf("ClaimRetries = %d due, %d malformed, %v; want the one due now", len(due), len(bad), err)
+		}
+		// Held: nobody else takes it meanwhile.
+		if again, _, _ := c.ClaimRetries(ctx, retryKey, now.Add(time.Minute), 100, time.Minute); len(again) != 0 {
+			t.Fatalf("a held retry was claimed twice")
 		}
 		r := due[0]
 		if r.Entry.ID != b.Entries[0].ID || string(r.Entry.Payload) != string(b.Entries[0].Payload) ||
@@ -54,7 +58,7 @@ func TestRetriesMoveWithTheirAcks(t *testing.T) {
 			RetryDone: []Retry{r}, Retries: []Retry{again}}); err != nil {
 			t.Fatal(err)
 		}
-		due, _, _ = c.DueRetries(ctx, retryKey, now.Add(time.Minute), 100)
+		due, _, _ = c.ClaimRetries(ctx, retryKey, now.Add(time.Minute), 100, time.Millisecond)
 		if len(due) != 1 || due[0].Attempts != 2 {
 			t.Fatalf("after rescheduling: %+v", due)
 		}
@@ -68,7 +72,7 @@ func TestRetriesMoveWithTheirAcks(t *testing.T) {
 		if !errors.Is(err, ErrLeaseLost) {
 			t.Fatalf("stale commit: %v, want ErrLeaseLost", err)
 		}
-		if left, _, _ := c.DueRetries(ctx, retryKey, now.Add(3*time.Hour), 100); len(left) != 3 {
+		if left, _, _ := c.ClaimRetries(ctx, retryKey, now.Add(3*time.Hour), 100, time.Minute); len(left) != 3 {
 			t.Fatalf("%d retries left, want 3", len(left))
 		}
 	})
@@ -94,7 +98,7 @@ func TestMalformedRetryMembersAreReported(t *testing.T) {
 		if err := c.AddRetries(ctx, key, Retry{Entry: Entry{ID: "1-0", Payload: []byte(`{"a":1}`)}, Due: time.UnixMilli(2)}); err != nil {
 			t.Fatal(err)
 		}
-		due, bad, err := c.DueRetries(ctx, key, time.Now(), 10)
+		due, bad, err := c.ClaimRetries(ctx, key, time.Now(), 10, time.Millisecond)
 		if err != nil || len(due) != 1 || len(bad) != 1 {
 			t.Fatalf("due %d, malformed %d, %v", len(due), len(bad), err)
 		}
@@ -103,7 +107,7 @@ func TestMalformedRetryMembersAreReported(t *testing.T) {
 		if _, err := c.Commit(ctx, CommitArgs{Stream: in, Group: "stage", RetryKey: key, RetryDone: bad}); err != nil {
 			t.Fatal(err)
 		}
-		if due, bad, _ := c.DueRetries(ctx, key, time.Now(), 10); len(due) != 1 || len(bad) != 0 {
+		if due, bad, _ := c.ClaimRetries(ctx, key, time.Now().Add(time.Second), 10, time.Millisecond); len(due) != 1 || len(bad) != 0 {
 			t.Fatalf("after removal: due %d, malformed %d", len(due), len(bad))
 		}
 	})
