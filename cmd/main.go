@@ -94,6 +94,7 @@ func newRootCommand(stdio IO) *cobra.Command {
 		newSchemaCommand(stdio),
 		newVersionCommand(stdio),
 		newRunCommand(stdio),
+		newDLQCommand(stdio),
 	)
 	return root
 }

@@ -13,8 +13,9 @@ import (
 // dead_letter names) whose payload is an envelope saying what failed, where, how often and when,
 // with the original payload. Nothing is dropped and nothing loops.
 
-// envelope is a dead letter's payload.
-type envelope struct {
+// Envelope is a dead letter's payload: what failed, where, how often and when, with the original
+// message.
+type Envelope struct {
 	Node          string            `json:"node"`      // the source, stage or sink that gave up
 	NodeType      string            `json:"node_type"` // "source", "stage" or "sink"
 	Error         string            `json:"error"`
@@ -29,12 +30,16 @@ type envelope struct {
 	Payload       json.RawMessage   `json:"payload,omitempty"`    // the original JSON payload
 	RawFields     map[string]string `json:"raw_fields,omitempty"` // a malformed entry's fields
 	Headers       map[string]string `json:"headers,omitempty"`
+	// TraceParent and TraceState are the message's trace context, also kept in the entry's own
+	// fields.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // deadLetterMessage is the dead letter of a message that failed for good.
 func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
 	payload, perr := m.msg.Payload()
-	env := envelope{
+	env := Envelope{
 		Error: err.Error(), Attempts: attempts, FirstFailedAt: first, LastFailedAt: time.Now(),
 		Partition: m.partition, ID: m.id, Key: m.msg.Key, Headers: m.msg.Headers,
 	}
@@ -49,7 +54,7 @@ func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int,
 // deadLetterMalformed is the dead letter of an entry that cannot be decoded.
 func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntryError) redis.Output {
 	now := time.Now()
-	env := envelope{
+	env := Envelope{
 		Error: "malformed entry: " + bad.Reason, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
 		Stream: u.stream, Partition: u.partition, ID: bad.ID, RawFields: bad.Fields,
 	}
@@ -61,7 +66,7 @@ func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntry
 // gone, but its ID and the fact are kept.
 func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 	now := time.Now()
-	env := envelope{
+	env := Envelope{
 		Error:    "the entry was deleted from the stream (trimmed by retention) before it was processed; its contents are lost",
 		Attempts: 0, FirstFailedAt: now, LastFailedAt: now, Stream: u.stream, Partition: u.partition, ID: id,
 	}
@@ -70,8 +75,9 @@ func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 }
 
 // deadLetter addresses an envelope to the node's dead-letter topic or stream.
-func (r *runner) deadLetter(n *node, partition int, env envelope, trace traceContext) redis.Output {
+func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceContext) redis.Output {
 	env.Node, env.NodeType = n.name, n.typ
+	env.TraceParent, env.TraceState = trace.parent, trace.state
 	if n.input != nil {
 		env.Topic = n.input.Name
 		if env.Stream == "" {

@@ -1,0 +1,246 @@
+package cmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowrun/flowrun/runtime"
+)
+
+// dlqFlags are the flags of the dlq subcommands.
+type dlqFlags struct {
+	pipeline pipelineFlags
+	conn     redisFlags
+	node     string
+	ids      []string
+	all      bool
+	asJSON   bool
+}
+
+func newDLQCommand(stdio IO) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "dlq",
+		Short: "List, show, replay and purge a stage's dead letters",
+		Long: "A message that a source, stage or sink gives up on goes to its dead-letter stream (or to the topic " +
+			"its dead_letter names) with what failed, where, how often and when. These commands work on the " +
+			"dead letters of one node (--stage, which also takes source and sink names).\n\n" +
+			"Replay sends dead letters back to that stage alone, through its retry set, to be processed again " +
+			"by the running pipeline; no other stage sees them again. Replayed dead letters stay listed, " +
+			"marked with the time of the replay, until they are purged.",
+	}
+	c.AddCommand(
+		dlqCommand(stdio, "list PATH", "List the dead letters of a stage", false, runDLQList),
+		dlqCommand(stdio, "show PATH", "Show dead letters in full", true, runDLQShow),
+		dlqCommand(stdio, "replay PATH", "Send dead letters back to their stage", true, runDLQReplay),
+		dlqCommand(stdio, "purge PATH", "Delete dead letters", true, runDLQPurge),
+	)
+	return c
+}
+
+// dlqCommand builds one dlq subcommand; selects says whether it acts on --id or --all.
+func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error) *cobra.Command {
+	f := &dlqFlags{}
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if selects && len(f.ids) == 0 && !f.all {
+				return exitError{code: ExitInvalid, message: "say which dead letters: --id ID (repeatable) or --all"}
+			}
+			if len(f.ids) > 0 && f.all {
+				return exitError{code: ExitInvalid, message: "--id and --all exclude each other"}
+			}
+			plan, err := buildPlan(stdio, &f.pipeline, args[0])
+			if err != nil {
+				return err
+			}
+			client, closeClient, err := f.conn.connect(c.Context(), stdio.Err, false)
+			if err != nil {
+				return err
+			}
+			defer closeClient()
+			dl, err := runtime.OpenDeadLetters(client, plan, f.node)
+			if err != nil {
+				return exitError{code: ExitInvalid, message: err.Error()}
+			}
+			if err := run(c, stdio, dl, f); err != nil {
+				var exit exitError
+				if errors.As(err, &exit) {
+					return err
+				}
+				return exitError{code: ExitError, message: plan.Redact(err.Error())}
+			}
+			return nil
+		},
+	}
+	f.pipeline.register(c)
+	f.conn.register(c)
+	c.Flags().StringVar(&f.node, "stage", "", "the source, stage or sink whose dead letters to use (required)")
+	_ = c.MarkFlagRequired("stage")
+	if selects {
+		c.Flags().StringArrayVar(&f.ids, "id", nil, "a dead letter's ID, as list prints it (repeatable)")
+		c.Flags().BoolVar(&f.all, "all", false, "every dead letter of the stage")
+	}
+	c.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
+	return c
+}
+
+// selected returns the dead letters the flags name.
+func selected(c *cobra.Command, dl *runtime.DeadLetters, f *dlqFlags) ([]runtime.DeadLetter, error) {
+	if f.all {
+		return dl.List(c.Context())
+	}
+	var out []runtime.DeadLetter
+	for _, id := range f.ids {
+		d, err := dl.Get(c.Context(), id)
+		if err != nil {
+			return nil, exitError{code: ExitError, message: err.Error()}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func runDLQList(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+	list, err := dl.List(c.Context())
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return writeJSON(stdio, dlqJSON(list))
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(stdio.Out, "no dead letters\n")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdio.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFAILED AT\tATTEMPTS\tPARTITION\tKEY\tREPLAYED\tERROR")
+	for _, d := range list {
+		env := d.Envelope
+		errText := env.Error
+		if d.Malformed != "" {
+			errText = "(unreadable: " + d.Malformed + ")"
+		}
+		replayed := "-"
+		if !d.Replayed.IsZero() {
+			replayed = d.Replayed.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, env.LastFailedAt.Local().Format(time.DateTime),
+			env.Attempts, env.Partition, dash(env.Key), replayed, truncate(oneLineText(errText), 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdio.Out, "%d dead letter%s\n", len(list), plural(len(list)))
+	return nil
+}
+
+func runDLQShow(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+	list, err := selected(c, dl, f)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return writeJSON(stdio, dlqJSON(list))
+	}
+	for i, d := range list {
+		if i > 0 {
+			fmt.Fprintln(stdio.Out)
+		}
+		b, _ := json.MarshalIndent(dlqJSON([]runtime.DeadLetter{d})[0], "", "  ")
+		fmt.Fprintf(stdio.Out, "%s\n", b)
+	}
+	return nil
+}
+
+func runDLQReplay(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+	ids := f.ids
+	if f.all {
+		list, err := dl.List(c.Context())
+		if err != nil {
+			return err
+		}
+		ids = nil
+		for _, d := range list {
+			if d.Replayed.IsZero() {
+				ids = append(ids, d.ID) // --all replays what was not replayed yet
+			}
+		}
+	}
+	res, err := dl.Replay(c.Context(), ids)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return writeJSON(stdio, map[string]any{"replayed": nonNil(res.Replayed), "skipped": res.Skipped})
+	}
+	for id, why := range res.Skipped {
+		fmt.Fprintf(stdio.Err, "%s: not replayed: %s\n", id, why)
+	}
+	fmt.Fprintf(stdio.Out, "replayed %d dead letter%s to %s\n", len(res.Replayed), plural(len(res.Replayed)), f.node)
+	if len(res.Skipped) > 0 {
+		return exitError{code: ExitError, message: fmt.Sprintf("%d dead letter%s not replayed", len(res.Skipped), plural(len(res.Skipped)))}
+	}
+	return nil
+}
+
+func runDLQPurge(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+	n, err := dl.Purge(c.Context(), f.ids, f.all)
+	if f.asJSON && err == nil {
+		return writeJSON(stdio, map[string]any{"purged": n})
+	}
+	fmt.Fprintf(stdio.Out, "purged %d dead letter%s\n", n, plural(n))
+	return err
+}
+
+// dlqJSON is the JSON form of dead letters.
+func dlqJSON(list []runtime.DeadLetter) []map[string]any {
+	out := []map[string]any{}
+	for _, d := range list {
+		m := map[string]any{"id": d.ID, "stream": d.Stream, "envelope": d.Envelope}
+		if d.Malformed != "" {
+			m["malformed"] = d.Malformed
+		}
+		if !d.Replayed.IsZero() {
+			m["replayed_at"] = d.Replayed
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func writeJSON(stdio IO, v any) error {
+	enc := json.NewEncoder(stdio.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func oneLineText(s string) string { return strings.Join(strings.Fields(s), " ") }

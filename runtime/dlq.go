@@ -1,0 +1,237 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// DeadLetters are the dead letters of one source, stage or sink, for the operator: flowrun dlq
+// lists, shows, replays and purges them. They live in the node's own dead-letter stream and, when
+// the node has a dead_letter topic, in that topic's partitions, among the dead letters of other
+// nodes.
+type DeadLetters struct {
+	rdb     *redis.Client
+	keys    redis.Keys
+	node    string
+	nodeTyp string
+	input   *flow.Topic // nil for a source
+	streams []string
+}
+
+// DeadLetter is one dead letter.
+type DeadLetter struct {
+	// ID is the dead letter's entry ID in Stream.
+	ID       string
+	Stream   string
+	Envelope Envelope
+	// Malformed says why the entry is not a readable dead letter (someone else wrote it there).
+	Malformed string
+	// Replayed is when it was replayed; zero if it was not.
+	Replayed time.Time
+}
+
+// OpenDeadLetters returns the dead letters of the named source, stage or sink of the plan.
+func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetters, error) {
+	d := &DeadLetters{rdb: c, keys: redis.Keys{Prefix: plan.KeyPrefix}, node: node}
+	var deadLetter *flow.Topic
+	var names []string
+	for _, s := range plan.Sources {
+		names = append(names, s.Name)
+		if s.Name == node {
+			d.nodeTyp = "source"
+		}
+	}
+	for _, s := range plan.Stages {
+		names = append(names, s.Name)
+		if s.Name == node {
+			d.nodeTyp, d.input, deadLetter = "stage", s.Input, s.DeadLetter
+		}
+	}
+	for _, s := range plan.Sinks {
+		names = append(names, s.Name)
+		if s.Name == node {
+			d.nodeTyp, d.input, deadLetter = "sink", s.Input, s.DeadLetter
+		}
+	}
+	if d.nodeTyp == "" {
+		sort.Strings(names)
+		return nil, &ConfigError{fmt.Sprintf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, node, strings.Join(names, ", "))}
+	}
+	d.streams = []string{d.keys.DeadLetter(node)}
+	if deadLetter != nil {
+		d.streams = append(d.streams, d.keys.Streams(deadLetter.Name, deadLetter.Partitions)...)
+	}
+	return d, nil
+}
+
+// List returns every dead letter of the node, oldest first.
+func (d *DeadLetters) List(ctx context.Context) ([]DeadLetter, error) {
+	var out []DeadLetter
+	for _, stream := range d.streams {
+		replayed, err := d.rdb.ReplayedAt(ctx, d.keys.Replayed(stream))
+		if err != nil {
+			return nil, err
+		}
+		after := "0"
+		for {
+			recs, err := d.rdb.Read(ctx, stream, after, 0, 0)
+			if err != nil {
+				return nil, err
+			}
+			if len(recs) == 0 {
+				break
+			}
+			for _, rec := range recs {
+				if dl, ok := d.deadLetter(stream, rec); ok {
+					dl.Replayed = replayed[dl.ID]
+					out = append(out, dl)
+				}
+			}
+			after = recs[len(recs)-1].ID
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		c, err := redis.CompareIDs(out[i].ID, out[j].ID)
+		return err == nil && c < 0
+	})
+	return out, nil
+}
+
+// Get returns one dead letter by its ID.
+func (d *DeadLetters) Get(ctx context.Context, id string) (DeadLetter, error) {
+	for _, stream := range d.streams {
+		rec, ok, err := d.rdb.EntryByID(ctx, stream, id)
+		if err != nil {
+			return DeadLetter{}, err
+		}
+		if !ok {
+			continue
+		}
+		if dl, ok := d.deadLetter(stream, rec); ok {
+			replayed, err := d.rdb.ReplayedAt(ctx, d.keys.Replayed(stream))
+			if err != nil {
+				return DeadLetter{}, err
+			}
+			dl.Replayed = replayed[id]
+			return dl, nil
+		}
+	}
+	return DeadLetter{}, fmt.Errorf("%s %s has no dead letter %s", d.nodeTyp, d.node, id)
+}
+
+// deadLetter reads an entry of a dead-letter stream; entries of a dead_letter topic that another
+// node wrote are not this node's.
+func (d *DeadLetters) deadLetter(stream string, rec redis.Record) (DeadLetter, bool) {
+	dl := DeadLetter{ID: rec.ID, Stream: stream}
+	if rec.Malformed != nil {
+		dl.Malformed = rec.Malformed.Reason
+		return dl, stream == d.streams[0]
+	}
+	if err := json.Unmarshal(rec.Payload, &dl.Envelope); err != nil || dl.Envelope.Node == "" {
+		dl.Malformed = "not a dead-letter envelope"
+		return dl, stream == d.streams[0]
+	}
+	if dl.Envelope.TraceParent == "" {
+		dl.Envelope.TraceParent, dl.Envelope.TraceState = rec.TraceParent, rec.TraceState
+	}
+	return dl, dl.Envelope.Node == d.node
+}
+
+// ReplayResult says what Replay did.
+type ReplayResult struct {
+	Replayed []string          // IDs of the dead letters sent back
+	Skipped  map[string]string // IDs that could not be replayed, and why
+}
+
+// Replay sends dead letters back to the node that gave them up, and to it alone: each goes into the
+// node's retry set for its partition, due now, with its attempts counted afresh. The node's running
+// process picks it up (or the next one to run). Replaying again what was replayed is allowed: the
+// operator decides.
+func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, error) {
+	res := ReplayResult{Skipped: map[string]string{}}
+	if d.input == nil {
+		return res, fmt.Errorf("source %s: a source's dead letters cannot be replayed, since nothing reads them; "+
+			"publish their payloads again with flowrun produce", d.node)
+	}
+	now := time.Now()
+	for _, id := range ids {
+		dl, err := d.Get(ctx, id)
+		if err != nil {
+			res.Skipped[id] = err.Error()
+			continue
+		}
+		env := dl.Envelope
+		switch {
+		case dl.Malformed != "":
+			res.Skipped[id] = "not a dead letter: " + dl.Malformed
+			continue
+		case len(env.Payload) == 0:
+			res.Skipped[id] = "no payload to replay (the entry was malformed or trimmed before it was processed)"
+			continue
+		case env.Partition < 0 || env.Partition >= d.input.Partitions:
+			res.Skipped[id] = fmt.Sprintf("partition %d is not a partition of topic %s", env.Partition, d.input.Name)
+			continue
+		}
+		retry := redis.Retry{
+			Entry: redis.Entry{
+				ID: env.ID, Key: env.Key, Payload: env.Payload, Headers: env.Headers,
+				TraceParent: env.TraceParent, TraceState: env.TraceState,
+			},
+			Due: now,
+		}
+		if retry.Entry.ID == "" {
+			retry.Entry.ID = dl.ID
+		}
+		if err := d.rdb.AddRetries(ctx, d.keys.Retry(d.input.Name, env.Partition, d.node), retry); err != nil {
+			return res, err
+		}
+		if err := d.rdb.MarkReplayed(ctx, d.keys.Replayed(dl.Stream), now, dl.ID); err != nil {
+			return res, err
+		}
+		res.Replayed = append(res.Replayed, id)
+	}
+	return res, nil
+}
+
+// Purge deletes dead letters: the given ones, or with all, every one of the node.
+func (d *DeadLetters) Purge(ctx context.Context, ids []string, all bool) (int, error) {
+	if all {
+		list, err := d.List(ctx)
+		if err != nil {
+			return 0, err
+		}
+		ids = ids[:0]
+		for _, dl := range list {
+			ids = append(ids, dl.ID)
+		}
+	}
+	n := 0
+	var missing []string
+	for _, id := range ids {
+		dl, err := d.Get(ctx, id)
+		if err != nil {
+			missing = append(missing, id)
+			continue
+		}
+		deleted, err := d.rdb.DeleteEntries(ctx, dl.Stream, id)
+		if err != nil {
+			return n, err
+		}
+		if err := d.rdb.ForgetReplayed(ctx, d.keys.Replayed(dl.Stream), id); err != nil {
+			return n, err
+		}
+		n += int(deleted)
+	}
+	if len(missing) > 0 {
+		return n, errors.New("no such dead letter: " + strings.Join(missing, ", "))
+	}
+	return n, nil
+}
