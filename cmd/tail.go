@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/sourcegraph/conc/pool"
 	"github.com/spf13/cobra"
 
@@ -19,9 +18,8 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// tail reads with plain XREAD, without a consumer group, so that it changes nothing that a stage
-// sees: no group, no pending entry, no delivery count. transport/redis wraps group reads only,
-// so the XREADs are here, on the client's go-redis handle.
+// tail reads without a consumer group (transport/redis Client.Read, a plain XREAD), so that it
+// changes nothing that a stage sees: no group, no pending entry, no delivery count.
 
 const (
 	// tailPage is the COUNT of one XREAD.
@@ -106,14 +104,13 @@ func (o tailOptions) validate() error {
 type tailCursor struct {
 	partition int
 	stream    string
-	last      string             // the ID after which to read next
-	buf       []goredis.XMessage // read and not yet printed, in ID order
-	drained   bool               // a read returned nothing: the backlog of the partition is printed
+	last      string         // the ID after which to read next
+	buf       []redis.Record // read and not yet printed, in ID order
+	drained   bool           // a read returned nothing: the backlog of the partition is printed
 }
 
 // tail prints the topic's entries to out, as tailOptions say.
 func tail(ctx context.Context, c *redis.Client, keys redis.Keys, topic *flow.Topic, opts tailOptions, out io.Writer) error {
-	rdb := c.Universal()
 	w := &tailWriter{w: bufio.NewWriter(out), limit: opts.count}
 	cursors := make([]*tailCursor, topic.Partitions)
 	for p := range cursors {
@@ -121,14 +118,14 @@ func tail(ctx context.Context, c *redis.Client, keys redis.Keys, topic *flow.Top
 		if opts.from == "$" {
 			// Resolved once, to the last entry now: XREAD $ in a loop would skip what arrives
 			// between two reads.
-			last, err := lastID(ctx, rdb, cursors[p].stream)
+			last, err := c.LastID(ctx, cursors[p].stream)
 			if err != nil {
 				return err
 			}
 			cursors[p].last = last
 		}
 	}
-	err := tailBacklog(ctx, rdb, cursors, w)
+	err := tailBacklog(ctx, c, cursors, w)
 	if err == nil && opts.follow {
 		if err = w.flush(); err == nil { // show the backlog before waiting for more
 			err = tailFollow(ctx, c, cursors, w)
@@ -146,34 +143,14 @@ func tail(ctx context.Context, c *redis.Client, keys redis.Keys, topic *flow.Top
 	return err
 }
 
-// lastID returns the ID of a stream's last entry, or "0-0" when it has none.
-func lastID(ctx context.Context, rdb goredis.UniversalClient, stream string) (string, error) {
-	msgs, err := rdb.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+// read fetches the next page of a partition after cur.last into cur.buf; block <= 0 does not wait.
+// A partition that does not exist yet reads as empty.
+func (cur *tailCursor) read(ctx context.Context, c *redis.Client, block time.Duration) error {
+	recs, err := c.Read(ctx, cur.stream, cur.last, tailPage, block)
 	if err != nil {
-		return "", fmt.Errorf("reading the last entry of %s: %w", stream, err)
+		return err
 	}
-	if len(msgs) == 0 {
-		return "0-0", nil
-	}
-	return msgs[0].ID, nil
-}
-
-// read fetches the next page of a partition after cur.last into cur.buf; block < 0 does not wait.
-func (cur *tailCursor) read(ctx context.Context, rdb goredis.UniversalClient, block time.Duration) error {
-	res, err := rdb.XRead(ctx, &goredis.XReadArgs{
-		Streams: []string{cur.stream, cur.last},
-		Count:   tailPage,
-		Block:   block,
-	}).Result()
-	if errors.Is(err, goredis.Nil) {
-		return nil // nothing new (and no stream is not an error either)
-	}
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", cur.stream, err)
-	}
-	for _, s := range res {
-		cur.buf = append(cur.buf, s.Messages...)
-	}
+	cur.buf = append(cur.buf, recs...)
 	if n := len(cur.buf); n > 0 {
 		cur.last = cur.buf[n-1].ID
 	}
@@ -182,12 +159,12 @@ func (cur *tailCursor) read(ctx context.Context, rdb goredis.UniversalClient, bl
 
 // tailBacklog prints the entries now in the partitions, merged in ID order. It pages through each
 // partition, keeping at most one page per partition in memory.
-func tailBacklog(ctx context.Context, rdb goredis.UniversalClient, cursors []*tailCursor, w *tailWriter) error {
+func tailBacklog(ctx context.Context, c *redis.Client, cursors []*tailCursor, w *tailWriter) error {
 	for {
 		var next *tailCursor
 		for _, cur := range cursors {
 			if len(cur.buf) == 0 && !cur.drained {
-				if err := cur.read(ctx, rdb, -1); err != nil {
+				if err := cur.read(ctx, c, 0); err != nil {
 					return err
 				}
 				cur.drained = len(cur.buf) == 0
@@ -219,7 +196,6 @@ func idLess(a, b string) bool {
 // reader per partition, since partitions live in different cluster slots and one XREAD cannot
 // cover them.
 func tailFollow(ctx context.Context, c *redis.Client, cursors []*tailCursor, w *tailWriter) error {
-	rdb := c.Universal()
 	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError()
 	// A blocked XREAD does not watch its context; closing the connections ends it at once.
 	p.Go(func(ctx context.Context) error {
@@ -230,7 +206,7 @@ func tailFollow(ctx context.Context, c *redis.Client, cursors []*tailCursor, w *
 	for _, cur := range cursors {
 		p.Go(func(ctx context.Context) error {
 			for {
-				if err := cur.read(ctx, rdb, tailBlock); err != nil {
+				if err := cur.read(ctx, c, tailBlock); err != nil {
 					if ctx.Err() != nil {
 						return nil // interrupted, or another reader failed or reached the count
 					}
@@ -276,18 +252,13 @@ type tailWriter struct {
 
 // print writes one entry as a line. It returns errTailCount once the limit is reached, and
 // prints nothing more after that.
-func (t *tailWriter) print(partition int, msg goredis.XMessage) error {
-	line := tailLine{Partition: partition, ID: msg.ID}
-	e, err := redis.DecodeEntry(msg)
-	if err != nil {
-		line.Error = err.Error()
-		var m *redis.MalformedEntryError
-		if errors.As(err, &m) {
-			line.Error, line.Fields = m.Reason, m.Fields
-		}
+func (t *tailWriter) print(partition int, r redis.Record) error {
+	line := tailLine{Partition: partition, ID: r.ID}
+	if m := r.Malformed; m != nil {
+		line.Error, line.Fields = m.Reason, m.Fields
 	} else {
-		line.Key, line.Payload, line.Headers = e.Key, e.Payload, e.Headers
-		line.TraceParent, line.TraceState = e.TraceParent, e.TraceState
+		line.Key, line.Payload, line.Headers = r.Key, r.Payload, r.Headers
+		line.TraceParent, line.TraceState = r.TraceParent, r.TraceState
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
