@@ -167,7 +167,6 @@ func readersOf(plan *flow.Plan) []reader {
 // inspect gathers the report; now is the time that ages are measured from.
 func inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Time) (*inspectReport, error) {
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
-	rdb := c.Universal()
 	report := &inspectReport{
 		Pipeline: plan.Name, Description: plan.Description, KeyPrefix: plan.KeyPrefix, Redis: c.String(),
 		Topics: []topicReport{}, Readers: []readerReport{},
@@ -179,7 +178,7 @@ func inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 		if r.deadLetter != nil {
 			rr.DeadLetterTopic = r.deadLetter.Name
 		}
-		n, err := rdb.XLen(ctx, rr.DeadLetterStream).Result()
+		n, err := c.StreamLen(ctx, rr.DeadLetterStream)
 		if err != nil {
 			return nil, fmt.Errorf("reading the dead letters of %s: %w", r.label(), err)
 		}
@@ -254,10 +253,9 @@ func groupOf(g redis.GroupInfo, now time.Time) groupReport {
 
 // partitionState adds a reader's scheduled retries and lease on one partition.
 func partitionState(ctx context.Context, c *redis.Client, keys redis.Keys, topic string, p int, stage string, gr *groupReport) error {
-	retryKey := keys.Retry(topic, p, stage)
-	n, err := c.Universal().ZCard(ctx, retryKey).Result()
+	n, err := c.ScheduledRetries(ctx, keys.Retry(topic, p, stage))
 	if err != nil {
-		return fmt.Errorf("reading the retries of %s: %w", retryKey, err)
+		return err
 	}
 	gr.ScheduledRetries = n
 	l, ttl, held, err := c.LeaseHolder(ctx, keys.Lease(topic, p, stage))
