@@ -23,8 +23,11 @@ func newInspectCommand(stdio IO) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "inspect PATH",
-		Short: "Show a pipeline's topics, lag, pending entries, dead letters and leases",
-		Long: "Inspect compiles a pipeline and reports what Redis holds for it: per topic and partition the stream's " +
+		Short: "Show a pipeline's processes, topics, lag, pending entries, dead letters and leases",
+		Long: "Inspect compiles a pipeline and reports what Redis holds for it: the flowrun processes running it " +
+			"(each renews its membership on a timer; shown with the time until it lapses and the leases it holds); " +
+			"per source the process that holds its lease (one process at a time runs a generate, file or " +
+			"redis_stream source; every process runs a stdin source); per topic and partition the stream's " +
 			"length and first and last IDs; per stage or sink reading a partition (its consumer group) the lag " +
 			"(entries not yet delivered), the pending entries (delivered, not acked), the consumers, the oldest " +
 			"pending entry's age and delivery count, scheduled retries and the lease holder; per stage or sink " +
@@ -75,6 +78,31 @@ type inspectReport struct {
 	Topics      []topicReport `json:"topics"`
 	// Readers are the stages and sinks, each a consumer group on every partition of its input.
 	Readers []readerReport `json:"readers"`
+	// Processes are the flowrun processes running the pipeline: the members of the pipeline's
+	// members set whose membership has not lapsed, the soonest to lapse first.
+	Processes []processReport `json:"processes"`
+	// Sources are the pipeline's sources with the holders of their leases, in declaration order.
+	Sources []sourceReport `json:"sources"`
+}
+
+type processReport struct {
+	ID string `json:"id"`
+	// ExpiresInMS is the time until the membership lapses unless the process renews it, which a
+	// running process does several times per lease period.
+	ExpiresInMS int64 `json:"expires_in_ms"`
+	// Leases counts the leases of this report (partitions of the readers, sources) that it holds.
+	Leases int `json:"leases"`
+}
+
+type sourceReport struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	Output string `json:"output"`
+	// LeaseKey is the key of the lease that lets one process at a time run the source; empty
+	// for a source that every process runs (stdin).
+	LeaseKey   string       `json:"lease_key,omitempty"`
+	Lease      *leaseReport `json:"lease,omitempty"` // nil: nobody holds it
+	LeaseError string       `json:"lease_error,omitempty"`
 }
 
 type topicReport struct {
@@ -169,7 +197,18 @@ func inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	report := &inspectReport{
 		Pipeline: plan.Name, Description: plan.Description, KeyPrefix: plan.KeyPrefix, Redis: c.String(),
-		Topics: []topicReport{}, Readers: []readerReport{},
+		Topics: []topicReport{}, Readers: []readerReport{}, Processes: []processReport{}, Sources: []sourceReport{},
+	}
+	for _, s := range plan.Sources {
+		sr := sourceReport{Name: s.Name, Kind: s.Kind}
+		if s.Output != nil {
+			sr.Output = s.Output.Name
+		}
+		if key, ok := sourceLeaseKey(keys, s); ok {
+			sr.LeaseKey = key
+			sr.Lease, sr.LeaseError = leaseOf(ctx, c, key)
+		}
+		report.Sources = append(report.Sources, sr)
 	}
 	readers := readersOf(plan)
 	totals := make(map[string]*readerReport, len(readers))
@@ -235,7 +274,66 @@ func inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 		}
 		report.Topics = append(report.Topics, tr)
 	}
+
+	members, err := c.Members(ctx, keys.Members())
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		if left := m.Expires.Sub(now); left > 0 {
+			report.Processes = append(report.Processes, processReport{
+				ID: m.ID, ExpiresInMS: left.Milliseconds(), Leases: report.leasesHeldBy(m.ID),
+			})
+		}
+	}
 	return report, nil
+}
+
+// sourceLeaseKey returns the key of the lease that a process takes to run source s, as the runtime
+// does: a redis_stream source's lease lives in its stream's hash slot (Keys.StreamLease), a stdin
+// source has none (every process reads its own standard input), and any other source, which
+// produces messages (generate, file), takes Keys.SourceLease.
+func sourceLeaseKey(keys redis.Keys, s *flow.Source) (string, bool) {
+	switch s.Kind {
+	case "stdin":
+		return "", false
+	case "redis_stream":
+		return keys.StreamLease(s.Config.String("stream"), s.Name), true
+	}
+	return keys.SourceLease(s.Name), true
+}
+
+// leaseOf reads who holds the lease at key: nil when nobody does; an unreadable lease is reported,
+// not fatal.
+func leaseOf(ctx context.Context, c *redis.Client, key string) (*leaseReport, string) {
+	l, ttl, held, err := c.LeaseHolder(ctx, key)
+	switch {
+	case err != nil:
+		return nil, oneLine(err.Error())
+	case !held:
+		return nil, ""
+	}
+	return &leaseReport{Owner: l.Owner, Token: l.Token, TTLMS: ttl.Milliseconds()}, ""
+}
+
+// leasesHeldBy counts the leases of the report that owner holds.
+func (r *inspectReport) leasesHeldBy(owner string) int {
+	n := 0
+	for _, s := range r.Sources {
+		if s.Lease != nil && s.Lease.Owner == owner {
+			n++
+		}
+	}
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			for _, g := range p.Groups {
+				if g.Lease != nil && g.Lease.Owner == owner {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // groupOf converts transport's view of an existing group.
@@ -258,13 +356,7 @@ func partitionState(ctx context.Context, c *redis.Client, keys redis.Keys, topic
 		return err
 	}
 	gr.ScheduledRetries = n
-	l, ttl, held, err := c.LeaseHolder(ctx, keys.Lease(topic, p, stage))
-	switch {
-	case err != nil:
-		gr.LeaseError = oneLine(err.Error())
-	case held:
-		gr.Lease = &leaseReport{Owner: l.Owner, Token: l.Token, TTLMS: ttl.Milliseconds()}
-	}
+	gr.Lease, gr.LeaseError = leaseOf(ctx, c, keys.Lease(topic, p, stage))
 	return nil
 }
 
@@ -275,13 +367,38 @@ func idMillis(id string) int64 {
 	return n
 }
 
-// writeTable prints the report as three tables: partitions, consumer groups, readers.
+// writeTable prints the report as tables: processes, sources, partitions, consumer groups, readers.
 func (r *inspectReport) writeTable(out io.Writer) error {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "pipeline %s (key prefix %s) on %s\n", r.Pipeline, r.KeyPrefix, r.Redis)
 	if r.Description != "" {
 		fmt.Fprintf(tw, "%s\n", r.Description)
+	}
+
+	fmt.Fprintln(tw)
+	if len(r.Processes) == 0 {
+		fmt.Fprintln(tw, "no flowrun process is running this pipeline")
+	} else {
+		fmt.Fprintln(tw, "PROCESS\tMEMBERSHIP LAPSES IN\tLEASES")
+		for _, p := range r.Processes {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", p.ID, shortDuration(time.Duration(p.ExpiresInMS)*time.Millisecond), p.Leases)
+		}
+	}
+
+	if len(r.Sources) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "SOURCE\tKIND\tOUTPUT\tLEASE\tNOTE")
+		for _, s := range r.Sources {
+			lease, note := leaseText(s.Lease, s.LeaseError), ""
+			switch {
+			case s.LeaseKey == "":
+				lease, note = "-", "every process runs it"
+			case s.LeaseError != "":
+				note = "lease: " + s.LeaseError
+			}
+			fmt.Fprintf(tw, "source.%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.Output), lease, note)
+		}
 	}
 
 	fmt.Fprintln(tw)
@@ -306,7 +423,7 @@ func (r *inspectReport) writeTable(out io.Writer) error {
 				}
 				if !g.Exists {
 					note = strings.TrimSpace("no consumer group yet " + note)
-					fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t%s\t%s\n", name, t.Name, p.Partition, leaseText(g), note)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t%s\t%s\n", name, t.Name, p.Partition, leaseText(g.Lease, g.LeaseError), note)
 					continue
 				}
 				oldest, deliveries := "-", "-"
@@ -315,7 +432,7 @@ func (r *inspectReport) writeTable(out io.Writer) error {
 					deliveries = strconv.FormatInt(g.OldestPendingDeliveries, 10)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", name, t.Name, p.Partition,
-					lagText(g.Lag, g.LagExact), g.Pending, g.Consumers, oldest, deliveries, leaseText(g), note)
+					lagText(g.Lag, g.LagExact), g.Pending, g.Consumers, oldest, deliveries, leaseText(g.Lease, g.LeaseError), note)
 			}
 		}
 	}
@@ -359,14 +476,15 @@ func lagText(lag int64, exact bool) string {
 	return ">=" + strconv.FormatInt(lag, 10)
 }
 
-func leaseText(g groupReport) string {
+// leaseText shows a lease's holder, fencing token and time to live.
+func leaseText(l *leaseReport, readErr string) string {
 	switch {
-	case g.LeaseError != "":
+	case readErr != "":
 		return "unreadable"
-	case g.Lease == nil:
+	case l == nil:
 		return "-"
 	}
-	return fmt.Sprintf("%s#%d (%s left)", g.Lease.Owner, g.Lease.Token, shortDuration(time.Duration(g.Lease.TTLMS)*time.Millisecond))
+	return fmt.Sprintf("%s#%d (%s left)", l.Owner, l.Token, shortDuration(time.Duration(l.TTLMS)*time.Millisecond))
 }
 
 // shortDuration rounds a duration for a table: 1.2s, 3m2s, 5h3m.

@@ -1,7 +1,9 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -171,4 +173,165 @@ func TestInspect(t *testing.T) {
 func itoa(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// sourcesPipeline has one source of every kind and a stage.
+const sourcesPipeline = `
+topic "in" { partitions = 2 }
+
+source "gen" {
+  kind     = "generate"
+  output   = topic.in
+  template = { n = index }
+}
+
+source "lines" {
+  kind   = "file"
+  path   = "/dev/null"
+  output = topic.in
+}
+
+source "typed" {
+  kind   = "stdin"
+  output = topic.in
+}
+
+source "ext" {
+  kind   = "redis_stream"
+  stream = "EXTERNAL"
+  output = topic.in
+}
+
+sink "out" {
+  kind  = "stdout"
+  input = topic.in
+}
+`
+
+// The runtime is not there: play two processes by hand. proc-a holds the generate source's lease
+// and partition 1 of sink out; proc-b holds the redis_stream source's lease; proc-dead stopped
+// renewing its membership.
+func TestInspectProcessesAndSourceLeases(t *testing.T) {
+	for name, urls := range map[string][]string{
+		"server":  {redistest.Shared(t).URL()},
+		"cluster": redistest.SharedCluster(t, 3).URLs(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			path, prefix := testPipeline(t, sourcesPipeline)
+			external := prefix + ":external{ext}"
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(strings.Replace(string(src), "EXTERNAL", external, 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			keys := redis.Keys{Prefix: prefix}
+			c, err := redis.Open(ctx, redis.Options{URLs: urls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var redisArgs []string
+			for _, u := range urls {
+				redisArgs = append(redisArgs, "--redis", u)
+			}
+			inspectJSON := func() inspectReport {
+				t.Helper()
+				code, out, errOut := runIn(t, "", append([]string{"inspect", "--json"}, append(redisArgs, path)...)...)
+				if code != ExitOK {
+					t.Fatalf("inspect --json: exit %d\n%s", code, errOut)
+				}
+				return parseInspect(t, out)
+			}
+
+			// Nothing ran yet.
+			r := inspectJSON()
+			if len(r.Processes) != 0 || len(r.Sources) != 4 {
+				t.Fatalf("before any process: processes %+v, sources %+v", r.Processes, r.Sources)
+			}
+			for _, s := range r.Sources {
+				if s.Lease != nil || s.LeaseError != "" || s.Output != "in" {
+					t.Errorf("source %s before any process: %+v", s.Name, s)
+				}
+			}
+
+			for id, ttl := range map[string]time.Duration{"proc-a": time.Minute, "proc-b": time.Hour} {
+				if _, err := c.Heartbeat(ctx, keys.Members(), id, ttl); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := heartbeatLapsed(ctx, c, keys.Members(), "proc-dead"); err != nil {
+				t.Fatal(err)
+			}
+			for key, owner := range map[string]string{
+				keys.SourceLease("gen"):           "proc-a",
+				keys.Lease("in", 1, "out"):        "proc-a",
+				keys.StreamLease(external, "ext"): "proc-b",
+			} {
+				if _, ok, err := c.AcquireLease(ctx, key, owner, time.Minute); err != nil || !ok {
+					t.Fatalf("lease %s: %v %v", key, ok, err)
+				}
+			}
+
+			r = inspectJSON()
+			procs := map[string]processReport{}
+			for _, p := range r.Processes {
+				procs[p.ID] = p
+			}
+			if len(r.Processes) != 2 || r.Processes[0].ID != "proc-a" || r.Processes[1].ID != "proc-b" {
+				t.Fatalf("processes: %+v (want proc-a, then proc-b, and not proc-dead)", r.Processes)
+			}
+			if a := procs["proc-a"]; a.Leases != 2 || a.ExpiresInMS <= 0 || a.ExpiresInMS > time.Minute.Milliseconds() {
+				t.Errorf("proc-a: %+v", a)
+			}
+			if b := procs["proc-b"]; b.Leases != 1 || b.ExpiresInMS <= time.Minute.Milliseconds() {
+				t.Errorf("proc-b: %+v", b)
+			}
+			sources := map[string]sourceReport{}
+			for _, s := range r.Sources {
+				sources[s.Name] = s
+			}
+			if s := sources["gen"]; s.Kind != "generate" || s.LeaseKey != keys.SourceLease("gen") || s.Lease == nil ||
+				s.Lease.Owner != "proc-a" || s.Lease.Token < 1 || s.Lease.TTLMS <= 0 {
+				t.Errorf("gen: %+v %+v", s, s.Lease)
+			}
+			if s := sources["lines"]; s.Kind != "file" || s.LeaseKey != keys.SourceLease("lines") || s.Lease != nil {
+				t.Errorf("lines: %+v", s)
+			}
+			if s := sources["typed"]; s.Kind != "stdin" || s.LeaseKey != "" || s.Lease != nil {
+				t.Errorf("typed: %+v", s)
+			}
+			if s := sources["ext"]; s.Kind != "redis_stream" || s.LeaseKey != keys.StreamLease(external, "ext") || s.Lease == nil || s.Lease.Owner != "proc-b" {
+				t.Errorf("ext: %+v %+v", s, s.Lease)
+			}
+
+			code, out, errOut := runIn(t, "", append([]string{"inspect"}, append(redisArgs, path)...)...)
+			if code != ExitOK {
+				t.Fatalf("inspect: exit %d\n%s", code, errOut)
+			}
+			for _, want := range []string{
+				"PROCESS", "MEMBERSHIP LAPSES IN", "SOURCE", "source.gen", "proc-a#", "proc-b#", "every process runs it",
+			} {
+				if !strings.Contains(out, want) {
+					t.Errorf("table lacks %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "proc-dead") {
+				t.Errorf("table shows a lapsed process:\n%s", out)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Fields(line); len(f) > 0 && f[0] == "proc-a" && (len(f) != 3 || f[2] != "2") {
+					t.Errorf("proc-a's row: %q", line)
+				}
+			}
+		})
+	}
+}
+
+// heartbeatLapsed adds a member whose membership lapsed a second ago, as a process that died
+// leaves it until another one's heartbeat forgets it.
+func heartbeatLapsed(ctx context.Context, c *redis.Client, key, id string) error {
+	return c.Universal().ZAdd(ctx, key, goredis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: id}).Err()
 }
