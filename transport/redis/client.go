@@ -261,8 +261,9 @@ func (c *Client) Close() error { return c.rdb.Close() }
 // IsCluster reports whether the client talks to a Redis Cluster.
 func (c *Client) IsCluster() bool { return c.cluster }
 
-// Universal returns the underlying go-redis client, for tests and for commands this package
-// does not wrap. Prefer the Client's methods: they keep the key layout and the fencing rules.
+// Universal returns the underlying go-redis client, for tests (to set up or check what Redis
+// holds). Code outside this package uses the Client's methods: this package is the only one that
+// speaks Redis commands, and its methods keep the key layout and the fencing rules.
 func (c *Client) Universal() goredis.UniversalClient { return c.rdb }
 
 // String describes the connection with the password redacted, for example
