@@ -2,7 +2,11 @@ package cmd
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -27,16 +31,15 @@ func TestConnectionErrorsHideThePassword(t *testing.T) {
 	addr := closedPort(t)
 	path, _ := testPipeline(t, ordersPipeline)
 	commands := [][]string{{"produce", path, "orders"}, {"tail", path, "orders"}, {"inspect", path}}
-	for i, url := range []string{
+	for _, url := range []string{
 		"redis://app:s3cr3t-pw@" + addr + "/0",
 		"rediss://:s3cr3t-pw@" + addr,
 		"redis://app:s3cr3t-pw@" + addr + ",redis://app:s3cr3t-pw@" + closedPort(t), // cluster seeds
+		"redis://app:s3cr3t,pw@" + addr,                                             // a comma in the password
+		"redis://app:s3cr3t,pw@" + addr + "," + closedPort(t),                       // and seeds
+		"redis://app:s3cr3t%40pw%2Fs3cr3t:pw%25 s3cr3t@" + addr,                     // @ / : % encoded, a space not
 	} {
-		cmds := commands
-		if i > 0 {
-			cmds = commands[2:] // they share connect; each failed connection takes go-redis's dial retries
-		}
-		for _, args := range cmds {
+		for _, args := range commands {
 			code, out, errOut := runIn(t, `{"customer_id":"a"}`, append(args, "--redis", url)...)
 			if code != ExitError || out != "" {
 				t.Errorf("%s --redis %s: exit %d, stdout %q", args[0], url, code, out)
@@ -91,5 +94,35 @@ func TestConnectEmbedded(t *testing.T) {
 	closeRedis()
 	if err := c.Universal().Ping(ctx).Err(); err == nil {
 		t.Fatal("the client still works after the close function")
+	}
+}
+
+// go-redis prints some failures on standard error by itself; flowrun must say it once, in one
+// line. The command runs in a child process (this test binary), whose standard error is read.
+func TestConnectionErrorIsTheOnlyLine(t *testing.T) {
+	const env = "FLOWRUN_TEST_STDERR_CHILD"
+	if args := os.Getenv(env); args != "" {
+		os.Exit(Execute(context.Background(), strings.Split(args, "\n"), IO{In: strings.NewReader(""), Out: os.Stdout, Err: os.Stderr}))
+	}
+	path, _ := testPipeline(t, ordersPipeline)
+	for _, url := range []string{"redis://app:s3cr3t@" + closedPort(t), closedPort(t) + "," + closedPort(t)} {
+		for _, args := range [][]string{{"inspect", path}, {"tail", path, "orders"}, {"produce", path, "orders"}} {
+			args = append(args, "--redis", url)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestConnectionErrorIsTheOnlyLine$")
+			cmd.Env = append(os.Environ(), env+"="+strings.Join(args, "\n"))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != ExitError {
+				t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+			}
+			if stdout.Len() != 0 || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), "Error: redis: connecting to ") {
+				t.Errorf("%v: want one line of error:\nstdout %q\nstderr %q", args, stdout.String(), stderr.String())
+			}
+			if strings.Contains(stderr.String(), "s3cr3t") {
+				t.Errorf("%v: the password shows: %s", args, stderr.String())
+			}
+		}
 	}
 }
