@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,7 +25,21 @@ import (
 
 // The tests share one redis-server and one 3-master cluster (see redistest); each test isolates
 // itself with a key prefix of its own.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.M(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(cleanup{redistest.M(m)}) }
+
+// cleanup removes the binaries the tests built once the tests are done.
+type cleanup struct{ goleak.TestingM }
+
+func (c cleanup) Run() int {
+	code := c.TestingM.Run()
+	binaries.Range(func(_, v any) bool {
+		if b := v.(*builtBinary); b.path != "" {
+			_ = os.RemoveAll(filepath.Dir(b.path))
+		}
+		return true
+	})
+	return code
+}
 
 // backend is a Redis to run pipelines on.
 type backend struct {

@@ -18,32 +18,39 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-var (
-	binaryOnce sync.Once
-	binary     string
-	binaryErr  error
-)
+var binaries sync.Map // package path -> *builtBinary
 
-// flowrunBinary builds the flowrun command once per test binary.
-func flowrunBinary(t *testing.T) string {
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildBinary builds a flowrun command (the stock one, or one with test stage functions) once per
+// test binary.
+func buildBinary(t *testing.T, pkg string) string {
 	t.Helper()
-	binaryOnce.Do(func() {
+	v, _ := binaries.LoadOrStore(pkg, &builtBinary{})
+	b := v.(*builtBinary)
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "flowrun-bin")
 		if err != nil {
-			binaryErr = err
+			b.err = err
 			return
 		}
-		binary = filepath.Join(dir, "flowrun")
-		out, err := exec.Command("go", "build", "-o", binary, "../cmd/flowrun").CombinedOutput()
-		if err != nil {
-			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
+		b.path = filepath.Join(dir, "flowrun")
+		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if binaryErr != nil {
-		t.Fatal(binaryErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binary
+	return b.path
 }
+
+// flowrunBinary builds the stock flowrun command.
+func flowrunBinary(t *testing.T) string { return buildBinary(t, "../cmd/flowrun") }
 
 // process is a flowrun process started by a test.
 type process struct {
@@ -53,7 +60,12 @@ type process struct {
 
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(flowrunBinary(t), args...), log: &syncBuffer{}}
+	return startBinary(t, flowrunBinary(t), args...)
+}
+
+func startBinary(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, args...), log: &syncBuffer{}}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

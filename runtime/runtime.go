@@ -146,6 +146,9 @@ type runner struct {
 	units     []*unit            // every partition of a consuming node this process runs
 
 	producer *redis.Producer // shared by the producing sources
+	// dedupTTL is how long effectively-once markers live: longer than an input can take to be
+	// delivered again after its outputs were written (a lease expiring, an entry going idle).
+	dedupTTL time.Duration
 
 	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
 	hard context.Context
@@ -192,6 +195,10 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 				return nil, err
 			}
 		}
+	}
+	r.dedupTTL = redis.DefaultDedupTTL
+	for _, n := range r.nodes {
+		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+claimIdle(n)))
 	}
 	if opts.UntilDrained {
 		for _, p := range r.producers {

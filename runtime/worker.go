@@ -93,6 +93,9 @@ func (w *worker) run(ctx context.Context) error {
 				w.ensureGroup(ctx)
 				continue
 			}
+			// The read may have delivered entries whose reply was lost with the connection: they
+			// are in this consumer's pending list, so read that again before anything new.
+			w.recover, w.recovery = true, ""
 			w.r.log.Warn("reading failed; retrying", "node", n.name, "stream", w.u.stream, "err", err)
 			w.backoff.wait(ctx)
 			continue
@@ -153,6 +156,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 			if ctx.Err() != nil || errors.Is(err, redis.ErrNoGroup) {
 				return nil
 			}
+			w.recover, w.recovery = true, "" // a lost reply may have claimed entries for this consumer
 			w.r.log.Warn("reclaiming pending entries failed; retrying", "node", n.name, "stream", w.u.stream, "err", err)
 			w.backoff.wait(ctx)
 			continue
@@ -268,11 +272,11 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 	if err := n.handler.flush(); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
-		w.recover = true
+		w.recover, w.recovery = true, ""
 		w.backoff.wait(ctx)
 		return nil
 	}
-	args := redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease}
+	args := redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL}
 	if len(retryDone)+len(retries) > 0 {
 		args.RetryKey, args.RetryDone, args.Retries = w.u.retryKey, retryDone, retries
 	}
@@ -285,13 +289,13 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 		return nil // the drain time is over: what was not committed stays pending for another process
 	case err != nil:
 		r.log.Error("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
-		w.recover = true
+		w.recover, w.recovery = true, ""
 		w.backoff.wait(ctx)
 		return nil
 	}
 	n.stats.out.Add(int64(written))
 	if abandoned {
-		w.recover = true
+		w.recover, w.recovery = true, ""
 	}
 	return nil
 }
