@@ -338,3 +338,52 @@ sink "hook" {
 		}
 	})
 }
+
+// TestEntryTrimmedWhilePendingIsRecorded trims an entry that a dead consumer had read but not
+// acknowledged: when its partition is taken over, the entry is gone, and the dead-letter stream says
+// so with its ID.
+func TestEntryTrimmedWhilePendingIsRecorded(t *testing.T) {
+	ctx := context.Background()
+	c := server.open(t) // miniredis does not report entries deleted while pending
+	plan := buildSource(t, `
+pipeline "trimmed" {}
+topic "in" {}
+stage "pass" {
+  kind  = "filter"
+  input = topic.in
+  where = true
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.pass
+}
+`)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	stream := keys.Stream("in", 0)
+	rdb := c.Universal()
+	if err := c.EnsureGroup(ctx, stream, "pass"); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := rdb.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: []any{"payload", `{"n":1}`}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XReadGroup(ctx, &goredis.XReadGroupArgs{Group: "pass", Consumer: "dead", Streams: []string{stream, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XDel(ctx, stream, lost).Err(); err != nil {
+		t.Fatal(err)
+	}
+	j := runJob(t, c, plan, runtime.Options{})
+	dead, err := rdb.XRange(ctx, keys.DeadLetter("pass"), "-", "+").Result()
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters: %v, %v", dead, err)
+	}
+	env := jsonObject(t, dead[0].Values["payload"].(string))
+	if env["id"] != lost || !strings.Contains(env["error"].(string), "deleted from the stream") {
+		t.Errorf("dead letter %v", env)
+	}
+	if j.summary.DeadLettered() != 1 {
+		t.Errorf("summary counts %d dead letters", j.summary.DeadLettered())
+	}
+}
