@@ -38,6 +38,8 @@ type ownership struct {
 	ctx     context.Context // the run's context, set by run
 
 	mu        sync.Mutex
+	leases    int  // balanced units held, as of the last step
+	fair      bool // leases is the fair share, as of the last step
 	held      map[*unit]*holding
 	sourceLes map[string]*heldLease // leases of producing sources, by key
 	worked    []*unit               // every unit this process worked on, to tidy its consumer up
@@ -84,6 +86,14 @@ func newOwnership(r *runner) *ownership {
 	}
 	sort.Slice(o.balanced, func(i, j int) bool { return rank(o.balanced[i]) < rank(o.balanced[j]) })
 	return o
+}
+
+// holdings reports how many leases of partitions this process holds, and whether that is its fair
+// share as of the last step.
+func (o *ownership) holdings() (int, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leases, o.fair
 }
 
 // run starts the units and keeps the leases until ctx ends; shutdown then finishes the work.
@@ -183,6 +193,7 @@ func (o *ownership) step(ctx context.Context) {
 			holding++
 		}
 	}
+	o.leases, o.fair = holding, holding >= share
 }
 
 // tryAcquire takes a unit's lease if it is free and starts its worker. Called with o.mu held.

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sourcegraph/conc"
@@ -46,6 +47,9 @@ type Options struct {
 	// wait in Redis (retry_in_place = false): a round trip through the retry set is not worth a
 	// shorter wait. Default 1s.
 	RetryInPlaceUpTo time.Duration
+	// PollInterval is how often the state of the streams (lag, pending, dead letters) is read for
+	// Snapshot, metrics and readiness. Default 5s.
+	PollInterval time.Duration
 	// TrimInterval is how often topics with a retention block are trimmed. Default 10s.
 	TrimInterval time.Duration
 	// Stdin feeds stdin sources and Stdout receives stdout sinks' lines. Default os.Stdin, os.Stdout.
@@ -79,6 +83,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.RetryInPlaceUpTo <= 0 {
 		o.RetryInPlaceUpTo = time.Second
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 5 * time.Second
 	}
 	if o.TrimInterval <= 0 {
 		o.TrimInterval = 10 * time.Second
@@ -119,8 +126,22 @@ func (e *ConfigError) Error() string { return e.msg }
 // Run runs the plan until ctx is canceled or, in job mode, until all work is done. It then stops
 // reading, finishes and commits the batches in flight (within DrainTimeout), releases its leases and
 // returns a summary of what each node did. The error is nil after a clean stop; a *ConfigError means
-// the options do not suit the plan.
+// the options do not suit the plan. It is New followed by Runtime.Run.
 func Run(ctx context.Context, plan *flow.Plan, opts Options) (*Summary, error) {
+	rt, err := New(plan, opts)
+	if err != nil {
+		return nil, err
+	}
+	return rt.Run(ctx)
+}
+
+// Runtime is a pipeline ready to run, or running: its Snapshot shows what it does while it runs.
+type Runtime struct {
+	r *runner
+}
+
+// New checks the options against the plan and prepares the run.
+func New(plan *flow.Plan, opts Options) (*Runtime, error) {
 	if opts.Redis == nil {
 		return nil, errors.New("runtime: no Redis client")
 	}
@@ -129,8 +150,14 @@ func Run(ctx context.Context, plan *flow.Plan, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.run(ctx)
+	return &Runtime{r: r}, nil
 }
+
+// Run runs the pipeline; see the package function Run. A Runtime runs once.
+func (rt *Runtime) Run(ctx context.Context) (*Summary, error) { return rt.r.run(ctx) }
+
+// Plan is the plan the runtime runs.
+func (rt *Runtime) Plan() *flow.Plan { return rt.r.plan }
 
 // runner is one Run of a plan.
 type runner struct {
@@ -152,6 +179,9 @@ type runner struct {
 
 	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
 	hard context.Context
+
+	own  atomic.Pointer[ownership] // set when the run starts
+	poll poll
 
 	mu       sync.Mutex
 	fatalErr error         // the first error that stops the run
@@ -270,7 +300,9 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		"job", r.opts.UntilDrained)
 
 	own := newOwnership(r)
+	r.own.Store(own)
 	var wg conc.WaitGroup
+	wg.Go(func() { r.pollLoop(runCtx) })
 	wg.Go(func() { own.run(runCtx) })
 	for _, p := range r.producers {
 		wg.Go(func() { r.runProducer(runCtx, own, p) })

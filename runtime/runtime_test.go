@@ -267,14 +267,30 @@ sink "out" {
 	var log syncBuffer
 	done := make(chan error, 1)
 	var summary atomic.Pointer[runtime.Summary]
+	rt, err := runtime.New(plan, runtime.Options{Redis: c, Logger: newLogger(&log), LeaseTTL: 30 * time.Second, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		s, err := runtime.Run(runCtx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), LeaseTTL: 30 * time.Second})
+		s, err := rt.Run(runCtx)
 		summary.Store(s)
 		done <- err
 	}()
 	// Wait until everything was delivered, by watching the sink's group, then stop.
 	waitFor(t, "the sink to acknowledge 500 messages", func() bool {
 		return acked(t, c, plan.KeyPrefix, "pass.out", 3, "out") == 500
+	})
+	waitFor(t, "the snapshot to show all partitions drained", func() bool {
+		s := rt.Snapshot()
+		if rt.Ready() != nil || len(s.Partitions) != 6 || s.Leases != 6 {
+			return false
+		}
+		for _, p := range s.Partitions {
+			if p.Lag != 0 || p.Pending != 0 {
+				return false
+			}
+		}
+		return s.Nodes[0].In == 500 && s.DeadLetters["pass"] == 0
 	})
 	stop()
 	if err := <-done; err != nil {

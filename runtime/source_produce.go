@@ -27,6 +27,7 @@ type producingSource struct {
 	node     *node
 	output   *flow.Topic
 	finite   bool
+	total    int64  // messages it will produce, when it can tell (a generate source's count)
 	leaseKey string // "" when every process runs the source (stdin)
 	produce  func(ctx context.Context, e *emitter) error
 	spread   roundRobin
@@ -38,6 +39,7 @@ func (r *runner) newProducingSource(n *node, s *flow.Source) (*producingSource, 
 	switch s.Kind {
 	case "generate":
 		p.finite = s.Config.Has("count")
+		p.total = s.Config.Int("count")
 		p.produce = generate(s.Config.Int("count"), p.finite, s.Config.Float("rate"), s.Config.Fields("template"))
 	case "file":
 		path := s.Config.String("path")

@@ -36,15 +36,20 @@ func (s *Summary) DeadLettered() int64 {
 }
 
 func (r *runner) summary() *Summary {
-	s := &Summary{Elapsed: time.Since(r.start)}
+	return &Summary{Elapsed: time.Since(r.start), Nodes: r.nodeSummaries()}
+}
+
+// nodeSummaries reads every node's counters.
+func (r *runner) nodeSummaries() []NodeSummary {
+	out := make([]NodeSummary, 0, len(r.nodes))
 	for _, n := range r.nodes {
-		s.Nodes = append(s.Nodes, NodeSummary{
+		out = append(out, NodeSummary{
 			Name: n.name, Type: n.typ, Kind: n.kind,
 			In: n.stats.in.Load(), Out: n.stats.out.Load(), Filtered: n.stats.filtered.Load(),
 			Failed: n.stats.failed.Load(), Retried: n.stats.retried.Load(), DeadLettered: n.stats.deadLettered.Load(),
 		})
 	}
-	return s
+	return out
 }
 
 // Write prints the summary as a table.
