@@ -102,10 +102,11 @@ const redactedPassword = "xxxxx"
 // password holds a '/', '?' or '#' that should have been percent-encoded, so that what url.Parse
 // takes for the host, port or path is part of the password.
 func plainURL(raw string) (*url.URL, bool) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if _, valid := schemePrefix(raw); !ok || !valid || scheme == "" {
+	scheme, ok := schemePrefix(raw)
+	if !ok {
 		return nil, false
 	}
+	rest := raw[len(scheme)+len("://"):]
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.IndexByte(rest[i:], '@') >= 0 {
 		return nil, false
 	}
