@@ -48,7 +48,7 @@ func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int,
 	} else if perr == nil {
 		env.RawFields = map[string]string{"payload": string(payload)}
 	}
-	return r.deadLetter(n, m.partition, env, m.trace)
+	return r.deadLetter(n, m.partition, env, m.out)
 }
 
 // deadLetterMalformed is the dead letter of an entry that cannot be decoded.

@@ -44,7 +44,7 @@ func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Mes
 	if err != nil {
 		return redis.Output{}, err
 	}
-	e, err := entryOf(key, msg, m.trace)
+	e, err := entryOf(key, msg, m.out)
 	if err != nil {
 		return redis.Output{}, err
 	}

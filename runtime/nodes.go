@@ -73,8 +73,9 @@ type message struct {
 	id         string
 	partition  int
 	msg        stages.Message
-	trace      traceContext
-	deliveries int64 // from a reclaim; 0 when unknown
+	trace      traceContext // the trace context the message arrived with
+	out        traceContext // the trace context its outputs carry: its processing span's
+	deliveries int64        // from a reclaim; 0 when unknown
 	// attempts were already made at this message: by earlier deliveries, or before it waited in
 	// the retry set (retry, which it leaves once handled).
 	attempts     int

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sourcegraph/conc"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flowrun/flow"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -58,6 +60,11 @@ type Options struct {
 	// HTTPClient sends the requests of http sinks. Default: a client without a global timeout (each
 	// sink has its own).
 	HTTPClient *http.Client
+	// TracerProvider makes the spans of the messages' traces; nil traces nothing (trace context that
+	// messages carry is passed on unchanged).
+	TracerProvider trace.TracerProvider
+	// MeterProvider records the metrics; nil records none.
+	MeterProvider metric.MeterProvider
 	// Logger receives the runtime's log. Default slog.Default().
 	Logger *slog.Logger
 	// ProcessID names this process as a consumer and lease owner. Default: host name, process ID and
@@ -180,8 +187,9 @@ type runner struct {
 	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
 	hard context.Context
 
-	own  atomic.Pointer[ownership] // set when the run starts
-	poll poll
+	own     atomic.Pointer[ownership] // set when the run starts
+	poll    poll
+	tracing tracing
 
 	mu       sync.Mutex
 	fatalErr error         // the first error that stops the run
@@ -197,6 +205,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
 		log:  opts.Logger.With("pipeline", plan.Name),
 	}
+	r.tracing = newTracing(opts.TracerProvider)
 	if err := r.keys.Validate(); err != nil {
 		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
 	}

@@ -148,7 +148,7 @@ type streamSink struct {
 }
 
 func (s *streamSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	e, err := entryOf(m.msg.Key, &m.msg, m.trace)
+	e, err := entryOf(m.msg.Key, &m.msg, m.out)
 	if err != nil {
 		return outs, err
 	}
@@ -185,10 +185,10 @@ func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output)
 	for k, v := range s.headers {
 		req.Header.Set(k, v)
 	}
-	if m.trace.parent != "" {
-		req.Header.Set("traceparent", m.trace.parent)
-		if m.trace.state != "" {
-			req.Header.Set("tracestate", m.trace.state)
+	if m.out.parent != "" {
+		req.Header.Set("traceparent", m.out.parent)
+		if m.out.state != "" {
+			req.Header.Set("tracestate", m.out.state)
 		}
 	}
 	resp, err := s.client.Do(req)

@@ -96,7 +96,11 @@ type emitter struct {
 func (e *emitter) emit(ctx context.Context, m stages.Message) error {
 	n := e.src.node
 	n.stats.in.Add(1)
-	out, err := e.r.topicOutput(n, &message{}, e.src.output, &m, 0, e.src.spread.next())
+	span, tc := e.r.tracing.startSend(ctx, n, e.src.output.Name)
+	if span != nil {
+		defer span.End()
+	}
+	out, err := e.r.topicOutput(n, &message{out: tc}, e.src.output, &m, 0, e.src.spread.next())
 	if err != nil {
 		if !stages.IsPermanent(err) {
 			return err

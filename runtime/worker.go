@@ -312,10 +312,18 @@ type result struct {
 // dead-letters it when it fails for good. With durable, a retry due later than RetryInPlaceUpTo is
 // scheduled in the unit's retry set instead of waited for.
 func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-chan struct{}) result {
+	ctx, span := r.tracing.startProcess(r.hard, n, m)
+	res, err := r.attempt(ctx, n, m, durable, stopping)
+	r.tracing.endProcess(span, res, err)
+	return res
+}
+
+// attempt makes the attempts at a message that processMessage describes, and returns the last error.
+func (r *runner) attempt(base context.Context, n *node, m *message, durable bool, stopping <-chan struct{}) (result, error) {
 	if m.deliveries > poisonDeliveries {
 		err := stages.Permanent(errors.New("delivered " + itoa(m.deliveries) +
 			" times without being acknowledged: every process that took it died or lost it (a poison message)"))
-		return r.deadLettered(n, m, err, m.attempts, time.Now())
+		return r.deadLettered(n, m, err, m.attempts, time.Now()), err
 	}
 	// A retry starts again from the payload as it arrived, whatever the failed attempt changed.
 	payload, _ := m.msg.Payload()
@@ -325,15 +333,15 @@ func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-ch
 		if attempt > m.attempts+1 {
 			m.msg = stages.NewMessage(key, payload, headers)
 		}
-		ctx, cancel := context.WithTimeout(r.hard, n.timeout)
+		ctx, cancel := context.WithTimeout(base, n.timeout)
 		outs, err := n.handler.handle(ctx, m, nil)
 		timedOut := ctx.Err() == context.DeadlineExceeded
 		cancel()
 		if err == nil {
-			return result{outs: outs}
+			return result{outs: outs}, nil
 		}
 		if r.hard.Err() != nil {
-			return result{abandoned: true} // the failure may be the shutdown's doing
+			return result{abandoned: true}, nil // the failure may be the shutdown's doing
 		}
 		if timedOut {
 			err = errors.Join(err, errors.New("the attempt took longer than the timeout of "+flow.FormatDuration(n.timeout)))
@@ -343,7 +351,7 @@ func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-ch
 			firstFailure = time.Now()
 		}
 		if stages.IsPermanent(err) || attempt >= n.retry.MaxAttempts {
-			return r.deadLettered(n, m, err, attempt, firstFailure)
+			return r.deadLettered(n, m, err, attempt, firstFailure), err
 		}
 		n.stats.retried.Add(1)
 		delay := jittered(n.retry.Delay(attempt), n.retry.Jitter)
@@ -356,7 +364,7 @@ func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-ch
 				},
 				Attempts: attempt, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
 				Due: time.Now().Add(delay),
-			}}
+			}}, err
 		}
 		r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
 		t := time.NewTimer(delay)
@@ -364,7 +372,7 @@ func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-ch
 		case <-t.C:
 		case <-stopping:
 			t.Stop()
-			return result{abandoned: true} // redelivered after the restart, retry count and all
+			return result{abandoned: true}, nil // redelivered after the restart, retry count and all
 		}
 	}
 }

@@ -1,0 +1,155 @@
+package runtime
+
+import (
+	"context"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Messages carry W3C trace context (traceparent, tracestate) in their entries. Sources start a trace
+// per message with a producer span; every stage and sink continues it with a processing span, child
+// of the span that wrote the message, and writes its outputs with its own span's context; so one
+// trace shows every hop. Spans follow the OpenTelemetry messaging conventions.
+//
+// A message whose trace is not sampled takes a fast path: no span, its trace context copied to its
+// outputs as it is. Without a TracerProvider nothing is traced and trace context passes through.
+
+// tracing starts the spans of a run.
+type tracing struct {
+	tracer trace.Tracer // nil: tracing is off
+	prop   propagation.TraceContext
+}
+
+func newTracing(tp trace.TracerProvider) tracing {
+	if tp == nil {
+		return tracing{}
+	}
+	return tracing{tracer: tp.Tracer("github.com/flowrun/flowrun/runtime")}
+}
+
+// messagingSystem names Redis streams in the messaging.system attribute.
+const messagingSystem = "redis"
+
+// startProcess starts the span of node n processing m, continuing m's trace, and sets the trace
+// context m's outputs carry. It returns a nil span on the fast path.
+func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context.Context, trace.Span) {
+	m.out = m.trace
+	if t.tracer == nil || (m.trace.parent != "" && !sampled(m.trace.parent)) {
+		return ctx, nil
+	}
+	if m.trace.parent != "" {
+		ctx = t.prop.Extract(ctx, carrier{&m.trace})
+	}
+	destination := n.inputName()
+	ctx, span := t.tracer.Start(ctx, "process "+destination,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", messagingSystem),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.operation.name", "process"),
+			attribute.String("messaging.destination.name", destination),
+			attribute.String("messaging.destination.partition.id", strconv.Itoa(m.partition)),
+			attribute.String("messaging.consumer.group.name", n.group),
+			attribute.String("messaging.message.id", m.id),
+			attribute.String("flowrun.node", n.name),
+			attribute.String("flowrun.node.type", n.typ),
+			attribute.String("flowrun.node.kind", n.kind),
+		))
+	if m.msg.Key != "" {
+		span.SetAttributes(attribute.String("messaging.redis.message.key", m.msg.Key))
+	}
+	if span.SpanContext().IsValid() {
+		m.out = traceContext{}
+		t.prop.Inject(ctx, carrier{&m.out})
+	}
+	return ctx, span
+}
+
+// endProcess ends a processing span with the outcome of the message.
+func (t tracing) endProcess(span trace.Span, res result, err error) {
+	if span == nil {
+		return
+	}
+	switch {
+	case res.deadLettered:
+		span.SetStatus(codes.Error, "dead-lettered")
+		span.SetAttributes(attribute.Bool("flowrun.dead_lettered", true))
+	case res.retry != nil:
+		span.SetAttributes(attribute.Bool("flowrun.retry_scheduled", true))
+	case res.abandoned:
+		span.SetAttributes(attribute.Bool("flowrun.abandoned", true))
+	}
+	if err != nil {
+		span.RecordError(err)
+	}
+	span.End()
+}
+
+// startSend starts the producer span of a source writing a new message to a topic, and returns the
+// trace context the message's entry carries. Without tracing it returns none.
+func (t tracing) startSend(ctx context.Context, n *node, topic string) (trace.Span, traceContext) {
+	if t.tracer == nil {
+		return nil, traceContext{}
+	}
+	ctx, span := t.tracer.Start(ctx, "send "+topic,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", messagingSystem),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.destination.name", topic),
+			attribute.String("flowrun.node", n.name),
+			attribute.String("flowrun.node.type", n.typ),
+			attribute.String("flowrun.node.kind", n.kind),
+		))
+	var tc traceContext
+	t.prop.Inject(ctx, carrier{&tc})
+	return span, tc
+}
+
+// sampled reads the sampled flag of a traceparent ("00-<trace id>-<span id>-<flags>") without
+// parsing the rest: the fast path of unsampled messages.
+func sampled(traceparent string) bool {
+	if len(traceparent) < 55 {
+		return true // not the usual form: let the propagator judge it
+	}
+	f := traceparent[54]
+	var v byte
+	switch {
+	case f >= '0' && f <= '9':
+		v = f - '0'
+	case f >= 'a' && f <= 'f':
+		v = f - 'a' + 10
+	default:
+		return true
+	}
+	return v&1 == 1
+}
+
+// carrier lets the propagator read and write a message's trace context.
+type carrier struct{ tc *traceContext }
+
+func (c carrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.tc.parent
+	case "tracestate":
+		return c.tc.state
+	}
+	return ""
+}
+
+func (c carrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		c.tc.parent = value
+	case "tracestate":
+		c.tc.state = value
+	}
+}
+
+func (c carrier) Keys() []string { return []string{"traceparent", "tracestate"} }
