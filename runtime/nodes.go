@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -32,7 +34,8 @@ type node struct {
 	deadLetter   *flow.Topic // nil: the node's own dead-letter stream
 	delivery     flow.Delivery
 
-	stats nodeStats
+	stats       nodeStats
+	metricAttrs metric.MeasurementOption // the node's attributes on its metrics
 }
 
 // handler does a node's work on one message.

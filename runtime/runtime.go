@@ -190,6 +190,7 @@ type runner struct {
 	own     atomic.Pointer[ownership] // set when the run starts
 	poll    poll
 	tracing tracing
+	metrics metrics
 
 	mu       sync.Mutex
 	fatalErr error         // the first error that stops the run
@@ -297,6 +298,10 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 			r.closeNodes()
 			return nil, fmt.Errorf("%s %s: %w", n.typ, n.name, err)
 		}
+	}
+	if err := r.registerMetrics(); err != nil {
+		r.closeNodes()
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	producer, err := r.rdb.NewProducer(redis.ProducerOptions{})
 	if err != nil {

@@ -312,9 +312,14 @@ type result struct {
 // dead-letters it when it fails for good. With durable, a retry due later than RetryInPlaceUpTo is
 // scheduled in the unit's retry set instead of waited for.
 func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-chan struct{}) result {
+	var started time.Time
+	if r.metrics.duration != nil {
+		started = time.Now()
+	}
 	ctx, span := r.tracing.startProcess(r.hard, n, m)
 	res, err := r.attempt(ctx, n, m, durable, stopping)
 	r.tracing.endProcess(span, res, err)
+	r.recordMessage(n, m, started)
 	return res
 }
 

@@ -1,0 +1,153 @@
+package runtime
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metrics, through the OpenTelemetry metrics API (flowrun run exports them for Prometheus). Counters
+// of messages are read from the nodes' own counters when metrics are collected, and lag, pending,
+// retries and dead letters come from the timed poll of the streams: the only per-message cost is
+// two histogram records, and none without a MeterProvider.
+
+// metrics holds the instruments recorded per message.
+type metrics struct {
+	duration metric.Float64Histogram // time to process a message, all attempts
+	age      metric.Float64Histogram // time from the entry's write to its input until processing starts
+}
+
+// latencyBuckets suit both sub-millisecond processing and slow retries, in seconds.
+var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// registerMetrics creates the run's instruments. Without a MeterProvider it does nothing.
+func (r *runner) registerMetrics() error {
+	if r.opts.MeterProvider == nil {
+		return nil
+	}
+	m := r.opts.MeterProvider.Meter("github.com/flowrun/flowrun/runtime")
+	var err error
+	if r.metrics.duration, err = m.Float64Histogram("flowrun.message.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a source, stage or sink took to process a message, all attempts included."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
+		return err
+	}
+	if r.metrics.age, err = m.Float64Histogram("flowrun.message.age", metric.WithUnit("s"),
+		metric.WithDescription("Time from a message's entry being written to a node's input until the node processes it (at a sink: the latency of the last hop)."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
+		return err
+	}
+
+	counters := []struct {
+		name, desc string
+		read       func(*nodeStats) int64
+	}{
+		{"flowrun.messages.in", "Entries a node read (a producing source: messages it produced).", func(s *nodeStats) int64 { return s.in.Load() }},
+		{"flowrun.messages.out", "Entries a node wrote to topics and streams.", func(s *nodeStats) int64 { return s.out.Load() }},
+		{"flowrun.messages.filtered", "Messages that passed nothing on by design.", func(s *nodeStats) int64 { return s.filtered.Load() }},
+		{"flowrun.messages.failed", "Failed attempts.", func(s *nodeStats) int64 { return s.failed.Load() }},
+		{"flowrun.messages.retried", "Attempts made again after a failure.", func(s *nodeStats) int64 { return s.retried.Load() }},
+		{"flowrun.messages.dead_lettered", "Messages sent to a dead-letter stream.", func(s *nodeStats) int64 { return s.deadLettered.Load() }},
+	}
+	var observables []metric.Observable
+	type observedCounter struct {
+		inst metric.Int64ObservableCounter
+		read func(*nodeStats) int64
+	}
+	var observed []observedCounter
+	for _, c := range counters {
+		inst, err := m.Int64ObservableCounter(c.name, metric.WithUnit("{message}"), metric.WithDescription(c.desc))
+		if err != nil {
+			return err
+		}
+		observed = append(observed, observedCounter{inst, c.read})
+		observables = append(observables, inst)
+	}
+	lag, err := m.Int64ObservableGauge("flowrun.partition.lag", metric.WithUnit("{message}"),
+		metric.WithDescription("Entries of an input partition not yet delivered to the stage or sink."))
+	if err != nil {
+		return err
+	}
+	pending, err := m.Int64ObservableGauge("flowrun.partition.pending", metric.WithUnit("{message}"),
+		metric.WithDescription("Entries of an input partition delivered to the stage or sink and not yet acknowledged."))
+	if err != nil {
+		return err
+	}
+	retries, err := m.Int64ObservableGauge("flowrun.partition.retries", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages of an input partition waiting in the stage's or sink's retry set."))
+	if err != nil {
+		return err
+	}
+	dead, err := m.Int64ObservableGauge("flowrun.dead_letters", metric.WithUnit("{message}"),
+		metric.WithDescription("Entries in a node's own dead-letter stream."))
+	if err != nil {
+		return err
+	}
+	leases, err := m.Int64ObservableGauge("flowrun.leases.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Partition leases this process holds."))
+	if err != nil {
+		return err
+	}
+	observables = append(observables, lag, pending, retries, dead, leases)
+
+	nodeAttrs := map[string]metric.MeasurementOption{}
+	for _, n := range r.nodes {
+		nodeAttrs[n.name] = metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("flowrun.node", n.name), attribute.String("flowrun.node.type", n.typ),
+			attribute.String("flowrun.node.kind", n.kind)))
+		n.metricAttrs = nodeAttrs[n.name]
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, n := range r.nodes {
+			for _, c := range observed {
+				o.ObserveInt64(c.inst, c.read(&n.stats), nodeAttrs[n.name])
+			}
+		}
+		r.poll.mu.Lock()
+		parts, deadLetters := r.poll.partitions, r.poll.deadLetters
+		r.poll.mu.Unlock()
+		for _, p := range parts {
+			attrs := metric.WithAttributes(attribute.String("flowrun.node", p.Node),
+				attribute.String("messaging.destination.name", p.Topic),
+				attribute.String("messaging.destination.partition.id", strconv.Itoa(p.Partition)))
+			o.ObserveInt64(lag, p.Lag, attrs)
+			o.ObserveInt64(pending, p.Pending, attrs)
+			o.ObserveInt64(retries, p.Retries, attrs)
+		}
+		for name, length := range deadLetters {
+			o.ObserveInt64(dead, length, nodeAttrs[name])
+		}
+		if own := r.own.Load(); own != nil {
+			held, _ := own.holdings()
+			o.ObserveInt64(leases, int64(held))
+		}
+		return nil
+	}, observables...)
+	return err
+}
+
+// recordMessage records the processing time of a message and its age when processing started.
+func (r *runner) recordMessage(n *node, m *message, started time.Time) {
+	if r.metrics.duration == nil {
+		return
+	}
+	ctx := context.Background()
+	r.metrics.duration.Record(ctx, time.Since(started).Seconds(), n.metricAttrs)
+	if written, ok := entryTime(m.id); ok {
+		r.metrics.age.Record(ctx, started.Sub(written).Seconds(), n.metricAttrs)
+	}
+}
+
+// entryTime reads the time a stream entry was written from its ID ("<ms>-<seq>").
+func entryTime(id string) (time.Time, bool) {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
+}
