@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The harness's own side of every flow: it publishes into the first stream and is the final
+// consumer of the last one, identically for the raw hops, flowrun and Watermill.
+
+// pubBatch is the number of XADDs per pipeline of the harness's publishers (as RAW-PUB).
+const pubBatch = 1000
+
+// finalGroup is the final consumer's group on the last stream.
+const finalGroup = "final"
+
+// entryValues returns the XADD field list of a payload in the given format.
+func entryValues(f format, payload []byte) []any {
+	if f == formatWatermill {
+		// Watermill's unmarshaller needs a message UUID; the phase and number make one.
+		return []any{wmUUIDField, string(payload[phaseOffset : seqOffset+seqDigits]), fieldPayload, payload}
+	}
+	return []any{fieldPayload, payload}
+}
+
+// publish writes messages first..first+n-1 of a phase to stream in pipelines of pubBatch.
+func publish(ctx context.Context, rdb *goredis.Client, stream string, f format, phase byte, first, n int) error {
+	buf := make([]byte, pubBatch*payloadSize)
+	pipe := rdb.Pipeline()
+	for done := 0; done < n; {
+		k := min(pubBatch, n-done)
+		now := time.Now().UnixNano()
+		for i := range k {
+			p := buf[i*payloadSize : (i+1)*payloadSize]
+			putPayload(p, now, phase, first+done+i)
+			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: entryValues(f, p)})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("publishing to %s: %w", stream, err)
+		}
+		done += k
+	}
+	return nil
+}
+
+// publishParallel publishes n messages of a phase from g goroutines, each with its own pipeline.
+func publishParallel(ctx context.Context, rdb *goredis.Client, stream string, f format, phase byte, n, g int) error {
+	var wg sync.WaitGroup
+	errs := make([]error, g)
+	per := (n + g - 1) / g
+	for i := range g {
+		first := i * per
+		count := min(per, n-first)
+		if count <= 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = publish(ctx, rdb, stream, f, phase, first, count)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// publishPaced publishes n messages of a phase at rate messages per second. Whatever is due when
+// the publisher wakes up goes in one pipeline, each message stamped when it is queued.
+func publishPaced(ctx context.Context, rdb *goredis.Client, stream string, f format, phase byte, n int, rate float64) error {
+	interval := time.Duration(float64(time.Second) / rate)
+	buf := make([]byte, n*payloadSize) // every message keeps its own bytes until its pipeline ran
+	start := time.Now()
+	pipe := rdb.Pipeline()
+	for sent := 0; sent < n; {
+		due := min(n, int(time.Since(start)/interval)+1)
+		if due <= sent {
+			time.Sleep(time.Until(start.Add(time.Duration(sent) * interval)))
+			continue
+		}
+		for i := sent; i < due; i++ {
+			p := buf[i*payloadSize : (i+1)*payloadSize]
+			putPayload(p, time.Now().UnixNano(), phase, i)
+			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: entryValues(f, p)})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("publishing to %s: %w", stream, err)
+		}
+		sent = due
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// consumer is the final consumer: XREADGROUP COUNT 1000 on the last stream, and one XACK per
+// batch.
+type consumer struct {
+	rdb    *goredis.Client
+	stream string
+}
+
+// create makes the final consumer's group, at the start of the (maybe not yet existing) stream.
+func (c *consumer) create(ctx context.Context) error {
+	err := c.rdb.XGroupCreateMkStream(ctx, c.stream, finalGroup, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return err
+	}
+	return nil
+}
+
+// receive reads until want messages of the phase have arrived or the deadline passes, calling
+// on (if not nil) with each one's publish time and the time it was read. Messages of other phases
+// (late ones of an earlier phase) are skipped. It returns how many arrived and when the last did.
+func (c *consumer) receive(ctx context.Context, want int, phase byte, deadline time.Time, on func(ts int64, at time.Time)) (int, time.Time, error) {
+	got := 0
+	var last time.Time
+	for got < want {
+		if time.Now().After(deadline) {
+			return got, last, nil
+		}
+		res, err := c.rdb.XReadGroup(ctx, &goredis.XReadGroupArgs{
+			Group: finalGroup, Consumer: "c", Streams: []string{c.stream, ">"}, Count: 1000, Block: 100 * time.Millisecond,
+		}).Result()
+		at := time.Now()
+		if errors.Is(err, goredis.Nil) {
+			continue
+		}
+		if err != nil {
+			return got, last, fmt.Errorf("final consumer on %s: %w", c.stream, err)
+		}
+		msgs := res[0].Messages
+		ids := make([]string, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+			p, _ := m.Values[fieldPayload].(string)
+			ts, ph, ok := readPayload(p)
+			if !ok {
+				return got, last, fmt.Errorf("final consumer on %s: entry %s is not a benchmark message: %v", c.stream, m.ID, m.Values)
+			}
+			if ph != phase {
+				continue
+			}
+			got++
+			last = at
+			if on != nil {
+				on(ts, at)
+			}
+		}
+		if err := c.rdb.XAck(ctx, c.stream, finalGroup, ids...).Err(); err != nil {
+			return got, last, err
+		}
+	}
+	return got, last, nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// publishFlowrun is the publish scenario: the same messages as RAW-PUB, from the same number of
+// goroutines, through flowrun's publish API (runtime.Publisher) on a topic of the pipeline.
+func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int) (pubReport, error) {
+	plan, _, diags := flow.Build(pipeline, flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		return pubReport{}, fmt.Errorf("pipeline %s: %s", pipeline, diags.Error())
+	}
+	client, err := redis.Open(ctx, redis.Options{URLs: []string{"redis://" + addr}})
+	if err != nil {
+		return pubReport{}, err
+	}
+	defer client.Close()
+	pub, err := runtime.NewPublisher(client, plan)
+	if err != nil {
+		return pubReport{}, err
+	}
+	return measure(func() (int, error) {
+		var wg sync.WaitGroup
+		errs := make([]error, g)
+		per := (n + g - 1) / g
+		for i := range g {
+			first := i * per
+			count := min(per, n-first)
+			if count <= 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Publish keeps the payload until it is written, so each message owns its bytes; a
+				// chunk per pubBatch messages keeps the harness's own allocations as low as RAW-PUB's.
+				var chunk []byte
+				var ts int64
+				for j := range count {
+					if j%pubBatch == 0 {
+						chunk = make([]byte, pubBatch*payloadSize)
+						ts = time.Now().UnixNano()
+					}
+					p := chunk[(j%pubBatch)*payloadSize : (j%pubBatch+1)*payloadSize]
+					putPayload(p, ts, phasePublish, first+j)
+					if err := pub.Publish(ctx, topic, stages.NewMessage("", p, nil)); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		err := errors.Join(errs...)
+		if ferr := pub.Close(ctx); err == nil {
+			err = ferr // Close flushes: the window ends when everything is in Redis
+		}
+		return n, err
+	})
+}

@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type kind int
+
+const (
+	kindPublish kind = iota // a publisher alone: messages per second into one stream
+	kindHops                // input stream -> k hops -> final consumer
+	kindBacklog             // FW-3 started on a backlog: peak RSS
+)
+
+type impl int
+
+const (
+	implRaw impl = iota
+	implFlowrun
+	implWatermill
+)
+
+// scenario is one system under test with one configuration.
+type scenario struct {
+	name   string
+	kind   kind
+	impl   impl
+	stages int
+	vs     string // the scenario its rate is divided by, for the ratio column
+	// trace is OTEL_TRACES_SAMPLER_ARG for flowrun with tracing (parentbased_traceidratio); ""
+	// runs without tracing.
+	trace    string
+	pipeline string // flowrun: fw1, fw3 or fw3-eo
+	// consumers and pool configure Watermill (0: its defaults).
+	consumers, pool int
+}
+
+// wmConsumers is the number of subscribers per hop of the tuned Watermill set-up: the best of 1, 4,
+// 8, 16 and 32 on the 2-core machine of BENCHMARKS.md.
+const wmConsumers = 8
+
+// scenarios are run in this order in every round, each next to what it is compared with.
+var scenarios = []scenario{
+	{name: "RAW-PUB", kind: kindPublish, impl: implRaw},
+	{name: "publish", kind: kindPublish, impl: implFlowrun, vs: "RAW-PUB", pipeline: "fw1"},
+	{name: "RAW-1", kind: kindHops, impl: implRaw, stages: 1},
+	{name: "FW-1", kind: kindHops, impl: implFlowrun, stages: 1, vs: "RAW-1", pipeline: "fw1"},
+	{name: "RAW-3", kind: kindHops, impl: implRaw, stages: 3},
+	{name: "FW-3", kind: kindHops, impl: implFlowrun, stages: 3, vs: "RAW-3", pipeline: "fw3"},
+	{name: "FW-3 trace 1%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "0.01"},
+	{name: "FW-3 trace 100%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "1"},
+	{name: "FW-3 eo", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3-eo"},
+	{name: "Watermill-1 default", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1"},
+	{name: "Watermill-1 batched", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1", consumers: wmConsumers, pool: 4 * wmConsumers},
+	{name: "Watermill-3 default", kind: kindHops, impl: implWatermill, stages: 3, vs: "RAW-3"},
+	{name: "Watermill-3 batched", kind: kindHops, impl: implWatermill, stages: 3, vs: "RAW-3", consumers: wmConsumers, pool: 4 * 3 * wmConsumers},
+}
+
+// backlogScenario runs once, after the rounds: its figure is a peak, not a rate to compare.
+var backlogScenario = scenario{name: "FW-3 backlog 10x", kind: kindBacklog, impl: implFlowrun, stages: 3, pipeline: "fw3"}
+
+// result is one run of one scenario.
+type result struct {
+	na     string // not available (yet): why
+	failed string // what went wrong
+	notes  []string
+
+	rate     float64       // messages per second
+	p50, p99 time.Duration // end-to-end latency at the paced rate
+	cpu      float64       // ns of the system's CPU per message per stage
+	peakKB   int64         // the system's peak resident set
+	got      int           // messages of the measured phase that arrived
+	elapsed  time.Duration // of the measured phase
+}
+
+func (r result) ok() bool { return r.na == "" && r.failed == "" }
+
+func (r *result) note(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// run runs one scenario once, on an empty Redis.
+func (h *harness) run(ctx context.Context, sc scenario) result {
+	if why := h.unavailable(sc); why != "" {
+		return result{na: why}
+	}
+	if err := h.rdb.FlushAll(ctx).Err(); err != nil {
+		return result{failed: "FLUSHALL: " + err.Error()}
+	}
+	switch sc.kind {
+	case kindPublish:
+		return h.runPublish(ctx, sc)
+	case kindBacklog:
+		return h.runBacklog(ctx, sc)
+	}
+	return h.runHops(ctx, sc)
+}
+
+// unavailable says why a scenario cannot run with this flowrun binary, or "".
+func (h *harness) unavailable(sc scenario) string {
+	if sc.trace != "" && !h.caps.traceFile {
+		return "not available yet: flowrun run has no --trace-file"
+	}
+	return ""
+}
+
+// streams returns the streams a scenario's messages go through and the entry format.
+func streamsOf(sc scenario) ([]string, format) {
+	if sc.impl == implFlowrun {
+		var s []string
+		for _, t := range fwTopics(sc.stages) {
+			s = append(s, fwStream(t))
+		}
+		return s, formatPlain
+	}
+	prefix := "raw"
+	f := formatPlain
+	if sc.impl == implWatermill {
+		prefix, f = "wm", formatWatermill
+	}
+	s := []string{prefix + ":{in}"}
+	for i := 1; i <= sc.stages; i++ {
+		s = append(s, fmt.Sprintf("%s:{h%d}", prefix, i))
+	}
+	return s, f
+}
+
+// logPath is where a child's standard error goes.
+func (h *harness) logPath(sc scenario) string {
+	h.seq++
+	name := strings.NewReplacer(" ", "-", "%", "pct").Replace(sc.name)
+	return filepath.Join(h.tmp, fmt.Sprintf("%03d-%s.log", h.seq, name))
+}
+
+// startSystem starts the child process of a flow scenario. For flowrun it also returns the address
+// of its HTTP server ("" without one).
+func (h *harness) startSystem(sc scenario, streams []string) (*child, string, error) {
+	switch sc.impl {
+	case implRaw:
+		c, err := startChild(sc.name, h.logPath(sc), nil, h.self, "child", "raw-hops", "-addr", h.srv.addr(), "-streams", strings.Join(streams, ","))
+		return c, "", err
+	case implWatermill:
+		c, err := startChild(sc.name, h.logPath(sc), nil, h.self, "child", "watermill", "-addr", h.srv.addr(),
+			"-streams", strings.Join(streams, ","), "-consumers", strconv.Itoa(sc.consumers), "-pool", strconv.Itoa(sc.pool))
+		return c, "", err
+	}
+	args := []string{"run", h.pipelines[sc.pipeline], "--redis", h.srv.url()}
+	var env []string
+	httpAddr := ""
+	if h.caps.http {
+		port, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		httpAddr = "127.0.0.1:" + strconv.Itoa(port)
+		args = append(args, "--http", httpAddr)
+	}
+	if sc.trace != "" {
+		args = append(args, "--trace-file", os.DevNull)
+		env = append(env, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG="+sc.trace)
+	}
+	bin := h.flowrun
+	if h.profileDir != "" {
+		bin = h.pprofBin
+		env = append(env, "FLOWBENCH_PROFILE_DIR="+h.profilePath(sc))
+	}
+	c, err := startChild(sc.name, h.logPath(sc), env, bin, args...)
+	return c, httpAddr, err
+}
+
+func (h *harness) profilePath(sc scenario) string {
+	return filepath.Join(h.profileDir, strings.ToLower(strings.ReplaceAll(sc.name, " ", "-")))
+}
+
+// async runs f in a goroutine and delivers its error.
+func async(f func() error) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- f() }()
+	return c
+}
+
+// runHops measures a flow: a warm-up, then end-to-end latency at a paced rate, then the rate flat
+// out, with the CPU time and peak memory of the process that runs the hops.
+func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
+	streams, f := streamsOf(sc)
+	in := streams[0]
+	cons := &consumer{rdb: h.rdb, stream: streams[len(streams)-1]}
+	if err := cons.create(ctx); err != nil {
+		return result{failed: err.Error()}
+	}
+	c, httpAddr, err := h.startSystem(sc, streams)
+	if err != nil {
+		return result{failed: err.Error()}
+	}
+	defer func() {
+		if err := c.stop(30 * time.Second); err != nil && res.failed == "" {
+			res.failed = "stopping: " + err.Error()
+		}
+	}()
+	fail := func(phase string, err error) result {
+		if c.exited() {
+			return result{failed: fmt.Sprintf("%s: the process exited: %s", phase, c.logTail())}
+		}
+		return result{failed: fmt.Sprintf("%s: %v", phase, err)}
+	}
+
+	// Warm-up: the process is up, its groups exist, its connections are open.
+	pub := async(func() error { return publish(ctx, h.rdb, in, f, phaseWarm, 0, h.cfg.warm) })
+	got, _, err := cons.receive(ctx, h.cfg.warm, phaseWarm, time.Now().Add(60*time.Second), nil)
+	if err == nil {
+		err = <-pub
+	}
+	if err == nil && got < h.cfg.warm {
+		err = fmt.Errorf("only %d of %d messages arrived within 60s", got, h.cfg.warm)
+	}
+	if err != nil {
+		return fail("warm-up", err)
+	}
+
+	// Latency at a paced rate.
+	latN := int(h.cfg.latRate * h.cfg.latDur.Seconds())
+	lat := make([]time.Duration, 0, latN)
+	pub = async(func() error { return publishPaced(ctx, h.rdb, in, f, phaseLatency, latN, h.cfg.latRate) })
+	got, _, err = cons.receive(ctx, latN, phaseLatency, time.Now().Add(h.cfg.latDur+60*time.Second), func(ts int64, at time.Time) {
+		lat = append(lat, at.Sub(time.Unix(0, ts)))
+	})
+	if err == nil {
+		err = <-pub
+	}
+	if err == nil && got < latN {
+		err = fmt.Errorf("only %d of %d messages arrived", got, latN)
+	}
+	if err != nil {
+		return fail("latency", err)
+	}
+	res.p50, res.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+
+	// Flat out: the process is stopped (SIGSTOP) while n messages are published, then continued;
+	// the rate is how fast the hops bring them to the final consumer. So the harness's publisher
+	// competes with nobody, and every system drains the same backlog of the same size.
+	n := h.cfg.flat
+	if sc.impl == implWatermill {
+		n = h.cfg.wmFlat
+	}
+	if err := c.pause(); err != nil {
+		return fail("flat out", err)
+	}
+	if err := publishParallel(ctx, h.rdb, in, f, phaseFlat, n, 4); err != nil {
+		return fail("flat out", err)
+	}
+	cpu0, err := c.cpu()
+	if err != nil {
+		return fail("flat out", err)
+	}
+	t0 := time.Now()
+	if err := c.signal(syscall.SIGCONT); err != nil {
+		return fail("flat out", err)
+	}
+	if h.profileDir != "" && sc.impl == implFlowrun {
+		if err := c.signal(syscall.SIGUSR1); err != nil {
+			return fail("profile", err)
+		}
+	}
+	got, last, err := cons.receive(ctx, n, phaseFlat, t0.Add(h.cfg.flatCap), nil)
+	end := time.Now()
+	cpu1, cerr := c.cpu()
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail("flat out", err)
+	}
+	if h.profileDir != "" && sc.impl == implFlowrun {
+		if err := h.finishProfile(c, sc); err != nil {
+			return fail("profile", err)
+		}
+	}
+	if got == 0 {
+		return fail("flat out", fmt.Errorf("nothing arrived within %s", h.cfg.flatCap))
+	}
+	res.got, res.elapsed = got, last.Sub(t0)
+	if got < n {
+		res.elapsed = end.Sub(t0)
+		res.note("capped at %s: %d of %d arrived", h.cfg.flatCap, got, n)
+	}
+	res.rate = float64(got) / res.elapsed.Seconds()
+	res.cpu = float64(cpu1-cpu0) / float64(got*sc.stages)
+	_, res.peakKB, _ = c.memKB()
+
+	if httpAddr != "" {
+		if err := scrape("http://" + httpAddr + "/metrics"); err != nil {
+			return fail("metrics", err)
+		}
+	}
+	return res
+}
+
+// finishProfile stops the profiling wrapper's CPU profile and waits until it has written it.
+func (h *harness) finishProfile(c *child, sc scenario) error {
+	if err := c.signal(syscall.SIGUSR2); err != nil {
+		return err
+	}
+	done := filepath.Join(h.profilePath(sc), "done")
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(done); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("no profile in %s", h.profilePath(sc))
+}
+
+// scrape checks that a metrics endpoint answers.
+func scrape(url string) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || len(body) == 0 {
+		return fmt.Errorf("GET %s: %s, %d bytes", url, resp.Status, len(body))
+	}
+	return nil
+}
+
+// runPublish runs a publisher child and checks that everything it published is in Redis.
+func (h *harness) runPublish(ctx context.Context, sc scenario) result {
+	n := h.cfg.pub
+	args := []string{"child", "pub-raw", "-addr", h.srv.addr(), "-n", strconv.Itoa(n), "-g", "4", "-stream", "raw:{pub}"}
+	stream := "raw:{pub}"
+	if sc.impl == implFlowrun {
+		args = []string{"child", "pub-flowrun", "-addr", h.srv.addr(), "-n", strconv.Itoa(n), "-g", "4", "-pipeline", h.pipelines[sc.pipeline], "-topic", "in"}
+		stream = fwStream("in")
+	}
+	c, err := startChild(sc.name, h.logPath(sc), nil, h.self, args...)
+	if err != nil {
+		return result{failed: err.Error()}
+	}
+	if err := c.wait(5 * time.Minute); err != nil {
+		return result{failed: err.Error()}
+	}
+	var rep pubReport
+	if err := json.Unmarshal(c.stdout.Bytes(), &rep); err != nil {
+		return result{failed: fmt.Sprintf("reading the publisher's report %q: %v", c.stdout.String(), err)}
+	}
+	length, err := h.rdb.XLen(ctx, stream).Result()
+	if err != nil {
+		return result{failed: err.Error()}
+	}
+	if length != int64(n) {
+		return result{failed: fmt.Sprintf("%s holds %d entries, not %d", stream, length, n)}
+	}
+	res := result{got: n, elapsed: time.Duration(rep.ElapsedNS), peakKB: rep.MaxRSSKB}
+	res.rate = float64(n) / res.elapsed.Seconds()
+	res.cpu = float64(rep.CPUNS) / float64(n)
+	return res
+}
+
+// runBacklog publishes ten times the flat-out count before FW-3 starts, then lets it work through
+// the backlog, and reports its peak memory: a backlog must stay in Redis, not in the process.
+func (h *harness) runBacklog(ctx context.Context, sc scenario) (res result) {
+	streams, f := streamsOf(sc)
+	cons := &consumer{rdb: h.rdb, stream: streams[len(streams)-1]}
+	if err := cons.create(ctx); err != nil {
+		return result{failed: err.Error()}
+	}
+	n := h.cfg.backlog
+	if err := publishParallel(ctx, h.rdb, streams[0], f, phaseBacklog, n, 4); err != nil {
+		return result{failed: err.Error()}
+	}
+	if mem, err := h.rdb.Info(ctx, "memory").Result(); err == nil {
+		res.note("%d messages waiting, Redis used_memory %s", n, infoField(mem, "used_memory_human"))
+	}
+	t0 := time.Now()
+	c, _, err := h.startSystem(sc, streams)
+	if err != nil {
+		return result{failed: err.Error()}
+	}
+	defer func() {
+		if err := c.stop(30 * time.Second); err != nil && res.failed == "" {
+			res.failed = "stopping: " + err.Error()
+		}
+	}()
+	got, last, err := cons.receive(ctx, n, phaseBacklog, t0.Add(h.cfg.backlogCap), nil)
+	if err != nil {
+		return result{failed: err.Error()}
+	}
+	if got == 0 {
+		return result{failed: "nothing arrived within " + h.cfg.backlogCap.String()}
+	}
+	res.got, res.elapsed = got, last.Sub(t0)
+	if got < n {
+		res.elapsed = time.Since(t0)
+		res.note("capped at %s: %d of %d arrived", h.cfg.backlogCap, got, n)
+	}
+	res.rate = float64(got) / res.elapsed.Seconds()
+	_, res.peakKB, _ = c.memKB()
+	return res
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+// percentile returns the q-quantile of ds (nearest rank); it sorts ds.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	i := int(q*float64(len(ds))+0.5) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
