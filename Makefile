@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
 EXAMPLE   ?= examples/pipelines/fanout
 RUN_FLAGS ?= --var events=40 --var signups_file=bin/signups.jsonl
 
-.PHONY: all build run test lint fmt bench fuzz generate tools clean
+.PHONY: all build run test lint fmt bench bench-quick bench-profile bench-tools bench-expr fuzz generate tools clean
 
 all: build
 
@@ -33,7 +33,35 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 	$(GO) run ./cmd/flowrun fmt -w examples/pipelines/* examples/plugins/pipeline
 
-bench:
+# The benchmarks of BENCHMARKS.md: flowrun (bin/flowrun, as a child process) against raw go-redis
+# and Watermill, on a private redis-server, in interleaved rounds. It takes about 15 minutes: run
+# nothing else meanwhile. BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -md bin/bench.md".
+# The harness is a module of its own (bench/), so that the main module does not depend on Watermill;
+# -mod=mod lets it follow the main module's requirements when they change.
+BENCH_FLAGS ?=
+BENCH_GO    := cd bench && GOFLAGS=-mod=mod $(GO)
+bench: build bench-tools
+	./bin/flowbench -flowrun $(BIN) $(BENCH_FLAGS)
+
+# Every scenario once for a few seconds with small counts: proves that the harness still works and
+# asserts nothing about speed (CI runs it).
+bench-quick: build bench-tools
+	$(BENCH_GO) vet ./...
+	$(BENCH_GO) test ./...
+	./bin/flowbench -flowrun $(BIN) -quick
+
+# CPU and allocation profiles of FW-1 and FW-3 flat out (flowrun built with a profiling wrapper),
+# and the top functions of FW-3's CPU profile.
+bench-profile: build bench-tools
+	./bin/flowbench -flowrun $(BIN) -profile bin/profiles -pprof-bin bin/flowrun-pprof
+	$(GO) tool pprof -top -nodecount 40 bin/flowrun-pprof bin/profiles/fw-3/cpu.pprof
+
+bench-tools:
+	$(BENCH_GO) build -o ../bin/flowbench ./cmd/flowbench
+	$(BENCH_GO) build -o ../bin/flowrun-pprof ./cmd/flowrun-pprof
+
+# The per-message expression benchmarks (flow/expr), also in BENCHMARKS.md.
+bench-expr:
 	$(GO) test -run '^$$' -bench . -benchmem ./flow/expr
 
 # A short run of every fuzzer, on top of the seed corpora that go test always runs.

@@ -1,14 +1,18 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 )
 
@@ -19,6 +23,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 	var flags pipelineFlags
 	var conn redisFlags
 	var opts runtime.Options
+	var httpAddr string
 	var logLevel string
 	c := &cobra.Command{
 		Use:   "run PATH",
@@ -52,7 +57,9 @@ func newRunCommand(stdio IO) *cobra.Command {
 			opts.Redis = client
 			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
 			opts.Logger = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: level}))
-			summary, err := runtime.Run(c.Context(), plan, opts)
+			// metricsHandler serves /metrics under --http; nil answers 404 there.
+			var metricsHandler http.Handler
+			summary, err := runServingHTTP(c.Context(), plan, opts, httpAddr, metricsHandler)
 			if summary != nil {
 				_ = summary.Write(stdio.Err)
 			}
@@ -74,6 +81,8 @@ func newRunCommand(stdio IO) *cobra.Command {
 	c.Flags().StringSliceVar(&opts.Nodes, "stages", nil, "run only these sources, stages and sinks (comma-separated); the default runs all")
 	c.Flags().BoolVar(&opts.UntilDrained, "until-drained", false, "run as a job: exit when every source is exhausted and all work is done")
 	c.Flags().DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "how long a partition lease lasts without renewal (a dead process's partitions move after it)")
+	c.Flags().StringVar(&httpAddr, "http", "", "serve /healthz, /readyz, /metrics and a live page of the graph on this address "+
+		"(a port alone, such as :9464, listens on 127.0.0.1 only)")
 	c.Flags().DurationVar(&opts.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop may take to finish the work in flight")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return c
@@ -85,4 +94,56 @@ func parseLogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// runServingHTTP runs the plan. With an address, it serves runtime.NewHTTPHandler there from before
+// the run starts until it ends.
+func runServingHTTP(ctx context.Context, plan *flow.Plan, opts runtime.Options, addr string, metrics http.Handler) (*runtime.Summary, error) {
+	if addr == "" {
+		return runtime.Run(ctx, plan, opts)
+	}
+	rt, err := runtime.New(plan, opts)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	addr = httpListenAddr(addr)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: runtime.NewHTTPHandler(rt, metrics), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("the HTTP server stopped", "err", err)
+		}
+	}()
+	log.Info("serving HTTP", "url", "http://"+ln.Addr().String()+"/")
+
+	summary, err := rt.Run(ctx)
+
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(stopCtx); err != nil {
+		_ = srv.Close() // requests still running after the timeout are cut off
+	}
+	<-served
+	return summary, err
+}
+
+// httpListenAddr completes --http: an address without a host ("9464" or ":9464") listens on the
+// loopback interface only; an explicit host ("0.0.0.0:9464") is kept.
+func httpListenAddr(addr string) string {
+	if !strings.Contains(addr, ":") {
+		return net.JoinHostPort("127.0.0.1", addr)
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
