@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/internal/telemetry"
 	"github.com/flowrun/flowrun/runtime"
 )
 
@@ -24,7 +26,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 	var conn redisFlags
 	var opts runtime.Options
 	var httpAddr string
-	var logLevel string
+	var logLevel, logFormat, traceExporter, traceFile string
 	c := &cobra.Command{
 		Use:   "run PATH",
 		Short: "Run a pipeline, as a service or as a job",
@@ -39,7 +41,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			"dead-lettered (job mode).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			level, err := parseLogLevel(logLevel)
+			logger, err := newLogger(stdio.Err, logLevel, logFormat)
 			if err != nil {
 				return exitError{code: ExitInvalid, message: err.Error()}
 			}
@@ -54,9 +56,24 @@ func newRunCommand(stdio IO) *cobra.Command {
 			}
 			defer closeClient()
 
+			tel, err := telemetry.Setup(c.Context(), telemetry.Config{
+				Trace: traceExporter, TraceFile: traceFile, Console: stdio.Err, Pipeline: plan.Name, Version: Version,
+			})
+			if err != nil {
+				return exitError{code: ExitInvalid, message: err.Error()}
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), 5*time.Second)
+				defer cancel()
+				if err := tel.Shutdown(ctx); err != nil {
+					logger.Warn("flushing telemetry failed", "err", err)
+				}
+			}()
+
 			opts.Redis = client
 			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
-			opts.Logger = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: level}))
+			opts.Logger = logger
+			opts.TracerProvider, opts.MeterProvider = tel.TracerProvider, tel.MeterProvider
 			// metricsHandler serves /metrics under --http; nil answers 404 there.
 			var metricsHandler http.Handler
 			summary, err := runServingHTTP(c.Context(), plan, opts, httpAddr, metricsHandler)
@@ -85,15 +102,26 @@ func newRunCommand(stdio IO) *cobra.Command {
 		"(a port alone, such as :9464, listens on 127.0.0.1 only)")
 	c.Flags().DurationVar(&opts.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop may take to finish the work in flight")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	c.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	c.Flags().StringVar(&traceExporter, "trace", "", "trace exporter: none, stdout (printed on standard error) or otlp (default: OTEL_TRACES_EXPORTER, or none)")
+	c.Flags().StringVar(&traceFile, "trace-file", "", "write spans as JSON lines to this file")
 	return c
 }
 
-func parseLogLevel(s string) (slog.Level, error) {
+// newLogger builds the log of a run on w.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
-		return 0, fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", s)
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", level)
 	}
-	return l, nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("invalid --log-format %q: use text or json", format)
 }
 
 // runServingHTTP runs the plan. With an address, it serves runtime.NewHTTPHandler there from before

@@ -55,6 +55,7 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 	}
 	c.ctx = c.newEvalContext()
 	c.ctx.Variables["var"] = c.compileVariables()
+	c.plan.secrets = c.plan.sensitiveStrings()
 	c.ctx.Variables["local"] = c.compileLocals()
 	c.compilePipeline()
 	c.compileTopics()

@@ -306,11 +306,14 @@ func (p *Plan) describeValue(v any) any {
 // Redact replaces the values of sensitive variables in s with "(sensitive)". Values shorter than
 // four characters are left alone: replacing them would garble text more than it would protect.
 func (p *Plan) Redact(s string) string {
-	for _, secret := range p.sensitiveStrings() {
+	for _, secret := range p.secrets {
 		s = strings.ReplaceAll(s, secret, "(sensitive)")
 	}
 	return s
 }
+
+// HasSecrets reports whether any variable is sensitive and has a value that Redact would hide.
+func (p *Plan) HasSecrets() bool { return len(p.secrets) > 0 }
 
 // sensitiveStrings lists the string forms of the sensitive variables' values, longest first.
 func (p *Plan) sensitiveStrings() []string {

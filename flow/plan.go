@@ -26,6 +26,8 @@ type Plan struct {
 	Edges   []Edge    // every connection between a node and a topic, for graphs and lag reports
 
 	Variables []Variable // declared variables with their final values
+
+	secrets []string // the string forms of the sensitive variables' values, longest first
 }
 
 // Topic is a partitioned stream of messages.

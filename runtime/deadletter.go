@@ -40,7 +40,7 @@ type Envelope struct {
 func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
 	payload, perr := m.msg.Payload()
 	env := Envelope{
-		Error: err.Error(), Attempts: attempts, FirstFailedAt: first, LastFailedAt: time.Now(),
+		Error: r.plan.Redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: time.Now(),
 		Partition: m.partition, ID: m.id, Key: m.msg.Key, Headers: m.msg.Headers,
 	}
 	if perr == nil && json.Valid(payload) {

@@ -204,9 +204,9 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		opts: opts,
 		rdb:  opts.Redis,
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
-		log:  opts.Logger.With("pipeline", plan.Name),
+		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
-	r.tracing = newTracing(opts.TracerProvider)
+	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
 	if err := r.keys.Validate(); err != nil {
 		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
 	}

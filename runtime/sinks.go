@@ -202,7 +202,7 @@ func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return outs, nil
 	}
-	err = fmt.Errorf("%s %s: %s: %s", s.method, s.redact(s.url), resp.Status, bytes.TrimSpace(body))
+	err = errors.New(s.redact(fmt.Sprintf("%s %s: %s: %s", s.method, s.url, resp.Status, bytes.TrimSpace(body))))
 	switch {
 	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
 		return outs, err

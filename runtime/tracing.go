@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,13 +23,14 @@ import (
 type tracing struct {
 	tracer trace.Tracer // nil: tracing is off
 	prop   propagation.TraceContext
+	redact func(string) string // hides secrets in recorded errors
 }
 
-func newTracing(tp trace.TracerProvider) tracing {
+func newTracing(tp trace.TracerProvider, redact func(string) string) tracing {
 	if tp == nil {
 		return tracing{}
 	}
-	return tracing{tracer: tp.Tracer("github.com/flowrun/flowrun/runtime")}
+	return tracing{tracer: tp.Tracer("github.com/flowrun/flowrun/runtime"), redact: redact}
 }
 
 // messagingSystem names Redis streams in the messaging.system attribute.
@@ -84,7 +86,7 @@ func (t tracing) endProcess(span trace.Span, res result, err error) {
 		span.SetAttributes(attribute.Bool("flowrun.abandoned", true))
 	}
 	if err != nil {
-		span.RecordError(err)
+		span.RecordError(errors.New(t.redact(err.Error())))
 	}
 	span.End()
 }
