@@ -1,0 +1,32 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProgressLine(t *testing.T) {
+	start := time.Unix(1000, 0)
+	var m rateMeter
+	snap := func(produced int64, at time.Time) Snapshot {
+		return Snapshot{Taken: at, Sources: []SourceProgress{{Name: "gen", Produced: produced, Total: 1000}},
+			Partitions: []PartitionState{{Lag: 30, Pending: 10, Retries: 2}}}
+	}
+	progressOf(snap(0, start), &m)
+	p := progressOf(snap(250, start.Add(time.Second)), &m)
+	if p.done != 250 || p.total != 1000 || p.rate != 250 || p.queued != 42 || p.eta != 3*time.Second {
+		t.Fatalf("progress = %+v", p)
+	}
+	if got := p.line(); got != "[======                  ] 250/1000  25%  250 msg/s  ETA 3s  queued 42" {
+		t.Fatalf("line = %q", got)
+	}
+	unknown := Snapshot{Taken: start, Sources: []SourceProgress{{Name: "file", Produced: 7}}}
+	if got := progressOf(unknown, &rateMeter{}).line(); !strings.HasPrefix(got, "7 messages") {
+		t.Fatalf("line without a total = %q", got)
+	}
+	attrs := p.attrs()
+	if len(attrs) != 10 || attrs[0] != "produced" || attrs[7] != int64(1000) {
+		t.Fatalf("attrs = %v", attrs)
+	}
+}
