@@ -24,6 +24,12 @@ func printDiagnostics(w io.Writer, diags hcl.Diagnostics, files map[string]*hcl.
 	_ = wr.WriteDiagnostics(diags) // a failed write to stderr has nowhere better to go
 }
 
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
 // countDiagnostics counts errors and warnings.
 func countDiagnostics(diags hcl.Diagnostics) (errs, warnings int) {
 	for _, d := range diags {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/telemetry"
 	"github.com/flowrun/flowrun/runtime"
 )
@@ -57,7 +56,8 @@ func newRunCommand(stdio IO) *cobra.Command {
 			defer closeClient()
 
 			tel, err := telemetry.Setup(c.Context(), telemetry.Config{
-				Trace: traceExporter, TraceFile: traceFile, Console: stdio.Err, Pipeline: plan.Name, Version: Version,
+				Trace: traceExporter, TraceFile: traceFile, Console: stdio.Err, Metrics: httpAddr != "",
+				Pipeline: plan.Name, Version: Version,
 			})
 			if err != nil {
 				return exitError{code: ExitInvalid, message: err.Error()}
@@ -74,13 +74,28 @@ func newRunCommand(stdio IO) *cobra.Command {
 			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
 			opts.Logger = logger
 			opts.TracerProvider, opts.MeterProvider = tel.TracerProvider, tel.MeterProvider
-			// metricsHandler serves /metrics under --http; nil answers 404 there.
-			var metricsHandler http.Handler
-			summary, err := runServingHTTP(c.Context(), plan, opts, httpAddr, metricsHandler)
+			rt, err := runtime.New(plan, opts)
+			var configErr *runtime.ConfigError
+			if errors.As(err, &configErr) {
+				return exitError{code: ExitInvalid, message: err.Error()}
+			} else if err != nil {
+				return exitError{code: ExitError, message: plan.Redact(err.Error())}
+			}
+			if httpAddr != "" {
+				stop, err := serveHTTP(c.Context(), rt, httpAddr, tel.MetricsHandler, logger)
+				if err != nil {
+					return exitError{code: ExitError, message: err.Error()}
+				}
+				defer stop()
+			}
+			if opts.UntilDrained {
+				stop := reportProgress(c.Context(), rt, stdio.Err, logger)
+				defer stop()
+			}
+			summary, err := rt.Run(c.Context())
 			if summary != nil {
 				_ = summary.Write(stdio.Err)
 			}
-			var configErr *runtime.ConfigError
 			switch {
 			case errors.As(err, &configErr):
 				return exitError{code: ExitInvalid, message: err.Error()}
@@ -124,20 +139,8 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("invalid --log-format %q: use text or json", format)
 }
 
-// runServingHTTP runs the plan. With an address, it serves runtime.NewHTTPHandler there from before
-// the run starts until it ends.
-func runServingHTTP(ctx context.Context, plan *flow.Plan, opts runtime.Options, addr string, metrics http.Handler) (*runtime.Summary, error) {
-	if addr == "" {
-		return runtime.Run(ctx, plan, opts)
-	}
-	rt, err := runtime.New(plan, opts)
-	if err != nil {
-		return nil, err
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+// serveHTTP serves runtime.NewHTTPHandler on addr until stop is called.
+func serveHTTP(ctx context.Context, rt *runtime.Runtime, addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	addr = httpListenAddr(addr)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -152,16 +155,26 @@ func runServingHTTP(ctx context.Context, plan *flow.Plan, opts runtime.Options, 
 		}
 	}()
 	log.Info("serving HTTP", "url", "http://"+ln.Addr().String()+"/")
+	return func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(stopCtx); err != nil {
+			_ = srv.Close() // requests still running after the timeout are cut off
+		}
+		<-served
+	}, nil
+}
 
-	summary, err := rt.Run(ctx)
-
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(stopCtx); err != nil {
-		_ = srv.Close() // requests still running after the timeout are cut off
-	}
-	<-served
-	return summary, err
+// reportProgress reports a job's progress on w (a line redrawn in place on a terminal, log lines
+// otherwise) until stop is called.
+func reportProgress(ctx context.Context, rt *runtime.Runtime, w io.Writer, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.ReportProgress(ctx, rt, runtime.ProgressOptions{Terminal: isTerminal(w), Out: w, Logger: log})
+	}()
+	return func() { cancel(); <-done }
 }
 
 // httpListenAddr completes --http: an address without a host ("9464" or ":9464") listens on the

@@ -82,7 +82,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	if cfg.Metrics {
 		reg := prometheus.NewRegistry()
-		exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+		exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 		if err != nil {
 			return nil, fmt.Errorf("prometheus exporter: %w", err)
 		}

@@ -1,0 +1,98 @@
+package cmd
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+// TestMetricsScrape runs a pipeline as a service with --http and scrapes /metrics while it runs.
+func TestMetricsScrape(t *testing.T) {
+	path, _ := testPipeline(t, `
+topic "in" {
+  partitions = 2
+  key        = msg.k
+}
+source "gen" {
+  kind     = "generate"
+  count    = 50
+  output   = topic.in
+  template = { k = "k${index % 5}" }
+}
+stage "pass" {
+  kind  = "filter"
+  input = topic.in
+  where = true
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.pass
+}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := newLineWriter()
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, []string{"run", path, "--redis", redistest.Shared(t).URL(), "--http", "127.0.0.1:0"},
+			IO{In: strings.NewReader(""), Out: io.Discard, Err: errOut})
+	}()
+	urlRE := regexp.MustCompile(`url=(http://\S+/)`)
+	var base string
+	for base == "" {
+		if m := urlRE.FindStringSubmatch(errOut.next(t)); m != nil {
+			base = m[1]
+		}
+	}
+	var body string
+	sinkDone := regexp.MustCompile(`flowrun_messages_in_total\{flowrun_node="out"[^}]*\} 50\n`)
+	deadline := time.Now().Add(time.Minute)
+	for !sinkDone.MatchString(body) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the metrics never showed 50 messages through the sink:\n%s", body)
+		}
+		resp, err := http.Get(base + "metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+	}
+	for _, want := range []string{
+		"flowrun_message_duration_seconds_bucket",
+		"flowrun_message_age_seconds_count",
+		"flowrun_partition_lag",
+		"flowrun_leases_held",
+		`flowrun_messages_in_total{flowrun_node="gen"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	t.Logf("a scrape of /metrics:\n%s", grepLines(body, "flowrun_messages_in_total", "flowrun_partition_lag{", "flowrun_leases_held"))
+}
+
+// grepLines keeps the lines of s that contain one of the words.
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
