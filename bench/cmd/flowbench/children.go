@@ -14,6 +14,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/bench/internal/sigprof"
 )
 
 // The harness runs every system under test as a child process, which is this binary started as
@@ -32,6 +34,7 @@ func runChild(args []string) error {
 	if len(args) == 0 {
 		return errors.New("child: which kind?")
 	}
+	sigprof.Start()
 	// SIGTERM ends a child at once and cleanly: the harness has measured what it wanted.
 	go func() {
 		c := make(chan os.Signal, 1)

@@ -87,6 +87,8 @@ type harness struct {
 	pipelines  map[string]string
 	caps       caps
 	seq        int
+	// wmConsumers is the number of subscribers per hop of the tuned Watermill scenarios.
+	wmConsumers int
 }
 
 func run() error {
@@ -95,10 +97,11 @@ func run() error {
 	rounds := flag.Int("rounds", 0, "interleaved rounds (default 3, or 1 with -quick)")
 	only := flag.String("only", "", "run only the scenarios whose name matches this regular expression")
 	noBacklog := flag.Bool("no-backlog", false, "skip the backlog scenario")
-	profile := flag.String("profile", "", "write CPU and allocation profiles of FW-1 and FW-3 flat out into this directory, and run nothing else")
+	profile := flag.String("profile", "", "write CPU and allocation profiles of RAW-1, FW-1, RAW-3 and FW-3 flat out into this directory, and run nothing else")
 	pprofBin := flag.String("pprof-bin", "bin/flowrun-pprof", "with -profile: flowrun built with the profiling wrapper (bench/cmd/flowrun-pprof)")
 	mdOut := flag.String("md", "", "also write the report, in Markdown, to this file")
 	keep := flag.Bool("keep", false, "keep the logs of the child processes")
+	wmSubs := flag.Int("wm-consumers", wmConsumers, "subscribers per hop of the tuned (\"batched\") Watermill scenarios")
 	flag.Parse()
 
 	cfg := fullConfig
@@ -115,7 +118,7 @@ func run() error {
 			return err
 		}
 	}
-	h := &harness{cfg: cfg, flowrun: *flowrun}
+	h := &harness{cfg: cfg, flowrun: *flowrun, wmConsumers: max(*wmSubs, 1)}
 	var err error
 	if h.self, err = os.Executable(); err != nil {
 		return err
@@ -125,6 +128,7 @@ func run() error {
 	}
 	if *profile != "" {
 		h.profileDir = *profile
+		h.cfg.flat = 500_000 // long enough for a few thousand samples of the slowest system
 		if h.pprofBin, err = exec.LookPath(*pprofBin); err != nil {
 			return fmt.Errorf("the profiling binary: %w", err)
 		}
@@ -218,15 +222,16 @@ func probe(bin string) (caps, error) {
 	return c, nil
 }
 
-// runProfiles runs FW-1 and FW-3 once with the profiling wrapper, which writes a CPU profile of the
-// flat-out phase and an allocation profile.
+// runProfiles runs RAW-1, FW-1, RAW-3 and FW-3 once with profiling on (flowrun through the
+// profiling wrapper), which writes a CPU profile of the flat-out phase and allocation profiles.
 func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error {
 	if err := os.MkdirAll(h.profileDir, 0o755); err != nil {
 		return err
 	}
 	var errs []error
 	for _, sc := range scenarios {
-		if sc.name != "FW-1" && sc.name != "FW-3" || filter != nil && !filter.MatchString(sc.name) {
+		if sc.kind != kindHops || sc.impl == implWatermill || sc.trace != "" || sc.pipeline == "fw3-eo" ||
+			filter != nil && !filter.MatchString(sc.name) {
 			continue
 		}
 		if err := os.MkdirAll(h.profilePath(sc), 0o755); err != nil {

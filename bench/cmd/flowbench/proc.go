@@ -74,8 +74,11 @@ func (c *child) exited() bool {
 }
 
 // cpu returns the user+system CPU time the process has used so far, all threads included.
-func (c *child) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+func (c *child) cpu() (time.Duration, error) { return procCPU(c.cmd.Process.Pid) }
+
+// procCPU returns the user+system CPU time process pid has used so far.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}

@@ -81,6 +81,9 @@ func freePort() (int, error) {
 	return 0, errors.New("no free port")
 }
 
+// cpu returns the CPU time the server has used so far.
+func (s *redisServer) cpu() (time.Duration, error) { return procCPU(s.cmd.Process.Pid) }
+
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *redisServer) url() string  { return "redis://" + s.addr() }
 

@@ -15,6 +15,7 @@ type machine struct {
 	cpu, kernel, goVersion, redis, flowrun string
 	cores                                  int
 	caps                                   caps
+	load                                   string // load averages when the run started
 }
 
 func describeMachine(ctx context.Context, h *harness) machine {
@@ -31,7 +32,22 @@ func describeMachine(ctx context.Context, h *harness) machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.kernel = strings.TrimSpace(string(b))
 	}
+	m.load = loadAverage()
 	return m
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages: other work on the machine skews the
+// figures, and this says how busy it was.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func (m machine) text() string {
@@ -41,8 +57,8 @@ func (m machine) text() string {
 		}
 		return "not yet"
 	}
-	return fmt.Sprintf("machine: %s, %d cores, Linux %s; %s; Redis %s; %s (metrics --http: %s, tracing --trace-file: %s)\n",
-		m.cpu, m.cores, m.kernel, m.goVersion, m.redis, m.flowrun, yes(m.caps.http), yes(m.caps.traceFile))
+	return fmt.Sprintf("machine: %s, %d cores, Linux %s, load average %s at the start; %s; Redis %s; %s (metrics --http: %s, tracing --trace-file: %s)\n",
+		m.cpu, m.cores, m.kernel, m.load, m.goVersion, m.redis, m.flowrun, yes(m.caps.http), yes(m.caps.traceFile))
 }
 
 // progressLine is one run's figures, printed as it ends.
@@ -59,7 +75,7 @@ func progressLine(sc scenario, r result) string {
 		s += fmt.Sprintf("  p50 %s p99 %s", ms(r.p50), ms(r.p99))
 	}
 	if r.cpu > 0 {
-		s += fmt.Sprintf("  cpu %.2f us/msg/stage", r.cpu/1000)
+		s += fmt.Sprintf("  cpu %.2f us/msg/stage (redis %.2f)", r.cpu/1000, r.redisCPU/1000)
 	}
 	s += fmt.Sprintf("  peak RSS %s", mb(r.peakKB))
 	if len(r.notes) > 0 {
@@ -77,7 +93,7 @@ type summary struct {
 	na, failed    string
 	rate, ratio   float64
 	p50, p99      time.Duration
-	cpu           float64
+	cpu, redisCPU float64
 	peakKB        int64
 	notes         []string
 	ratioRounds   int
@@ -93,7 +109,7 @@ func summarize(results map[string][]result) map[string]summary {
 			continue
 		}
 		s := summary{runs: len(rs)}
-		var rates, cpus, ratios []float64
+		var rates, cpus, rcpus, ratios []float64
 		var p50s, p99s []time.Duration
 		var peaks []int64
 		for i, r := range rs {
@@ -107,7 +123,7 @@ func summarize(results map[string][]result) map[string]summary {
 			}
 			s.ok++
 			rates = append(rates, r.rate)
-			cpus = append(cpus, r.cpu)
+			cpus, rcpus = append(cpus, r.cpu), append(rcpus, r.redisCPU)
 			p50s, p99s = append(p50s, r.p50), append(p99s, r.p99)
 			peaks = append(peaks, r.peakKB)
 			s.notes = append(s.notes, r.notes...)
@@ -117,7 +133,7 @@ func summarize(results map[string][]result) map[string]summary {
 			}
 		}
 		if s.ok > 0 {
-			s.rate, s.cpu = median(rates), median(cpus)
+			s.rate, s.cpu, s.redisCPU = median(rates), median(cpus), median(rcpus)
 			s.p50, s.p99 = medianDur(p50s), medianDur(p99s)
 			s.peakKB = maxInt(peaks) // the peak of the peaks: a budget is a bound
 			s.minRate, s.maxR = minMax(rates)
@@ -140,10 +156,11 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 	}
 	fmt.Fprintf(&b, "Results (%s)\n\n", mode)
 	fmt.Fprintf(&b, "- %s", m.text())
+	fmt.Fprintf(&b, "- load average at the end: %s\n", loadAverage())
 	fmt.Fprintf(&b, "- flat out: %d messages (Watermill %d, at most %s), latency: %.0f msg/s paced for %s, publish: %d messages from 4 goroutines, backlog: %d messages; 200-byte payloads\n\n",
 		cfg.flat, cfg.wmFlat, cfg.flatCap, cfg.latRate, cfg.latDur, cfg.pub, cfg.backlog)
-	b.WriteString("| scenario | msg/s | ratio | vs | p50 ms | p99 ms | CPU us/msg/stage | peak RSS MB | notes |\n")
-	b.WriteString("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |\n")
+	b.WriteString("| scenario | msg/s | ratio | vs | p50 ms | p99 ms | CPU us/msg/stage | Redis CPU us/msg/stage | peak RSS MB | notes |\n")
+	b.WriteString("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	all := append(append([]scenario{}, scenarios...), backlogScenario)
 	for _, sc := range all {
 		s, ok := sums[sc.name]
@@ -155,7 +172,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 			if s.failed != "" {
 				why = "FAILED: " + s.failed
 			}
-			fmt.Fprintf(&b, "| %s | | | | | | | | %s |\n", sc.name, mdEscape(why))
+			fmt.Fprintf(&b, "| %s | | | | | | | | | %s |\n", sc.name, mdEscape(why))
 			continue
 		}
 		ratio := ""
@@ -166,9 +183,9 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 		if sc.kind == kindHops {
 			lat50, lat99 = fmt.Sprintf("%.2f", float64(s.p50)/1e6), fmt.Sprintf("%.2f", float64(s.p99)/1e6)
 		}
-		cpu := ""
+		cpu, rcpu := "", ""
 		if s.cpu > 0 {
-			cpu = fmt.Sprintf("%.2f", s.cpu/1000)
+			cpu, rcpu = fmt.Sprintf("%.2f", s.cpu/1000), fmt.Sprintf("%.2f", s.redisCPU/1000)
 		}
 		notes := dedup(s.notes)
 		if s.ok > 1 {
@@ -177,7 +194,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 		if s.failed != "" {
 			notes = append(notes, "some runs FAILED: "+s.failed)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %.0f | %s |\n", sc.name, s.rate, ratio, sc.vs, lat50, lat99, cpu,
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", sc.name, s.rate, ratio, sc.vs, lat50, lat99, cpu, rcpu,
 			float64(s.peakKB)/1024, mdEscape(strings.Join(notes, "; ")))
 	}
 	b.WriteString("\nBudgets (DESIGN.md section 9)\n\n")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flowrun/flowrun/bench/internal/sigprof"
 )
 
 type kind int
@@ -42,12 +45,12 @@ type scenario struct {
 	// runs without tracing.
 	trace    string
 	pipeline string // flowrun: fw1, fw3 or fw3-eo
-	// consumers and pool configure Watermill (0: its defaults).
-	consumers, pool int
+	// consumers is the number of Watermill subscribers per hop (0: one, with default settings).
+	consumers int
 }
 
-// wmConsumers is the number of subscribers per hop of the tuned Watermill set-up: the best of 1, 4,
-// 8, 16 and 32 on the 2-core machine of BENCHMARKS.md.
+// wmConsumers is the default number of subscribers per hop of the tuned Watermill set-up (flag
+// -wm-consumers): the best of 1, 4, 8, 16 and 32 on the 2-core machine of BENCHMARKS.md.
 const wmConsumers = 8
 
 // scenarios are run in this order in every round, each next to what it is compared with.
@@ -62,9 +65,9 @@ var scenarios = []scenario{
 	{name: "FW-3 trace 100%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "1"},
 	{name: "FW-3 eo", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3-eo"},
 	{name: "Watermill-1 default", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1"},
-	{name: "Watermill-1 batched", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1", consumers: wmConsumers, pool: 4 * wmConsumers},
+	{name: "Watermill-1 batched", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1", consumers: wmConsumers},
 	{name: "Watermill-3 default", kind: kindHops, impl: implWatermill, stages: 3, vs: "RAW-3"},
-	{name: "Watermill-3 batched", kind: kindHops, impl: implWatermill, stages: 3, vs: "RAW-3", consumers: wmConsumers, pool: 4 * 3 * wmConsumers},
+	{name: "Watermill-3 batched", kind: kindHops, impl: implWatermill, stages: 3, vs: "RAW-3", consumers: wmConsumers},
 }
 
 // backlogScenario runs once, after the rounds: its figure is a peak, not a rate to compare.
@@ -79,6 +82,7 @@ type result struct {
 	rate     float64       // messages per second
 	p50, p99 time.Duration // end-to-end latency at the paced rate
 	cpu      float64       // ns of the system's CPU per message per stage
+	redisCPU float64       // ns of redis-server's CPU per message per stage
 	peakKB   int64         // the system's peak resident set
 	got      int           // messages of the measured phase that arrived
 	elapsed  time.Duration // of the measured phase
@@ -148,11 +152,22 @@ func (h *harness) logPath(sc scenario) string {
 func (h *harness) startSystem(sc scenario, streams []string) (*child, string, error) {
 	switch sc.impl {
 	case implRaw:
-		c, err := startChild(sc.name, h.logPath(sc), nil, h.self, "child", "raw-hops", "-addr", h.srv.addr(), "-streams", strings.Join(streams, ","))
+		var env []string
+		if h.profileDir != "" {
+			env = append(env, sigprof.EnvDir+"="+h.profilePath(sc))
+		}
+		c, err := startChild(sc.name, h.logPath(sc), env, h.self, "child", "raw-hops", "-addr", h.srv.addr(), "-streams", strings.Join(streams, ","))
 		return c, "", err
 	case implWatermill:
+		consumers, pool := sc.consumers, 0
+		if consumers > 0 {
+			// Each subscriber holds a connection in its blocking read; its XACKs and its handler's
+			// XADDs need more.
+			consumers = h.wmConsumers
+			pool = 4 * consumers * sc.stages
+		}
 		c, err := startChild(sc.name, h.logPath(sc), nil, h.self, "child", "watermill", "-addr", h.srv.addr(),
-			"-streams", strings.Join(streams, ","), "-consumers", strconv.Itoa(sc.consumers), "-pool", strconv.Itoa(sc.pool))
+			"-streams", strings.Join(streams, ","), "-consumers", strconv.Itoa(consumers), "-pool", strconv.Itoa(pool))
 		return c, "", err
 	}
 	args := []string{"run", h.pipelines[sc.pipeline], "--redis", h.srv.url()}
@@ -173,7 +188,7 @@ func (h *harness) startSystem(sc scenario, streams []string) (*child, string, er
 	bin := h.flowrun
 	if h.profileDir != "" {
 		bin = h.pprofBin
-		env = append(env, "FLOWBENCH_PROFILE_DIR="+h.profilePath(sc))
+		env = append(env, sigprof.EnvDir+"="+h.profilePath(sc))
 	}
 	c, err := startChild(sc.name, h.logPath(sc), env, bin, args...)
 	return c, httpAddr, err
@@ -263,11 +278,15 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	if err != nil {
 		return fail("flat out", err)
 	}
+	rcpu0, err := h.srv.cpu()
+	if err != nil {
+		return fail("flat out", err)
+	}
 	t0 := time.Now()
 	if err := c.signal(syscall.SIGCONT); err != nil {
 		return fail("flat out", err)
 	}
-	if h.profileDir != "" && sc.impl == implFlowrun {
+	if h.profileDir != "" && sc.impl != implWatermill {
 		if err := c.signal(syscall.SIGUSR1); err != nil {
 			return fail("profile", err)
 		}
@@ -275,13 +294,14 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	got, last, err := cons.receive(ctx, n, phaseFlat, t0.Add(h.cfg.flatCap), nil)
 	end := time.Now()
 	cpu1, cerr := c.cpu()
+	rcpu1, rerr := h.srv.cpu()
 	if err == nil {
-		err = cerr
+		err = errors.Join(cerr, rerr)
 	}
 	if err != nil {
 		return fail("flat out", err)
 	}
-	if h.profileDir != "" && sc.impl == implFlowrun {
+	if h.profileDir != "" && sc.impl != implWatermill {
 		if err := h.finishProfile(c, sc); err != nil {
 			return fail("profile", err)
 		}
@@ -296,7 +316,11 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	}
 	res.rate = float64(got) / res.elapsed.Seconds()
 	res.cpu = float64(cpu1-cpu0) / float64(got*sc.stages)
+	res.redisCPU = float64(rcpu1-rcpu0) / float64(got*sc.stages)
 	_, res.peakKB, _ = c.memKB()
+	if res.rate < h.cfg.latRate {
+		res.note("slower than the paced %.0f msg/s: its latency is mostly queueing", h.cfg.latRate)
+	}
 
 	if httpAddr != "" {
 		if err := scrape("http://" + httpAddr + "/metrics"); err != nil {
@@ -344,11 +368,19 @@ func (h *harness) runPublish(ctx context.Context, sc scenario) result {
 		args = []string{"child", "pub-flowrun", "-addr", h.srv.addr(), "-n", strconv.Itoa(n), "-g", "4", "-pipeline", h.pipelines[sc.pipeline], "-topic", "in"}
 		stream = fwStream("in")
 	}
+	rcpu0, err := h.srv.cpu()
+	if err != nil {
+		return result{failed: err.Error()}
+	}
 	c, err := startChild(sc.name, h.logPath(sc), nil, h.self, args...)
 	if err != nil {
 		return result{failed: err.Error()}
 	}
 	if err := c.wait(5 * time.Minute); err != nil {
+		return result{failed: err.Error()}
+	}
+	rcpu1, err := h.srv.cpu()
+	if err != nil {
 		return result{failed: err.Error()}
 	}
 	var rep pubReport
@@ -365,6 +397,7 @@ func (h *harness) runPublish(ctx context.Context, sc scenario) result {
 	res := result{got: n, elapsed: time.Duration(rep.ElapsedNS), peakKB: rep.MaxRSSKB}
 	res.rate = float64(n) / res.elapsed.Seconds()
 	res.cpu = float64(rep.CPUNS) / float64(n)
+	res.redisCPU = float64(rcpu1-rcpu0) / float64(n) // the child's start-up did not touch Redis
 	return res
 }
 
