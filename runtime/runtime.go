@@ -50,7 +50,7 @@ type Options struct {
 	// shorter wait. Default 1s.
 	RetryInPlaceUpTo time.Duration
 	// PollInterval is how often the state of the streams (lag, pending, dead letters) is read for
-	// Snapshot, metrics and readiness. Default 5s.
+	// Snapshot, metrics and readiness. Default 2s.
 	PollInterval time.Duration
 	// TrimInterval is how often topics with a retention block are trimmed. Default 10s.
 	TrimInterval time.Duration
@@ -92,7 +92,7 @@ func (o *Options) applyDefaults() {
 		o.RetryInPlaceUpTo = time.Second
 	}
 	if o.PollInterval <= 0 {
-		o.PollInterval = 5 * time.Second
+		o.PollInterval = 2 * time.Second
 	}
 	if o.TrimInterval <= 0 {
 		o.TrimInterval = 10 * time.Second
@@ -168,12 +168,12 @@ func (rt *Runtime) Plan() *flow.Plan { return rt.r.plan }
 
 // runner is one Run of a plan.
 type runner struct {
-	plan  *flow.Plan
-	opts  Options
-	rdb   *redis.Client
-	keys  redis.Keys
-	log   *slog.Logger
-	start time.Time
+	plan    *flow.Plan
+	opts    Options
+	rdb     *redis.Client
+	keys    redis.Keys
+	log     *slog.Logger
+	started atomic.Int64 // when the run started, in Unix nanoseconds; 0 before
 
 	nodes     []*node            // every node this process runs, in plan order
 	producers []*producingSource // sources that produce messages (generate, file, stdin)
@@ -285,7 +285,7 @@ func (r *runner) selectNodes() (map[string]bool, error) {
 
 // run starts everything, waits for the end, and shuts down in order.
 func (r *runner) run(ctx context.Context) (*Summary, error) {
-	r.start = time.Now()
+	r.started.Store(time.Now().UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	r.stopRun = stopRun

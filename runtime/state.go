@@ -124,8 +124,8 @@ func (r *runner) pollOnce(ctx context.Context) {
 func (rt *Runtime) Snapshot() Snapshot {
 	r := rt.r
 	s := Snapshot{Taken: time.Now()}
-	if !r.start.IsZero() {
-		s.Elapsed = s.Taken.Sub(r.start)
+	if start := r.started.Load(); start != 0 {
+		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
 	}
 	s.Nodes = r.nodeSummaries()
 	for _, p := range r.producers {

@@ -36,7 +36,7 @@ func (s *Summary) DeadLettered() int64 {
 }
 
 func (r *runner) summary() *Summary {
-	return &Summary{Elapsed: time.Since(r.start), Nodes: r.nodeSummaries()}
+	return &Summary{Elapsed: time.Since(time.Unix(0, r.started.Load())), Nodes: r.nodeSummaries()}
 }
 
 // nodeSummaries reads every node's counters.
