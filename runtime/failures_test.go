@@ -387,3 +387,52 @@ sink "out" {
 		t.Errorf("summary counts %d dead letters", j.summary.DeadLettered())
 	}
 }
+
+// TestExpiredSourceLeaseIsTakenAgain lets a producing source's lease expire while it runs, as when
+// the process stalls past the TTL: nobody else took it, so the process takes it again and the source
+// goes on to its end.
+func TestExpiredSourceLeaseIsTakenAgain(t *testing.T) {
+	ctx := context.Background()
+	c := server.open(t)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	plan := buildSource(t, `
+pipeline "lease" {}
+variable "out" {}
+topic "in" {}
+source "gen" {
+  kind     = "generate"
+  count    = 60
+  rate     = 200
+  output   = topic.in
+  template = { n = index }
+}
+sink "out" {
+  kind  = "file"
+  input = topic.in
+  path  = var.out
+}
+`, "out="+out)
+	var log syncBuffer
+	rt, err := runtime.New(plan, runtime.Options{Redis: c, UntilDrained: true, LeaseTTL: time.Second, Logger: newLogger(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := rt.Run(ctx); done <- err }()
+	waitFor(t, "the source to be under way", func() bool {
+		s := rt.Snapshot()
+		return len(s.Sources) == 1 && s.Sources[0].Produced >= 10
+	})
+	if err := c.Universal().Del(ctx, redis.Keys{Prefix: plan.KeyPrefix}.SourceLease("gen")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if n := len(jsonLines(t, readFile(t, out))); n != 60 {
+		t.Fatalf("%d messages, want 60\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), "source lease expired and was taken again") {
+		t.Errorf("the lease was not taken again:\n%s", log.String())
+	}
+}

@@ -156,7 +156,14 @@ func (o *ownership) step(ctx context.Context) {
 	}
 	for key, h := range o.sourceLes {
 		if err := r.rdb.RenewLease(ctx, h.lease, ttl); errors.Is(err, redis.ErrLeaseLost) {
-			r.log.Warn("source lease lost; stopping the source", "lease", key)
+			// The lease expired (this process stalled past its TTL). If nobody took it meanwhile,
+			// take it again and go on: nobody else ran the source in between.
+			if lease, ok, err := r.rdb.AcquireLease(ctx, key, r.opts.ProcessID, ttl); err == nil && ok {
+				r.log.Warn("source lease expired and was taken again", "lease", key)
+				h.lease = lease
+				continue
+			}
+			r.log.Warn("source lease lost to another process; stopping the source", "lease", key)
 			h.lost()
 			delete(o.sourceLes, key)
 		}
