@@ -52,6 +52,7 @@ func runChild(args []string) error {
 	g := fs.Int("g", 4, "publishing goroutines")
 	consumers := fs.Int("consumers", 1, "Watermill subscribers per stage (0: one with default settings)")
 	pool := fs.Int("pool", 0, "go-redis pool size (0: go-redis default)")
+	batch := fs.Int("batch", 0, "runtime.Options.BatchSize (fw-run)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -67,6 +68,8 @@ func runChild(args []string) error {
 			defer rdb.Close()
 			return *n, publishParallel(ctx, rdb, *stream, formatPlain, phasePublish, *n, *g)
 		}))
+	case "fw-run":
+		return runFlowrunInProcess(ctx, *addr, *pipeline, *batch)
 	case "pub-flowrun":
 		return report(publishFlowrun(ctx, *addr, *pipeline, *topic, *n, *g))
 	}

@@ -68,3 +68,20 @@ func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int)
 		return n, err
 	})
 }
+
+// runFlowrunInProcess runs a pipeline with runtime.Run in this process, with a batch size of its
+// own: an experiment (flowbench -fw-batch) for what bin/flowrun has no flag for. It has neither
+// metrics nor tracing.
+func runFlowrunInProcess(ctx context.Context, addr, pipeline string, batch int) error {
+	plan, _, diags := flow.Build(pipeline, flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		return fmt.Errorf("pipeline %s: %s", pipeline, diags.Error())
+	}
+	client, err := redis.Open(ctx, redis.Options{URLs: []string{"redis://" + addr}})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	_, err = runtime.Run(ctx, plan, runtime.Options{Redis: client, BatchSize: batch})
+	return err
+}

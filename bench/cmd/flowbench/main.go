@@ -89,6 +89,10 @@ type harness struct {
 	seq        int
 	// wmConsumers is the number of subscribers per hop of the tuned Watermill scenarios.
 	wmConsumers int
+	// Experiments: flowrunEnv is added to flowrun's environment (GOGC=400, say); fwBatch > 0 runs
+	// the flowrun flows in process with that runtime.Options.BatchSize instead of bin/flowrun.
+	flowrunEnv []string
+	fwBatch    int
 }
 
 func run() error {
@@ -101,6 +105,15 @@ func run() error {
 	pprofBin := flag.String("pprof-bin", "bin/flowrun-pprof", "with -profile: flowrun built with the profiling wrapper (bench/cmd/flowrun-pprof)")
 	mdOut := flag.String("md", "", "also write the report, in Markdown, to this file")
 	keep := flag.Bool("keep", false, "keep the logs of the child processes")
+	var flowrunEnv []string
+	flag.Func("flowrun-env", "experiment: add `KEY=VALUE` to the environment of flowrun (repeatable), e.g. GOGC=400", func(s string) error {
+		if !strings.Contains(s, "=") {
+			return fmt.Errorf("want KEY=VALUE, not %q", s)
+		}
+		flowrunEnv = append(flowrunEnv, s)
+		return nil
+	})
+	fwBatch := flag.Int("fw-batch", 0, "experiment: run the flowrun flows in process (runtime.Run, no metrics or tracing) with this runtime.Options.BatchSize")
 	wmSubs := flag.Int("wm-consumers", wmConsumers, "subscribers per hop of the tuned (\"batched\") Watermill scenarios")
 	flag.Parse()
 
@@ -118,7 +131,7 @@ func run() error {
 			return err
 		}
 	}
-	h := &harness{cfg: cfg, flowrun: *flowrun, wmConsumers: max(*wmSubs, 1)}
+	h := &harness{cfg: cfg, flowrun: *flowrun, wmConsumers: max(*wmSubs, 1), flowrunEnv: flowrunEnv, fwBatch: *fwBatch}
 	var err error
 	if h.self, err = os.Executable(); err != nil {
 		return err

@@ -16,6 +16,7 @@ type machine struct {
 	cores                                  int
 	caps                                   caps
 	load                                   string // load averages when the run started
+	experiment                             string // what an experiment changed, "" for none
 }
 
 func describeMachine(ctx context.Context, h *harness) machine {
@@ -33,6 +34,14 @@ func describeMachine(ctx context.Context, h *harness) machine {
 		m.kernel = strings.TrimSpace(string(b))
 	}
 	m.load = loadAverage()
+	var exp []string
+	if len(h.flowrunEnv) > 0 {
+		exp = append(exp, "flowrun environment "+strings.Join(h.flowrunEnv, " "))
+	}
+	if h.fwBatch > 0 {
+		exp = append(exp, fmt.Sprintf("flowrun flows run in process (runtime.Run, no metrics) with BatchSize %d", h.fwBatch))
+	}
+	m.experiment = strings.Join(exp, "; ")
 	return m
 }
 
@@ -57,8 +66,12 @@ func (m machine) text() string {
 		}
 		return "not yet"
 	}
-	return fmt.Sprintf("machine: %s, %d cores, Linux %s, load average %s at the start; %s; Redis %s; %s (metrics --http: %s, tracing --trace-file: %s)\n",
+	s := fmt.Sprintf("machine: %s, %d cores, Linux %s, load average %s at the start; %s; Redis %s; %s (metrics --http: %s, tracing --trace-file: %s)\n",
 		m.cpu, m.cores, m.kernel, m.load, m.goVersion, m.redis, m.flowrun, yes(m.caps.http), yes(m.caps.traceFile))
+	if m.experiment != "" {
+		s += "EXPERIMENT: " + m.experiment + "\n"
+	}
+	return s
 }
 
 // progressLine is one run's figures, printed as it ends.
@@ -78,6 +91,9 @@ func progressLine(sc scenario, r result) string {
 		s += fmt.Sprintf("  cpu %.2f us/msg/stage (redis %.2f)", r.cpu/1000, r.redisCPU/1000)
 	}
 	s += fmt.Sprintf("  peak RSS %s", mb(r.peakKB))
+	if r.capped {
+		s += fmt.Sprintf("  (time limit: %d arrived)", r.got)
+	}
 	if len(r.notes) > 0 {
 		s += "  (" + strings.Join(r.notes, "; ") + ")"
 	}
@@ -96,6 +112,7 @@ type summary struct {
 	cpu, redisCPU float64
 	peakKB        int64
 	notes         []string
+	capped        int // runs that ended on their time limit
 	ratioRounds   int
 	minRate, maxR float64
 }
@@ -127,6 +144,9 @@ func summarize(results map[string][]result) map[string]summary {
 			p50s, p99s = append(p50s, r.p50), append(p99s, r.p99)
 			peaks = append(peaks, r.peakKB)
 			s.notes = append(s.notes, r.notes...)
+			if r.capped {
+				s.capped++
+			}
 			// The ratio of a round is taken against the baseline of the same round.
 			if base := results[sc.vs]; sc.vs != "" && i < len(base) && base[i].ok() && base[i].rate > 0 {
 				ratios = append(ratios, r.rate/base[i].rate)
@@ -188,6 +208,9 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 			cpu, rcpu = fmt.Sprintf("%.2f", s.cpu/1000), fmt.Sprintf("%.2f", s.redisCPU/1000)
 		}
 		notes := dedup(s.notes)
+		if s.capped > 0 {
+			notes = append(notes, fmt.Sprintf("%d of %d runs ended on the time limit", s.capped, s.ok))
+		}
 		if s.ok > 1 {
 			notes = append([]string{fmt.Sprintf("rate %.0f-%.0f", s.minRate, s.maxR)}, notes...)
 		}

@@ -86,6 +86,7 @@ type result struct {
 	peakKB   int64         // the system's peak resident set
 	got      int           // messages of the measured phase that arrived
 	elapsed  time.Duration // of the measured phase
+	capped   bool          // the phase ended on its time limit before all had arrived
 }
 
 func (r result) ok() bool { return r.na == "" && r.failed == "" }
@@ -115,6 +116,9 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 func (h *harness) unavailable(sc scenario) string {
 	if sc.trace != "" && !h.caps.traceFile {
 		return "not available yet: flowrun run has no --trace-file"
+	}
+	if sc.trace != "" && h.fwBatch > 0 {
+		return "not with -fw-batch (no tracing in process)"
 	}
 	return ""
 }
@@ -170,8 +174,13 @@ func (h *harness) startSystem(sc scenario, streams []string) (*child, string, er
 			"-streams", strings.Join(streams, ","), "-consumers", strconv.Itoa(consumers), "-pool", strconv.Itoa(pool))
 		return c, "", err
 	}
+	env := append([]string(nil), h.flowrunEnv...)
+	if h.fwBatch > 0 {
+		c, err := startChild(sc.name, h.logPath(sc), env, h.self, "child", "fw-run", "-addr", h.srv.addr(),
+			"-pipeline", h.pipelines[sc.pipeline], "-batch", strconv.Itoa(h.fwBatch))
+		return c, "", err
+	}
 	args := []string{"run", h.pipelines[sc.pipeline], "--redis", h.srv.url()}
-	var env []string
 	httpAddr := ""
 	if h.caps.http {
 		port, err := freePort()
@@ -311,8 +320,7 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	}
 	res.got, res.elapsed = got, last.Sub(t0)
 	if got < n {
-		res.elapsed = end.Sub(t0)
-		res.note("capped at %s: %d of %d arrived", h.cfg.flatCap, got, n)
+		res.elapsed, res.capped = end.Sub(t0), true
 	}
 	res.rate = float64(got) / res.elapsed.Seconds()
 	res.cpu = float64(cpu1-cpu0) / float64(got*sc.stages)
@@ -435,8 +443,7 @@ func (h *harness) runBacklog(ctx context.Context, sc scenario) (res result) {
 	}
 	res.got, res.elapsed = got, last.Sub(t0)
 	if got < n {
-		res.elapsed = time.Since(t0)
-		res.note("capped at %s: %d of %d arrived", h.cfg.backlogCap, got, n)
+		res.elapsed, res.capped = time.Since(t0), true
 	}
 	res.rate = float64(got) / res.elapsed.Seconds()
 	_, res.peakKB, _ = c.memKB()
