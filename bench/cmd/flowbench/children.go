@@ -78,9 +78,11 @@ func runChild(args []string) error {
 
 // measure runs a publishing window and reports its duration and CPU time.
 func measure(f func() (int, error)) (pubReport, error) {
+	var n int
+	var err error
 	cpu0 := selfCPU()
 	t0 := time.Now()
-	n, err := f()
+	sigprof.Window(func() { n, err = f() })
 	return pubReport{N: n, ElapsedNS: int64(time.Since(t0)), CPUNS: int64(selfCPU() - cpu0)}, err
 }
 

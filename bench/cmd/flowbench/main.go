@@ -142,6 +142,7 @@ func run() error {
 	if *profile != "" {
 		h.profileDir = *profile
 		h.cfg.flat = 500_000 // long enough for a few thousand samples of the slowest system
+		h.cfg.flatCap = time.Minute
 		if h.pprofBin, err = exec.LookPath(*pprofBin); err != nil {
 			return fmt.Errorf("the profiling binary: %w", err)
 		}
@@ -243,7 +244,10 @@ func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error 
 	}
 	var errs []error
 	for _, sc := range scenarios {
-		if sc.kind != kindHops || sc.impl == implWatermill || sc.trace != "" || sc.pipeline == "fw3-eo" ||
+		// By default the four flows of the budgets; -only picks any of the raw and flowrun flows and
+		// publishers.
+		if sc.kind == kindPublish && filter == nil || sc.impl == implWatermill ||
+			filter == nil && (sc.trace != "" || sc.pipeline == "fw3-eo") ||
 			filter != nil && !filter.MatchString(sc.name) {
 			continue
 		}

@@ -380,7 +380,11 @@ func (h *harness) runPublish(ctx context.Context, sc scenario) result {
 	if err != nil {
 		return result{failed: err.Error()}
 	}
-	c, err := startChild(sc.name, h.logPath(sc), nil, h.self, args...)
+	var env []string
+	if h.profileDir != "" {
+		env = append(env, sigprof.EnvDir+"="+h.profilePath(sc))
+	}
+	c, err := startChild(sc.name, h.logPath(sc), env, h.self, args...)
 	if err != nil {
 		return result{failed: err.Error()}
 	}

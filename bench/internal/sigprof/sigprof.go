@@ -26,30 +26,52 @@ func Start() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
-		var cpu *os.File
+		var stop func()
 		for sig := range sigs {
 			switch {
-			case sig == syscall.SIGUSR1 && cpu == nil:
-				write(dir, "allocs", "allocs-start.pprof")
-				f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
-				if err == nil {
-					err = pprof.StartCPUProfile(f)
-				}
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "sigprof:", err)
-					continue
-				}
-				cpu = f
-			case sig == syscall.SIGUSR2 && cpu != nil:
-				pprof.StopCPUProfile()
-				_ = cpu.Close()
-				cpu = nil
-				write(dir, "allocs", "allocs.pprof")
-				write(dir, "heap", "heap.pprof")
-				_ = os.WriteFile(filepath.Join(dir, "done"), nil, 0o644)
+			case sig == syscall.SIGUSR1 && stop == nil:
+				stop = begin(dir)
+			case sig == syscall.SIGUSR2 && stop != nil:
+				stop()
+				stop = nil
 			}
 		}
 	}()
+}
+
+// Window profiles f, as the signals would, if EnvDir is set: for a process that knows when its
+// measured window starts and ends.
+func Window(f func()) {
+	dir := os.Getenv(EnvDir)
+	if dir == "" {
+		f()
+		return
+	}
+	stop := begin(dir)
+	defer stop()
+	f()
+}
+
+// begin starts the profiles and returns the function that ends and writes them.
+func begin(dir string) func() {
+	write(dir, "allocs", "allocs-start.pprof")
+	f, err := os.Create(filepath.Join(dir, "cpu.pprof"))
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sigprof:", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		write(dir, "allocs", "allocs.pprof")
+		write(dir, "heap", "heap.pprof")
+		_ = os.WriteFile(filepath.Join(dir, "done"), nil, 0o644)
+	}
 }
 
 func write(dir, profile, file string) {
