@@ -34,7 +34,7 @@ fmt:
 	$(GO) run ./cmd/flowrun fmt -w examples/pipelines/* examples/plugins/pipeline
 
 # The benchmarks of BENCHMARKS.md: flowrun (bin/flowrun, as a child process) against raw go-redis
-# and Watermill, on a private redis-server, in interleaved rounds. It takes about 15 minutes: run
+# and Watermill, on a private redis-server, in interleaved rounds. It takes about 13 minutes: run
 # nothing else meanwhile. BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -md bin/bench.md".
 # The harness is a module of its own (bench/), so that the main module does not depend on Watermill;
 # -mod=mod lets it follow the main module's requirements when they change.
@@ -50,11 +50,12 @@ bench-quick: build bench-tools
 	$(BENCH_GO) test ./...
 	./bin/flowbench -flowrun $(BIN) -quick
 
-# CPU and allocation profiles of FW-1 and FW-3 flat out (flowrun built with a profiling wrapper),
-# and the top functions of FW-3's CPU profile.
+# CPU and allocation profiles of the flat-out phase of RAW-1, FW-1, RAW-3 and FW-3 in bin/profiles
+# (flowrun through a profiling wrapper, bench/cmd/flowrun-pprof), and the top of FW-3's CPU profile.
+# BENCH_FLAGS="-only 'publish|trace 1%'" profiles other scenarios.
 bench-profile: build bench-tools
-	./bin/flowbench -flowrun $(BIN) -profile bin/profiles -pprof-bin bin/flowrun-pprof
-	$(GO) tool pprof -top -nodecount 40 bin/flowrun-pprof bin/profiles/fw-3/cpu.pprof
+	./bin/flowbench -flowrun $(BIN) -profile bin/profiles -pprof-bin bin/flowrun-pprof $(BENCH_FLAGS)
+	$(GO) tool pprof -top -cum -nodecount 40 bin/flowrun-pprof bin/profiles/fw-3/cpu.pprof
 
 bench-tools:
 	$(BENCH_GO) build -o ../bin/flowbench ./cmd/flowbench
