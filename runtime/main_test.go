@@ -120,7 +120,7 @@ func runJob(t *testing.T, c *redis.Client, plan *flow.Plan, opts runtime.Options
 	}
 	opts.Logger = newLogger(&log)
 	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = 2 * time.Second
+		opts.LeaseTTL = 10 * time.Second // the default: a loaded CI machine must not lose leases mid-test
 	}
 	summary, err := runtime.Run(ctx, plan, opts)
 	if err != nil {
