@@ -50,7 +50,8 @@ type scenario struct {
 }
 
 // wmConsumers is the default number of subscribers per hop of the tuned Watermill set-up (flag
-// -wm-consumers): the best of 1, 4, 8, 16 and 32 on the 2-core machine of BENCHMARKS.md.
+// -wm-consumers): with 4 and 8 the best of 2, 4, 8, 16 and 32 on the 2-core machine of
+// BENCHMARKS.md.
 const wmConsumers = 8
 
 // scenarios are run in this order in every round, each next to what it is compared with.
