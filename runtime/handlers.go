@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/expr"
@@ -18,7 +19,14 @@ type stageHandler struct {
 }
 
 func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	results, err := h.proc.Process(ctx, &m.msg, nil)
+	scratch := stageOutputs.Get().(*[]stages.Output)
+	defer func() {
+		clear(*scratch)
+		*scratch = (*scratch)[:0]
+		stageOutputs.Put(scratch)
+	}()
+	results, err := h.proc.Process(ctx, &m.msg, *scratch)
+	*scratch = results
 	if err != nil {
 		return outs, err
 	}
@@ -36,6 +44,9 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	return outs, nil
 }
 
+// stageOutputs recycles the slices that processors append their outputs to.
+var stageOutputs = sync.Pool{New: func() any { s := make([]stages.Output, 0, 4); return &s }}
+
 // topicOutput makes the entry that writes msg, the i-th output of input m at node n, to topic t;
 // fallback is the partition of an unkeyed message. Effectively-once nodes mark the output so that
 // writing it again after a crash writes nothing.
@@ -48,7 +59,7 @@ func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Mes
 	if err != nil {
 		return redis.Output{}, err
 	}
-	out := redis.Output{Stream: r.keys.Stream(t.Name, p), Entry: e}
+	out := redis.Output{Stream: r.streamKey(t, p), Entry: e}
 	if n.delivery == flow.EffectivelyOnce {
 		out.DedupKey = r.keys.Dedup(t.Name, p, n.name, n.inputName(), m.partition, m.id, i)
 	}

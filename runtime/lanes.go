@@ -41,10 +41,11 @@ func (r *runner) processAll(n *node, msgs []*message, durable bool, stopping <-c
 	return results
 }
 
-// processLane processes the messages at the given indexes in order.
+// processLane processes the messages at the given indexes in order; their outputs share one buffer.
 func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, durable bool, stopping <-chan struct{}) {
+	buf := make([]redis.Output, 0, len(indexes))
 	for k, i := range indexes {
-		results[i] = r.processMessage(n, msgs[i], durable, stopping)
+		results[i], buf = r.processMessage(n, msgs[i], buf, durable, stopping)
 		if results[i].abandoned {
 			for _, j := range indexes[k+1:] {
 				results[j] = result{abandoned: true}

@@ -40,7 +40,7 @@ type Options struct {
 	// DrainTimeout bounds shutdown: batches still in flight after it are abandoned unacknowledged, for
 	// another process (or the next start) to redo. Default 10s.
 	DrainTimeout time.Duration
-	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default 256, at most 1000.
+	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default and most 1000.
 	BatchSize int
 	// Block is how long a read waits for new entries. It also bounds how long a stop waits for an idle
 	// read to return. Default 500ms.
@@ -80,7 +80,7 @@ func (o *Options) applyDefaults() {
 		o.DrainTimeout = 10 * time.Second
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 256
+		o.BatchSize = redis.DefaultReadCount
 	}
 	if o.BatchSize > redis.DefaultReadCount {
 		o.BatchSize = redis.DefaultReadCount
@@ -191,6 +191,7 @@ type runner struct {
 	poll    poll
 	tracing tracing
 	metrics metrics
+	streams map[string][]string // the stream keys of every topic's partitions, made once
 
 	mu       sync.Mutex
 	fatalErr error         // the first error that stops the run
@@ -207,6 +208,10 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
 	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
+	r.streams = map[string][]string{}
+	for _, t := range plan.Topics {
+		r.streams[t.Name] = r.keys.Streams(t.Name, t.Partitions)
+	}
 	if err := r.keys.Validate(); err != nil {
 		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
 	}

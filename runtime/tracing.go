@@ -47,20 +47,26 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 		ctx = t.prop.Extract(ctx, carrier{&m.trace})
 	}
 	destination := n.inputName()
-	ctx, span := t.tracer.Start(ctx, "process "+destination,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", messagingSystem),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.operation.name", "process"),
-			attribute.String("messaging.destination.name", destination),
-			attribute.String("messaging.destination.partition.id", strconv.Itoa(m.partition)),
-			attribute.String("messaging.consumer.group.name", n.group),
-			attribute.String("messaging.message.id", m.id),
-			attribute.String("flowrun.node", n.name),
-			attribute.String("flowrun.node.type", n.typ),
-			attribute.String("flowrun.node.kind", n.kind),
-		))
+	ctx, span := t.tracer.Start(ctx, "process "+destination, trace.WithSpanKind(trace.SpanKindConsumer))
+	if !span.IsRecording() {
+		// Not sampled (a message without trace context, and the sampler said no): no attributes
+		// to build, only the context to pass on.
+		m.out = traceContext{}
+		t.prop.Inject(ctx, carrier{&m.out})
+		return ctx, nil
+	}
+	span.SetAttributes(
+		attribute.String("messaging.system", messagingSystem),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.destination.name", destination),
+		attribute.String("messaging.destination.partition.id", strconv.Itoa(m.partition)),
+		attribute.String("messaging.consumer.group.name", n.group),
+		attribute.String("messaging.message.id", m.id),
+		attribute.String("flowrun.node", n.name),
+		attribute.String("flowrun.node.type", n.typ),
+		attribute.String("flowrun.node.kind", n.kind),
+	)
 	if m.msg.Key != "" {
 		span.SetAttributes(attribute.String("messaging.redis.message.key", m.msg.Key))
 	}

@@ -201,8 +201,11 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 	r := w.r
 	n.stats.in.Add(int64(b.Len()))
 
-	var outs []redis.Output
-	var acks []string
+	// One allocation each for the batch's outputs (most stages write one per input), acks and
+	// messages: the steady state allocates per batch, not per message.
+	total := b.Len() + len(due) + len(badRetries)
+	outs := make([]redis.Output, 0, total)
+	acks := make([]string, 0, total)
 	var retryDone, retries []redis.Retry
 	for _, bad := range b.Malformed {
 		outs = append(outs, r.deadLetterMalformed(n, w.u, bad))
@@ -218,9 +221,9 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 		}))
 		retryDone = append(retryDone, bad)
 	}
-	msgs := make([]*message, 0, len(b.Entries)+len(due))
+	backing := make([]message, 0, len(b.Entries)+len(due))
 	for _, e := range b.Entries {
-		msgs = append(msgs, &message{
+		backing = append(backing, message{
 			id:         e.ID,
 			partition:  w.u.partition,
 			msg:        stages.NewMessage(e.Key, e.Payload, e.Headers),
@@ -231,7 +234,7 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 	}
 	for i := range due {
 		rt := &due[i]
-		msgs = append(msgs, &message{
+		backing = append(backing, message{
 			id:           rt.Entry.ID,
 			partition:    w.u.partition,
 			msg:          stages.NewMessage(rt.Entry.Key, rt.Entry.Payload, rt.Entry.Headers),
@@ -240,6 +243,10 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 			firstFailure: rt.FirstFailure,
 			retry:        rt,
 		})
+	}
+	msgs := make([]*message, len(backing))
+	for i := range backing {
+		msgs[i] = &backing[i]
 	}
 	durable := w.u.retryKey != "" && !n.retryInPlace
 	written := 0
@@ -311,24 +318,27 @@ type result struct {
 // processMessage runs a message through the node's handler, retrying by the node's policy, and
 // dead-letters it when it fails for good. With durable, a retry due later than RetryInPlaceUpTo is
 // scheduled in the unit's retry set instead of waited for.
-func (r *runner) processMessage(n *node, m *message, durable bool, stopping <-chan struct{}) result {
+//
+// The message's outputs are appended to buf, and the result's outs is the appended part, so that a
+// lane of messages shares one buffer.
+func (r *runner) processMessage(n *node, m *message, buf []redis.Output, durable bool, stopping <-chan struct{}) (result, []redis.Output) {
 	var started time.Time
 	if r.metrics.duration != nil {
 		started = time.Now()
 	}
 	ctx, span := r.tracing.startProcess(r.hard, n, m)
-	res, err := r.attempt(ctx, n, m, durable, stopping)
+	res, buf, err := r.attempt(ctx, n, m, buf, durable, stopping)
 	r.tracing.endProcess(span, res, err)
 	r.recordMessage(n, m, started)
-	return res
+	return res, buf
 }
 
 // attempt makes the attempts at a message that processMessage describes, and returns the last error.
-func (r *runner) attempt(base context.Context, n *node, m *message, durable bool, stopping <-chan struct{}) (result, error) {
+func (r *runner) attempt(base context.Context, n *node, m *message, buf []redis.Output, durable bool, stopping <-chan struct{}) (result, []redis.Output, error) {
 	if m.deliveries > poisonDeliveries {
 		err := stages.Permanent(errors.New("delivered " + itoa(m.deliveries) +
 			" times without being acknowledged: every process that took it died or lost it (a poison message)"))
-		return r.deadLettered(n, m, err, m.attempts, time.Now()), err
+		return r.deadLettered(n, m, err, m.attempts, time.Now()), buf, err
 	}
 	// A retry starts again from the payload as it arrived, whatever the failed attempt changed.
 	payload, _ := m.msg.Payload()
@@ -338,15 +348,24 @@ func (r *runner) attempt(base context.Context, n *node, m *message, durable bool
 		if attempt > m.attempts+1 {
 			m.msg = stages.NewMessage(key, payload, headers)
 		}
-		ctx, cancel := context.WithTimeout(base, n.timeout)
-		outs, err := n.handler.handle(ctx, m, nil)
-		timedOut := ctx.Err() == context.DeadlineExceeded
-		cancel()
-		if err == nil {
-			return result{outs: outs}, nil
+		start := len(buf)
+		var err error
+		timedOut := false
+		if n.inline {
+			// Nodes that only compute or write locally do not wait on anything: no timer for them.
+			buf, err = n.handler.handle(base, m, buf)
+		} else {
+			ctx, cancel := context.WithTimeout(base, n.timeout)
+			buf, err = n.handler.handle(ctx, m, buf)
+			timedOut = ctx.Err() == context.DeadlineExceeded
+			cancel()
 		}
+		if err == nil {
+			return result{outs: buf[start:len(buf):len(buf)]}, buf, nil
+		}
+		buf = buf[:start]
 		if r.hard.Err() != nil {
-			return result{abandoned: true}, nil // the failure may be the shutdown's doing
+			return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
 		}
 		if timedOut {
 			err = errors.Join(err, errors.New("the attempt took longer than the timeout of "+flow.FormatDuration(n.timeout)))
@@ -356,7 +375,7 @@ func (r *runner) attempt(base context.Context, n *node, m *message, durable bool
 			firstFailure = time.Now()
 		}
 		if stages.IsPermanent(err) || attempt >= n.retry.MaxAttempts {
-			return r.deadLettered(n, m, err, attempt, firstFailure), err
+			return r.deadLettered(n, m, err, attempt, firstFailure), buf, err
 		}
 		n.stats.retried.Add(1)
 		delay := jittered(n.retry.Delay(attempt), n.retry.Jitter)
@@ -369,7 +388,7 @@ func (r *runner) attempt(base context.Context, n *node, m *message, durable bool
 				},
 				Attempts: attempt, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
 				Due: time.Now().Add(delay),
-			}}, err
+			}}, buf, err
 		}
 		r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
 		t := time.NewTimer(delay)
@@ -377,7 +396,7 @@ func (r *runner) attempt(base context.Context, n *node, m *message, durable bool
 		case <-t.C:
 		case <-stopping:
 			t.Stop()
-			return result{abandoned: true}, nil // redelivered after the restart, retry count and all
+			return result{abandoned: true}, buf, nil // redelivered after the restart, retry count and all
 		}
 	}
 }

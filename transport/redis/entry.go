@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -37,7 +38,8 @@ type Entry struct {
 	ID string
 	// Key is the message key; empty when the message has none.
 	Key string
-	// Payload is the message as JSON. It is never empty in a decoded entry.
+	// Payload is the message as JSON. It is never empty in a decoded entry, and it is read-only:
+	// a decoded payload shares its memory with the reply it came from.
 	Payload []byte
 	// Headers are string headers; nil when there are none.
 	Headers map[string]string
@@ -67,12 +69,16 @@ func (e *MalformedEntryError) Error() string {
 }
 
 // EncodeEntry returns the XADD field-value list of an entry, in a fixed order: payload, key,
-// headers, traceparent, tracestate (empty optional fields are left out). The payload must be
-// valid JSON. A flat entry is encoded in the canonical form, with a payload field holding its
-// JSON object.
+// headers, traceparent, tracestate (empty optional fields are left out). A flat entry is encoded in
+// the canonical form, with a payload field holding its JSON object.
+//
+// The payload must be JSON, and EncodeEntry does not check it: it is on every hop's path, and its
+// callers write payloads that DecodeEntry validated or that an encoder produced. Should an invalid
+// payload be written anyway, the reader's DecodeEntry reports the entry as malformed, and it is
+// dead-lettered there: nothing crashes and nothing is lost.
 func EncodeEntry(e Entry) ([]any, error) {
-	if !json.Valid(e.Payload) {
-		return nil, fmt.Errorf("redis: encoding entry: payload is not valid JSON")
+	if len(e.Payload) == 0 {
+		return nil, fmt.Errorf("redis: encoding entry: empty payload")
 	}
 	n := 2
 	if e.Key != "" {
@@ -151,7 +157,7 @@ func DecodeEntry(msg goredis.XMessage) (Entry, error) {
 	if !ok {
 		return decodeFlat(msg)
 	}
-	p := toBytes(payload)
+	p := viewBytes(payload)
 	if !json.Valid(p) {
 		return Entry{}, malformed(msg, "payload is not valid JSON")
 	}
@@ -218,6 +224,16 @@ func toString(v any) string {
 	default:
 		return fmt.Sprint(v)
 	}
+}
+
+// viewBytes is toBytes without the copy for a string: the returned bytes share the string's memory,
+// so nothing may modify them. Payloads are only ever read (decoded, written on), and every hop reads
+// one; the copy was a tenth of a hop's allocations.
+func viewBytes(v any) []byte {
+	if s, ok := v.(string); ok {
+		return unsafe.Slice(unsafe.StringData(s), len(s))
+	}
+	return toBytes(v)
 }
 
 func toBytes(v any) []byte {

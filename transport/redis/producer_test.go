@@ -204,8 +204,8 @@ func TestProducerReportsErrorsOnFlush(t *testing.T) {
 		if err := p.Flush(ctx); err != nil {
 			t.Fatalf("second Flush = %v, want nil (errors are reported once)", err)
 		}
-		if err := p.Add(ctx, ok, Entry{Payload: []byte(`{`)}); err == nil {
-			t.Fatal("Add accepted an invalid payload")
+		if err := p.Add(ctx, ok, Entry{}); err == nil {
+			t.Fatal("Add accepted an empty payload")
 		}
 		if err := p.Close(ctx); err != nil {
 			t.Fatal(err)
