@@ -14,7 +14,7 @@ import (
 // of at most 1ms); Flush waits until everything published before it is in Redis.
 type Publisher struct {
 	plan     *flow.Plan
-	keys     redis.Keys
+	streams  map[string][]string // each topic's partition streams, made once
 	producer *redis.Producer
 	spread   roundRobin
 }
@@ -25,7 +25,12 @@ func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Publisher{plan: plan, keys: redis.Keys{Prefix: plan.KeyPrefix}, producer: p}, nil
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	streams := map[string][]string{}
+	for _, t := range plan.Topics {
+		streams[t.Name] = keys.Streams(t.Name, t.Partitions)
+	}
+	return &Publisher{plan: plan, streams: streams, producer: p}, nil
 }
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
@@ -45,7 +50,7 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message)
 	if err != nil {
 		return err
 	}
-	return p.producer.Add(ctx, p.keys.Stream(t.Name, partition), e)
+	return p.producer.Add(ctx, p.streams[t.Name][partition], e)
 }
 
 // Flush waits until every message published so far is written, and returns the first error of

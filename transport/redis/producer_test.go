@@ -87,7 +87,7 @@ func TestProducerBackpressure(t *testing.T) {
 	c := openURLs(t, srv.URL())
 	k := testKeys(t)
 	ctx := ctxT(t)
-	p, err := c.NewProducer(ProducerOptions{BatchSize: 4})
+	p, err := c.NewProducer(ProducerOptions{BatchSize: 4, Lanes: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestProducerCloseReleasesBlockedAdd(t *testing.T) {
 	c := openURLs(t, srv.URL())
 	k := testKeys(t)
 	ctx := ctxT(t)
-	p, err := c.NewProducer(ProducerOptions{BatchSize: 2})
+	p, err := c.NewProducer(ProducerOptions{BatchSize: 2, Lanes: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,8 @@ func TestProducerCloseReleasesBlockedAdd(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the buffer to fill", func() bool { return len(p.in) == cap(p.in) })
+	lane := p.lanes[0]
+	waitFor(t, "the buffer to fill", func() bool { return len(lane.in) == cap(lane.in) })
 	// Close cannot finish while Redis refuses writes: it gives up at its deadline, but the
 	// blocked Add is released at once.
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -170,12 +171,12 @@ func TestProducerCloseReleasesBlockedAdd(t *testing.T) {
 	if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	<-p.done
-	if p.closeErr != nil {
-		t.Fatal(p.closeErr)
+	<-lane.done
+	if lane.closeErr != nil {
+		t.Fatal(lane.closeErr)
 	}
-	if n := xlen(t, c, k.Stream("c", 0)); n < int64(cap(p.in)) {
-		t.Fatalf("XLEN = %d, want at least the %d buffered entries", n, cap(p.in))
+	if n := xlen(t, c, k.Stream("c", 0)); n < int64(cap(lane.in)) {
+		t.Fatalf("XLEN = %d, want at least the %d buffered entries", n, cap(lane.in))
 	}
 }
 
@@ -240,7 +241,7 @@ func TestProducerLingerFlushesPartialBatch(t *testing.T) {
 
 func TestProducerOptions(t *testing.T) {
 	c := miniredisBackend().open(t)
-	for _, o := range []ProducerOptions{{BatchSize: -1}, {Linger: 2 * time.Millisecond}, {Linger: -1}} {
+	for _, o := range []ProducerOptions{{BatchSize: -1}, {Linger: 2 * time.Millisecond}, {Linger: -1}, {Lanes: -1}} {
 		if _, err := c.NewProducer(o); err == nil {
 			t.Errorf("NewProducer(%+v) accepted", o)
 		}
