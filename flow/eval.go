@@ -25,10 +25,9 @@ func (c *compiler) newEvalContext() *hcl.EvalContext {
 	if err != nil {
 		cwd = "."
 	}
-	dir, err := filepath.Abs(c.cfg.Dir)
-	if err != nil {
-		dir = c.cfg.Dir
-	}
+	// As given (relative to the working directory when the pipeline's path was), like Terraform's
+	// path.module: plans and graphs then read the same on every machine.
+	dir := filepath.Clean(c.cfg.Dir)
 	return &hcl.EvalContext{
 		Variables: map[string]cty.Value{
 			"var":   cty.EmptyObjectVal,
