@@ -1,5 +1,6 @@
-// Command flowrun-faults is flowrun with a slow stage function, for the fault-injection tests: a
-// batch takes long enough that a SIGKILL lands in the middle of one.
+// Command flowrun-faults is flowrun with a slow stage function, for the fault-injection tests: each
+// message takes at least 2ms, so a run of thousands of messages takes seconds and a SIGKILL lands in
+// the middle of it.
 package main
 
 import (
@@ -12,7 +13,7 @@ import (
 
 func init() {
 	stages.Register("faults.slow", func(ctx context.Context, m stages.Message) ([]stages.Message, error) {
-		t := time.NewTimer(time.Millisecond)
+		t := time.NewTimer(2 * time.Millisecond)
 		defer t.Stop()
 		select {
 		case <-t.C:
