@@ -70,6 +70,8 @@ FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzEval$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 
 # Regenerate the files derived from the language registry and the golden graphs.
 generate:
