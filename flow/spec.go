@@ -32,16 +32,6 @@ const (
 	TypeAny                 // any constant value: cty.Value
 )
 
-// isMessageExpr reports whether values of the type are evaluated per message.
-func (t Type) isMessageExpr() bool {
-	return t == TypeMessageExpr || t == TypeMessageBool || t == TypeMessageFields
-}
-
-// isReference reports whether values of the type are bare references to other blocks.
-func (t Type) isReference() bool {
-	return t == TypeTopicRef || t == TypeInputRef || t == TypeRetryRef
-}
-
 // Attribute declares one attribute of a block or kind.
 type Attribute struct {
 	Name     string

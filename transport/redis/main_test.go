@@ -104,8 +104,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func mustJSON(s string) []byte { return []byte(s) }
-
 // isMiniredis tells whether the client talks to miniredis (whose INFO lacks a server section).
 func (c *Client) isMiniredis(t *testing.T) bool {
 	t.Helper()

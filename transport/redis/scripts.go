@@ -127,11 +127,6 @@ local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', excess + 1)
 return {r[excess + 1][1], more}
 `)
 
-// isNoScript reports whether err is Redis's NOSCRIPT (EVALSHA of a script it does not know).
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
 // isLeaseLost reports whether err is the LEASELOST error reply of a fenced script.
 func isLeaseLost(err error) bool {
 	return err != nil && strings.Contains(err.Error(), leaseLostPrefix)
