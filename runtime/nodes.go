@@ -34,6 +34,7 @@ type node struct {
 	deadLetter   *flow.Topic // nil: the node's own dead-letter stream
 	delivery     flow.Delivery
 
+	spanName    string // see processSpan
 	stats       nodeStats
 	metricAttrs metric.MeasurementOption // the node's attributes on its metrics
 }

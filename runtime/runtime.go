@@ -243,6 +243,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
 	for _, n := range r.nodes {
+		n.spanName = "process " + n.inputName()
 		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+claimIdle(n)))
 	}
 	if opts.UntilDrained {

@@ -47,7 +47,7 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 		ctx = t.prop.Extract(ctx, carrier{&m.trace})
 	}
 	destination := n.inputName()
-	ctx, span := t.tracer.Start(ctx, "process "+destination, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(ctx, n.processSpan(), trace.WithSpanKind(trace.SpanKindConsumer))
 	if !span.IsRecording() {
 		// Not sampled (a message without trace context, and the sampler said no): no attributes
 		// to build, only the context to pass on.
@@ -76,6 +76,9 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 	}
 	return ctx, span
 }
+
+// processSpan names a node's processing spans, "process <input>" (made once, in newRunner).
+func (n *node) processSpan() string { return n.spanName }
 
 // endProcess ends a processing span with the outcome of the message.
 func (t tracing) endProcess(span trace.Span, res result, err error) {
