@@ -3,6 +3,10 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"sync"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
@@ -10,13 +14,26 @@ import (
 )
 
 // Publisher writes messages into a pipeline's topics from outside a running pipeline: flowrun
-// produce, tests and applications that embed flowrun. It batches writes (pipelined XADD with a linger
-// of at most 1ms); Flush waits until everything published before it is in Redis.
+// produce, tests and applications that embed flowrun. It has two ways to write:
+//
+//   - Publish queues one message and returns; the publisher batches the writes (pipelined XADD with
+//     a linger of at most 1ms) and Flush waits until everything published before it is in Redis.
+//     Each partition's messages are written in the order they were published.
+//   - PublishBatch writes the messages it is given in one pipeline and returns when Redis has them:
+//     for callers that batch themselves (a batch of a few hundred or thousand messages from each of
+//     several goroutines is the fastest way into Redis). Concurrent calls write at once, so the
+//     order between them is whatever Redis sees first.
+//
+// A caller that mixes the two and cares about order calls Flush before PublishBatch. When the
+// caller's context holds a span, a message carries its trace context, so the pipeline's spans join
+// the caller's trace.
 type Publisher struct {
+	client   *redis.Client
 	plan     *flow.Plan
 	streams  map[string][]string // each topic's partition streams, made once
 	producer *redis.Producer
 	spread   roundRobin
+	outputs  sync.Pool // of *[]redis.Output, PublishBatch's
 }
 
 // NewPublisher returns a publisher for the plan's topics.
@@ -30,7 +47,7 @@ func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
 	for _, t := range plan.Topics {
 		streams[t.Name] = keys.Streams(t.Name, t.Partitions)
 	}
-	return &Publisher{plan: plan, streams: streams, producer: p}, nil
+	return &Publisher{client: c, plan: plan, streams: streams, producer: p}, nil
 }
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
@@ -38,23 +55,85 @@ func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
 // about the message (its key expression fails on it, its payload is not a JSON object) is
 // permanent: stages.IsPermanent reports it.
 func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message) error {
-	t := p.plan.Topic(topic)
-	if t == nil {
-		return fmt.Errorf("pipeline %s has no topic %q", p.plan.Name, topic)
-	}
-	key, partition, err := route(t, &m, p.spread.next())
+	t, err := p.topic(topic)
 	if err != nil {
 		return err
 	}
-	e, err := entryOf(key, &m, traceContext{})
+	out, err := p.output(t, &m, callerTrace(ctx))
 	if err != nil {
 		return err
 	}
-	return p.producer.Add(ctx, p.streams[t.Name][partition], e)
+	return p.producer.Add(ctx, out.Stream, out.Entry)
 }
 
-// Flush waits until every message published so far is written, and returns the first error of
-// their writes.
+// PublishBatch writes messages to a topic of the plan in one pipeline, keys and partitions chosen
+// as by Publish, and returns when Redis has answered. The messages of a partition are appended in
+// the order of msgs. If a message cannot be written (as Publish, the error is permanent and names
+// its index), none is; a failed write returns how many messages were not written.
+func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stages.Message) error {
+	t, err := p.topic(topic)
+	if err != nil {
+		return err
+	}
+	trace := callerTrace(ctx)
+	buf, _ := p.outputs.Get().(*[]redis.Output)
+	if buf == nil {
+		buf = new([]redis.Output)
+	}
+	defer func() {
+		clear(*buf) // the payloads are the caller's
+		p.outputs.Put(buf)
+	}()
+	outs := (*buf)[:0]
+	for i := range msgs {
+		out, err := p.output(t, &msgs[i], trace)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+		outs = append(outs, out)
+	}
+	*buf = outs
+	return p.client.Append(ctx, outs)
+}
+
+// topic returns a topic of the plan.
+func (p *Publisher) topic(name string) (*flow.Topic, error) {
+	t := p.plan.Topic(name)
+	if t == nil {
+		return nil, fmt.Errorf("pipeline %s has no topic %q", p.plan.Name, name)
+	}
+	return t, nil
+}
+
+// output routes a message of topic t to its partition and encodes it.
+func (p *Publisher) output(t *flow.Topic, m *stages.Message, trace traceContext) (redis.Output, error) {
+	spread := 0
+	if t.Partitions > 1 {
+		spread = p.spread.next() // a counter every publishing goroutine shares: only when it matters
+	}
+	key, partition, err := route(t, m, spread)
+	if err != nil {
+		return redis.Output{}, err
+	}
+	e, err := entryOf(key, m, trace)
+	if err != nil {
+		return redis.Output{}, err
+	}
+	return redis.Output{Stream: p.streams[t.Name][partition], Entry: e}, nil
+}
+
+// callerTrace returns the trace context of the span in ctx, if there is one. An unsampled one is
+// passed on too: the caller's sampler has decided for the whole trace.
+func callerTrace(ctx context.Context) traceContext {
+	var tc traceContext
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		propagation.TraceContext{}.Inject(ctx, carrier{&tc})
+	}
+	return tc
+}
+
+// Flush waits until every message Publish queued so far is written, and returns the first error
+// of their writes.
 func (p *Publisher) Flush(ctx context.Context) error { return p.producer.Flush(ctx) }
 
 // Close flushes and stops the publisher.

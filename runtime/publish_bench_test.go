@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,22 +14,29 @@ import (
 )
 
 // BenchmarkPublish publishes 200-byte messages from parallel goroutines: flowbench's publish
-// scenario in process, for profiles (go test -run '^$' -bench Publish -cpuprofile ...).
+// scenario in process, for profiles (go test -run '^$' -bench Publish -cpuprofile ...), on a topic
+// of one partition (as flowbench's) and on one of eight.
 func BenchmarkPublish(b *testing.B) {
+	for _, partitions := range []int{1, 8} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) { benchmarkPublish(b, partitions) })
+	}
+}
+
+func benchmarkPublish(b *testing.B, partitions int) {
 	ctx := context.Background()
 	c, err := redis.Open(ctx, redis.Options{URLs: []string{redistest.Shared(b).URL()}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(`
+	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(fmt.Sprintf(`
 pipeline "publish-bench" {}
-topic "in" { partitions = 8 }
+topic "in" { partitions = %d }
 sink "out" {
   kind  = "stdout"
   input = topic.in
 }
-`)})
+`, partitions))})
 	plan, more := flow.Compile(cfg, flow.Options{})
 	if diags = append(diags, more...); diags.HasErrors() {
 		b.Fatal(diags)

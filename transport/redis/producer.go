@@ -65,7 +65,7 @@ type producerLane struct {
 	closeErr  error // the flusher's last error report, valid after done
 }
 
-// produceItem is an entry to write, or a flush request when reply is set.
+// produceItem is an encoded entry to write, or a flush request when reply is set.
 type produceItem struct {
 	stream string
 	values []any
@@ -268,28 +268,53 @@ func (p *producerLane) run() {
 	}
 }
 
-// write sends one batch as a pipeline. go-redis splits it per node on a cluster.
+// write sends one batch as a pipeline. The flusher is not tied to any caller's context; the
+// client's timeouts bound it.
 func (p *producerLane) write(items []produceItem) error {
-	// The flusher is not tied to any caller's context; the client's timeouts bound it.
-	ctx := context.Background()
 	pipe := p.c.rdb.Pipeline()
-	cmds := make([]*goredis.StringCmd, len(items))
-	for i, it := range items {
-		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: it.stream, Values: it.values})
+	for _, it := range items {
+		pipe.XAdd(context.Background(), &goredis.XAddArgs{Stream: it.stream, Values: it.values})
 	}
-	_, _ = pipe.Exec(ctx)
+	return execAppends(context.Background(), pipe)
+}
+
+// Append writes outputs in one pipeline (no transaction) and returns once Redis has answered them
+// all: what a Producer does in the background, for callers that make their own batches. The
+// outputs of a stream are appended in their order in the slice; MaxLen is honoured; DedupKey is not
+// supported (effectively-once outputs go through Commit). An output that cannot be encoded fails
+// the call before anything is written; if some writes fail, the error says how many and wraps the
+// first, and the others are written.
+func (c *Client) Append(ctx context.Context, outputs []Output) error {
+	pipe := c.rdb.Pipeline()
+	for i, o := range outputs {
+		if o.DedupKey != "" {
+			return fmt.Errorf("redis: Append does not write effectively-once outputs (%s has a DedupKey): use Commit", o.Stream)
+		}
+		values, err := EncodeEntry(o.Entry)
+		if err != nil {
+			return fmt.Errorf("redis: output %d, for %s: %w", i, o.Stream, err)
+		}
+		pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.Stream, Values: values, MaxLen: o.MaxLen, Approx: o.MaxLen > 0})
+	}
+	return execAppends(ctx, pipe)
+}
+
+// execAppends runs a pipeline of XADDs. go-redis splits it per node on a cluster, each node's part
+// in order.
+func execAppends(ctx context.Context, pipe goredis.Pipeliner) error {
+	cmds, _ := pipe.Exec(ctx)
 	var first error
 	failed := 0
-	for i, cmd := range cmds {
+	for _, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			failed++
 			if first == nil {
-				first = fmt.Errorf("XADD %s: %w", items[i].stream, err)
+				first = fmt.Errorf("XADD %s: %w", cmd.Args()[1], err)
 			}
 		}
 	}
 	if first != nil {
-		return fmt.Errorf("redis: producer: %d of %d entries not written: %w", failed, len(items), first)
+		return fmt.Errorf("redis: %d of %d entries not written: %w", failed, len(cmds), first)
 	}
 	return nil
 }

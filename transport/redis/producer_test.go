@@ -220,6 +220,56 @@ func TestProducerReportsErrorsOnFlush(t *testing.T) {
 	})
 }
 
+// TestAppend writes a batch at once: in order per stream, capped by MaxLen, failures counted and
+// the rest written; effectively-once outputs and bad entries are refused before anything is written.
+func TestAppend(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		a, b, wrong := k.Stream("a", 0), k.Stream("b", 0), k.Stream("wrongtype", 0)
+		var outs []Output
+		for i := range 300 {
+			outs = append(outs, Output{Stream: a, Entry: Entry{Payload: fmt.Appendf(nil, `{"n":%d}`, i)}})
+			outs = append(outs, Output{Stream: b, Entry: Entry{Payload: fmt.Appendf(nil, `{"n":%d}`, i)}, MaxLen: 10})
+		}
+		if err := c.Append(ctx, outs); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := c.Universal().XRange(ctx, a, "-", "+").Result()
+		if err != nil || len(msgs) != 300 {
+			t.Fatalf("%s holds %d entries (%v), want 300", a, len(msgs), err)
+		}
+		for i, m := range msgs {
+			if want := fmt.Sprintf(`{"n":%d}`, i); m.Values[FieldPayload] != want {
+				t.Fatalf("entry %d of %s is %v, want %s", i, a, m.Values[FieldPayload], want)
+			}
+		}
+		if n := xlen(t, c, b); n >= 300 {
+			t.Errorf("%s holds %d entries: MaxLen 10 was not applied", b, n)
+		}
+
+		// A bad entry or an effectively-once output: nothing is written.
+		for _, bad := range []Output{{Stream: a, Entry: Entry{}}, {Stream: a, Entry: Entry{Payload: []byte(`1`)}, DedupKey: "d"}} {
+			if err := c.Append(ctx, []Output{{Stream: a, Entry: Entry{Payload: []byte(`1`)}}, bad}); err == nil {
+				t.Errorf("Append accepted %+v", bad)
+			}
+		}
+		if n := xlen(t, c, a); n != 300 {
+			t.Errorf("%s holds %d entries after refused batches, want 300", a, n)
+		}
+
+		if err := c.Universal().Set(ctx, wrong, "not a stream", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = c.Append(ctx, []Output{{Stream: wrong, Entry: Entry{Payload: []byte(`1`)}}, {Stream: a, Entry: Entry{Payload: []byte(`2`)}}})
+		if err == nil || !strings.Contains(err.Error(), "1 of 2") || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("Append = %v, want 1 of 2 not written, WRONGTYPE", err)
+		}
+		if n := xlen(t, c, a); n != 301 {
+			t.Errorf("the good entry was not written: %s holds %d", a, n)
+		}
+	})
+}
+
 func TestProducerLingerFlushesPartialBatch(t *testing.T) {
 	c := serverBackend().open(t)
 	k := testKeys(t)

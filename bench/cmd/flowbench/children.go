@@ -53,6 +53,7 @@ func runChild(args []string) error {
 	consumers := fs.Int("consumers", 1, "Watermill subscribers per stage (0: one with default settings)")
 	pool := fs.Int("pool", 0, "go-redis pool size (0: go-redis default)")
 	batch := fs.Int("batch", 0, "runtime.Options.BatchSize (fw-run)")
+	async := fs.Bool("async", false, "publish one message at a time with Publish instead of PublishBatch (pub-flowrun)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func runChild(args []string) error {
 	case "fw-run":
 		return runFlowrunInProcess(ctx, *addr, *pipeline, *batch)
 	case "pub-flowrun":
-		return report(publishFlowrun(ctx, *addr, *pipeline, *topic, *n, *g))
+		return report(publishFlowrun(ctx, *addr, *pipeline, *topic, *n, *g, *async))
 	}
 	return fmt.Errorf("child: unknown kind %q", args[0])
 }

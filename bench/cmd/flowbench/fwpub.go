@@ -13,9 +13,11 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// publishFlowrun is the publish scenario: the same messages as RAW-PUB, from the same number of
-// goroutines, through flowrun's publish API (runtime.Publisher) on a topic of the pipeline.
-func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int) (pubReport, error) {
+// publishFlowrun is the publish scenarios: the same messages as RAW-PUB, from the same number of
+// goroutines, through flowrun's publish API (runtime.Publisher) on a topic of the pipeline. Like
+// RAW-PUB, each goroutine writes batches of pubBatch messages with PublishBatch; with async, it
+// hands them one by one to Publish, which batches them in the background.
+func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int, async bool) (pubReport, error) {
 	plan, _, diags := flow.Build(pipeline, flow.Options{GoFuncs: stages.Names()})
 	if diags.HasErrors() {
 		return pubReport{}, fmt.Errorf("pipeline %s: %s", pipeline, diags.Error())
@@ -42,22 +44,7 @@ func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Publish keeps the payload until it is written, so each message owns its bytes; a
-				// chunk per pubBatch messages keeps the harness's own allocations as low as RAW-PUB's.
-				var chunk []byte
-				var ts int64
-				for j := range count {
-					if j%pubBatch == 0 {
-						chunk = make([]byte, pubBatch*payloadSize)
-						ts = time.Now().UnixNano()
-					}
-					p := chunk[(j%pubBatch)*payloadSize : (j%pubBatch+1)*payloadSize]
-					putPayload(p, ts, phasePublish, first+j)
-					if err := pub.Publish(ctx, topic, stages.NewMessage("", p, nil)); err != nil {
-						errs[i] = err
-						return
-					}
-				}
+				errs[i] = publishChunks(ctx, pub, topic, first, count, async)
 			}()
 		}
 		wg.Wait()
@@ -67,6 +54,35 @@ func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int)
 		}
 		return n, err
 	})
+}
+
+// publishChunks publishes messages first..first+count-1 in chunks of pubBatch.
+func publishChunks(ctx context.Context, pub *runtime.Publisher, topic string, first, count int, async bool) error {
+	batch := make([]stages.Message, 0, pubBatch)
+	for done := 0; done < count; {
+		k := min(pubBatch, count-done)
+		// Publish keeps the payload until it is written, so each message owns its bytes: a chunk
+		// per batch keeps the harness's own allocations as low as RAW-PUB's.
+		chunk := make([]byte, k*payloadSize)
+		ts := time.Now().UnixNano()
+		batch = batch[:0]
+		for j := range k {
+			p := chunk[j*payloadSize : (j+1)*payloadSize]
+			putPayload(p, ts, phasePublish, first+done+j)
+			batch = append(batch, stages.NewMessage("", p, nil))
+		}
+		if async {
+			for _, m := range batch {
+				if err := pub.Publish(ctx, topic, m); err != nil {
+					return err
+				}
+			}
+		} else if err := pub.PublishBatch(ctx, topic, batch); err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
 }
 
 // runFlowrunInProcess runs a pipeline with runtime.Run in this process, with a batch size of its

@@ -47,6 +47,8 @@ type scenario struct {
 	pipeline string // flowrun: fw1, fw3 or fw3-eo
 	// consumers is the number of Watermill subscribers per hop (0: one, with default settings).
 	consumers int
+	// async publishes with Publisher.Publish, one message at a time, instead of PublishBatch.
+	async bool
 }
 
 // wmConsumers is the default number of subscribers per hop of the tuned Watermill set-up (flag
@@ -58,6 +60,7 @@ const wmConsumers = 8
 var scenarios = []scenario{
 	{name: "RAW-PUB", kind: kindPublish, impl: implRaw},
 	{name: "publish", kind: kindPublish, impl: implFlowrun, vs: "RAW-PUB", pipeline: "fw1"},
+	{name: "publish async", kind: kindPublish, impl: implFlowrun, vs: "RAW-PUB", pipeline: "fw1", async: true},
 	{name: "RAW-1", kind: kindHops, impl: implRaw, stages: 1},
 	{name: "FW-1", kind: kindHops, impl: implFlowrun, stages: 1, vs: "RAW-1", pipeline: "fw1"},
 	{name: "RAW-3", kind: kindHops, impl: implRaw, stages: 3},
@@ -374,7 +377,8 @@ func (h *harness) runPublish(ctx context.Context, sc scenario) result {
 	args := []string{"child", "pub-raw", "-addr", h.srv.addr(), "-n", strconv.Itoa(n), "-g", "4", "-stream", "raw:{pub}"}
 	stream := "raw:{pub}"
 	if sc.impl == implFlowrun {
-		args = []string{"child", "pub-flowrun", "-addr", h.srv.addr(), "-n", strconv.Itoa(n), "-g", "4", "-pipeline", h.pipelines[sc.pipeline], "-topic", "in"}
+		args = []string{"child", "pub-flowrun", "-addr", h.srv.addr(), "-n", strconv.Itoa(n), "-g", "4", "-pipeline", h.pipelines[sc.pipeline], "-topic", "in",
+			"-async=" + strconv.FormatBool(sc.async)}
 		stream = fwStream("in")
 	}
 	rcpu0, err := h.srv.cpu()
