@@ -34,9 +34,13 @@ type node struct {
 	deadLetter   *flow.Topic // nil: the node's own dead-letter stream
 	delivery     flow.Delivery
 
-	spanName    string // see processSpan
-	stats       nodeStats
-	metricAttrs metric.MeasurementOption // the node's attributes on its metrics
+	spanName string // see processSpan
+	// startsTraces is set when the node reads what comes from outside the pipeline (its input
+	// topic is written by no node of the plan): it starts a trace for a message without trace
+	// context. Elsewhere such a message belongs to a trace that was not sampled.
+	startsTraces bool
+	stats        nodeStats
+	metricAttrs  metric.MeasurementOption // the node's attributes on its metrics
 }
 
 // handler does a node's work on one message.

@@ -242,8 +242,10 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		}
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
+	written := writtenTopics(plan)
 	for _, n := range r.nodes {
 		n.spanName = "process " + n.inputName()
+		n.startsTraces = n.input == nil || !written[n.input.Name]
 		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+claimIdle(n)))
 	}
 	if opts.UntilDrained {
@@ -255,6 +257,18 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		}
 	}
 	return r, nil
+}
+
+// writtenTopics returns the topics that some node of the plan writes (outputs and dead letters),
+// whichever process runs it.
+func writtenTopics(plan *flow.Plan) map[string]bool {
+	written := map[string]bool{}
+	for _, e := range plan.Edges {
+		if e.Kind == flow.EdgeWrites || e.Kind == flow.EdgeDeadLetter {
+			written[strings.TrimPrefix(e.To, "topic.")] = true
+		}
+	}
+	return written
 }
 
 // selectNodes resolves Options.Nodes against the plan.

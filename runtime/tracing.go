@@ -16,8 +16,15 @@ import (
 // of the span that wrote the message, and writes its outputs with its own span's context; so one
 // trace shows every hop. Spans follow the OpenTelemetry messaging conventions.
 //
-// A message whose trace is not sampled takes a fast path: no span, its trace context copied to its
-// outputs as it is. Without a TracerProvider nothing is traced and trace context passes through.
+// Traces start where messages enter the pipeline: at sources, and at the nodes that read a topic
+// no node of the plan writes (what applications and redis-cli XADD). A trace started here that the
+// sampler drops leaves no trace context in the entries at all, so that unsampled messages cost what
+// they cost with tracing off (no traceparent field for Redis to store and every hop to read), and a
+// message without trace context on a topic the pipeline writes is one of those: no span.
+//
+// A message whose trace context says "not sampled" (from outside) takes a fast path: no span, its
+// trace context copied to its outputs as it is, as W3C propagation asks. Without a TracerProvider
+// nothing is traced and trace context passes through.
 
 // tracing starts the spans of a run.
 type tracing struct {
@@ -40,7 +47,13 @@ const messagingSystem = "redis"
 // context m's outputs carry. It returns a nil span on the fast path.
 func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context.Context, trace.Span) {
 	m.out = m.trace
-	if t.tracer == nil || (m.trace.parent != "" && !sampled(m.trace.parent)) {
+	if t.tracer == nil {
+		return ctx, nil
+	}
+	if m.trace.parent == "" && !n.startsTraces {
+		return ctx, nil // an unsampled trace started upstream
+	}
+	if m.trace.parent != "" && !sampled(m.trace.parent) {
 		return ctx, nil
 	}
 	if m.trace.parent != "" {
@@ -49,10 +62,8 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 	destination := n.inputName()
 	ctx, span := t.tracer.Start(ctx, n.processSpan(), trace.WithSpanKind(trace.SpanKindConsumer))
 	if !span.IsRecording() {
-		// Not sampled (a message without trace context, and the sampler said no): no attributes
-		// to build, only the context to pass on.
-		m.out = traceContext{}
-		t.prop.Inject(ctx, carrier{&m.out})
+		// Not sampled: no attributes to build, and a trace this node started goes no further. A
+		// continued one (its context in m.trace) keeps passing on as it came.
 		return ctx, nil
 	}
 	span.SetAttributes(
@@ -101,7 +112,7 @@ func (t tracing) endProcess(span trace.Span, res result, err error) {
 }
 
 // startSend starts the producer span of a source writing a new message to a topic, and returns the
-// trace context the message's entry carries. Without tracing it returns none.
+// trace context the message's entry carries: none without tracing or when the trace is not sampled.
 func (t tracing) startSend(ctx context.Context, n *node, topic string) (trace.Span, traceContext) {
 	if t.tracer == nil {
 		return nil, traceContext{}
@@ -118,7 +129,9 @@ func (t tracing) startSend(ctx context.Context, n *node, topic string) (trace.Sp
 			attribute.String("flowrun.node.kind", n.kind),
 		))
 	var tc traceContext
-	t.prop.Inject(ctx, carrier{&tc})
+	if span.SpanContext().IsSampled() {
+		t.prop.Inject(ctx, carrier{&tc})
+	}
 	return span, tc
 }
 

@@ -3,6 +3,9 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -104,40 +107,118 @@ func TestTraceFollowsEveryHop(t *testing.T) {
 	}
 }
 
-// TestUnsampledMessagesTakeTheFastPath traces with a sampler that samples nothing: no span is
-// recorded past the source, and every entry carries its source's trace context unchanged.
-func TestUnsampledMessagesTakeTheFastPath(t *testing.T) {
+// everyOtherRoot samples every other trace it starts: a deterministic ratio sampler.
+type everyOtherRoot struct{ n atomic.Int64 }
+
+func (s *everyOtherRoot) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if s.n.Add(1)%2 == 0 {
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	}
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+}
+
+func (s *everyOtherRoot) Description() string { return "every other root" }
+
+// TestUnsampledTracesLeaveNoTraceContext samples every other message at its source: a sampled
+// message has its five spans and carries its trace context in every entry; an unsampled one has no
+// span anywhere and its entries carry no trace context at all (the cost of tracing off).
+func TestUnsampledTracesLeaveNoTraceContext(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(rec))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(&everyOtherRoot{})), sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	c := server.open(t)
 	plan := buildSource(t, tracedPipeline)
 	runJob(t, c, plan, runtime.Options{TracerProvider: tp})
-	if n := len(rec.Ended()); n != 0 {
-		t.Fatalf("%d spans recorded, want none", n)
+
+	spans := map[string]int{} // trace ID -> spans
+	for _, s := range rec.Ended() {
+		spans[s.SpanContext().TraceID().String()]++
+	}
+	if len(spans) != 2 {
+		t.Fatalf("%d traces recorded, want 2 of the 4 messages", len(spans))
+	}
+	for id, n := range spans {
+		if n != 5 {
+			t.Errorf("trace %s has %d spans, want 5", id, n)
+		}
 	}
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
-	parents := map[string]string{} // message n -> traceparent in topic in
-	for _, topic := range []string{"in", "out"} {
+	for _, topic := range []string{"in", "a.out", "b.out", "out"} {
+		traced, untraced := 0, 0
 		for p := 0; p < 2; p++ {
 			recs, err := c.Read(context.Background(), keys.Stream(topic, p), "0", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, r := range recs {
-				n := jsonObject(t, string(r.Payload))["n"].(float64)
-				k := fmt.Sprint(n)
-				if r.TraceParent == "" || r.TraceParent[len(r.TraceParent)-2:] != "00" {
-					t.Errorf("entry of message %v in %s carries traceparent %q, want an unsampled one", n, topic, r.TraceParent)
+				switch {
+				case r.TraceParent == "":
+					untraced++
+				case spans[r.TraceParent[3:35]] == 5 && strings.HasSuffix(r.TraceParent, "-01"):
+					traced++
+				default:
+					t.Errorf("an entry in %s carries traceparent %q, of no recorded trace", topic, r.TraceParent)
 				}
-				if prev, ok := parents[k]; ok && prev != r.TraceParent {
-					t.Errorf("message %v's traceparent changed from %s to %s", n, prev, r.TraceParent)
-				}
-				parents[k] = r.TraceParent
 			}
 		}
+		if traced != 2 || untraced != 2 {
+			t.Errorf("%s: %d entries with a sampled trace and %d without trace context, want 2 and 2", topic, traced, untraced)
+		}
 	}
-	if len(parents) != 4 {
-		t.Errorf("traceparents of %d messages, want 4", len(parents))
+}
+
+// TestTracesStartWhereMessagesEnter feeds a topic that no node writes from outside: a message
+// without trace context starts a trace at the stage that reads it, and one whose trace context
+// says "not sampled" records no span and keeps its context unchanged through every hop.
+func TestTracesStartWhereMessagesEnter(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	c := server.open(t)
+	// tracedPipeline without its source: topic in is fed from outside.
+	src := tracedPipeline[:strings.Index(tracedPipeline, `source "gen"`)] + tracedPipeline[strings.Index(tracedPipeline, `stage "a"`):]
+	plan := buildSource(t, src)
+	ctx := context.Background()
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	const unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	prod, err := c.NewProducer(redis.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []redis.Entry{
+		{Payload: []byte(`{"k":"x","n":1}`)},
+		{Payload: []byte(`{"k":"y","n":2}`), TraceParent: unsampled},
+	} {
+		if err := prod.Add(ctx, keys.Stream("in", 0), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := prod.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, c, plan, runtime.Options{TracerProvider: tp})
+
+	var names []string
+	for _, s := range rec.Ended() {
+		names = append(names, s.Name())
+	}
+	sort.Strings(names)
+	if want := "[process a.out process b.out process in process out]"; fmt.Sprint(names) != want {
+		t.Errorf("spans %v, want %s: one trace, started by stage a", names, want)
+	}
+	for p := 0; p < 2; p++ {
+		recs, err := c.Read(ctx, keys.Stream("out", p), "0", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			n := jsonObject(t, string(r.Payload))["n"].(float64)
+			if n == 2 && r.TraceParent != unsampled {
+				t.Errorf("the unsampled message left with traceparent %q, want %s unchanged", r.TraceParent, unsampled)
+			}
+			if n == 1 && (len(r.TraceParent) != 55 || !strings.HasSuffix(r.TraceParent, "-01")) {
+				t.Errorf("the message without trace context left with traceparent %q, want a sampled one", r.TraceParent)
+			}
+		}
 	}
 }
