@@ -53,6 +53,7 @@ func (w *worker) run(ctx context.Context) error {
 	lastReclaim := time.Now()
 	args := redis.ReadArgs{Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID,
 		Count: int64(w.r.opts.BatchSize), Block: w.r.opts.Block}
+	var ahead *readResult // the next batch, read while the last one was committed
 	for ctx.Err() == nil {
 		if w.u.retryKey != "" && !time.Now().Before(w.nextRetries) {
 			handled, err := w.retryDue(ctx)
@@ -65,7 +66,11 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		var batch redis.Batch
 		var err error
-		if w.recover {
+		switch {
+		case ahead != nil:
+			batch, err = ahead.batch, ahead.err
+			ahead = nil
+		case w.recover:
 			batch, err = w.r.rdb.ReadPending(ctx, args, w.recovery)
 			if err == nil {
 				if batch.Len() == 0 {
@@ -75,15 +80,8 @@ func (w *worker) run(ctx context.Context) error {
 				ids := batch.IDs()
 				w.recovery = maxID(ids)
 			}
-		} else {
-			// Wait for new entries no longer than until the next retry is due.
-			read := args
-			if w.u.retryKey != "" {
-				if until := time.Until(w.nextRetries); until < read.Block {
-					read.Block = max(until, time.Millisecond)
-				}
-			}
-			batch, err = w.r.rdb.ReadGroup(ctx, read)
+		default:
+			batch, err = w.r.rdb.ReadGroup(ctx, w.readArgs(args))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -102,7 +100,7 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		w.backoff.reset()
 		if batch.Len() > 0 {
-			if err := w.process(ctx, batch, nil, nil); err != nil {
+			if ahead, err = w.processReadingAhead(ctx, batch, args); err != nil {
 				return err
 			}
 		}
@@ -116,7 +114,56 @@ func (w *worker) run(ctx context.Context) error {
 			lastReclaim = time.Now()
 		}
 	}
+	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
+		// Read just before the stop: a batch that was read is processed.
+		return w.process(ctx, ahead.batch, nil, nil)
+	}
 	return nil
+}
+
+// readArgs returns the arguments of the next read: args, waiting for new entries no longer than
+// until the next retry is due.
+func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
+	if w.u.retryKey != "" {
+		if until := time.Until(w.nextRetries); until < args.Block {
+			args.Block = max(until, time.Millisecond)
+		}
+	}
+	return args
+}
+
+// readResult is a read's batch or error.
+type readResult struct {
+	batch redis.Batch
+	err   error
+}
+
+// processReadingAhead processes a batch read from the stream, and commits it while it reads the
+// next one: Redis works on both at once, and the next batch is there when the commit is done (the
+// sequence read, process, commit, read leaves Redis and the process waiting for each other in
+// turn). It returns the batch read ahead, or nil when the commit did not end well: the entries that
+// read delivered are then pending for this consumer, and the recovery the failed commit started
+// (or, when the partition is lost, its new owner) reads them again.
+func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args redis.ReadArgs) (*readResult, error) {
+	c := w.prepare(ctx, b, nil, nil)
+	if c == nil {
+		return nil, nil
+	}
+	if w.recover || ctx.Err() != nil {
+		return nil, w.commit(ctx, c)
+	}
+	read := w.readArgs(args)
+	ahead := make(chan readResult, 1)
+	go func() {
+		b, err := w.r.rdb.ReadGroup(ctx, read)
+		ahead <- readResult{b, err}
+	}()
+	err := w.commit(ctx, c)
+	next := <-ahead
+	if err != nil || w.recover {
+		return nil, err
+	}
+	return &next, nil
 }
 
 // claimIdle is how long an entry stays pending before a consumer of a partition without lease takes
@@ -197,6 +244,23 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 // decoded go to the dead-letter stream; messages that wait for a later retry go to the retry set;
 // messages abandoned by a shutdown stay where they were for another process.
 func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
+	c := w.prepare(ctx, b, due, badRetries)
+	if c == nil {
+		return nil
+	}
+	return w.commit(ctx, c)
+}
+
+// batchCommit is a processed batch, ready to commit.
+type batchCommit struct {
+	args      redis.CommitArgs
+	written   int  // outputs that are not dead letters
+	abandoned bool // a shutdown interrupted some messages: they stay pending
+}
+
+// prepare processes a batch (see process) and returns what to commit, or nil when there is
+// nothing to commit or the batch must be delivered again.
+func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) *batchCommit {
 	n := w.u.node
 	r := w.r
 	n.stats.in.Add(int64(b.Len()))
@@ -283,11 +347,19 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.backoff.wait(ctx)
 		return nil
 	}
-	args := redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL}
+	c := &batchCommit{written: written, abandoned: abandoned}
+	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL}
 	if len(retryDone)+len(retries) > 0 {
-		args.RetryKey, args.RetryDone, args.Retries = w.u.retryKey, retryDone, retries
+		c.args.RetryKey, c.args.RetryDone, c.args.Retries = w.u.retryKey, retryDone, retries
 	}
-	_, err := r.rdb.Commit(r.hard, args)
+	return c
+}
+
+// commit writes a prepared batch's outputs with its acks and retry moves in one step.
+func (w *worker) commit(ctx context.Context, c *batchCommit) error {
+	n := w.u.node
+	r := w.r
+	_, err := r.rdb.Commit(r.hard, c.args)
 	switch {
 	case errors.Is(err, redis.ErrLeaseLost):
 		r.log.Warn("lost the partition to another process; its entries are left to the new owner", "node", n.name, "stream", w.u.stream)
@@ -300,8 +372,8 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.backoff.wait(ctx)
 		return nil
 	}
-	n.stats.out.Add(int64(written))
-	if abandoned {
+	n.stats.out.Add(int64(c.written))
+	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}
 	return nil
