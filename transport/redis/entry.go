@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/tidwall/gjson"
 )
 
 // The field names of a stream entry. Any client can write and read them, for example:
@@ -158,7 +159,9 @@ func DecodeEntry(msg goredis.XMessage) (Entry, error) {
 		return decodeFlat(msg)
 	}
 	p := viewBytes(payload)
-	if !json.Valid(p) {
+	// Every entry of every hop is checked: gjson's validator accepts what encoding/json.Valid
+	// accepts (FuzzDecodeEntry compares them) at less than half the cost.
+	if !gjson.ValidBytes(p) {
 		return Entry{}, malformed(msg, "payload is not valid JSON")
 	}
 	e.Payload = p

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"encoding/json"
 	"errors"
 	"maps"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/tidwall/gjson"
 )
 
 func msg(id string, kv ...string) goredis.XMessage {
@@ -140,6 +142,9 @@ func FuzzDecodeEntry(f *testing.F) {
 		m := goredis.XMessage{ID: "1-1", Values: map[string]any{}}
 		for i := 0; i+1 < len(parts); i += 2 {
 			m.Values[parts[i]] = parts[i+1]
+		}
+		if p, ok := m.Values[FieldPayload].(string); ok && gjson.Valid(p) != json.Valid([]byte(p)) {
+			t.Fatalf("the payload validator disagrees with encoding/json on %q", p)
 		}
 		e, err := DecodeEntry(m)
 		if err != nil {
