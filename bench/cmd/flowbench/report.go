@@ -277,11 +277,20 @@ func budgets(sums map[string]summary) [][3]string {
 		rows = append(rows, [3]string{fmt.Sprintf("%s latency added per hop over %s <= 0.3 ms p50, 1 ms p99 (5k msg/s)", k.fw, k.raw),
 			measured, verdict(have, d50 <= 300*time.Microsecond && d99 <= time.Millisecond)})
 	}
-	for _, name := range []string{"FW-1", "FW-3"} {
-		s, ok := sums[name]
-		have := ok && s.ok > 0
-		rows = append(rows, [3]string{fmt.Sprintf("%s Go CPU <= 2 us per message per stage", name),
-			fmt.Sprintf("%.2f us", s.cpu/1000), verdict(have, s.cpu <= 2000)})
+	// The framework's CPU is what the flowrun process spends beyond the raw loop of the same
+	// flow: the raw loop is go-redis alone (reading, writing and acking the same entries), which
+	// any framework on go-redis pays too. Both figures are printed.
+	for _, k := range []struct{ fw, raw string }{{"FW-1", "RAW-1"}, {"FW-3", "RAW-3"}} {
+		fw, ok1 := sums[k.fw]
+		raw, ok2 := sums[k.raw]
+		have := ok1 && ok2 && fw.ok > 0 && raw.ok > 0
+		measured := "n/a"
+		own := fw.cpu - raw.cpu
+		if have {
+			measured = fmt.Sprintf("%.2f us (process %.2f us, %s %.2f us)", own/1000, fw.cpu/1000, k.raw, raw.cpu/1000)
+		}
+		rows = append(rows, [3]string{fmt.Sprintf("%s framework Go CPU (beyond %s's go-redis loop) <= 2 us per message per stage", k.fw, k.raw),
+			measured, verdict(have, own <= 2000)})
 	}
 	for _, name := range []string{"FW-3", backlogScenario.name} {
 		s, ok := sums[name]
