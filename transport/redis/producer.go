@@ -286,7 +286,8 @@ func (p *producerLane) write(items []produceItem) error {
 // first, and the others are written.
 func (c *Client) Append(ctx context.Context, outputs []Output) error {
 	pipe := c.rdb.Pipeline()
-	for i, o := range outputs {
+	for i := range outputs {
+		o := &outputs[i]
 		if o.DedupKey != "" {
 			return fmt.Errorf("redis: Append does not write effectively-once outputs (%s has a DedupKey): use Commit", o.Stream)
 		}
