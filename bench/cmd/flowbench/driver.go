@@ -51,6 +51,14 @@ func publish(ctx context.Context, rdb *goredis.Client, stream string, f format, 
 
 // publishParallel publishes n messages of a phase from g goroutines, each with its own pipeline.
 func publishParallel(ctx context.Context, rdb *goredis.Client, stream string, f format, phase byte, n, g int) error {
+	return inParallel(n, g, func(first, count int) error {
+		return publish(ctx, rdb, stream, f, phase, first, count)
+	})
+}
+
+// inParallel splits messages 0..n-1 into g runs of consecutive numbers and calls publish for each
+// run in its own goroutine; it returns their errors joined.
+func inParallel(n, g int, publish func(first, count int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, g)
 	per := (n + g - 1) / g
@@ -63,7 +71,7 @@ func publishParallel(ctx context.Context, rdb *goredis.Client, stream string, f 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = publish(ctx, rdb, stream, f, phase, first, count)
+			errs[i] = publish(first, count)
 		}()
 	}
 	wg.Wait()

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -32,23 +30,9 @@ func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int,
 		return pubReport{}, err
 	}
 	return measure(func() (int, error) {
-		var wg sync.WaitGroup
-		errs := make([]error, g)
-		per := (n + g - 1) / g
-		for i := range g {
-			first := i * per
-			count := min(per, n-first)
-			if count <= 0 {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = publishChunks(ctx, pub, topic, first, count, async)
-			}()
-		}
-		wg.Wait()
-		err := errors.Join(errs...)
+		err := inParallel(n, g, func(first, count int) error {
+			return publishChunks(ctx, pub, topic, first, count, async)
+		})
 		if ferr := pub.Close(ctx); err == nil {
 			err = ferr // Close flushes: the window ends when everything is in Redis
 		}
