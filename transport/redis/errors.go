@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,3 +34,40 @@ func classify(err error) error {
 
 // errUnexpected describes a reply of an unexpected shape.
 func errUnexpected(v any) error { return fmt.Errorf("unexpected reply %v", v) }
+
+// unrecoverableReplies are the beginnings of Redis replies that refuse the request itself, whenever
+// it is sent: the user may not run the command or touch the key (NOPERM), the credentials are wrong
+// (WRONGPASS, NOAUTH), the server does not know the command, or a key the pipeline uses holds
+// another type (WRONGTYPE). Waiting changes none of them; an operator must. Replies that heal by
+// themselves (LOADING, BUSY, READONLY during a failover, CLUSTERDOWN, TRYAGAIN, OOM while consumers
+// catch up, MISCONF once the disk has room) are not among them.
+var unrecoverableReplies = []string{
+	"NOPERM", "WRONGPASS", "NOAUTH", "WRONGTYPE", "ERR unknown command", "ERR unknown subcommand",
+}
+
+// Unrecoverable reports whether err is a failure that retrying will not heal: a Redis reply that
+// refuses the request whatever the timing (see unrecoverableReplies), also when a script or a
+// transaction passes it on and when this package or go-redis wrapped it, or a TLS certificate that
+// the client does not trust or that does not match the server. Network errors, timeouts and every
+// other reply are worth retrying.
+func Unrecoverable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) {
+		return true
+	}
+	msg := err.Error()
+	for _, reply := range unrecoverableReplies {
+		// A reply starts the message, or follows the ": " of a wrapping error or the space of a
+		// script's error ("ERR Error running script ...: @user_script:1: NOPERM ...").
+		if strings.HasPrefix(msg, reply) || strings.Contains(msg, ": "+reply) || strings.Contains(msg, " "+reply+" ") {
+			return true
+		}
+	}
+	return false
+}

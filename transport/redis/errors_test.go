@@ -1,0 +1,39 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+)
+
+func TestUnrecoverable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("NOPERM User app has no permissions to run the 'xadd' command"), true},
+		{fmt.Errorf("redis: XADD flow:{in:0}: %w", errors.New("NOPERM No permissions to access a key")), true},
+		{errors.New("WRONGPASS invalid username-password pair or user is disabled."), true},
+		{errors.New("NOAUTH Authentication required."), true},
+		{errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), true},
+		{fmt.Errorf("redis: reclaiming k: %w", errors.New("ERR unknown command 'XAUTOCLAIM', with args beginning with: ")), true},
+		{errors.New("ERR Error running script (call to f_1): @user_script:1: NOPERM this user has no permissions to run the 'zadd' command"), true},
+		{errors.New("LOADING Redis is loading the dataset in memory"), false},
+		{errors.New("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{errors.New("READONLY You can't write against a read only replica."), false},
+		{errors.New("CLUSTERDOWN The cluster is down"), false},
+		{errors.New("ERR no such key"), false},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+		{io.EOF, false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := Unrecoverable(c.err); got != c.want {
+			t.Errorf("Unrecoverable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
