@@ -56,11 +56,35 @@ type CommitArgs struct {
 	RetryKey  string
 	RetryDone []Retry
 	Retries   []Retry
+
+	// Checkpoint, when set, records how far a source that produces the outputs has got (a file
+	// source's position), in place of acks: a source commit has no input stream. It is written
+	// after the outputs, in the same MULTI/EXEC where they share a server, and fenced by Lease,
+	// which must then be the source's lease in the checkpoint key's slot.
+	Checkpoint *Checkpoint
 }
 
-// settles reports whether the commit acks inputs or moves retries.
+// Checkpoint is a value that Commit sets at a key together with a batch's outputs.
+type Checkpoint struct {
+	Key   string
+	Value string
+}
+
+// ReadCheckpoint returns the checkpoint recorded at key, and false when there is none.
+func (c *Client) ReadCheckpoint(ctx context.Context, key string) (string, bool, error) {
+	v, err := c.rdb.Get(ctx, key).Result()
+	if isNil(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, wrap(err, "reading checkpoint", key)
+	}
+	return v, true, nil
+}
+
+// settles reports whether the commit acks inputs, moves retries or records a checkpoint.
 func (a CommitArgs) settles() bool {
-	return len(a.IDs) > 0 || len(a.RetryDone) > 0 || len(a.Retries) > 0
+	return len(a.IDs) > 0 || len(a.RetryDone) > 0 || len(a.Retries) > 0 || a.Checkpoint != nil
 }
 
 // Commit writes a batch's outputs and acks its inputs, and returns the IDs of the outputs in
@@ -136,7 +160,15 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	} else if p.ttlMS < 1 {
 		return nil, fmt.Errorf("redis: commit: dedup ttl %s is below 1ms", a.DedupTTL)
 	}
-	if a.settles() && (a.Stream == "" || a.Group == "") {
+	if a.Checkpoint != nil {
+		if a.Stream != "" || len(a.IDs) > 0 || a.RetryKey != "" {
+			return nil, errors.New("redis: commit: a checkpoint replaces acks and retries; a commit has one or the other")
+		}
+		if a.Lease != nil && HashSlot(a.Lease.Key) != HashSlot(a.Checkpoint.Key) {
+			return nil, fmt.Errorf("redis: commit: lease %s is not in the hash slot of checkpoint %s; use Keys.SourceLease and Keys.SourcePosition",
+				a.Lease.Key, a.Checkpoint.Key)
+		}
+	} else if a.settles() && (a.Stream == "" || a.Group == "") {
 		return nil, errors.New("redis: commit: acking needs the input stream and group")
 	}
 	if (len(a.RetryDone) > 0 || len(a.Retries) > 0) && HashSlot(a.RetryKey) != HashSlot(a.Stream) {
@@ -152,7 +184,9 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 			sameSlot = false
 		}
 	}
-	if a.settles() {
+	if a.Checkpoint != nil {
+		see(a.Checkpoint.Key)
+	} else if a.settles() {
 		see(a.Stream)
 		if a.Lease != nil && HashSlot(a.Lease.Key) != HashSlot(a.Stream) {
 			return nil, fmt.Errorf("redis: commit: lease %s is not in the hash slot of stream %s; use Keys.Lease", a.Lease.Key, a.Stream)
@@ -261,13 +295,18 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 	ids, err := collect()
 	if err != nil {
 		if ack != nil && ack.Err() == nil {
+			// Only a failure at run time inside EXEC gets here (WRONGTYPE: another application's
+			// key at an output's name), and it is unrecoverable: the run stops and says so.
+			if a.Checkpoint != nil {
+				return ids, fmt.Errorf("%w (the checkpoint was recorded: the XADD failed inside the transaction)", err)
+			}
 			return ids, fmt.Errorf("%w (the inputs were acked: the XADD failed inside the transaction)", err)
 		}
 		return ids, err
 	}
 	if ack != nil {
 		if err := ack.Err(); err != nil {
-			return ids, wrap(classify(err), "acking group "+a.Group+" on", a.Stream)
+			return ids, settleError(err, a)
 		}
 	} else if execErr != nil {
 		return ids, wrap(execErr, "committing to", a.Stream)
@@ -275,9 +314,23 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 	return ids, nil
 }
 
-// queueSettle adds the ack of a batch (and its retry moves) to a pipeline: a plain XACK when that
-// is all, else the settle script.
+// settleError describes a failed ack or checkpoint.
+func settleError(err error, a CommitArgs) error {
+	if a.Checkpoint != nil {
+		return wrap(classify(err), "recording checkpoint", a.Checkpoint.Key)
+	}
+	return wrap(classify(err), "acking group "+a.Group+" on", a.Stream)
+}
+
+// queueSettle adds the ack of a batch (and its retry moves), or its checkpoint, to a pipeline: a
+// plain XACK or SET when that is all, else the settle or checkpoint script.
 func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) goredis.Cmder {
+	if c := a.Checkpoint; c != nil {
+		if a.Lease == nil {
+			return pipe.Set(ctx, c.Key, c.Value, 0)
+		}
+		return checkpointScript.Eval(ctx, pipe, []string{c.Key, a.Lease.Key}, a.Lease.Value(), c.Value)
+	}
 	if a.Lease == nil && a.RetryKey == "" {
 		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
 	}
@@ -322,19 +375,27 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 	return []string{a.Stream, retryKey, leaseKey}, args, nil
 }
 
-// settle acks a batch and moves its retries on its own.
+// settle acks a batch and moves its retries, or records its checkpoint, on its own.
 func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 	var err error
-	if a.Lease == nil && a.RetryKey == "" {
+	switch cp := a.Checkpoint; {
+	case cp != nil && a.Lease == nil:
+		err = c.rdb.Set(ctx, cp.Key, cp.Value, 0).Err()
+	case cp != nil:
+		err = checkpointScript.Run(ctx, c.rdb, []string{cp.Key, a.Lease.Key}, a.Lease.Value(), cp.Value).Err()
+	case a.Lease == nil && a.RetryKey == "":
 		err = c.rdb.XAck(ctx, a.Stream, a.Group, a.IDs...).Err()
-	} else {
+	default:
 		keys, args, aerr := settleArgs(a)
 		if aerr != nil {
 			return aerr
 		}
 		err = settleScript.Run(ctx, c.rdb, keys, args...).Err()
 	}
-	return wrap(classify(err), "acking group "+a.Group+" on", a.Stream)
+	if err != nil {
+		return settleError(err, a)
+	}
+	return nil
 }
 
 // Ack acks entries of a group, fenced by a lease when one is given: Commit without outputs.

@@ -352,3 +352,54 @@ func BenchmarkCommit(b *testing.B) {
 		}
 	}
 }
+
+// TestCommitCheckpoint: a source's batch records its checkpoint with its outputs, fenced by the
+// source's lease; a process that lost the lease moves nothing.
+func TestCommitCheckpoint(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		leaseKey, posKey := k.SourceLease("file"), k.SourcePosition("file")
+		if HashSlot(leaseKey) != HashSlot(posKey) {
+			t.Fatal("the position is not in its lease's slot")
+		}
+		lease, ok, err := c.AcquireLease(ctx, leaseKey, "owner-a", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if _, found, err := c.ReadCheckpoint(ctx, posKey); err != nil || found {
+			t.Fatalf("a checkpoint before any commit: %v, %v", found, err)
+		}
+		var outs []Output
+		for i := range 10 {
+			outs = append(outs, Output{Stream: k.Stream("out", i%4), Entry: Entry{Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}})
+		}
+		if _, err := c.Commit(ctx, CommitArgs{Outputs: outs, Lease: &lease, Checkpoint: &Checkpoint{Key: posKey, Value: "line 10"}}); err != nil {
+			t.Fatal(err)
+		}
+		if v, found, err := c.ReadCheckpoint(ctx, posKey); err != nil || !found || v != "line 10" {
+			t.Fatalf("checkpoint = %q, %v, %v; want line 10", v, found, err)
+		}
+		var total int64
+		for p := range 4 {
+			total += xlen(t, c, k.Stream("out", p))
+		}
+		if total != 10 {
+			t.Fatalf("%d outputs written, want 10", total)
+		}
+
+		forceExpire(t, c, leaseKey)
+		if _, ok, err := c.AcquireLease(ctx, leaseKey, "owner-b", time.Minute); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		_, err = c.Commit(ctx, CommitArgs{Outputs: outs[:1], Lease: &lease, Checkpoint: &Checkpoint{Key: posKey, Value: "line 11"}})
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("a commit after the lease was lost: err = %v, want ErrLeaseLost", err)
+		}
+		if v, _, _ := c.ReadCheckpoint(ctx, posKey); v != "line 10" {
+			t.Fatalf("the checkpoint moved to %q without the lease", v)
+		}
+		if _, err := c.Commit(ctx, CommitArgs{Lease: &lease, Checkpoint: &Checkpoint{Key: posKey, Value: "x"}, Stream: "s", Group: "g", IDs: []string{"1-0"}}); err == nil {
+			t.Fatal("a commit with both a checkpoint and acks was accepted")
+		}
+	})
+}

@@ -20,6 +20,7 @@ import (
 //	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
 //	<prefix>:members                               sorted set: running processes, by expiry
 //	<prefix>:source:{<source>}:lease               string: lease of a source that produces
+//	<prefix>:source:{<source>}:position            string: how far a file source has read
 //	<prefix>:{<stream tag>}:lease:<source>         string: lease of a redis_stream source
 //
 // The consumer group of a stage on each of its input partitions is named after the stage.
@@ -122,6 +123,13 @@ func (k Keys) Members() string { return k.Prefix + ":members" }
 // produces messages (generate, file): "<prefix>:source:{<source>}:lease".
 func (k Keys) SourceLease(source string) string {
 	return k.Prefix + ":source:{" + source + "}:lease"
+}
+
+// SourcePosition returns the key of a file source's checkpoint, the position up to which its
+// messages are written: "<prefix>:source:{<source>}:position". It shares the source lease's hash
+// tag, so that a script can check the lease and move the position in one step.
+func (k Keys) SourcePosition(source string) string {
+	return k.Prefix + ":source:{" + source + "}:position"
 }
 
 // StreamLease returns the key of the lease of a source that reads an external stream. It lives in

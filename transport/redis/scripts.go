@@ -90,6 +90,20 @@ end
 return acked
 `)
 
+// checkpointScript records a source's checkpoint only if the source's lease still holds the
+// caller's owner and token, so that a process that lost the source to another never moves its
+// position.
+//
+//	KEYS[1] checkpoint key, KEYS[2] lease key; ARGV[1] expected lease value, ARGV[2] checkpoint
+//	returns 1, or a LEASELOST error
+var checkpointScript = goredis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[2] .. ' is not held by ' .. ARGV[1])
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`)
+
 // deleteIdleConsumerScript deletes a consumer only if it has no pending entries (XGROUP
 // DELCONSUMER would drop them from the group's PEL, losing them).
 //
