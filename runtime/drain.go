@@ -65,7 +65,9 @@ func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
 				starts[u] = st.LastID
 				break
 			}
-			r.log.Warn("reading the source stream's length failed; retrying", "source", u.node.name, "err", err)
+			if !r.redisFailed("source "+u.node.name+" reading the length of "+u.stream, err) {
+				return starts
+			}
 			var b backoff
 			b.wait(ctx)
 		}

@@ -178,6 +178,7 @@ func (r *runner) addSource(s *flow.Source) error {
 	if s.Kind == "redis_stream" {
 		return r.addStreamSource(n, s)
 	}
+	n.delivery = r.plan.Delivery
 	p, err := r.newProducingSource(n, s)
 	if err != nil {
 		return err

@@ -120,10 +120,12 @@ func (o *ownership) step(ctx context.Context) {
 	ttl := r.opts.LeaseTTL
 	members, err := r.rdb.Heartbeat(ctx, r.keys.Members(), r.opts.ProcessID, ttl)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("renewing membership failed", "err", err)
+		if ctx.Err() == nil && !r.redisFailed("renewing this process's membership", err) {
+			return
 		}
 		members = 0
+	} else {
+		r.outage.ok()
 	}
 
 	o.mu.Lock()
@@ -151,7 +153,7 @@ func (o *ownership) step(ctx context.Context) {
 			h.releasing = true // the worker ends; nothing to release
 			go func() { <-h.done; o.forget(u) }()
 		} else if err != nil && ctx.Err() == nil {
-			r.log.Warn("renewing a lease failed", "node", u.node.name, "stream", u.stream, "err", err)
+			r.redisFailed(u.node.typ+" "+u.node.name+" renewing its lease on "+u.stream, err)
 		}
 	}
 	for key, h := range o.sourceLes {
@@ -208,7 +210,7 @@ func (o *ownership) tryAcquire(ctx context.Context, u *unit) bool {
 	lease, ok, err := o.r.rdb.AcquireLease(ctx, u.leaseKey, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
 	if err != nil {
 		if ctx.Err() == nil {
-			o.r.log.Warn("taking a lease failed", "node", u.node.name, "stream", u.stream, "err", err)
+			o.r.redisFailed(u.node.typ+" "+u.node.name+" taking a lease on "+u.stream, err)
 		}
 		return false
 	}
@@ -274,8 +276,8 @@ func (o *ownership) holdSource(ctx context.Context, key string) (context.Context
 			o.mu.Unlock()
 			return sctx, true
 		}
-		if err != nil && ctx.Err() == nil {
-			o.r.log.Warn("taking a source lease failed", "lease", key, "err", err)
+		if err != nil && ctx.Err() == nil && !o.r.redisFailed("taking the source lease "+key, err) {
+			return ctx, false
 		}
 		select {
 		case <-ctx.Done():
@@ -283,6 +285,17 @@ func (o *ownership) holdSource(ctx context.Context, key string) (context.Context
 		case <-t.C:
 		}
 	}
+}
+
+// sourceLease returns the lease this process holds on a producing source, as of the last renewal.
+func (o *ownership) sourceLease(key string) (redis.Lease, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h, ok := o.sourceLes[key]
+	if !ok {
+		return redis.Lease{}, false
+	}
+	return h.lease, true
 }
 
 // shutdown waits for every worker to finish its batch, then releases the leases, removes this

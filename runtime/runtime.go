@@ -179,7 +179,6 @@ type runner struct {
 	producers []*producingSource // sources that produce messages (generate, file, stdin)
 	units     []*unit            // every partition of a consuming node this process runs
 
-	producer *redis.Producer // shared by the producing sources
 	// dedupTTL is how long effectively-once markers live: longer than an input can take to be
 	// delivered again after its outputs were written (a lease expiring, an entry going idle).
 	dedupTTL time.Duration
@@ -188,6 +187,7 @@ type runner struct {
 	hard context.Context
 
 	own     atomic.Pointer[ownership] // set when the run starts
+	outage  outage
 	poll    poll
 	tracing tracing
 	metrics metrics
@@ -208,6 +208,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
 	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
+	r.outage.log = r.log
 	r.streams = map[string][]string{}
 	for _, t := range plan.Topics {
 		r.streams[t.Name] = r.keys.Streams(t.Name, t.Partitions)
@@ -323,13 +324,6 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		r.closeNodes()
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	producer, err := r.rdb.NewProducer(redis.ProducerOptions{})
-	if err != nil {
-		r.closeNodes()
-		return nil, err
-	}
-	r.producer = producer
-
 	r.log.Info("pipeline starting", "process", r.opts.ProcessID, "nodes", len(r.nodes), "partitions", len(r.units),
 		"job", r.opts.UntilDrained)
 
@@ -357,9 +351,6 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	defer drainTimer.Stop()
 	wg.Wait()
 	own.shutdown(hard)
-	if err := producer.Close(hard); err != nil {
-		r.fail(fmt.Errorf("flushing source output: %w", err))
-	}
 	r.closeNodes()
 	if r.out != nil {
 		if err := r.out.flush(); err != nil {
@@ -369,7 +360,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 
 	summary := r.summary()
 	r.mu.Lock()
-	err = r.fatalErr
+	err := r.fatalErr
 	r.mu.Unlock()
 	if err == nil && ctx.Err() == nil && !r.opts.UntilDrained {
 		err = errors.New("runtime: stopped without a cause") // should not happen: say so rather than exit 0
@@ -377,6 +368,9 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	r.log.Info("pipeline stopped", "elapsed", summary.Elapsed.Round(time.Millisecond))
 	return summary, err
 }
+
+// maxMessageSize is the longest payload the pipeline takes.
+func (r *runner) maxMessageSize() int64 { return 64 << 20 }
 
 // fail records the first error that ends the run, and stops it.
 func (r *runner) fail(err error) {

@@ -1,13 +1,11 @@
 package runtime
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -16,11 +14,17 @@ import (
 	"github.com/flowrun/flowrun/stages"
 )
 
-// Sources of kinds generate, file and stdin produce messages into their output topic through the
-// runner's batched producer. One process at a time runs a generate or file source (it holds the
-// source's lease until it exits); a stdin source runs in the process whose input it reads. A source
-// that is restarted starts from its beginning again: its messages may then arrive twice, as
-// at-least-once delivery allows.
+// Sources of kinds generate, file and stdin produce messages into their output topic. One process at
+// a time runs a generate or file source (it holds the source's lease until it exits); a stdin source
+// runs in the process whose input it reads.
+//
+// A source never loses a message to Redis: it hands what it produces to a writer (source_write.go)
+// that writes it in batches and, while Redis fails, waits and writes the same batch again, and the
+// source counts a message as produced only once Redis has it. The source is held back meanwhile.
+//
+// A file source records its position with every batch (a checkpoint, in the same transaction on a
+// single server), so that a restarted process resumes after the last line written: see
+// source_file.go. A restarted generate source starts from its first message again.
 
 // producingSource is a source that produces messages.
 type producingSource struct {
@@ -29,9 +33,11 @@ type producingSource struct {
 	finite   bool
 	total    int64  // messages it will produce, when it can tell (a generate source's count)
 	leaseKey string // "" when every process runs the source (stdin)
-	produce  func(ctx context.Context, e *emitter) error
-	spread   roundRobin
-	done     atomic.Bool
+	// positionKey is where a file source's checkpoint lives; "" for sources that keep none.
+	positionKey string
+	produce     func(ctx context.Context, e *emitter) error
+	spread      roundRobin
+	done        atomic.Bool
 }
 
 func (r *runner) newProducingSource(n *node, s *flow.Source) (*producingSource, error) {
@@ -42,19 +48,12 @@ func (r *runner) newProducingSource(n *node, s *flow.Source) (*producingSource, 
 		p.total = s.Config.Int("count")
 		p.produce = generate(s.Config.Int("count"), p.finite, s.Config.Float("rate"), s.Config.Fields("template"))
 	case "file":
-		path := s.Config.String("path")
-		p.produce = func(ctx context.Context, e *emitter) error {
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return readJSONLines(ctx, f, path, e)
-		}
+		p.positionKey = r.keys.SourcePosition(s.Name)
+		p.produce = r.readFile(p, s.Config.String("path"))
 	case "stdin":
 		p.leaseKey = ""
 		p.produce = func(ctx context.Context, e *emitter) error {
-			return readJSONLines(ctx, r.opts.Stdin, "stdin", e)
+			return readJSONLines(ctx, r.opts.Stdin, lineReader{name: "stdin", maxSize: r.maxMessageSize()}, e)
 		}
 	default:
 		return nil, &ConfigError{fmt.Sprintf("source %s: unknown kind %q", s.Name, s.Kind)}
@@ -71,53 +70,92 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 			return
 		}
 	}
-	err := p.produce(sctx, &emitter{r: r, src: p})
-	if flushErr := r.producer.Flush(r.hard); err == nil {
-		err = flushErr
+	w := r.startSourceWriter(p, own)
+	e := &emitter{r: r, src: p, w: w, epoch: newEpoch()}
+	err := p.produce(sctx, e)
+	if werr := w.close(); werr != nil && (err == nil || errors.Is(err, errWriterStopped)) {
+		err = werr
 	}
 	switch {
 	case err == nil:
 		p.done.Store(true)
 		r.log.Info("source finished", "source", p.node.name, "messages", p.node.stats.out.Load())
-	case sctx.Err() != nil && ctx.Err() == nil:
+	case errors.Is(err, errSourceLeaseLost), sctx.Err() != nil && ctx.Err() == nil:
 		r.log.Warn("source lease lost; another process runs the source now", "source", p.node.name)
-	case ctx.Err() == nil:
+	case ctx.Err() == nil || !errors.Is(err, context.Canceled):
 		r.fail(fmt.Errorf("source %s: %w", p.node.name, err))
 	}
 }
 
-// emitter writes what a source produces: messages to the output topic, rejects to the source's
-// dead-letter stream.
-type emitter struct {
-	r   *runner
-	src *producingSource
+// onRestart says what happens to messages a stop could not write.
+func (p *producingSource) onRestart() string {
+	switch {
+	case p.positionKey != "":
+		return "which the source reads again when it next starts"
+	case p.leaseKey == "":
+		return "which are lost: standard input cannot be read again"
+	}
+	return "which the source produces again when it next starts from its first message"
 }
 
-func (e *emitter) emit(ctx context.Context, m stages.Message) error {
+// newEpoch returns a random name for one run of a source from its beginning: the effectively-once
+// markers of its messages carry it, so that a source that starts again from scratch is not taken
+// for a repetition of its earlier run.
+func newEpoch() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// emitter turns what a source produces into entries for its writer: messages for the output
+// topic, rejects for the source's dead-letter stream.
+type emitter struct {
+	r     *runner
+	src   *producingSource
+	w     *sourceWriter
+	epoch string // see newEpoch; a file source resuming keeps its checkpoint's
+}
+
+// origin is where a message came from: its number in the source (a line number, or a generated
+// message's index), and what a file source records as its position once it is written.
+type origin struct {
+	seq      int64
+	position string
+}
+
+// id names a message in the effectively-once markers of its outputs.
+func (e *emitter) id(o origin) string { return e.epoch + ":" + itoa(o.seq) }
+
+func (e *emitter) emit(ctx context.Context, m stages.Message, o origin) error {
 	n := e.src.node
 	n.stats.in.Add(1)
 	span, tc := e.r.tracing.startSend(ctx, n, e.src.output.Name)
 	if span != nil {
 		defer span.End()
 	}
-	out, err := e.r.topicOutput(n, &message{out: tc}, e.src.output, &m, 0, e.src.spread.next())
+	out, err := e.r.topicOutput(n, &message{id: e.id(o), out: tc}, e.src.output, &m, 0, e.src.spread.next())
 	if err != nil {
 		if !stages.IsPermanent(err) {
 			return err
 		}
-		return e.reject(ctx, err, m)
+		return e.reject(ctx, err, m, o, Envelope{})
 	}
-	n.stats.out.Add(1)
-	return e.r.producer.Add(ctx, out.Stream, out.Entry)
+	return e.w.add(ctx, sourceItem{out: out, position: o.position})
 }
 
-// reject dead-letters a message the source cannot pass on, such as a line that is not JSON.
-func (e *emitter) reject(ctx context.Context, err error, m stages.Message) error {
+// reject dead-letters a message the source cannot pass on, such as a line that is not JSON; env
+// holds what the caller knows of where it came from (a file and line).
+func (e *emitter) reject(ctx context.Context, err error, m stages.Message, o origin, env Envelope) error {
 	n := e.src.node
 	n.stats.failed.Add(1)
-	e.r.log.Warn("source rejected a message", "source", n.name, "err", err)
-	out := e.r.deadLetterMessage(n, &message{msg: m}, err, 1, time.Now())
-	return e.r.producer.Add(ctx, out.Stream, out.Entry)
+	now := time.Now()
+	env.Error, env.Attempts, env.FirstFailedAt, env.LastFailedAt = e.r.plan.Redact(err.Error()), 1, now, now
+	env.Key, env.Headers = m.Key, m.Headers
+	if payload, perr := m.Payload(); perr == nil && len(payload) > 0 {
+		env.Payload = payload
+	}
+	out := e.r.deadLetter(n, 0, env, traceContext{})
+	return e.w.add(ctx, sourceItem{out: out, rejected: true, position: o.position})
 }
 
 // generate produces count messages (or endless ones) from a template, at most rate per second.
@@ -151,70 +189,16 @@ func generate(count int64, finite bool, rate float64, template []flow.Field) fun
 				}
 				value[f.Name] = v.Interface()
 			}
-			m := stages.Message{Value: value}
 			var err error
 			if failed != nil {
-				err = e.reject(ctx, failed, stages.Message{Value: map[string]any{"index": i}})
+				err = e.reject(ctx, failed, stages.Message{Value: map[string]any{"index": i}}, origin{seq: i}, Envelope{})
 			} else {
-				err = e.emit(ctx, m)
+				err = e.emit(ctx, stages.Message{Value: value}, origin{seq: i})
 			}
 			if err != nil {
 				return err
 			}
 		}
 		return nil
-	}
-}
-
-// readJSONLines produces a message per line of JSON; blank lines are skipped, and a line that is not
-// a JSON object is dead-lettered with its line number. Lines are read in a goroutine of their own so
-// that a stop does not wait for input that may never come (a terminal); that goroutine ends when the
-// input does.
-func readJSONLines(ctx context.Context, in io.Reader, name string, e *emitter) error {
-	type line struct {
-		text []byte
-		err  error
-	}
-	lines := make(chan line, 256)
-	go func() {
-		defer close(lines)
-		br := bufio.NewReaderSize(in, 64<<10)
-		for {
-			text, err := br.ReadBytes('\n')
-			select {
-			case lines <- line{text, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for n := 1; ; n++ {
-		var l line
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case l = <-lines:
-		}
-		if payload := bytes.TrimSpace(l.text); len(payload) > 0 {
-			var err error
-			if _, perr := stages.DecodePayload(payload); perr != nil {
-				err = e.reject(ctx, fmt.Errorf("%s:%d: %w", name, n, perr),
-					stages.Message{Value: map[string]any{"line": string(payload)}})
-			} else {
-				err = e.emit(ctx, stages.NewMessage("", payload, nil))
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if errors.Is(l.err, io.EOF) {
-			return nil
-		}
-		if l.err != nil {
-			return fmt.Errorf("reading %s: %w", name, l.err)
-		}
 	}
 }

@@ -30,6 +30,8 @@ type Snapshot struct {
 	// share (or more, while it gives units up).
 	Leases   int
 	Balanced bool
+	// RedisFailingSince is when calls to Redis began to fail, while they fail; zero otherwise.
+	RedisFailingSince time.Time
 }
 
 // SourceProgress is how far a producing source is.
@@ -144,6 +146,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 	if own := r.own.Load(); own != nil {
 		s.Leases, s.Balanced = own.holdings()
 	}
+	s.RedisFailingSince, _ = r.outage.failing()
 	return s
 }
 

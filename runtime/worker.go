@@ -10,8 +10,12 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// errLeaseLost ends a worker whose partition another process now owns: it stops without acking.
-var errLeaseLost = errors.New("lease lost")
+var (
+	// errLeaseLost ends a worker whose partition another process now owns: it stops without acking.
+	errLeaseLost = errors.New("lease lost")
+	// errStopped ends a worker after a failure that ended the run (runner.fail has it).
+	errStopped = errors.New("the run stopped")
+)
 
 // retryPoll is how often a unit looks for due retries it was not told about (a dead letter replayed
 // with flowrun dlq replay, retries scheduled by a previous owner).
@@ -91,13 +95,16 @@ func (w *worker) run(ctx context.Context) error {
 				w.ensureGroup(ctx)
 				continue
 			}
+			if !w.r.redisFailed(n.typ+" "+n.name+" reading "+w.u.stream, err) {
+				return nil
+			}
 			// The read may have delivered entries whose reply was lost with the connection: they
 			// are in this consumer's pending list, so read that again before anything new.
 			w.recover, w.recovery = true, ""
-			w.r.log.Warn("reading failed; retrying", "node", n.name, "stream", w.u.stream, "err", err)
 			w.backoff.wait(ctx)
 			continue
 		}
+		w.r.outage.ok()
 		w.backoff.reset()
 		if batch.Len() > 0 {
 			if ahead, err = w.processReadingAhead(ctx, batch, args); err != nil {
@@ -181,10 +188,13 @@ func (w *worker) ensureGroup(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		err := w.r.rdb.EnsureGroupAt(ctx, w.u.stream, w.u.node.group, start)
 		if err == nil {
+			w.r.outage.ok()
 			w.backoff.reset()
 			return true
 		}
-		w.r.log.Warn("creating consumer group failed; retrying", "node", w.u.node.name, "stream", w.u.stream, "err", err)
+		if ctx.Err() != nil || !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" creating its consumer group on "+w.u.stream, err) {
+			return false
+		}
 		w.backoff.wait(ctx)
 	}
 	return false
@@ -203,8 +213,10 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 			if ctx.Err() != nil || errors.Is(err, redis.ErrNoGroup) {
 				return nil
 			}
+			if !w.r.redisFailed(n.typ+" "+n.name+" taking over pending entries of "+w.u.stream, err) {
+				return nil
+			}
 			w.recover, w.recovery = true, "" // a lost reply may have claimed entries for this consumer
-			w.r.log.Warn("reclaiming pending entries failed; retrying", "node", n.name, "stream", w.u.stream, "err", err)
 			w.backoff.wait(ctx)
 			continue
 		}
@@ -226,8 +238,8 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 func (w *worker) retryDue(ctx context.Context) (bool, error) {
 	due, bad, err := w.r.rdb.ClaimRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize), claimIdle(w.u.node))
 	if err != nil {
-		if ctx.Err() == nil {
-			w.r.log.Warn("reading due retries failed", "node", w.u.node.name, "retries", w.u.retryKey, "err", err)
+		if ctx.Err() == nil && !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" reading its due retries "+w.u.retryKey, err) {
+			return false, errStopped
 		}
 		w.nextRetries = time.Now().Add(retryPoll)
 		return false, nil
@@ -367,11 +379,15 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	case err != nil && r.hard.Err() != nil:
 		return nil // the drain time is over: what was not committed stays pending for another process
 	case err != nil:
-		r.log.Error("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
+		if !r.redisFailed(n.typ+" "+n.name+" committing a batch of "+w.u.stream, err) {
+			return errStopped
+		}
+		r.log.Debug("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
 		w.recover, w.recovery = true, ""
 		w.backoff.wait(ctx)
 		return nil
 	}
+	r.outage.ok()
 	n.stats.out.Add(int64(c.written))
 	if c.abandoned {
 		w.recover, w.recovery = true, ""

@@ -1,0 +1,76 @@
+package runtime
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// When Redis goes away, every worker, source and timer of the process finds out at once, and
+// each retries on its own backoff. outage turns that into two log lines: one when the first call
+// fails, naming what failed and why, and one when a call succeeds again, saying for how long Redis
+// was gone. What failed in between is logged at debug level.
+
+// outage tracks whether Redis answers this process.
+type outage struct {
+	log  *slog.Logger
+	down atomic.Bool // read on every successful call, so kept apart from the lock
+
+	mu       sync.Mutex
+	since    time.Time
+	failures int64
+}
+
+// failed records a failed call to Redis: what was being done, and the error.
+func (o *outage) failed(what string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failures++
+	if !o.since.IsZero() {
+		o.log.Debug("Redis is still failing", "while", what, "err", err)
+		return
+	}
+	o.since = time.Now()
+	o.down.Store(true)
+	o.log.Warn("Redis is failing: every part of the pipeline waits and retries until it answers again; nothing is lost meanwhile",
+		"while", what, "err", err)
+}
+
+// ok records a call to Redis that succeeded.
+func (o *outage) ok() {
+	if !o.down.Load() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.since.IsZero() {
+		return
+	}
+	o.log.Info("Redis answers again", "after", time.Since(o.since).Round(time.Millisecond), "failed_calls", o.failures)
+	o.since, o.failures = time.Time{}, 0
+	o.down.Store(false)
+}
+
+// failing reports whether Redis is failing now, and since when.
+func (o *outage) failing() (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.since, !o.since.IsZero()
+}
+
+// redisFailed handles a failed call to Redis in a loop that retries it. An error that waiting does
+// not heal (redis.Unrecoverable: no permission, a wrong password, an unknown command) ends the run
+// with what was being done; any other is part of an outage, and the caller retries. It reports
+// whether to retry.
+func (r *runner) redisFailed(what string, err error) bool {
+	if redis.Unrecoverable(err) {
+		r.fail(fmt.Errorf("%s: %w", what, err))
+		return false
+	}
+	r.outage.failed(what, err)
+	return true
+}

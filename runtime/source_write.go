@@ -1,0 +1,154 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A producing source hands its entries to a sourceWriter, which writes them in batches, in order,
+// one batch at a time: up to sourceBatch entries, or what arrived within sourceLinger of the first.
+// A batch that fails is written again, with backoff, until Redis takes it (nothing is dropped on a
+// transient error), the failure turns out to be one that waiting does not heal, or the drain time
+// of a stop runs out. While it waits, the channel fills and the source blocks: it is held back
+// instead of piling messages up in memory. Only written entries are counted.
+
+const (
+	// sourceBatch is the most entries a source writes at once: what a pipelined round trip
+	// amortises well (transport/redis DefaultBatchSize).
+	sourceBatch = redis.DefaultBatchSize
+	// sourceLinger bounds how long an entry waits for others to share its batch, so that a slow
+	// source (a person typing into stdin, a generate source with a low rate) is not delayed.
+	sourceLinger = 2 * time.Millisecond
+)
+
+var (
+	// errSourceLeaseLost stops a source whose lease another process took: its checkpoint cannot
+	// move any more, and the other process produces from there.
+	errSourceLeaseLost = errors.New("source lease lost")
+	// errWriterStopped is what a source gets when it adds to a writer that has stopped; the
+	// writer's own error says why.
+	errWriterStopped = errors.New("the source's writer stopped")
+)
+
+// sourceItem is one entry a source produced.
+type sourceItem struct {
+	out      redis.Output
+	rejected bool // a dead letter, not a message for the output topic
+	// position is the source's checkpoint once this entry is written; "" for sources without.
+	position string
+}
+
+// sourceWriter writes a producing source's entries.
+type sourceWriter struct {
+	r       *runner
+	src     *producingSource
+	own     *ownership
+	items   chan sourceItem
+	stopped chan struct{} // closed when the writer ends
+	err     error         // why it ended, set before stopped closes
+}
+
+func (r *runner) startSourceWriter(p *producingSource, own *ownership) *sourceWriter {
+	w := &sourceWriter{r: r, src: p, own: own, items: make(chan sourceItem, 2*sourceBatch), stopped: make(chan struct{})}
+	go func() {
+		defer close(w.stopped)
+		w.err = w.run()
+	}()
+	return w
+}
+
+// add queues an entry, waiting while the writer is behind.
+func (w *sourceWriter) add(ctx context.Context, it sourceItem) error {
+	select {
+	case w.items <- it:
+		return nil
+	case <-w.stopped:
+		return errWriterStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close writes what was added and returns why the writer stopped, if it stopped early.
+func (w *sourceWriter) close() error {
+	close(w.items)
+	<-w.stopped
+	return w.err
+}
+
+func (w *sourceWriter) run() error {
+	batch := make([]sourceItem, 0, sourceBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	for {
+		it, ok := <-w.items
+		if !ok {
+			return nil
+		}
+		batch = append(batch[:0], it)
+		linger.Reset(sourceLinger)
+	fill:
+		for len(batch) < sourceBatch {
+			select {
+			case it, ok := <-w.items:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, it)
+			case <-linger.C:
+				break fill
+			}
+		}
+		linger.Stop()
+		if err := w.write(batch); err != nil {
+			return err
+		}
+		clear(batch)
+	}
+}
+
+// write writes one batch, again and again while Redis fails. It uses the runner's hard context, so
+// that a stop still writes what the source produced, within the drain time.
+func (w *sourceWriter) write(batch []sourceItem) error {
+	r, n := w.r, w.src.node
+	args := redis.CommitArgs{Outputs: make([]redis.Output, len(batch)), DedupTTL: r.dedupTTL}
+	produced := 0
+	for i, it := range batch {
+		args.Outputs[i] = it.out
+		if !it.rejected {
+			produced++
+		}
+	}
+	if pos := batch[len(batch)-1].position; pos != "" {
+		args.Checkpoint = &redis.Checkpoint{Key: w.src.positionKey, Value: pos}
+	}
+	var b backoff
+	for {
+		if args.Checkpoint != nil {
+			lease, ok := w.own.sourceLease(w.src.leaseKey)
+			if !ok {
+				return errSourceLeaseLost
+			}
+			args.Lease = &lease
+		}
+		_, err := r.rdb.Commit(r.hard, args)
+		switch {
+		case err == nil:
+			r.outage.ok()
+			n.stats.out.Add(int64(produced))
+			return nil
+		case errors.Is(err, redis.ErrLeaseLost):
+			return errSourceLeaseLost
+		case redis.Unrecoverable(err):
+			return fmt.Errorf("writing its messages: %w", err)
+		case r.hard.Err() != nil:
+			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
+		}
+		r.outage.failed("source "+n.name+" writing its messages", err)
+		b.wait(r.hard)
+	}
+}
