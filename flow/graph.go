@@ -198,6 +198,9 @@ func (p *Plan) Describe() map[string]any {
 		if t.Retention.MaxAge > 0 {
 			d["max_age"] = FormatDuration(t.Retention.MaxAge)
 		}
+		if t.MaxLag > 0 {
+			d["max_lag"] = t.MaxLag
+		}
 		topics = append(topics, d)
 	}
 	sources := []any{}

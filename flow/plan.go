@@ -37,6 +37,8 @@ type Topic struct {
 	// Key computes a message's key from its payload; nil keeps the key the message arrived with.
 	Key       *expr.Program
 	Retention Retention
+	// MaxLag caps each partition's backlog (entries its slowest reader has not processed); 0: no cap.
+	MaxLag int64
 	// Implicit marks a topic that no block declares: the output of a stage that is read as stage.NAME.
 	Implicit bool
 	// Stage is the stage whose implicit output this is; empty for declared topics.

@@ -31,6 +31,14 @@ var topicSpec = &BlockSpec{
 			Doc: "Computes each message's key, such as msg.customer_id: it picks the partition and keeps " +
 				"per-key order. Without it, a message keeps the key it arrived with.",
 		},
+		{
+			Name: "max_lag", Type: TypeInteger, Min: bound(1),
+			Doc: "Caps each partition's backlog: the messages its slowest reader (a stage or sink of the " +
+				"pipeline) has not yet processed, read or not. While a partition is at the cap, whatever " +
+				"writes into it (sources, upstream stages, flowrun produce, the Publisher API) waits, so " +
+				"that a slow consumer holds its producers back instead of filling Redis's memory. Dead " +
+				"letters are never held back. Without it the backlog is unbounded.",
+		},
 	},
 	Blocks: []NestedBlock{{Spec: retentionSpec, Max: 1}},
 }
@@ -43,6 +51,7 @@ func (c *compiler) compileTopics() {
 			Name:       b.Name,
 			Partitions: int(attrs.Int("partitions")),
 			Key:        attrs.Expr("key"),
+			MaxLag:     attrs.Int("max_lag"),
 			Range:      b.DeclRange,
 		}
 		if t.Partitions < 1 {

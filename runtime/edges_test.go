@@ -2,17 +2,24 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // The edges of a pipeline: sources that write into it while Redis goes away, sinks whose
@@ -212,4 +219,239 @@ func (w fifoWriter) Close() error {
 	f := <-w.opened
 	defer func() { w.opened <- nil }()
 	return f.Close()
+}
+
+// TestBackpressureHoldsASourceBack runs a fast generate source into a topic with max_lag = 100
+// whose only reader, an http sink, is stalled: the source waits at the cap (and says so), the
+// backlog of each partition never passes it, and once the sink goes on everything arrives.
+func TestBackpressureHoldsASourceBack(t *testing.T) {
+	const n, maxLag, partitions = 2000, 100, 2
+	release := make(chan struct{})
+	var mu sync.Mutex
+	got := map[int]int{}
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		var m struct{ I int }
+		if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got[m.I]++
+		mu.Unlock()
+	}))
+	defer svc.Close()
+	c := server.open(t)
+	plan := buildSource(t, fmt.Sprintf(`
+pipeline "backpressure" {}
+variable "url" {}
+topic "in" {
+  partitions = %d
+  key        = msg.k
+  max_lag    = %d
+}
+source "gen" {
+  kind     = "generate"
+  count    = %d
+  output   = topic.in
+  template = {
+    i = index
+    k = "k${index %% 10}"
+  }
+}
+sink "slow" {
+  kind  = "http"
+  input = topic.in
+  url   = var.url
+}
+`, partitions, maxLag, n), "url="+svc.URL)
+	var log syncBuffer
+	rt, err := runtime.New(plan, runtime.Options{Redis: c, UntilDrained: true, Logger: newLogger(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var summary *runtime.Summary
+	go func() {
+		var err error
+		summary, err = rt.Run(context.Background())
+		done <- err
+	}()
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	worst := int64(0)
+	backlogs := func() (total int64) {
+		for p := range partitions {
+			st, err := c.StreamStats(context.Background(), keys.Stream("in", p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			backlog := st.Length
+			for _, g := range st.Groups {
+				if g.Name == "slow" {
+					backlog = g.Lag + g.Pending
+				}
+			}
+			worst = max(worst, backlog)
+			total += backlog
+		}
+		return total
+	}
+	waitFor(t, "the source to be held back", func() bool {
+		backlogs()
+		return summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "gen").HeldBackBy == "in"
+	})
+	if total := backlogs(); total != partitions*maxLag {
+		t.Errorf("the source is held back with %d messages waiting in the topic, want %d (max_lag in each partition)", total, partitions*maxLag)
+	}
+	if p := rt.Snapshot().Sources[0].Produced; p >= n {
+		t.Fatalf("the source wrote all %d messages: nothing held it back", p)
+	}
+	close(release)
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%v\n%s", err, log.String())
+			}
+			backlogs()
+			if worst > maxLag {
+				t.Errorf("a partition's backlog reached %d, past max_lag %d", worst, maxLag)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if dups := tally(t, got, n); dups > 0 {
+				t.Errorf("%d messages delivered twice", dups)
+			}
+			gen := summaryNode(summary, "gen")
+			if gen.HeldBack <= 0 || !strings.Contains(log.String(), "held back") {
+				t.Errorf("the wait is not visible: held back %s in the summary, log:\n%s", gen.HeldBack, log.String())
+			}
+			t.Logf("the source was held back for %s; the worst backlog seen was %d (max_lag %d)", gen.HeldBack, worst, maxLag)
+			return
+		default:
+			backlogs()
+		}
+	}
+}
+
+// TestBackpressureHoldsStagesAndPublishers chains two capped topics in front of a stalled sink: the
+// stage between them waits at the second cap, the Publisher at the first, and neither topic's
+// backlog passes its cap by more than one step of its writer (a batch of 10 published messages; a
+// stage reads no more than the cap at a time).
+func TestBackpressureHoldsStagesAndPublishers(t *testing.T) {
+	const n, maxLag, step = 600, 50, 10
+	release := make(chan struct{})
+	var mu sync.Mutex
+	got := map[int]int{}
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		var m struct{ I int }
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		mu.Lock()
+		got[m.I]++
+		mu.Unlock()
+	}))
+	defer svc.Close()
+	c := server.open(t)
+	plan := buildSource(t, fmt.Sprintf(`
+pipeline "backpressure" {}
+variable "url" {}
+topic "raw" {
+  max_lag = %d
+}
+topic "cooked" {
+  max_lag = %d
+}
+stage "copy" {
+  kind   = "map"
+  input  = topic.raw
+  output = topic.cooked
+  set    = { copied = true }
+}
+sink "slow" {
+  kind  = "http"
+  input = topic.cooked
+  url   = var.url
+}
+`, maxLag, maxLag), "url="+svc.URL)
+	var log syncBuffer
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	rt, err := runtime.New(plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.Run(ctx)
+		done <- err
+	}()
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var published atomic.Int64
+	pubDone := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i += step {
+			var batch []stages.Message
+			for j := i; j < i+step; j++ {
+				batch = append(batch, stages.NewMessage("", []byte(fmt.Sprintf(`{"i":%d}`, j)), nil))
+			}
+			if err := pub.PublishBatch(ctx, "raw", batch); err != nil {
+				pubDone <- err
+				return
+			}
+			published.Add(step)
+		}
+		pubDone <- pub.Close(ctx)
+	}()
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	worst := map[string]int64{}
+	measure := func() {
+		for topic, group := range map[string]string{"raw": "copy", "cooked": "slow"} {
+			st, err := c.StreamStats(context.Background(), keys.Stream(topic, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			backlog := st.Length
+			for _, g := range st.Groups {
+				if g.Name == group {
+					backlog = g.Lag + g.Pending
+				}
+			}
+			worst[topic] = max(worst[topic], backlog)
+		}
+	}
+	waitFor(t, "the stage and the publisher to be held back", func() bool {
+		measure()
+		return summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "copy").HeldBackBy == "cooked" &&
+			worst["raw"] >= maxLag
+	})
+	if p := published.Load(); p >= n {
+		t.Fatalf("the publisher wrote all %d messages: nothing held it back", p)
+	}
+	close(release)
+	waitFor(t, "every message to arrive", func() bool {
+		measure()
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= n
+	})
+	if err := <-pubDone; err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dups := tally(t, got, n); dups > 0 {
+		t.Errorf("%d messages delivered twice", dups)
+	}
+	if worst["raw"] > maxLag+step-1 || worst["cooked"] > 2*maxLag-1 {
+		t.Errorf("backlogs reached %v: raw may pass max_lag %d by a published batch, cooked by a read", worst, maxLag)
+	}
+	t.Logf("worst backlogs %v with max_lag %d", worst, maxLag)
 }

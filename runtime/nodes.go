@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,9 +26,12 @@ type node struct {
 	input    *flow.Topic // nil for a redis_stream source, which reads an external stream
 	handler  handler
 	ordering flow.Ordering
-	lanes    int  // messages of one partition in flight at once
-	inline   bool // process in the reading goroutine: the kind only computes
-	retry    flow.RetryPolicy
+	lanes    int // messages of one partition in flight at once
+	// readCount is the most entries a read takes: Options.BatchSize, or less for a node that writes
+	// to a topic with a smaller max_lag.
+	readCount int64
+	inline    bool // process in the reading goroutine: the kind only computes
+	retry     flow.RetryPolicy
 	// retryInPlace makes failed messages wait for their retries in the process; otherwise delays
 	// longer than Options.RetryInPlaceUpTo wait in the unit's retry set in Redis.
 	retryInPlace bool
@@ -41,6 +46,9 @@ type node struct {
 	startsTraces bool
 	stats        nodeStats
 	metricAttrs  metric.MeasurementOption // the node's attributes on its metrics
+
+	log             *slog.Logger // the runner's, with the node's name
+	backpressureLog sync.Once    // the first wait at a capped topic is logged
 }
 
 // handler does a node's work on one message.
@@ -99,6 +107,26 @@ type nodeStats struct {
 	failed       atomic.Int64 // failed attempts
 	retried      atomic.Int64 // attempts made again after a failure
 	deadLettered atomic.Int64 // messages sent to a dead-letter stream
+
+	heldBack atomic.Int64           // nanoseconds its writers waited at capped topics (backpressure)
+	holding  atomic.Int32           // its writers waiting now
+	heldBy   atomic.Pointer[string] // the topic the latest of them waits for
+}
+
+// heldBack and released make a node the waiter of its writes at a capped topic's gate.
+func (n *node) heldBack(g *partitionGate) {
+	n.stats.heldBy.Store(&g.topic)
+	if n.stats.holding.Add(1) == 1 {
+		n.backpressureLog.Do(func() {
+			n.log.Info("held back: a topic it writes has reached its max_lag; it goes on as the topic's readers catch up",
+				"topic", g.topic, "partition", g.partition, "max_lag", g.limit)
+		})
+	}
+}
+
+func (n *node) released(_ *partitionGate, waited time.Duration) {
+	n.stats.heldBack.Add(int64(waited))
+	n.stats.holding.Add(-1)
 }
 
 // unit is one partition of a consuming node: the unit of work that processes share.

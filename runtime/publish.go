@@ -27,6 +27,9 @@ import (
 // A caller that mixes the two and cares about order calls Flush before PublishBatch. When the
 // caller's context holds a span, a message carries its trace context, so the pipeline's spans join
 // the caller's trace.
+//
+// Both wait while a partition they write to is at its topic's max_lag (backpressure), until the
+// topic's readers have caught up or the context ends.
 type Publisher struct {
 	client   *redis.Client
 	plan     *flow.Plan
@@ -34,6 +37,7 @@ type Publisher struct {
 	producer *redis.Producer
 	spread   roundRobin
 	outputs  sync.Pool // of *[]redis.Output, PublishBatch's
+	gates    *backpressure
 }
 
 // NewPublisher returns a publisher for the plan's topics.
@@ -47,7 +51,7 @@ func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
 	for _, t := range plan.Topics {
 		streams[t.Name] = keys.Streams(t.Name, t.Partitions)
 	}
-	return &Publisher{client: c, plan: plan, streams: streams, producer: p}, nil
+	return &Publisher{client: c, plan: plan, streams: streams, producer: p, gates: newBackpressure(c, plan, keys)}, nil
 }
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
@@ -62,6 +66,15 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message)
 	out, err := p.output(t, &m, callerTrace(ctx))
 	if err != nil {
 		return err
+	}
+	if g := p.gates.gate(out.Stream); g != nil {
+		if err := p.gates.admit(ctx, g, 1, nil); err != nil {
+			g.dropped(1)
+			return err
+		}
+		// Queued counts as written: Publish does not learn when its entry is, so the cap can be
+		// passed by what the publisher has queued.
+		g.written(1)
 	}
 	return p.producer.Add(ctx, out.Stream, out.Entry)
 }
@@ -93,7 +106,35 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stage
 		outs = append(outs, out)
 	}
 	*buf = outs
-	return p.client.Append(ctx, outs)
+	if len(p.gates.gates) == 0 {
+		return p.client.Append(ctx, outs)
+	}
+	counts := map[*partitionGate]int64{}
+	for i := range outs {
+		if g := p.gates.gate(outs[i].Stream); g != nil {
+			counts[g]++
+		}
+	}
+	admitted := make(map[*partitionGate]int64, len(counts))
+	for g, n := range counts {
+		err := p.gates.admit(ctx, g, n, nil)
+		admitted[g] = n // admit lets them through even when ctx ends
+		if err != nil {
+			for g, n := range admitted {
+				g.dropped(n)
+			}
+			return err
+		}
+	}
+	err = p.client.Append(ctx, outs)
+	for g, n := range counts {
+		if err == nil {
+			g.written(n)
+		} else {
+			g.dropped(n)
+		}
+	}
+	return err
 }
 
 // topic returns a topic of the plan.

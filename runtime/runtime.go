@@ -186,12 +186,13 @@ type runner struct {
 	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
 	hard context.Context
 
-	own     atomic.Pointer[ownership] // set when the run starts
-	outage  outage
-	poll    poll
-	tracing tracing
-	metrics metrics
-	streams map[string][]string // the stream keys of every topic's partitions, made once
+	own          atomic.Pointer[ownership] // set when the run starts
+	outage       outage
+	backpressure *backpressure
+	poll         poll
+	tracing      tracing
+	metrics      metrics
+	streams      map[string][]string // the stream keys of every topic's partitions, made once
 
 	mu       sync.Mutex
 	fatalErr error         // the first error that stops the run
@@ -243,8 +244,15 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		}
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
+	r.backpressure = newBackpressure(r.rdb, plan, r.keys)
 	written := writtenTopics(plan)
+	readLimits := cappedReads(plan)
 	for _, n := range r.nodes {
+		n.log = r.log.With(n.typ, n.name)
+		n.readCount = int64(opts.BatchSize)
+		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
+			n.readCount = limit
+		}
 		n.spanName = "process " + n.inputName()
 		n.startsTraces = n.input == nil || !written[n.input.Name]
 		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+claimIdle(n)))
@@ -258,6 +266,25 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		}
 	}
 	return r, nil
+}
+
+// cappedReads returns, for each node that writes to topics with a max_lag, the smallest of those:
+// such a node reads no more at a time, so that one batch's outputs pass a cap by at most the cap.
+func cappedReads(plan *flow.Plan) map[string]int64 {
+	limits := map[string]int64{}
+	for _, e := range plan.Edges {
+		if e.Kind != flow.EdgeWrites {
+			continue
+		}
+		t := plan.Topic(strings.TrimPrefix(e.To, "topic."))
+		if t == nil || t.MaxLag <= 0 {
+			continue
+		}
+		if l, ok := limits[e.From]; !ok || t.MaxLag < l {
+			limits[e.From] = t.MaxLag
+		}
+	}
+	return limits
 }
 
 // writtenTopics returns the topics that some node of the plan writes (outputs and dead letters),

@@ -70,7 +70,7 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 			return
 		}
 	}
-	w := r.startSourceWriter(p, own)
+	w := r.startSourceWriter(sctx, p, own)
 	e := &emitter{r: r, src: p, w: w, epoch: newEpoch()}
 	err := p.produce(sctx, e)
 	if werr := w.close(); werr != nil && (err == nil || errors.Is(err, errWriterStopped)) {

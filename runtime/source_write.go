@@ -40,10 +40,12 @@ type sourceItem struct {
 	rejected bool // a dead letter, not a message for the output topic
 	// position is the source's checkpoint once this entry is written; "" for sources without.
 	position string
+	gate     *partitionGate // the cap of the partition it goes to, if any: it was let through
 }
 
 // sourceWriter writes a producing source's entries.
 type sourceWriter struct {
+	ctx     context.Context // the source's: waiting at a capped topic ends with it
 	r       *runner
 	src     *producingSource
 	own     *ownership
@@ -52,8 +54,8 @@ type sourceWriter struct {
 	err     error         // why it ended, set before stopped closes
 }
 
-func (r *runner) startSourceWriter(p *producingSource, own *ownership) *sourceWriter {
-	w := &sourceWriter{r: r, src: p, own: own, items: make(chan sourceItem, 2*sourceBatch), stopped: make(chan struct{})}
+func (r *runner) startSourceWriter(ctx context.Context, p *producingSource, own *ownership) *sourceWriter {
+	w := &sourceWriter{ctx: ctx, r: r, src: p, own: own, items: make(chan sourceItem, 2*sourceBatch), stopped: make(chan struct{})}
 	go func() {
 		defer close(w.stopped)
 		w.err = w.run()
@@ -89,7 +91,10 @@ func (w *sourceWriter) run() error {
 		if !ok {
 			return nil
 		}
-		batch = append(batch[:0], it)
+		var err error
+		if batch, err = w.append(batch[:0], it); err != nil {
+			return err
+		}
 		linger.Reset(sourceLinger)
 	fill:
 		for len(batch) < sourceBatch {
@@ -98,7 +103,9 @@ func (w *sourceWriter) run() error {
 				if !ok {
 					break fill
 				}
-				batch = append(batch, it)
+				if batch, err = w.append(batch, it); err != nil {
+					return err
+				}
 			case <-linger.C:
 				break fill
 			}
@@ -108,6 +115,36 @@ func (w *sourceWriter) run() error {
 			return err
 		}
 		clear(batch)
+	}
+}
+
+// append adds an entry to the batch once its partition has room (backpressure). While it has none,
+// the batch so far is written first: it holds back nothing of what waits.
+func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, error) {
+	if it.rejected {
+		return append(batch, it), nil
+	}
+	bp := w.r.backpressure
+	if it.gate = bp.gate(it.out.Stream); it.gate == nil || bp.tryAdmit(w.ctx, it.gate, 1) {
+		return append(batch, it), nil
+	}
+	if len(batch) > 0 {
+		if err := w.write(batch); err != nil {
+			return batch, err // it was not let through: nothing to drop
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+	_ = bp.admit(w.ctx, it.gate, 1, w.src.node) // a stop still writes what the source produced
+	return append(batch, it), nil
+}
+
+// drop tells the gates that entries let through will not be written.
+func drop(items []sourceItem) {
+	for _, it := range items {
+		if it.gate != nil {
+			it.gate.dropped(1)
+		}
 	}
 }
 
@@ -131,6 +168,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		if args.Checkpoint != nil {
 			lease, ok := w.own.sourceLease(w.src.leaseKey)
 			if !ok {
+				drop(batch)
 				return errSourceLeaseLost
 			}
 			args.Lease = &lease
@@ -140,12 +178,20 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		case err == nil:
 			r.outage.ok()
 			n.stats.out.Add(int64(produced))
+			for _, it := range batch {
+				if it.gate != nil {
+					it.gate.written(1)
+				}
+			}
 			return nil
 		case errors.Is(err, redis.ErrLeaseLost):
+			drop(batch)
 			return errSourceLeaseLost
 		case redis.Unrecoverable(err):
+			drop(batch)
 			return fmt.Errorf("writing its messages: %w", err)
 		case r.hard.Err() != nil:
+			drop(batch)
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
 		r.outage.failed("source "+n.name+" writing its messages", err)

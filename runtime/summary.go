@@ -24,6 +24,10 @@ type NodeSummary struct {
 	In, Out, Filtered int64
 	// Failed counts failed attempts, Retried attempts made again, DeadLettered messages given up.
 	Failed, Retried, DeadLettered int64
+	// HeldBack is how long the node's writers waited for topics at their max_lag, in all;
+	// HeldBackBy names the topic one of them waits for now ("" when none waits).
+	HeldBack   time.Duration
+	HeldBackBy string
 }
 
 // DeadLettered is the number of messages the run sent to dead-letter streams.
@@ -43,11 +47,16 @@ func (r *runner) summary() *Summary {
 func (r *runner) nodeSummaries() []NodeSummary {
 	out := make([]NodeSummary, 0, len(r.nodes))
 	for _, n := range r.nodes {
-		out = append(out, NodeSummary{
+		ns := NodeSummary{
 			Name: n.name, Type: n.typ, Kind: n.kind,
 			In: n.stats.in.Load(), Out: n.stats.out.Load(), Filtered: n.stats.filtered.Load(),
 			Failed: n.stats.failed.Load(), Retried: n.stats.retried.Load(), DeadLettered: n.stats.deadLettered.Load(),
-		})
+			HeldBack: time.Duration(n.stats.heldBack.Load()),
+		}
+		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {
+			ns.HeldBackBy = *by
+		}
+		out = append(out, ns)
 	}
 	return out
 }

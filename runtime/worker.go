@@ -56,7 +56,7 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	lastReclaim := time.Now()
 	args := redis.ReadArgs{Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID,
-		Count: int64(w.r.opts.BatchSize), Block: w.r.opts.Block}
+		Count: n.readCount, Block: w.r.opts.Block}
 	var ahead *readResult // the next batch, read while the last one was committed
 	for ctx.Err() == nil {
 		if w.u.retryKey != "" && !time.Now().Before(w.nextRetries) {
@@ -268,6 +268,9 @@ type batchCommit struct {
 	args      redis.CommitArgs
 	written   int  // outputs that are not dead letters
 	abandoned bool // a shutdown interrupted some messages: they stay pending
+	// admits has an element per output to a partition whose backlog is capped (max_lag): the
+	// commit waits until each has room.
+	admits []*partitionGate
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is
@@ -326,6 +329,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	}
 	durable := w.u.retryKey != "" && !n.retryInPlace
 	written := 0
+	var admits []*partitionGate // one per output to a capped topic
 	abandoned := false
 	for i, res := range r.processAll(n, msgs, durable, ctx.Done()) {
 		m := msgs[i]
@@ -336,6 +340,13 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		outs = append(outs, res.outs...)
 		if !res.deadLettered {
 			written += len(res.outs)
+			if gated := r.backpressure.gates; len(gated) > 0 {
+				for j := range res.outs {
+					if g := gated[res.outs[j].Stream]; g != nil {
+						admits = append(admits, g)
+					}
+				}
+			}
 		}
 		if res.retry != nil {
 			retries = append(retries, *res.retry)
@@ -359,7 +370,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.backoff.wait(ctx)
 		return nil
 	}
-	c := &batchCommit{written: written, abandoned: abandoned}
+	c := &batchCommit{written: written, abandoned: abandoned, admits: admits}
 	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL}
 	if len(retryDone)+len(retries) > 0 {
 		c.args.RetryKey, c.args.RetryDone, c.args.Retries = w.u.retryKey, retryDone, retries
@@ -371,7 +382,15 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	n := w.u.node
 	r := w.r
+	w.admit(ctx, c.admits)
 	_, err := r.rdb.Commit(r.hard, c.args)
+	for _, g := range c.admits {
+		if err == nil {
+			g.written(1)
+		} else {
+			g.dropped(1)
+		}
+	}
 	switch {
 	case errors.Is(err, redis.ErrLeaseLost):
 		r.log.Warn("lost the partition to another process; its entries are left to the new owner", "node", n.name, "stream", w.u.stream)
@@ -393,6 +412,21 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		w.recover, w.recovery = true, ""
 	}
 	return nil
+}
+
+// admit waits until every capped partition that a batch writes to has room for its outputs. A
+// stop ends the wait: the batch is processed, and committing it beats doing it again.
+func (w *worker) admit(ctx context.Context, gates []*partitionGate) {
+	if len(gates) == 0 {
+		return
+	}
+	counts := make(map[*partitionGate]int64, len(gates))
+	for _, g := range gates {
+		counts[g]++
+	}
+	for g, n := range counts {
+		_ = w.r.backpressure.admit(ctx, g, n, w.u.node) // after a stop, it lets the batch through
+	}
 }
 
 // result is what processing one message came to.

@@ -2,7 +2,7 @@ package redis
 
 import (
 	"context"
-
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -184,4 +184,61 @@ func (c *Client) ScheduledRetries(ctx context.Context, key string) (int64, error
 		return 0, wrap(err, "counting the retries in", key)
 	}
 	return n, nil
+}
+
+// Backlog returns how many entries of a stream the slowest of the given consumer groups has not
+// yet processed: not delivered to it (lag) or delivered and not acknowledged (pending). A group
+// that does not exist yet counts every entry: it will start from the beginning. It is 0 for a
+// stream that does not exist.
+func (c *Client) Backlog(ctx context.Context, stream string, groups []string) (int64, error) {
+	pipe := c.rdb.Pipeline()
+	xlen := pipe.XLen(ctx, stream)
+	infos := pipe.XInfoGroups(ctx, stream)
+	_, _ = pipe.Exec(ctx)
+	length, err := xlen.Result()
+	if err != nil {
+		return 0, wrap(err, "measuring the backlog of", stream)
+	}
+	if length == 0 {
+		return 0, nil
+	}
+	found, err := infos.Result()
+	if err != nil && !strings.HasPrefix(err.Error(), "ERR no such key") {
+		return 0, wrap(err, "measuring the backlog of", stream)
+	}
+	var worst int64
+	for _, name := range groups {
+		backlog := length
+		for _, g := range found {
+			if g.Name != name {
+				continue
+			}
+			if g.Lag < 0 || (g.EntriesRead == 0 && g.LastDeliveredID != "0-0" && g.LastDeliveredID != "0") {
+				// The server cannot tell the lag (see StreamStats): measure it the slow way.
+				return c.slowBacklog(ctx, stream, groups)
+			}
+			backlog = g.Lag + g.Pending
+		}
+		worst = max(worst, backlog)
+	}
+	return worst, nil
+}
+
+// slowBacklog is Backlog from StreamStats, for servers whose groups do not report their lag.
+func (c *Client) slowBacklog(ctx context.Context, stream string, groups []string) (int64, error) {
+	info, err := c.StreamStats(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	var worst int64
+	for _, name := range groups {
+		backlog := info.Length
+		for _, g := range info.Groups {
+			if g.Name == name {
+				backlog = g.Lag + g.Pending
+			}
+		}
+		worst = max(worst, backlog)
+	}
+	return worst, nil
 }

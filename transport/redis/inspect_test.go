@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -129,4 +130,30 @@ func TestMiniredisGaps(t *testing.T) {
 	if err != nil || len(xs) != 4 {
 		t.Fatalf("XINFO STREAM = %v, %v", xs, err)
 	}
+}
+
+func TestBacklog(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in := k.Stream("in", 0)
+		if n, err := c.Backlog(ctx, in, []string{"stage"}); err != nil || n != 0 {
+			t.Fatalf("backlog of a missing stream = %d, %v", n, err)
+		}
+		b := readN(t, c, in, 10) // group "stage" has read all 10
+		for i := range 5 {
+			addRaw(t, c, in, "payload", fmt.Sprintf(`{"n":%d}`, 10+i))
+		}
+		if err := c.Ack(ctx, in, "stage", nil, b.IDs()[:4]...); err != nil {
+			t.Fatal(err)
+		}
+		// 6 pending and 5 not delivered; a group that does not exist yet has all 15 ahead of it.
+		for _, c2 := range []struct {
+			groups []string
+			want   int64
+		}{{[]string{"stage"}, 11}, {[]string{"stage", "later"}, 15}} {
+			if n, err := c.Backlog(ctx, in, c2.groups); err != nil || n != c2.want {
+				t.Errorf("Backlog(%v) = %d, %v; want %d", c2.groups, n, err, c2.want)
+			}
+		}
+	})
 }

@@ -1,0 +1,194 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A topic with max_lag caps the backlog of each of its partitions: the entries that its slowest
+// reader (a stage or sink of the plan) has not yet processed, delivered or not. Whatever writes into
+// the partition asks its gate first and waits while the backlog is at the cap, so that a slow
+// consumer holds its producers back instead of filling Redis's memory.
+//
+// A gate does not ask Redis before every write. It keeps an estimate: the backlog as last measured,
+// plus what this process has written since, plus what it has let through and not written yet; and
+// it measures again (XLEN and XINFO GROUPS) when the estimate reaches the cap or is older than
+// gateFreshness. Readers only ever make the backlog smaller, so the estimate is never below it. A
+// writer that asks for n entries at once is let through while the estimate is under the cap, so a
+// partition can pass the cap by what one writer writes in one step: nothing for a source, which
+// asks per message, up to a batch for a stage, which asks per commit, and what Publish has queued.
+// Writers in other processes are seen at the next measurement.
+//
+// Dead letters never wait: they are how failures become visible, and holding them back could stop
+// the reader whose progress the gate waits for.
+
+// gateFreshness is how old a gate's measurement may get before it is taken again.
+const gateFreshness = time.Second
+
+// Waiting writers measure the backlog again after gateWaitMin, then less often, up to gateWaitMax.
+const (
+	gateWaitMin = 10 * time.Millisecond
+	gateWaitMax = 200 * time.Millisecond
+)
+
+// backpressure holds the gates of the capped topics' partitions, by stream key.
+type backpressure struct {
+	rdb   *redis.Client
+	gates map[string]*partitionGate
+}
+
+// newBackpressure makes a gate for every partition of every topic of the plan that has a max_lag
+// and a reader to wait for.
+func newBackpressure(rdb *redis.Client, plan *flow.Plan, keys redis.Keys) *backpressure {
+	b := &backpressure{rdb: rdb, gates: map[string]*partitionGate{}}
+	for _, t := range plan.Topics {
+		if t.MaxLag <= 0 {
+			continue
+		}
+		var groups []string
+		for _, s := range plan.Stages {
+			if s.Input != nil && s.Input.Name == t.Name {
+				groups = append(groups, redis.Group(s.Name))
+			}
+		}
+		for _, s := range plan.Sinks {
+			if s.Input != nil && s.Input.Name == t.Name {
+				groups = append(groups, redis.Group(s.Name))
+			}
+		}
+		if len(groups) == 0 {
+			continue // nobody to wait for: validate warns that the topic is never read
+		}
+		for p := range t.Partitions {
+			stream := keys.Stream(t.Name, p)
+			b.gates[stream] = &partitionGate{topic: t.Name, partition: p, stream: stream, limit: t.MaxLag, groups: groups}
+		}
+	}
+	return b
+}
+
+// gate returns the gate of a stream, or nil when writing to it is not capped.
+func (b *backpressure) gate(stream string) *partitionGate {
+	if b == nil || len(b.gates) == 0 {
+		return nil
+	}
+	return b.gates[stream]
+}
+
+// partitionGate is the cap of one partition.
+type partitionGate struct {
+	topic     string
+	partition int
+	stream    string
+	limit     int64
+	groups    []string // the consumer groups of the topic's readers
+
+	measuring sync.Mutex // one measurement at a time
+
+	mu         sync.Mutex
+	measured   int64 // the backlog, as last measured
+	measuredAt time.Time
+	since      int64 // written by this process since the measurement began
+	unwritten  int64 // let through, not written yet
+}
+
+// waiter is told when a writer starts and stops waiting at a gate, to make the wait visible.
+type waiter interface {
+	heldBack(g *partitionGate)
+	released(g *partitionGate, waited time.Duration)
+}
+
+// admit waits until the partition's backlog is under its cap, then lets n entries through: the
+// writer must report them written or dropped. When ctx ends first it returns ctx's error, having
+// let them through all the same: a stop writes what it has rather than do it again. When the
+// backlog cannot be measured (Redis fails), it lets the writer through: the write fails on its own,
+// and is retried.
+func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w waiter) error {
+	var started time.Time
+	wait := gateWaitMin
+	for !b.tryAdmit(ctx, g, n) {
+		if started.IsZero() {
+			started = time.Now()
+			if w != nil {
+				w.heldBack(g)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if w != nil {
+				w.released(g, time.Since(started))
+			}
+			g.mu.Lock()
+			g.unwritten += n
+			g.mu.Unlock()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, gateWaitMax)
+	}
+	if !started.IsZero() && w != nil {
+		w.released(g, time.Since(started))
+	}
+	return nil
+}
+
+// tryAdmit lets n entries through if the partition has room, measuring its backlog when the
+// estimate does not say; it does not wait.
+func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) bool {
+	if g.take(n, false) {
+		return true
+	}
+	g.measuring.Lock()
+	defer g.measuring.Unlock()
+	if g.take(n, false) { // measured meanwhile
+		return true
+	}
+	g.mu.Lock()
+	before := g.since
+	g.mu.Unlock()
+	backlog, err := b.rdb.Backlog(ctx, g.stream, g.groups)
+	if err != nil {
+		return true
+	}
+	g.mu.Lock()
+	// What was written while the measurement ran may or may not be in it: keep counting it.
+	g.measured, g.measuredAt, g.since = backlog, time.Now(), g.since-before
+	g.mu.Unlock()
+	return g.take(n, true)
+}
+
+// take lets n entries through if the estimate, fresh enough, is under the cap.
+func (g *partitionGate) take(n int64, fresh bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !fresh && (g.measuredAt.IsZero() || time.Since(g.measuredAt) > gateFreshness) {
+		return false
+	}
+	if g.measured+g.since+g.unwritten >= g.limit {
+		return false
+	}
+	g.unwritten += n
+	return true
+}
+
+// written reports that n entries let through are in Redis now.
+func (g *partitionGate) written(n int64) {
+	g.mu.Lock()
+	g.unwritten -= n
+	g.since += n
+	g.mu.Unlock()
+}
+
+// dropped reports that n entries let through will not be written (their commit failed; they
+// are let through again when they are processed again).
+func (g *partitionGate) dropped(n int64) {
+	g.mu.Lock()
+	g.unwritten -= n
+	g.mu.Unlock()
+}
