@@ -455,3 +455,132 @@ sink "slow" {
 	}
 	t.Logf("worst backlogs %v with max_lag %d", worst, maxLag)
 }
+
+// TestFileSourceResumesAfterItsProcessDies kills a flowrun process with SIGKILL in the middle of a
+// file (its topic's max_lag keeps the source from racing ahead of a slow stage) and runs the job
+// again: the file source resumes at its checkpoint, so every line reaches the topic, and it does so
+// once: on a single server the checkpoint and the lines it covers are written in one transaction,
+// and with effectively_once the lines read again after the checkpoint leave no duplicate.
+func TestFileSourceResumesAfterItsProcessDies(t *testing.T) {
+	const n = 5000
+	bin := buildBinary(t, "./testdata/flowrun-faults")
+	for _, b := range []struct {
+		name string
+		urls func(t *testing.T) []string
+	}{
+		{"server", func(t *testing.T) []string { return []string{redistest.Shared(t).URL()} }},
+		{"cluster", func(t *testing.T) []string { return redistest.SharedCluster(t, 3).URLs() }},
+	} {
+		for _, delivery := range []string{"at_least_once", "effectively_once"} {
+			t.Run(b.name+"/"+delivery, func(t *testing.T) {
+				urls := b.urls(t)
+				c := openURLs(t, urls...)
+				prefix := fmt.Sprintf("resume-%d", prefixes.Add(1))
+				dir := t.TempDir()
+				input := filepath.Join(dir, "in.jsonl")
+				f, err := os.Create(input)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := numberedLines(f, 0, n); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				path := filepath.Join(dir, "resume.hcl")
+				writeFile(t, path, fmt.Sprintf(`
+pipeline "resume" {
+  key_prefix = %q
+  delivery   = %q
+}
+topic "in" {
+  partitions = 2
+  key        = msg.k
+  max_lag    = 200
+}
+source "lines" {
+  kind   = "file"
+  path   = %q
+  output = topic.in
+}
+stage "work" {
+  kind  = "go"
+  func  = "faults.slow"
+  input = topic.in
+}
+sink "out" {
+  kind   = "redis_stream"
+  input  = stage.work
+  stream = "%s:out"
+}
+`, prefix, delivery, input, prefix))
+				args := []string{"run", path, "--until-drained", "--lease-ttl", "1s"}
+				for _, u := range urls {
+					args = append(args, "--redis", u)
+				}
+				keys := redis.Keys{Prefix: prefix}
+				position := func() int64 {
+					raw, found, err := c.ReadCheckpoint(context.Background(), keys.SourcePosition("lines"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !found {
+						return 0
+					}
+					var p struct{ Line int64 }
+					if err := json.Unmarshal([]byte(raw), &p); err != nil {
+						t.Fatal(err)
+					}
+					return p.Line
+				}
+				first := startBinary(t, bin, args...)
+				waitFor(t, "the source to be well into the file", func() bool { return position() >= 500 })
+				if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				_ = first.cmd.Wait()
+				atKill := position()
+				if atKill >= n {
+					t.Fatal("the source had read the whole file before the kill: nothing was tested")
+				}
+				second := startBinary(t, bin, args...)
+				if err := waitProcess(t, second); err != nil {
+					t.Fatalf("the restarted job: %v\n%s", err, second.log.String())
+				}
+				if !strings.Contains(second.log.String(), "resuming where the source stopped") {
+					t.Errorf("the restarted source did not say it resumed:\n%s", second.log.String())
+				}
+				inTopic := map[int]int{}
+				for p := range 2 {
+					for i, k := range arrivals(t, c, keys.Stream("in", p)) {
+						inTopic[i] += k
+					}
+				}
+				reread := tally(t, inTopic, n)
+				dups := tally(t, arrivals(t, c, prefix+":out"), n)
+				t.Logf("%s, %s: killed at line %d of %d; %d lines read twice into the topic, %d duplicated at the end",
+					b.name, delivery, atKill, n, reread, dups)
+				if reread > 0 && (b.name == "server" || delivery == "effectively_once") {
+					t.Errorf("%d lines reached the topic twice", reread)
+				}
+				if delivery == "effectively_once" && dups > 0 {
+					t.Errorf("%d duplicates with effectively_once", dups)
+				}
+			})
+		}
+	}
+}
+
+// waitProcess waits for a flowrun process to exit, for at most two minutes.
+func waitProcess(t *testing.T, p *process) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("still running after two minutes")
+	}
+}
