@@ -68,14 +68,23 @@ func graphNodes(p *Plan) []graphNode {
 }
 
 func retryLine(r RetryPolicy) string {
-	name := r.Name
-	if name == "" {
-		name = "default"
+	if r.Name == "" {
+		return fmt.Sprintf("retry default: %d attempts, %s; transient failures without limit", r.MaxAttempts, r.Backoff)
 	}
-	if r.MaxAttempts <= 1 {
-		return fmt.Sprintf("retry %s: no retries", name)
+	var limit string
+	switch {
+	case r.MaxAttempts == 1:
+		return fmt.Sprintf("retry %s: no retries", r.Name)
+	case r.MaxAttempts == 0 && r.MaxElapsed == 0:
+		limit = "no limit"
+	case r.MaxAttempts == 0:
+		limit = "for " + FormatDuration(r.MaxElapsed)
+	case r.MaxElapsed == 0:
+		limit = fmt.Sprintf("%d attempts", r.MaxAttempts)
+	default:
+		limit = fmt.Sprintf("%d attempts within %s", r.MaxAttempts, FormatDuration(r.MaxElapsed))
 	}
-	return fmt.Sprintf("retry %s: %d attempts, %s", name, r.MaxAttempts, r.Backoff)
+	return fmt.Sprintf("retry %s: %s, %s", r.Name, limit, r.Backoff)
 }
 
 // graphEdges lists the plan's edges for drawing, with each implicit topic replaced by direct edges
@@ -252,8 +261,9 @@ func topicName(t *Topic) any {
 
 func describeRetry(r RetryPolicy) map[string]any {
 	return map[string]any{
-		"name": r.Name, "max_attempts": r.MaxAttempts, "backoff": string(r.Backoff),
-		"initial": FormatDuration(r.Initial), "max": FormatDuration(r.Max), "jitter": r.Jitter,
+		"name": r.Name, "max_attempts": r.MaxAttempts, "max_elapsed": FormatDuration(r.MaxElapsed),
+		"backoff": string(r.Backoff), "initial": FormatDuration(r.Initial), "max": FormatDuration(r.Max),
+		"jitter": r.Jitter,
 	}
 }
 

@@ -81,11 +81,22 @@ const (
 // RetryPolicy says how often and how patiently a failed message is retried before it is dead-lettered.
 type RetryPolicy struct {
 	Name        string // the retry block's name; empty for the default policy
-	MaxAttempts int    // attempts in all, the first one included
-	Backoff     Backoff
-	Initial     time.Duration
-	Max         time.Duration
-	Jitter      float64 // fraction of the delay randomised, in [0, 1]
+	MaxAttempts int    // attempts in all, the first one included; 0: no limit
+	// MaxElapsed bounds the time from a message's first failure to its last attempt; 0: no limit.
+	MaxElapsed time.Duration
+	Backoff    Backoff
+	Initial    time.Duration
+	Max        time.Duration
+	Jitter     float64 // fraction of the delay randomised, in [0, 1]
+}
+
+// GivesUp reports whether a message that has failed attempts times, first at firstFailure, gets no
+// further attempt at now.
+func (r RetryPolicy) GivesUp(attempts int, firstFailure, now time.Time) bool {
+	if r.MaxAttempts > 0 && attempts >= r.MaxAttempts {
+		return true
+	}
+	return r.MaxElapsed > 0 && !firstFailure.IsZero() && now.Sub(firstFailure) >= r.MaxElapsed
 }
 
 // Delay is the wait before the given retry (1 for the first retry), without jitter. It saturates at Max

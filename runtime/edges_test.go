@@ -3,8 +3,10 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -582,5 +584,197 @@ func waitProcess(t *testing.T, p *process) error {
 		_ = p.cmd.Process.Kill()
 		<-done
 		return fmt.Errorf("still running after two minutes")
+	}
+}
+
+// TestSinkPausesThroughAnOutage points an http sink without a retry block at an address that
+// refuses connections, and opens it once the sink has been paused for 6 seconds: nothing is
+// dead-lettered, every message arrives once, and while the service was down the sink probed one
+// message at a time instead of retrying every message.
+func TestSinkPausesThroughAnOutage(t *testing.T) {
+	const n = 300
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // connections are refused until the service starts on the same port
+	var mu sync.Mutex
+	got := map[int]int{}
+	svc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct{ I int }
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		mu.Lock()
+		got[m.I]++
+		mu.Unlock()
+	})}
+	defer svc.Close()
+	plan := buildSource(t, fmt.Sprintf(`
+pipeline "outage" {}
+topic "in" {
+  partitions = 2
+  key        = msg.k
+}
+source "gen" {
+  kind     = "generate"
+  count    = %d
+  output   = topic.in
+  template = {
+    i = index
+    k = "k${index %% 7}"
+  }
+}
+sink "hook" {
+  kind  = "http"
+  input = topic.in
+  url   = "http://%s/orders"
+}
+`, n, addr))
+	var log syncBuffer
+	rt, err := runtime.New(plan, runtime.Options{Redis: server.open(t), UntilDrained: true, Logger: newLogger(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var summary *runtime.Summary
+	go func() {
+		var err error
+		summary, err = rt.Run(context.Background())
+		done <- err
+	}()
+	hook := func() runtime.NodeSummary { return summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "hook") }
+	waitFor(t, "the sink to be paused for 6s", func() bool {
+		since := hook().PausedSince
+		return !since.IsZero() && time.Since(since) >= 6*time.Second
+	})
+	during := hook()
+	if !strings.Contains(during.PausedBy, "connection refused") {
+		t.Errorf("paused by %q, want the refused connection", during.PausedBy)
+	}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = svc.Serve(ln) }()
+	if err := <-done; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dups := tally(t, got, n); dups > 0 {
+		t.Errorf("%d messages delivered twice", dups)
+	}
+	s := summaryNode(summary, "hook")
+	if s.DeadLettered != 0 {
+		t.Errorf("%d messages dead-lettered during a 6s outage", s.DeadLettered)
+	}
+	// At most every lane's message in flight when the service went away (2 partitions x 8
+	// lanes), then one probe at a time: about 6 in 6 seconds of backoff.
+	if during.Failed > 16+10 {
+		t.Errorf("%d failed attempts during the outage: the sink did not pause", during.Failed)
+	}
+	if paused, resumed := strings.Count(log.String(), "attempts fail transiently"), strings.Count(log.String(), "attempts succeed again"); paused != 1 || resumed != 1 {
+		t.Errorf("the pause was logged %d times and the resumption %d times, want once each:\n%s", paused, resumed, log.String())
+	}
+	t.Logf("%d failed attempts during the outage; %d delivered, 0 dead-lettered", during.Failed, len(got))
+}
+
+// unavailable holds the runs in which test.unavailable's service is away.
+var unavailable sync.Map
+
+func init() {
+	// test.unavailable fails with a transient error while its run's service is away, as a Go stage
+	// calling a service that is down would.
+	stages.Register("test.unavailable", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		if _, away := unavailable.Load(fmt.Sprint(m.Value["run"])); away {
+			return nil, stages.Transient(errors.New("the inventory service is unavailable"))
+		}
+		return []stages.Message{m}, nil
+	})
+}
+
+// TestGoStageWaitsOutTransientFailures: a Go stage whose function returns stages.Transient errors
+// pauses until its service is back instead of dead-lettering, without a retry block or with one that
+// says "without limit" (max_attempts = 0, with a max_elapsed); with a limited policy, the messages
+// that probe the service still run out of attempts.
+func TestGoStageWaitsOutTransientFailures(t *testing.T) {
+	for _, c := range []struct {
+		name, retry string
+		limited     bool
+	}{
+		{"default", "", false},
+		{"no limit", `retry = retry.forever`, false},
+		{"limited", `retry = retry.twice`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := fmt.Sprintf("%s-%d", t.Name(), prefixes.Add(1))
+			unavailable.Store(run, true)
+			plan := buildSource(t, fmt.Sprintf(`
+pipeline "transient" {}
+retry "forever" {
+  max_attempts = 0
+  max_elapsed  = "10m"
+  initial      = "10ms"
+  max          = "50ms"
+}
+retry "twice" {
+  max_attempts = 2
+  initial      = "10ms"
+  max          = "50ms"
+}
+topic "in" { partitions = 2 }
+source "gen" {
+  kind     = "generate"
+  count    = 100
+  output   = topic.in
+  template = { i = index, run = %q }
+}
+stage "reserve" {
+  kind  = "go"
+  func  = "test.unavailable"
+  input = topic.in
+  %s
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.reserve
+}
+`, run, c.retry))
+			var stdout, log syncBuffer
+			rt, err := runtime.New(plan, runtime.Options{Redis: server.open(t), UntilDrained: true, Stdout: &stdout, Logger: newLogger(&log)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			var summary *runtime.Summary
+			go func() {
+				var err error
+				summary, err = rt.Run(context.Background())
+				done <- err
+			}()
+			waitFor(t, "the stage to pause and probe", func() bool {
+				s := summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "reserve")
+				return !s.PausedSince.IsZero() && s.Failed >= 4 && (!c.limited || s.DeadLettered > 0)
+			})
+			unavailable.Delete(run)
+			if err := <-done; err != nil {
+				t.Fatalf("%v\n%s", err, log.String())
+			}
+			s := summaryNode(summary, "reserve")
+			if os.Getenv("SHOW_LOG") != "" {
+				t.Log(log.String())
+			}
+			passed := len(jsonLines(t, stdout.String()))
+			t.Logf("%s: %d failed attempts, %d dead-lettered, %d passed", c.name, s.Failed, s.DeadLettered, passed)
+			if c.limited {
+				if s.DeadLettered == 0 || passed+int(s.DeadLettered) != 100 {
+					t.Errorf("%d passed and %d dead-lettered, want some dead letters and 100 in all", passed, s.DeadLettered)
+				}
+				return
+			}
+			if s.DeadLettered != 0 || passed != 100 {
+				t.Errorf("%d passed and %d dead-lettered, want 100 and none", passed, s.DeadLettered)
+			}
+		})
 	}
 }

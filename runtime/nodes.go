@@ -32,6 +32,10 @@ type node struct {
 	readCount int64
 	inline    bool // process in the reading goroutine: the kind only computes
 	retry     flow.RetryPolicy
+	// transientRetry is the policy for transient failures: retry's, when the node has a retry
+	// block, else flow.DefaultTransientRetry (no limit).
+	transientRetry flow.RetryPolicy
+	breaker        *breaker
 	// retryInPlace makes failed messages wait for their retries in the process; otherwise delays
 	// longer than Options.RetryInPlaceUpTo wait in the unit's retry set in Redis.
 	retryInPlace bool

@@ -249,6 +249,11 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	readLimits := cappedReads(plan)
 	for _, n := range r.nodes {
 		n.log = r.log.With(n.typ, n.name)
+		n.transientRetry = n.retry
+		if n.retry.Name == "" {
+			n.transientRetry = flow.DefaultTransientRetry
+		}
+		n.breaker = newBreaker(n, n.transientRetry, plan.Redact)
 		n.readCount = int64(opts.BatchSize)
 		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
 			n.readCount = limit

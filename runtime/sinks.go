@@ -9,7 +9,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
@@ -193,6 +195,11 @@ func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
+		// Redacted, as the URL may hold a secret, and kept transient when it was (connection refused,
+		// a timeout, DNS): the sink then pauses until the service is back.
+		if stages.IsTransient(err) {
+			return outs, stages.Transient(errors.New(s.redact(err.Error())))
+		}
 		return outs, errors.New(s.redact(err.Error()))
 	}
 	// Read a little of the body, so that the connection can be reused and the error can say why.
@@ -205,9 +212,26 @@ func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output)
 	err = errors.New(s.redact(fmt.Sprintf("%s %s: %s: %s", s.method, s.url, resp.Status, bytes.TrimSpace(body))))
 	switch {
 	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-		return outs, err
+		return outs, stages.TransientAfter(err, retryAfter(resp.Header.Get("Retry-After"), time.Now()))
 	}
 	return outs, stages.Permanent(err)
+}
+
+// maxRetryAfter bounds what a service's Retry-After can make a sink wait.
+const maxRetryAfter = 5 * time.Minute
+
+// retryAfter reads an HTTP Retry-After header: seconds, or an HTTP date; 0 when absent or invalid.
+func retryAfter(h string, now time.Time) time.Duration {
+	if h == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(h); err == nil {
+		return min(time.Duration(max(secs, 0))*time.Second, maxRetryAfter)
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return min(max(t.Sub(now), 0), maxRetryAfter)
+	}
+	return 0
 }
 
 func (s *httpSink) inline() bool { return false }

@@ -28,6 +28,10 @@ type NodeSummary struct {
 	// HeldBackBy names the topic one of them waits for now ("" when none waits).
 	HeldBack   time.Duration
 	HeldBackBy string
+	// PausedSince is when the node's attempts began to fail transiently (its downstream went
+	// away), while they do; PausedBy is the last such failure. Zero and "" otherwise.
+	PausedSince time.Time
+	PausedBy    string
 }
 
 // DeadLettered is the number of messages the run sent to dead-letter streams.
@@ -55,6 +59,11 @@ func (r *runner) nodeSummaries() []NodeSummary {
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {
 			ns.HeldBackBy = *by
+		}
+		if n.breaker != nil {
+			if since, why, paused := n.breaker.pausedSince(); paused {
+				ns.PausedSince, ns.PausedBy = since, why
+			}
 		}
 		out = append(out, ns)
 	}

@@ -470,6 +470,10 @@ func (r *runner) attempt(base context.Context, n *node, m *message, buf []redis.
 		if attempt > m.attempts+1 {
 			m.msg = stages.NewMessage(key, payload, headers)
 		}
+		probe, ok := n.breaker.pass(stopping)
+		if !ok {
+			return result{abandoned: true}, buf, nil // redelivered after the restart
+		}
 		start := len(buf)
 		var err error
 		timedOut := false
@@ -482,25 +486,43 @@ func (r *runner) attempt(base context.Context, n *node, m *message, buf []redis.
 			timedOut = ctx.Err() == context.DeadlineExceeded
 			cancel()
 		}
+		transient := err != nil && stages.IsTransient(err)
+		if !transient {
+			n.breaker.succeeded(probe) // the attempt got an answer, good or bad
+		}
 		if err == nil {
 			return result{outs: buf[start:len(buf):len(buf)]}, buf, nil
 		}
 		buf = buf[:start]
 		if r.hard.Err() != nil {
+			n.breaker.released(probe)
 			return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
 		}
 		if timedOut {
 			err = errors.Join(err, errors.New("the attempt took longer than the timeout of "+flow.FormatDuration(n.timeout)))
 		}
 		n.stats.failed.Add(1)
+		now := time.Now()
 		if firstFailure.IsZero() {
-			firstFailure = time.Now()
+			firstFailure = now
 		}
-		if stages.IsPermanent(err) || attempt >= n.retry.MaxAttempts {
+		policy := n.retry
+		if transient {
+			policy = n.transientRetry
+		}
+		if stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {
+			n.breaker.released(probe)
 			return r.deadLettered(n, m, err, attempt, firstFailure), buf, err
 		}
 		n.stats.retried.Add(1)
-		delay := jittered(n.retry.Delay(attempt), n.retry.Jitter)
+		if transient {
+			// The node pauses: the next attempt waits at the breaker for its turn to probe.
+			after, _ := stages.RetryAfter(err)
+			n.breaker.failed(probe, err, after)
+			r.log.Debug("attempt failed transiently; waiting for the node's next probe", "node", n.name, "id", m.id, "attempt", attempt, "err", err)
+			continue
+		}
+		delay := jittered(policy.Delay(attempt), policy.Jitter)
 		if durable && delay > r.opts.RetryInPlaceUpTo {
 			r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
 			return result{retry: &redis.Retry{
