@@ -27,7 +27,8 @@ func newInspectCommand(stdio IO) *cobra.Command {
 		Long: "Inspect compiles a pipeline and reports what Redis holds for it: the flowrun processes running it " +
 			"(each renews its membership on a timer; shown with the time until it lapses and the leases it holds); " +
 			"per source the process that holds its lease (one process at a time runs a generate, file or " +
-			"redis_stream source; every process runs a stdin source); per topic and partition the stream's " +
+			"redis_stream source; every process runs a stdin source), and for a redis_stream source its stream's " +
+			"length and its consumer group's lag and pending entries; per topic and partition the stream's " +
 			"length and first and last IDs; per stage or sink reading a partition (its consumer group) the lag " +
 			"(entries not yet delivered), the pending entries (delivered, not acked), the consumers, the oldest " +
 			"pending entry's age and delivery count, scheduled retries and the lease holder; per stage or sink " +
@@ -103,6 +104,17 @@ type sourceReport struct {
 	LeaseKey   string       `json:"lease_key,omitempty"`
 	Lease      *leaseReport `json:"lease,omitempty"` // nil: nobody holds it
 	LeaseError string       `json:"lease_error,omitempty"`
+	// Input is a redis_stream source's: the stream it reads and its consumer group there.
+	Input *sourceInputReport `json:"input,omitempty"`
+}
+
+// sourceInputReport is the stream a redis_stream source reads, with the source's consumer group:
+// its lag is what the source has not read yet.
+type sourceInputReport struct {
+	Stream string      `json:"stream"`
+	Exists bool        `json:"exists"`
+	Length int64       `json:"length"`
+	Group  groupReport `json:"group"`
 }
 
 type topicReport struct {
@@ -208,6 +220,13 @@ func inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 			sr.LeaseKey = key
 			sr.Lease, sr.LeaseError = leaseOf(ctx, c, key)
 		}
+		if s.Kind == "redis_stream" {
+			in, err := sourceInput(ctx, c, s, now)
+			if err != nil {
+				return nil, err
+			}
+			sr.Input = in
+		}
 		report.Sources = append(report.Sources, sr)
 	}
 	readers := readersOf(plan)
@@ -301,6 +320,24 @@ func sourceLeaseKey(keys redis.Keys, s *flow.Source) (string, bool) {
 		return keys.StreamLease(s.Config.String("stream"), s.Name), true
 	}
 	return keys.SourceLease(s.Name), true
+}
+
+// sourceInput reads a redis_stream source's stream and the source's consumer group on it.
+func sourceInput(ctx context.Context, c *redis.Client, s *flow.Source, now time.Time) (*sourceInputReport, error) {
+	stream, group := s.Config.String("stream"), s.Config.String("group")
+	info, err := c.StreamStats(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	in := &sourceInputReport{Stream: stream, Exists: info.Exists, Length: info.Length,
+		Group: groupReport{Group: group, Reader: "source." + s.Name}}
+	for _, g := range info.Groups {
+		if g.Name == group {
+			in.Group = groupOf(g, now)
+			in.Group.Reader = "source." + s.Name
+		}
+	}
+	return in, nil
 }
 
 // leaseOf reads who holds the lease at key: nil when nobody does; an unreadable lease is reported,
@@ -398,6 +435,34 @@ func (r *inspectReport) writeTable(out io.Writer) error {
 				note = "lease: " + s.LeaseError
 			}
 			fmt.Fprintf(tw, "source.%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.Output), lease, note)
+		}
+	}
+
+	var inputs []sourceReport
+	for _, s := range r.Sources {
+		if s.Input != nil {
+			inputs = append(inputs, s)
+		}
+	}
+	if len(inputs) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "SOURCE\tSTREAM\tLENGTH\tGROUP\tLAG\tPENDING\tCONSUMERS\tOLDEST PENDING\tNOTE")
+		for _, s := range inputs {
+			in, g := s.Input, s.Input.Group
+			if !g.Exists {
+				note := "no consumer group yet"
+				if !in.Exists {
+					note = "no stream yet"
+				}
+				fmt.Fprintf(tw, "source.%s\t%s\t%d\t%s\t-\t-\t-\t-\t%s\n", s.Name, in.Stream, in.Length, g.Group, note)
+				continue
+			}
+			oldest := "-"
+			if g.OldestPendingID != "" {
+				oldest = shortDuration(time.Duration(g.OldestPendingAgeMS) * time.Millisecond)
+			}
+			fmt.Fprintf(tw, "source.%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t\n", s.Name, in.Stream, in.Length, g.Group,
+				lagText(g.Lag, g.LagExact), g.Pending, g.Consumers, oldest)
 		}
 	}
 

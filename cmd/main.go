@@ -16,10 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -60,22 +62,62 @@ func Execute(ctx context.Context, args []string, stdio IO) int {
 	}
 	var exit exitError
 	if errors.As(err, &exit) {
-		if exit.message != "" {
+		switch {
+		case exit.message == "":
+		case exit.json:
+			writeJSONRecord(stdio.Err, slog.LevelError, exit.message, slog.Int("exit_code", exit.code))
+		default:
 			fmt.Fprintln(stdio.Err, "Error:", exit.message)
 		}
 		return exit.code
 	}
 	// Cobra's own errors: unknown command or flag, wrong number of arguments.
+	if jsonLogRequested(args) {
+		writeJSONRecord(stdio.Err, slog.LevelError, err.Error(), slog.Int("exit_code", ExitInvalid),
+			slog.String("usage", root.Name()+" --help"))
+		return ExitInvalid
+	}
 	fmt.Fprintln(stdio.Err, "Error:", err)
 	fmt.Fprintf(stdio.Err, "Run '%s --help' for usage.\n", root.Name())
 	return ExitInvalid
 }
 
 // exitError ends a command with a specific exit code; an empty message means the command has
-// already said what went wrong.
+// already said what went wrong. With json, the message is printed as a JSON log record, for a
+// command whose log is JSON (--log-format json).
 type exitError struct {
 	code    int
 	message string
+	json    bool
+}
+
+// jsonLogged marks err, if it is an exitError, to be printed as a JSON log record.
+func jsonLogged(err error) error {
+	var exit exitError
+	if errors.As(err, &exit) {
+		exit.json = true
+		return exit
+	}
+	return err
+}
+
+// writeJSONRecord writes one record as slog's JSON handler does, whatever the log level: for what
+// a command must say (its final error, the embedded Redis's warning) when its log is JSON.
+func writeJSONRecord(w io.Writer, level slog.Level, msg string, attrs ...slog.Attr) {
+	rec := slog.NewRecord(time.Now(), level, msg, 0)
+	rec.AddAttrs(attrs...)
+	_ = slog.NewJSONHandler(w, nil).Handle(context.Background(), rec) // stderr has nowhere better to report to
+}
+
+// jsonLogRequested reports whether a command line asks for --log-format json, so that even an
+// error in parsing it comes out as JSON.
+func jsonLogRequested(args []string) bool {
+	for i, a := range args {
+		if a == "--log-format=json" || a == "--log-format" && i+1 < len(args) && args[i+1] == "json" {
+			return true
+		}
+	}
+	return false
 }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.message) }

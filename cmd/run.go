@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/telemetry"
 	"github.com/flowrun/flowrun/runtime"
 )
@@ -39,17 +41,44 @@ func newRunCommand(stdio IO) *cobra.Command {
 			"Exit status: 0 done, 1 runtime error, 2 invalid pipeline or options, 3 done but some messages were " +
 			"dead-lettered (job mode).",
 		Args: cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			logger, err := newLogger(stdio.Err, logLevel, logFormat)
+		RunE: func(c *cobra.Command, args []string) (err error) {
+			jsonLog := logFormat == "json"
+			if jsonLog {
+				defer func() { err = jsonLogged(err) }()
+			}
+			// On a terminal, a job's progress is a line redrawn in place: everything else that shows
+			// on the terminal writes through it, so that its lines go above the progress line.
+			stderr := stdio.Err
+			terminal := opts.UntilDrained && !jsonLog && isTerminal(stdio.Err)
+			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
+			if terminal {
+				status := runtime.NewStatusLine(stdio.Err)
+				stderr = status
+				if isTerminal(stdio.Out) {
+					opts.Stdout = status.Output(stdio.Out)
+				}
+			}
+			logger, err := newLogger(stderr, logLevel, logFormat)
 			if err != nil {
 				return exitError{code: ExitInvalid, message: err.Error()}
 			}
 			plan, cfg, diags := flags.build(args[0])
-			printDiagnostics(stdio.Err, diags, cfg.Files())
+			if jsonLog {
+				logDiagnostics(stdio.Err, diags, cfg.Files())
+			} else {
+				printDiagnostics(stdio.Err, diags, cfg.Files())
+			}
 			if diags.HasErrors() {
 				return exitError{code: ExitInvalid}
 			}
-			client, closeClient, err := conn.connect(c.Context(), stdio.Err, true)
+			// connect starts the embedded Redis when none is configured; its dead letters are gone
+			// when the process exits.
+			embedded := len(conn.configured()) == 0
+			banner := stderr
+			if jsonLog {
+				banner = jsonLines{w: stdio.Err, level: slog.LevelWarn}
+			}
+			client, closeClient, err := conn.connect(c.Context(), banner, true)
 			if err != nil {
 				return err
 			}
@@ -71,8 +100,8 @@ func newRunCommand(stdio IO) *cobra.Command {
 			}()
 
 			opts.Redis = client
-			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
 			opts.Logger = logger
+			opts.PipelinePath = args[0]
 			opts.TracerProvider, opts.MeterProvider = tel.TracerProvider, tel.MeterProvider
 			rt, err := runtime.New(plan, opts)
 			var configErr *runtime.ConfigError
@@ -88,13 +117,29 @@ func newRunCommand(stdio IO) *cobra.Command {
 				}
 				defer stop()
 			}
+			stopProgress := func() {}
 			if opts.UntilDrained {
-				stop := reportProgress(c.Context(), rt, stdio.Err, logger)
-				defer stop()
+				stopProgress = reportProgress(c.Context(), rt, stderr, terminal, logger)
+				defer stopProgress()
 			}
 			summary, err := rt.Run(c.Context())
+			stopProgress() // the summary follows the last progress report, not the other way round
 			if summary != nil {
-				_ = summary.Write(stdio.Err)
+				if embedded && summary.DeadLettered() > 0 {
+					// Listed now, while the embedded Redis still holds them.
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), 10*time.Second)
+					list, listErr := rt.DeadLetters(ctx)
+					cancel()
+					if listErr != nil {
+						logger.Warn("listing the dead letters failed", "err", listErr)
+					}
+					summary.Ephemeral, summary.DeadLetters = true, list
+				}
+				if jsonLog {
+					_ = summary.WriteJSON(stdio.Err)
+				} else {
+					_ = summary.Write(stderr)
+				}
 			}
 			switch {
 			case errors.As(err, &configErr):
@@ -102,8 +147,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			case err != nil:
 				return exitError{code: ExitError, message: plan.Redact(err.Error())}
 			case opts.UntilDrained && summary.DeadLettered() > 0:
-				return exitError{code: ExitDeadLettered, message: fmt.Sprintf("%d message%s dead-lettered; see flowrun inspect",
-					summary.DeadLettered(), plural(int(summary.DeadLettered())))}
+				return exitError{code: ExitDeadLettered, message: summary.DeadLetterNote()}
 			}
 			return nil
 		},
@@ -166,15 +210,42 @@ func serveHTTP(ctx context.Context, rt *runtime.Runtime, addr string, metrics ht
 }
 
 // reportProgress reports a job's progress on w (a line redrawn in place on a terminal, log lines
-// otherwise) until stop is called.
-func reportProgress(ctx context.Context, rt *runtime.Runtime, w io.Writer, log *slog.Logger) (stop func()) {
+// otherwise) until stop is called; stop may be called more than once.
+func reportProgress(ctx context.Context, rt *runtime.Runtime, w io.Writer, terminal bool, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runtime.ReportProgress(ctx, rt, runtime.ProgressOptions{Terminal: isTerminal(w), Out: w, Logger: log})
+		runtime.ReportProgress(ctx, rt, runtime.ProgressOptions{Terminal: terminal, Out: w, Logger: log})
 	}()
 	return func() { cancel(); <-done }
+}
+
+// jsonLines writes each line written to it as a JSON log record: for messages that are printed as
+// text elsewhere (the embedded Redis's warning), when the log is JSON.
+type jsonLines struct {
+	w     io.Writer
+	level slog.Level
+}
+
+func (j jsonLines) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line = strings.TrimSpace(strings.TrimPrefix(line, "flowrun: ")); line != "" {
+			writeJSONRecord(j.w, j.level, line)
+		}
+	}
+	return len(p), nil
+}
+
+// logDiagnostics writes diagnostics as JSON log records, one each, in the form of validate --json.
+func logDiagnostics(w io.Writer, diags hcl.Diagnostics, files map[string]*hcl.File) {
+	for _, d := range flow.DiagnosticsJSON(diags, files) {
+		level := slog.LevelError
+		if d.Severity == "warning" {
+			level = slog.LevelWarn
+		}
+		writeJSONRecord(w, level, d.Summary, slog.Any("diagnostic", d))
+	}
 }
 
 // httpListenAddr completes --http: an address without a host ("9464" or ":9464") listens on the

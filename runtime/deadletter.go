@@ -61,7 +61,6 @@ func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntry
 		Error: "malformed entry: " + bad.Reason, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
 		Stream: u.stream, Partition: u.partition, ID: bad.ID, RawFields: bad.Fields,
 	}
-	r.log.Warn("malformed entry dead-lettered", "node", n.name, "stream", u.stream, "id", bad.ID, "reason", bad.Reason)
 	return r.deadLetter(n, u.partition, env, traceContext{})
 }
 
@@ -73,7 +72,6 @@ func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 		Error:    "the entry was deleted from the stream (trimmed by retention) before it was processed; its contents are lost",
 		Attempts: 0, FirstFailedAt: now, LastFailedAt: now, Stream: u.stream, Partition: u.partition, ID: id,
 	}
-	r.log.Warn("entry deleted while pending", "node", n.name, "stream", u.stream, "id", id)
 	return r.deadLetter(n, u.partition, env, traceContext{})
 }
 
@@ -92,6 +90,8 @@ func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceCon
 		body = []byte(`{"error":"the dead letter could not be encoded"}`)
 	}
 	n.stats.deadLettered.Add(1)
+	// Logged (rate-limited) as it is made, with the counter: see deadletter_log.go.
+	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, time.Now())
 	msg := stages.NewMessage(env.Key, body, env.Headers)
 	stream := r.keys.DeadLetter(n.name)
 	key := env.Key

@@ -107,7 +107,7 @@ func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Outpu
 			return outs, nil
 		}
 	}
-	return h.sink.deliver(ctx, m, outs)
+	return h.deliver(ctx, m, outs)
 }
 
 func (h *sinkHandler) flush() error { return h.sink.flush() }

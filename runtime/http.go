@@ -4,12 +4,10 @@ import (
 	"embed"
 	"encoding/json"
 	"io/fs"
-	"math"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -109,10 +107,12 @@ type graphJSON struct {
 	Edges     []edgeJSON `json:"edges"`
 }
 
-// rateWindow is the interval that the edges' rates are measured over: from an earlier request's
-// snapshot to this one. Since is null, and every rate 0, on the first request.
+// rateWindow is the interval that the edges' rates are measured over: between two of the samples
+// of the counters that the runtime takes every second, the last one and one about five seconds
+// before. Since and Until are null, and every rate 0, until there are two samples.
 type rateWindow struct {
 	Since   *time.Time `json:"since"`
+	Until   *time.Time `json:"until"`
 	Seconds float64    `json:"seconds"`
 }
 
@@ -143,6 +143,8 @@ type nodeJSON struct {
 	DeadLetterTopic string        `json:"dead_letter_topic,omitempty"`
 	// Progress is a producing source's (generate, file, stdin).
 	Progress *progressJSON `json:"progress,omitempty"`
+	// Stream is a redis_stream source's input, as of the last poll, when this process runs it.
+	Stream *streamJSON `json:"stream,omitempty"`
 
 	// Topics: the partitions, the key expression and each partition's length as far as the nodes
 	// that this process runs read it.
@@ -164,6 +166,15 @@ type progressJSON struct {
 	Produced int64 `json:"produced"`
 	Total    int64 `json:"total,omitempty"` // absent when the source cannot tell
 	Done     bool  `json:"done"`
+}
+
+// streamJSON is the stream a redis_stream source reads, with the lag and pending entries of the
+// source's consumer group.
+type streamJSON struct {
+	Stream  string `json:"stream"`
+	Length  int64  `json:"length"`
+	Lag     int64  `json:"lag"`
+	Pending int64  `json:"pending"`
 }
 
 type partitionLength struct {
@@ -204,34 +215,12 @@ type partitionJSON struct {
 	Retries   int64 `json:"retries"`
 }
 
-// graphHandler serves /api/graph. It keeps the counters of an earlier request to compute rates.
+// graphHandler serves /api/graph.
 type graphHandler struct {
 	rt       *Runtime
 	plan     *flow.Plan
 	pipeline map[string]any
 	view     graphView
-
-	mu    sync.Mutex
-	base  *counterSample // what the next rates are measured from
-	rates nodeRates      // the rates computed last
-}
-
-// minRateWindow is the shortest interval rates are measured over. Requests closer together (two
-// pages open at once) get the rates computed last rather than noisy ones.
-const minRateWindow = 250 * time.Millisecond
-
-type counterSample struct {
-	taken    time.Time
-	counters map[string]NodeSummary
-}
-
-// nodeRates are per-second rates of the counters of each node, over a window.
-type nodeRates struct {
-	since   time.Time
-	seconds float64
-	in      map[string]float64
-	out     map[string]float64
-	dead    map[string]float64
 }
 
 func newGraphHandler(rt *Runtime) *graphHandler {
@@ -264,9 +253,14 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 	for _, p := range s.Sources {
 		progress[p.Name] = p
 	}
-	partitions := map[string][]PartitionState{} // by reading node
-	lengths := map[string]map[int]int64{}       // by topic, then partition
+	partitions := map[string][]PartitionState{}  // by reading node
+	lengths := map[string]map[int]int64{}        // by topic, then partition
+	sourceStreams := map[string]PartitionState{} // by redis_stream source
 	for _, p := range s.Partitions {
+		if p.Topic == "" {
+			sourceStreams[p.Node] = p
+			continue
+		}
 		partitions[p.Node] = append(partitions[p.Node], p)
 		if lengths[p.Topic] == nil {
 			lengths[p.Topic] = map[int]int64{}
@@ -275,7 +269,7 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 			lengths[p.Topic][p.Partition] = p.Length
 		}
 	}
-	rates := g.sampleRates(s.Taken, counters)
+	rates := s.Rates
 
 	out := graphJSON{
 		Pipeline:       g.pipeline,
@@ -296,8 +290,8 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 	if ready != nil {
 		out.NotReady = g.plan.Redact(ready.Error())
 	}
-	if !rates.since.IsZero() {
-		out.Rates = rateWindow{Since: &rates.since, Seconds: rates.seconds}
+	if !rates.Since.IsZero() {
+		out.Rates = rateWindow{Since: &rates.Since, Until: &rates.Until, Seconds: rates.Seconds()}
 	}
 
 	for _, vn := range g.view.nodes {
@@ -316,6 +310,9 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 		if p, ok := progress[vn.name]; ok && vn.typ == "source" {
 			n.Progress = &progressJSON{Produced: p.Produced, Total: p.Total, Done: p.Done}
 		}
+		if p, ok := sourceStreams[vn.name]; ok && vn.typ == "source" {
+			n.Stream = &streamJSON{Stream: p.Stream, Length: p.Length, Lag: p.Lag, Pending: p.Pending}
+		}
 		if vn.typ == "topic" {
 			for part, length := range lengths[vn.name] {
 				n.PartitionLengths = append(n.PartitionLengths, partitionLength{Partition: part, Length: length})
@@ -332,13 +329,13 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 			Points: ve.points, LabelAt: ve.labelAt}
 		if _, ok := counters[ve.counted]; ok && ve.counted != "" {
 			var r float64
-			switch ve.kind {
+			switch nr := rates.Nodes[ve.counted]; ve.kind {
 			case string(flow.EdgeReads):
-				r = rates.in[ve.counted]
+				r = nr.In
 			case string(flow.EdgeWrites):
-				r = rates.out[ve.counted]
+				r = nr.Out
 			case string(flow.EdgeDeadLetter):
-				r = rates.dead[ve.counted]
+				r = nr.DeadLettered
 			}
 			e.Rate = &r
 		}
@@ -359,38 +356,6 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 		out.Edges = append(out.Edges, e)
 	}
 	return out
-}
-
-// sampleRates measures the counters' rates since the previous sample, and makes this one the next
-// base. The first sample has nothing to compare with: its rates are 0.
-func (g *graphHandler) sampleRates(taken time.Time, counters map[string]NodeSummary) nodeRates {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch {
-	case g.base == nil:
-		g.base = &counterSample{taken: taken, counters: counters}
-	case taken.Sub(g.base.taken) >= minRateWindow:
-		dt := taken.Sub(g.base.taken).Seconds()
-		r := nodeRates{since: g.base.taken, seconds: dt,
-			in: map[string]float64{}, out: map[string]float64{}, dead: map[string]float64{}}
-		for name, c := range counters {
-			prev := g.base.counters[name]
-			r.in[name] = perSecond(c.In-prev.In, dt)
-			r.out[name] = perSecond(c.Out-prev.Out, dt)
-			r.dead[name] = perSecond(c.DeadLettered-prev.DeadLettered, dt)
-		}
-		g.rates = r
-		g.base = &counterSample{taken: taken, counters: counters}
-	}
-	return g.rates
-}
-
-// perSecond is a rate rounded to a thousandth.
-func perSecond(delta int64, seconds float64) float64 {
-	if delta <= 0 || seconds <= 0 {
-		return 0
-	}
-	return math.Round(float64(delta)/seconds*1000) / 1000
 }
 
 // graphView is the drawing of a plan: sources, declared topics, stages and sinks placed in layers by

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"strings"
@@ -47,7 +48,7 @@ func (r *runner) registerMetrics() error {
 		read       func(*nodeStats) int64
 	}{
 		{"flowrun.messages.in", "Entries a node read (a producing source: messages it produced).", func(s *nodeStats) int64 { return s.in.Load() }},
-		{"flowrun.messages.out", "Entries a node wrote to topics and streams.", func(s *nodeStats) int64 { return s.out.Load() }},
+		{"flowrun.messages.out", "Entries a node wrote to topics and streams; for a sink, messages it delivered.", func(s *nodeStats) int64 { return s.out.Load() }},
 		{"flowrun.messages.filtered", "Messages that passed nothing on by design.", func(s *nodeStats) int64 { return s.filtered.Load() }},
 		{"flowrun.messages.failed", "Failed attempts.", func(s *nodeStats) int64 { return s.failed.Load() }},
 		{"flowrun.messages.retried", "Attempts made again after a failure.", func(s *nodeStats) int64 { return s.retried.Load() }},
@@ -68,12 +69,12 @@ func (r *runner) registerMetrics() error {
 		observables = append(observables, inst)
 	}
 	lag, err := m.Int64ObservableGauge("flowrun.partition.lag", metric.WithUnit("{message}"),
-		metric.WithDescription("Entries of an input partition not yet delivered to the stage or sink."))
+		metric.WithDescription("Entries of an input partition (or of a redis_stream source's stream) not yet delivered to the node."))
 	if err != nil {
 		return err
 	}
 	pending, err := m.Int64ObservableGauge("flowrun.partition.pending", metric.WithUnit("{message}"),
-		metric.WithDescription("Entries of an input partition delivered to the stage or sink and not yet acknowledged."))
+		metric.WithDescription("Entries of an input partition (or of a redis_stream source's stream) delivered to the node and not yet acknowledged."))
 	if err != nil {
 		return err
 	}
@@ -111,8 +112,9 @@ func (r *runner) registerMetrics() error {
 		parts, deadLetters := r.poll.partitions, r.poll.deadLetters
 		r.poll.mu.Unlock()
 		for _, p := range parts {
+			// A redis_stream source reads a stream of no topic: the stream names it.
 			attrs := metric.WithAttributes(attribute.String("flowrun.node", p.Node),
-				attribute.String("messaging.destination.name", p.Topic),
+				attribute.String("messaging.destination.name", cmp.Or(p.Topic, p.Stream)),
 				attribute.String("messaging.destination.partition.id", strconv.Itoa(p.Partition)))
 			o.ObserveInt64(lag, p.Lag, attrs)
 			o.ObserveInt64(pending, p.Pending, attrs)

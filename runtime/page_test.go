@@ -24,9 +24,18 @@ func TestPageInChromium(t *testing.T) {
 	chromium := findChromium(t)
 	ctx := context.Background()
 	c := server.open(t)
+	// Orders come from the test and from a stream that another application would write (it stays
+	// empty here).
+	feed := "page-feed:" + itoa(prefixes.Add(1))
 	plan := buildSource(t, `
 pipeline "page" {
   description = "Orders, held at a gate and priced."
+}
+variable "feed" {}
+source "feed" {
+  kind   = "redis_stream"
+  stream = var.feed
+  output = topic.orders
 }
 topic "orders" {
   partitions = 2
@@ -48,7 +57,7 @@ sink "out" {
   kind  = "stdout"
   input = stage.price
 }
-`)
+`, "feed="+feed)
 	s := startService(t, c, plan, runtime.Options{BatchSize: 1})
 	publish := func(payloads ...string) {
 		t.Helper()
@@ -124,7 +133,7 @@ sink "out" {
 	}
 
 	nodes := map[string]domNode{}
-	for _, id := range []string{"topic.orders", "stage.gate", "stage.price", "sink.out"} {
+	for _, id := range []string{"source.feed", "topic.orders", "stage.gate", "stage.price", "sink.out"} {
 		nodes[id] = dom.node(t, id)
 	}
 	for id, want := range map[string][2]string{
@@ -152,6 +161,11 @@ sink "out" {
 	}
 	if in := nodes["stage.gate"].field("in").text; in != "11" {
 		t.Errorf("gate shows in %q, want 11 (ten passed, one held)", in)
+	}
+	if f := nodes["source.feed"]; f.field("stream_lag").text != "0" || f.field("stream_pending").text != "0" ||
+		f.field("stream_length").text != "0" {
+		t.Errorf("the redis_stream source shows stream lag %q, pending %q, length %q; want 0 each (polled, not unknown)",
+			f.field("stream_lag").text, f.field("stream_pending").text, f.field("stream_length").text)
 	}
 	cells := nodes["topic.orders"].all("data-field", "length")
 	if len(cells) != 2 {

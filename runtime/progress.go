@@ -13,8 +13,11 @@ import (
 type ProgressOptions struct {
 	// Terminal redraws one line in place on Out; otherwise a log line goes to Logger every Interval.
 	Terminal bool
-	Out      io.Writer
-	Logger   *slog.Logger
+	// Out is where the terminal's line is drawn. Make it a *StatusLine that the log (and anything
+	// else that writes on the terminal) writes through too, so that their lines go above the
+	// progress line instead of being glued to it.
+	Out    io.Writer
+	Logger *slog.Logger
 	// Interval between reports: default 200ms on a terminal, 5s in logs.
 	Interval time.Duration
 }
@@ -28,21 +31,28 @@ func ReportProgress(ctx context.Context, rt *Runtime, o ProgressOptions) {
 			o.Interval = 200 * time.Millisecond
 		}
 	}
+	var line *StatusLine
+	if o.Terminal {
+		var ok bool
+		if line, ok = o.Out.(*StatusLine); !ok {
+			line = NewStatusLine(o.Out)
+		}
+	}
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	var rate rateMeter
 	for {
 		select {
 		case <-ctx.Done():
-			if o.Terminal {
-				fmt.Fprint(o.Out, "\r\033[K") // leave the line clean for the summary
+			if line != nil {
+				line.Clear() // leave the line clean for the summary
 			}
 			return
 		case <-ticker.C:
 		}
 		p := progressOf(rt.Snapshot(), &rate)
-		if o.Terminal {
-			fmt.Fprint(o.Out, "\r\033[K"+p.line())
+		if line != nil {
+			line.Set(p.line())
 		} else if o.Logger != nil {
 			o.Logger.Info("progress", p.attrs()...)
 		}

@@ -70,6 +70,9 @@ type Options struct {
 	// ProcessID names this process as a consumer and lease owner. Default: host name, process ID and
 	// a random suffix, unique per start.
 	ProcessID string
+	// PipelinePath is the pipeline's path as the user gave it, for the commands that the log and the
+	// summary suggest (flowrun dlq list PATH --stage NAME). Default "PATH".
+	PipelinePath string
 }
 
 func (o *Options) applyDefaults() {
@@ -193,6 +196,8 @@ type runner struct {
 	tracing      tracing
 	metrics      metrics
 	streams      map[string][]string // the stream keys of every topic's partitions, made once
+	// obs is what the run keeps for its operators: the dead-letter log, the rate samples.
+	obs observations
 
 	mu       sync.Mutex
 	fatalErr error         // the first error that stops the run

@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
+
+	"github.com/sourcegraph/conc"
 )
 
 // A running pipeline polls the state of its streams on a timer (lag and pending per stage and
@@ -18,12 +21,16 @@ type Snapshot struct {
 	Nodes []NodeSummary
 	// Sources say how far the producing sources of this process are.
 	Sources []SourceProgress
-	// Partitions are the input partitions of the stages and sinks this process runs, with their lag
-	// and pending entries over all processes, as of Polled.
+	// Partitions are the input partitions of the stages and sinks this process runs, and the streams
+	// of its redis_stream sources, with their lag and pending entries over all processes, as of
+	// Polled.
 	Partitions []PartitionState
 	// DeadLetters is the length of each node's own dead-letter stream, as of Polled.
 	DeadLetters map[string]int64
-	// Polled is when the streams were last read; PollErr why the last poll failed, if it did.
+	// Rates are the nodes' rates over the last few seconds, from the runtime's own samples.
+	Rates Rates
+	// Polled is when the streams were last read; PollErr why the last poll failed to read some of
+	// them, if it did (their state is then the last one read).
 	Polled  time.Time
 	PollErr error
 	// Leases counts the partition leases this process holds; Balanced says that it holds its fair
@@ -42,15 +49,19 @@ type SourceProgress struct {
 	Done     bool
 }
 
-// PartitionState is a stage's or sink's view of one input partition.
+// PartitionState is a stage's or sink's view of one input partition, or a redis_stream source's
+// view of its stream.
 type PartitionState struct {
 	Node      string
-	Topic     string
-	Partition int
-	Length    int64 // entries in the stream
-	Lag       int64 // entries not yet delivered to the node's group
-	Pending   int64 // delivered, not yet acknowledged
-	Retries   int64 // waiting in the node's retry set
+	Topic     string // "" for a redis_stream source, which reads a stream of no topic
+	Stream    string // the stream's key
+	Partition int    // 0 for a redis_stream source
+	Length    int64  // entries in the stream
+	Lag       int64  // entries not yet delivered to the node's group
+	Pending   int64  // delivered, not yet acknowledged
+	Retries   int64  // waiting in the node's retry set
+
+	unit *unit // whose state it is, to keep it when a poll fails to read it
 }
 
 // poll is the latest poll of the streams.
@@ -62,8 +73,12 @@ type poll struct {
 	deadLetters map[string]int64
 }
 
-// pollLoop reads the streams' state every PollInterval until ctx ends.
+// pollLoop reads the streams' state every PollInterval until ctx ends. It also runs observeLoop,
+// which samples the counters every second: a poll of Redis may take longer than that.
 func (r *runner) pollLoop(ctx context.Context) {
+	var wg conc.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { r.observeLoop(ctx) })
 	ticker := time.NewTicker(r.opts.PollInterval)
 	defer ticker.Stop()
 	for {
@@ -76,50 +91,77 @@ func (r *runner) pollLoop(ctx context.Context) {
 	}
 }
 
+// pollOnce reads the state of every unit's input and every dead-letter stream. A stream that does
+// not exist yet (nothing was written to it) reads as empty. A read that fails spoils only its own
+// unit or stream, which keeps its last known state: the others are still shown, and the error is
+// kept for readiness.
 func (r *runner) pollOnce(ctx context.Context) {
+	r.poll.mu.Lock()
+	previous, previousDead := r.poll.partitions, r.poll.deadLetters
+	r.poll.mu.Unlock()
+	last := map[*unit]PartitionState{}
+	for _, ps := range previous {
+		last[ps.unit] = ps
+	}
+
 	var parts []PartitionState
 	dead := map[string]int64{}
-	err := func() error {
-		for _, u := range r.units {
-			if u.node.input == nil {
-				continue // a source's input is someone else's stream
+	var firstErr error
+	for _, u := range r.units {
+		ps, err := r.pollUnit(ctx, u)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			var ok bool
+			if ps, ok = last[u]; !ok {
+				continue
 			}
-			st, err := r.rdb.StreamStats(ctx, u.stream)
-			if err != nil {
-				return err
-			}
-			ps := PartitionState{Node: u.node.name, Topic: u.node.input.Name, Partition: u.partition, Length: st.Length, Lag: st.Length}
-			for _, g := range st.Groups {
-				if g.Name == u.node.group {
-					ps.Lag, ps.Pending = g.Lag, g.Pending
-				}
-			}
-			if u.retryKey != "" {
-				n, err := r.rdb.ScheduledRetries(ctx, u.retryKey)
-				if err != nil {
-					return err
-				}
-				ps.Retries = n
-			}
-			parts = append(parts, ps)
 		}
-		for _, n := range r.nodes {
-			length, err := r.rdb.StreamLen(ctx, r.keys.DeadLetter(n.name))
-			if err != nil {
-				return err
+		parts = append(parts, ps)
+	}
+	for _, n := range r.nodes {
+		length, err := r.rdb.StreamLen(ctx, r.keys.DeadLetter(n.name))
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			var ok bool
+			if length, ok = previousDead[n.name]; !ok {
+				continue
 			}
-			dead[n.name] = length
 		}
-		return nil
-	}()
+		dead[n.name] = length
+	}
 	r.poll.mu.Lock()
 	defer r.poll.mu.Unlock()
-	r.poll.at, r.poll.err = time.Now(), err
-	if err == nil {
-		r.poll.partitions, r.poll.deadLetters = parts, dead
-	} else if ctx.Err() == nil {
-		r.log.Debug("polling the streams failed", "err", err)
+	r.poll.at, r.poll.err = time.Now(), firstErr
+	r.poll.partitions, r.poll.deadLetters = parts, dead
+	if firstErr != nil && ctx.Err() == nil {
+		r.log.Debug("polling the streams failed", "err", firstErr)
 	}
+}
+
+// pollUnit reads one unit's input: a partition of a topic, or a redis_stream source's stream.
+func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) {
+	ps := PartitionState{unit: u, Node: u.node.name, Stream: u.stream, Partition: u.partition}
+	if u.node.input != nil {
+		ps.Topic = u.node.input.Name
+	}
+	st, err := r.rdb.StreamStats(ctx, u.stream)
+	if err != nil {
+		return ps, err
+	}
+	ps.Length, ps.Lag = st.Length, st.Length
+	for _, g := range st.Groups {
+		if g.Name == u.node.group {
+			ps.Lag, ps.Pending = g.Lag, g.Pending
+		}
+	}
+	if u.retryKey != "" {
+		n, err := r.rdb.ScheduledRetries(ctx, u.retryKey)
+		if err != nil {
+			return ps, err
+		}
+		ps.Retries = n
+	}
+	return ps, nil
 }
 
 // Snapshot returns what the pipeline is doing now.
@@ -130,6 +172,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
 	}
 	s.Nodes = r.nodeSummaries()
+	s.Rates = r.obs.rates.rates(r.nodes)
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{
 			Name: p.node.name, Produced: p.node.stats.out.Load(), Total: p.total, Done: p.done.Load(),

@@ -93,7 +93,17 @@
       text(g, {class: 'caption', x, y}, caption);
       fields[key] = text(g, {class: 'value', x: x + 108, y, 'text-anchor': 'end', 'data-field': key}, '–');
     });
-    if (n.type === 'source') {
+    if (n.type === 'source' && n.kind === 'redis_stream') {
+      // What the source has not read yet of the stream it reads.
+      const t = text(g, {class: 'counter backlog', x: 12, y: 116}, '');
+      make('tspan', {class: 'caption'}, t).textContent = 'stream lag ';
+      fields.stream_lag = make('tspan', {class: 'value', 'data-field': 'stream_lag'}, t);
+      make('tspan', {class: 'caption'}, t).textContent = ' · pending ';
+      fields.stream_pending = make('tspan', {class: 'value', 'data-field': 'stream_pending'}, t);
+      make('tspan', {class: 'caption'}, t).textContent = ' · length ';
+      fields.stream_length = make('tspan', {class: 'value', 'data-field': 'stream_length'}, t);
+      fields.stream = t;
+    } else if (n.type === 'source') {
       const t = text(g, {class: 'counter', x: 12, y: 116}, 'produced ');
       fields.produced = make('tspan', {class: 'value', 'data-field': 'produced'}, t);
       fields.produced.textContent = '–';
@@ -209,6 +219,13 @@
       if (f.produced) {
         const p = n.progress;
         f.produced.textContent = !p ? '–' : count(p.produced) + (p.total ? ' of ' + count(p.total) : '') + (p.done ? ', done' : '');
+      }
+      if (f.stream) {
+        const st = n.stream;
+        f.stream_lag.textContent = count(st ? st.lag : null);
+        f.stream_pending.textContent = count(st ? st.pending : null);
+        f.stream_length.textContent = count(st ? st.length : null);
+        f.stream.classList.toggle('behind', !!st && st.lag > 0);
       }
       if (f.dead_letters) {
         f.dead_letters.textContent = count(n.dead_letters);

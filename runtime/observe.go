@@ -1,0 +1,31 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// observations is what a run keeps to tell its operators what happens beyond the counters: the
+// dead-letter log with its reasons, and the samples that rates are computed from.
+type observations struct {
+	deadLetters deadLetterLog
+	rates       rateSamples
+}
+
+// observeLoop samples the counters for the rates and logs the dead-letter summaries that are due,
+// on a timer of its own: neither depends on who reads them, or how often.
+func (r *runner) observeLoop(ctx context.Context) {
+	every := r.obs.rates.interval()
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		now := time.Now()
+		r.obs.rates.add(now, r.nodes)
+		r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, now, false)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}

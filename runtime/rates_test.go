@@ -1,0 +1,45 @@
+package runtime
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRatesComeFromSamples: a rate spans the samples kept (the last five intervals), and reading it
+// changes nothing, so readers at any pace see the same rate until the next sample.
+func TestRatesComeFromSamples(t *testing.T) {
+	a, b := &node{name: "a"}, &node{name: "b"}
+	nodes := []*node{a, b}
+	var s rateSamples
+	t0 := time.Unix(1000, 0)
+	if r := s.rates(nodes); !r.Since.IsZero() || !r.Until.IsZero() || r.Nodes["a"] != (NodeRate{}) {
+		t.Fatalf("rates before any sample: %+v", r)
+	}
+	s.add(t0, nodes)
+	if r := s.rates(nodes); !r.Since.IsZero() || r.Nodes["a"] != (NodeRate{}) {
+		t.Fatalf("rates of one sample: %+v", r)
+	}
+	for i := 1; i <= 7; i++ {
+		a.stats.in.Add(10)
+		a.stats.out.Add(int64(i))
+		b.stats.deadLettered.Add(2)
+		s.add(t0.Add(time.Duration(i)*time.Second), nodes)
+	}
+	r := s.rates(nodes)
+	if !r.Since.Equal(t0.Add(2*time.Second)) || !r.Until.Equal(t0.Add(7*time.Second)) || r.Seconds() != 5 {
+		t.Fatalf("window %s to %s, want the last five seconds of samples", r.Since, r.Until)
+	}
+	// a wrote 3+4+5+6+7 in the window; what came before it does not count.
+	if got, want := r.Nodes["a"], (NodeRate{In: 10, Out: 5}); got != want {
+		t.Errorf("a: %+v, want %+v", got, want)
+	}
+	if got, want := r.Nodes["b"], (NodeRate{DeadLettered: 2}); got != want {
+		t.Errorf("b: %+v, want %+v", got, want)
+	}
+	a.stats.in.Add(1000) // after the last sample: no rate shows it before the next
+	for i := 0; i < 3; i++ {
+		if again := s.rates(nodes); again.Nodes["a"] != r.Nodes["a"] || !again.Until.Equal(r.Until) {
+			t.Fatalf("read %d: %+v, then %+v", i, r, again)
+		}
+	}
+}
