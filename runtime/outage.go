@@ -15,14 +15,20 @@ import (
 // fails, naming what failed and why, and one when a call succeeds again, saying for how long Redis
 // was gone. What failed in between is logged at debug level.
 
+// outageSettle is how long calls must have stopped failing before an outage counts as over: at
+// its start and its end, calls in flight on other connections fail and succeed in turn for a
+// moment, which is one outage, not several.
+const outageSettle = time.Second
+
 // outage tracks whether Redis answers this process.
 type outage struct {
 	log  *slog.Logger
 	down atomic.Bool // read on every successful call, so kept apart from the lock
 
-	mu       sync.Mutex
-	since    time.Time
-	failures int64
+	mu          sync.Mutex
+	since       time.Time
+	lastFailure time.Time
+	failures    int64
 }
 
 // failed records a failed call to Redis: what was being done, and the error.
@@ -30,6 +36,7 @@ func (o *outage) failed(what string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
+	o.lastFailure = time.Now()
 	if !o.since.IsZero() {
 		o.log.Debug("Redis is still failing", "while", what, "err", err)
 		return
@@ -40,14 +47,15 @@ func (o *outage) failed(what string, err error) {
 		"while", what, "err", err)
 }
 
-// ok records a call to Redis that succeeded.
+// ok records a call to Redis that succeeded; it ends the outage once calls have stopped failing
+// for outageSettle.
 func (o *outage) ok() {
 	if !o.down.Load() {
 		return
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.since.IsZero() {
+	if o.since.IsZero() || time.Since(o.lastFailure) < outageSettle {
 		return
 	}
 	o.log.Info("Redis answers again", "after", time.Since(o.since).Round(time.Millisecond), "failed_calls", o.failures)
