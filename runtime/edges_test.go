@@ -302,6 +302,9 @@ sink "slow" {
 		backlogs()
 		return summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "gen").HeldBackBy == "in"
 	})
+	if g, _ := getGraph(t, runtime.NewHTTPHandler(rt, nil)); g.node(t, "source.gen").HeldBackBy != "in" {
+		t.Errorf("/api/graph does not show the source held back: %+v", g.node(t, "source.gen"))
+	}
 	if total := backlogs(); total != partitions*maxLag {
 		t.Errorf("the source is held back with %d messages waiting in the topic, want %d (max_lag in each partition)", total, partitions*maxLag)
 	}
@@ -650,6 +653,10 @@ sink "hook" {
 	during := hook()
 	if !strings.Contains(during.PausedBy, "connection refused") {
 		t.Errorf("paused by %q, want the refused connection", during.PausedBy)
+	}
+	if g, _ := getGraph(t, runtime.NewHTTPHandler(rt, nil)); g.node(t, "sink.hook").Paused == nil ||
+		!strings.Contains(g.node(t, "sink.hook").Paused.Reason, "connection refused") {
+		t.Errorf("/api/graph does not show the sink paused: %+v", g.node(t, "sink.hook"))
 	}
 	ln, err = net.Listen("tcp", addr)
 	if err != nil {

@@ -98,6 +98,8 @@ type graphJSON struct {
 	// Polled is when Redis was last read for lag, pending entries and dead letters; null before.
 	Polled    *time.Time `json:"polled"`
 	PollError string     `json:"poll_error,omitempty"`
+	// RedisFailingSince is when this process's calls to Redis began to fail, while they do.
+	RedisFailingSince *time.Time `json:"redis_failing_since,omitempty"`
 	Ready     bool       `json:"ready"`
 	NotReady  string     `json:"not_ready,omitempty"` // why not, when not ready
 	Leases    int        `json:"leases"`
@@ -145,6 +147,12 @@ type nodeJSON struct {
 	Progress *progressJSON `json:"progress,omitempty"`
 	// Stream is a redis_stream source's input, as of the last poll, when this process runs it.
 	Stream *streamJSON `json:"stream,omitempty"`
+	// Paused is set while the node's attempts fail transiently: it waits for its downstream.
+	Paused *pausedJSON `json:"paused,omitempty"`
+	// HeldBackBy names the topic at its max_lag that the node waits for, while it does;
+	// HeldBackSeconds is how long its writers waited for capped topics, in all.
+	HeldBackBy      string  `json:"held_back_by,omitempty"`
+	HeldBackSeconds float64 `json:"held_back_seconds,omitempty"`
 
 	// Topics: the partitions, the key expression and each partition's length as far as the nodes
 	// that this process runs read it.
@@ -160,6 +168,11 @@ type countersJSON struct {
 	Failed       int64 `json:"failed"`
 	Retried      int64 `json:"retried"`
 	DeadLettered int64 `json:"dead_lettered"`
+}
+
+type pausedJSON struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"` // the last transient failure
 }
 
 type progressJSON struct {
@@ -287,6 +300,10 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 	if s.PollErr != nil {
 		out.PollError = g.plan.Redact(s.PollErr.Error())
 	}
+	if !s.RedisFailingSince.IsZero() {
+		since := s.RedisFailingSince
+		out.RedisFailingSince = &since
+	}
 	if ready != nil {
 		out.NotReady = g.plan.Redact(ready.Error())
 	}
@@ -303,6 +320,10 @@ func (g *graphHandler) describe(s Snapshot, ready error) graphJSON {
 		if c, ok := counters[vn.name]; ok && vn.typ != "topic" {
 			n.Counters = &countersJSON{In: c.In, Out: c.Out, Filtered: c.Filtered, Failed: c.Failed,
 				Retried: c.Retried, DeadLettered: c.DeadLettered}
+			if !c.PausedSince.IsZero() {
+				n.Paused = &pausedJSON{Since: c.PausedSince, Reason: g.plan.Redact(c.PausedBy)}
+			}
+			n.HeldBackBy, n.HeldBackSeconds = c.HeldBackBy, c.HeldBack.Seconds()
 		}
 		if d, ok := s.DeadLetters[vn.name]; ok && vn.typ != "topic" {
 			n.DeadLetters = &d

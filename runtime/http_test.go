@@ -205,7 +205,11 @@ type graphNode struct {
 		DeadLettered int64 `json:"dead_lettered"`
 	} `json:"counters"`
 	DeadLetters *int64 `json:"dead_letters"`
-	Stream      *struct {
+	Paused      *struct {
+		Reason string `json:"reason"`
+	} `json:"paused"`
+	HeldBackBy string `json:"held_back_by"`
+	Stream     *struct {
 		Stream  string `json:"stream"`
 		Length  int64  `json:"length"`
 		Lag     int64  `json:"lag"`

@@ -93,7 +93,22 @@ func (r *runner) registerMetrics() error {
 	if err != nil {
 		return err
 	}
-	observables = append(observables, lag, pending, retries, dead, leases)
+	paused, err := m.Int64ObservableGauge("flowrun.node.paused", metric.WithUnit("1"),
+		metric.WithDescription("1 while a stage's or sink's attempts fail transiently and it waits for its downstream to come back (one probe at a time), else 0."))
+	if err != nil {
+		return err
+	}
+	heldBack, err := m.Float64ObservableCounter("flowrun.node.held_back", metric.WithUnit("s"),
+		metric.WithDescription("Time a node's writers waited for topics at their max_lag (backpressure)."))
+	if err != nil {
+		return err
+	}
+	redisDown, err := m.Int64ObservableGauge("flowrun.redis.failing", metric.WithUnit("1"),
+		metric.WithDescription("1 while this process's calls to Redis fail (it waits and retries), else 0."))
+	if err != nil {
+		return err
+	}
+	observables = append(observables, lag, pending, retries, dead, leases, paused, heldBack, redisDown)
 
 	nodeAttrs := map[string]metric.MeasurementOption{}
 	for _, n := range r.nodes {
@@ -107,7 +122,14 @@ func (r *runner) registerMetrics() error {
 			for _, c := range observed {
 				o.ObserveInt64(c.inst, c.read(&n.stats), nodeAttrs[n.name])
 			}
+			o.ObserveFloat64(heldBack, time.Duration(n.stats.heldBack.Load()).Seconds(), nodeAttrs[n.name])
+			if n.typ != "source" {
+				_, _, open := n.breaker.pausedSince()
+				o.ObserveInt64(paused, boolGauge(open), nodeAttrs[n.name])
+			}
 		}
+		_, failing := r.outage.failing()
+		o.ObserveInt64(redisDown, boolGauge(failing))
 		r.poll.mu.Lock()
 		parts, deadLetters := r.poll.partitions, r.poll.deadLetters
 		r.poll.mu.Unlock()
@@ -130,6 +152,13 @@ func (r *runner) registerMetrics() error {
 		return nil
 	}, observables...)
 	return err
+}
+
+func boolGauge(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // recordMessage records the processing time of a message and its age when processing started.

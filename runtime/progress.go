@@ -65,6 +65,9 @@ type progress struct {
 	rate        float64
 	queued      int64 // lag, pending and retries of the stages and sinks
 	eta         time.Duration
+	// waiting says what holds the job up: Redis failing, nodes paused by a failing downstream,
+	// nodes held back by a full topic.
+	waiting []string
 }
 
 // rateMeter turns a growing count into a smoothed rate.
@@ -113,6 +116,17 @@ func progressOf(s Snapshot, m *rateMeter) progress {
 	for _, ps := range s.Partitions {
 		p.queued += ps.Lag + ps.Pending + ps.Retries
 	}
+	if !s.RedisFailingSince.IsZero() {
+		p.waiting = append(p.waiting, "Redis failing for "+s.Taken.Sub(s.RedisFailingSince).Round(time.Second).String())
+	}
+	for _, n := range s.Nodes {
+		switch {
+		case !n.PausedSince.IsZero():
+			p.waiting = append(p.waiting, n.Type+"."+n.Name+" paused")
+		case n.HeldBackBy != "":
+			p.waiting = append(p.waiting, n.Type+"."+n.Name+" held back by topic."+n.HeldBackBy)
+		}
+	}
 	p.rate = m.update(p.done, s.Taken)
 	if p.total > 0 && p.rate > 0 && p.done < p.total {
 		p.eta = time.Duration(float64(p.total-p.done) / p.rate * float64(time.Second))
@@ -137,6 +151,9 @@ func (p progress) line() string {
 		fmt.Fprintf(&b, "  ETA %s", p.eta.Round(time.Second))
 	}
 	fmt.Fprintf(&b, "  queued %d", p.queued)
+	if len(p.waiting) > 0 {
+		b.WriteString("  waiting: " + strings.Join(p.waiting, ", "))
+	}
 	return b.String()
 }
 
@@ -148,6 +165,9 @@ func (p progress) attrs() []any {
 	}
 	if p.eta > 0 {
 		attrs = append(attrs, "eta", p.eta.Round(time.Second).String())
+	}
+	if len(p.waiting) > 0 {
+		attrs = append(attrs, "waiting", strings.Join(p.waiting, ", "))
 	}
 	return attrs
 }

@@ -29,4 +29,15 @@ func TestProgressLine(t *testing.T) {
 	if len(attrs) != 10 || attrs[0] != "produced" || attrs[7] != int64(1000) {
 		t.Fatalf("attrs = %v", attrs)
 	}
+	waiting := snap(300, start.Add(2*time.Second))
+	waiting.RedisFailingSince = start
+	waiting.Nodes = []NodeSummary{
+		{Type: "sink", Name: "hook", PausedSince: start, PausedBy: "connection refused"},
+		{Type: "source", Name: "gen", HeldBackBy: "in"},
+		{Type: "stage", Name: "busy"},
+	}
+	if got := progressOf(waiting, &rateMeter{}).line(); !strings.HasSuffix(got,
+		"  waiting: Redis failing for 2s, sink.hook paused, source.gen held back by topic.in") {
+		t.Fatalf("line while waiting = %q", got)
+	}
 }

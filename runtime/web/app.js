@@ -67,9 +67,9 @@
       n.dead_letter_topic ? 'dead letters go to topic ' + n.dead_letter_topic : ''].filter(Boolean).join('\n');
     make('rect', {class: 'box', width: n.width, height: n.height, rx: n.type === 'topic' ? 14 : 6}, g);
     text(g, {class: 'name', x: 12, y: 21, 'data-field': 'name'}, shorten(n.name, 28));
-    text(g, {class: 'detail', x: 12, y: 38, 'data-field': 'detail'},
+    const detail = text(g, {class: 'detail', x: 12, y: 38, 'data-field': 'detail'},
       shorten(n.type === 'topic' ? 'topic · ' + n.detail : n.detail, 34));
-    const fields = {};
+    const fields = {detail};
     if (n.type === 'topic') {
       if (n.partitions <= 32) {
         for (let p = 0; p < n.partitions; p++) {
@@ -231,6 +231,17 @@
         f.dead_letters.textContent = count(n.dead_letters);
         f.dead_letters.classList.toggle('hot', n.dead_letters > 0);
       }
+      // A node that waits says so in place of its description: paused (its downstream fails
+      // transiently) or held back (a topic it writes is at its max_lag).
+      let waiting = '';
+      if (n.paused) {
+        waiting = 'paused: ' + n.paused.reason;
+      } else if (n.held_back_by) {
+        waiting = 'held back: topic ' + n.held_back_by + ' is full';
+      }
+      f.detail.textContent = shorten(waiting || n.detail, 34);
+      f.detail.classList.toggle('waiting', !!waiting);
+      view.g.classList.toggle('waiting', !!waiting);
       view.g.classList.toggle('has-dead-letters', n.dead_letters > 0 || (!!c && c.dead_lettered > 0));
       view.g.classList.toggle('elsewhere', !c);
     }
@@ -251,7 +262,11 @@
     document.getElementById('pipeline').textContent = graph.pipeline.name;
     document.getElementById('description').textContent = graph.pipeline.description || '';
     const badge = document.getElementById('ready');
-    const problem = graph.poll_error ? 'Redis: ' + graph.poll_error : graph.not_ready;
+    let problem = graph.poll_error ? 'Redis: ' + graph.poll_error : graph.not_ready;
+    if (graph.redis_failing_since) {
+      const secs = (new Date(graph.taken) - new Date(graph.redis_failing_since)) / 1000;
+      problem = 'Redis has been failing for ' + duration(Math.max(0, secs)) + '; waiting for it';
+    }
     badge.textContent = graph.ready ? 'ready' : 'not ready: ' + problem;
     badge.className = 'badge ' + (graph.ready ? 'ok' : 'warn');
     const taken = new Date(graph.taken);
