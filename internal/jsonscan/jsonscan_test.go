@@ -19,9 +19,9 @@ func TestCheck(t *testing.T) {
 		{`{"a":"b"}`, -1, false},
 		{`{"name":"Zoë","city":"Łódź","emoji":"👩‍👩‍👧"}`, -1, false},
 		{"{\"a\":\"\xff\"}", 6, false},
-		{"{\"a\":\"ok\xe2\x82\"}", 8, false},      // a truncated sequence
-		{"{\"a\":\"\xed\xa0\x80\"}", 6, false},    // an encoded surrogate
-		{nested(MaxDepth), -1, false},             // exactly at the limit
+		{"{\"a\":\"ok\xe2\x82\"}", 8, false},   // a truncated sequence
+		{"{\"a\":\"\xed\xa0\x80\"}", 6, false}, // an encoded surrogate
+		{nested(MaxDepth), -1, false},          // exactly at the limit
 		{nested(MaxDepth + 2), 6 * MaxDepth / 2, true},
 		{strings.Repeat("[", MaxDepth+1), MaxDepth, true}, // unclosed: still refused
 		// Brackets inside strings do not nest, escaped quotes do not end the string.
