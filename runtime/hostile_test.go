@@ -1,0 +1,143 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// rawEntries returns the fields of every entry of a stream as Redis holds them, without
+// DecodeEntry (which drops what these tests check is never written).
+func rawEntries(t *testing.T, c *redis.Client, stream string) []map[string]any {
+	t.Helper()
+	msgs, err := c.Universal().XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Values
+	}
+	return out
+}
+
+// xadd appends an entry with raw fields, as an application other than flowrun would.
+func xadd(t *testing.T, c *redis.Client, stream string, kv ...any) {
+	t.Helper()
+	if err := c.Universal().XAdd(context.Background(), &goredis.XAddArgs{Stream: stream, Values: kv}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// garbagePipeline's stage reads a topic that its source writes, so that a message arriving there
+// without trace context is one whose trace the source did not sample: only a traceparent that was
+// dropped makes the stage start a trace.
+const garbagePipeline = `
+pipeline "garbage" {}
+topic "in" {}
+topic "out" {}
+source "gen" {
+  kind     = "generate"
+  count    = 1
+  output   = topic.in
+  template = { n = 0 }
+}
+stage "a" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+  set    = { a = true }
+}
+sink "print" {
+  kind  = "stdout"
+  input = topic.out
+}
+`
+
+// garbageTraceParents are invalid W3C traceparents, some of them flagged "not sampled", which a
+// fast path that only reads the flags would pass on.
+var garbageTraceParents = []string{
+	"garbage",
+	"00-00000000000000000000000000000000-b7ad6b7169203331-00", // an all-zero trace id
+	"00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-00", // uppercase
+	"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", // version ff
+	"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+}
+
+// injectGarbage writes one message per garbage traceparent into topic in, each with a tracestate.
+func injectGarbage(t *testing.T, c *redis.Client, keys redis.Keys) {
+	t.Helper()
+	for i, tp := range garbageTraceParents {
+		xadd(t, c, keys.Stream("in", 0), "payload", `{"n":`+itoa(int64(i+1))+`}`, "traceparent", tp, "tracestate", "rojo=00f067aa0ba902b7")
+	}
+}
+
+// TestInvalidTraceParentIsNotPassedOn: with tracing off, an entry's invalid traceparent, and the
+// tracestate that came with it, are dropped: the message goes on without trace context.
+func TestInvalidTraceParentIsNotPassedOn(t *testing.T) {
+	c := server.open(t)
+	plan := buildSource(t, garbagePipeline)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	injectGarbage(t, c, keys)
+	j := runJob(t, c, plan, runtime.Options{})
+	if n := j.node(t, "a"); n.Out != int64(len(garbageTraceParents))+1 || n.DeadLettered != 0 {
+		t.Fatalf("stage a: %+v, want every message through", n)
+	}
+	for _, fields := range rawEntries(t, c, keys.Stream("out", 0)) {
+		if fields["traceparent"] != nil || fields["tracestate"] != nil {
+			t.Errorf("an output carries trace context %v %v", fields["traceparent"], fields["tracestate"])
+		}
+	}
+}
+
+// TestInvalidTraceParentStartsATrace: with tracing on, a message whose traceparent was invalid
+// starts a new trace at the stage that read it, as one from outside without trace context does,
+// and its output carries the new trace's context; nothing of the invalid one goes on.
+func TestInvalidTraceParentStartsATrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	c := server.open(t)
+	plan := buildSource(t, garbagePipeline)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	injectGarbage(t, c, keys)
+	runJob(t, c, plan, runtime.Options{TracerProvider: tp})
+
+	roots := map[string]bool{} // trace IDs of the traces stage a started
+	for _, s := range rec.Ended() {
+		if s.Name() == "process in" && !s.Parent().IsValid() {
+			roots[s.SpanContext().TraceID().String()] = true
+		}
+	}
+	if len(roots) != len(garbageTraceParents) {
+		t.Errorf("stage a started %d traces, want one for each of the %d messages with an invalid traceparent", len(roots), len(garbageTraceParents))
+	}
+	outs := rawEntries(t, c, keys.Stream("out", 0))
+	if len(outs) != len(garbageTraceParents)+1 {
+		t.Fatalf("%d outputs, want %d", len(outs), len(garbageTraceParents)+1)
+	}
+	for _, fields := range outs {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(fields["payload"].(string)), &m); err != nil {
+			t.Fatal(err)
+		}
+		parent, _ := fields["traceparent"].(string)
+		if m["n"] == 0.0 {
+			continue // the source's message, traced from the source on
+		}
+		if len(parent) != 55 || !strings.HasPrefix(parent, "00-") || !strings.HasSuffix(parent, "-01") || !roots[parent[3:35]] {
+			t.Errorf("message %v left with traceparent %q, want one of a trace stage a started", m["n"], parent)
+		}
+		if fields["tracestate"] != nil {
+			t.Errorf("message %v left with the tracestate %v of its invalid traceparent", m["n"], fields["tracestate"])
+		}
+	}
+}
