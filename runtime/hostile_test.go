@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -138,6 +139,82 @@ func TestInvalidTraceParentStartsATrace(t *testing.T) {
 		}
 		if fields["tracestate"] != nil {
 			t.Errorf("message %v left with the tracestate %v of its invalid traceparent", m["n"], fields["tracestate"])
+		}
+	}
+}
+
+// passThroughPipeline's stage passes payload bytes on without decoding them.
+const passThroughPipeline = `
+pipeline "hostile" {}
+topic "in" {}
+topic "out" {}
+stage "pass" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+}
+sink "print" {
+  kind  = "stdout"
+  input = topic.out
+}
+`
+
+// deadLetterReasons runs the plan as a job and returns its stage's dead letters' errors by the
+// IDs of the entries they came from.
+func deadLetterReasons(t *testing.T, c *redis.Client, plan *flow.Plan, stage string) (job, map[string]string) {
+	t.Helper()
+	j := runJob(t, c, plan, runtime.Options{})
+	dl, err := runtime.OpenDeadLetters(c, plan, stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dl.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for _, d := range list {
+		reasons[d.Envelope.ID] = d.Envelope.Error
+	}
+	return j, reasons
+}
+
+// TestHostilePayloadsAreDeadLettered: entries whose payload is not valid UTF-8, or nests too
+// deeply, are dead-lettered as malformed with the reason where they are first read, even by a
+// stage that passes payloads on without decoding them; good entries around them go on.
+func TestHostilePayloadsAreDeadLettered(t *testing.T) {
+	c := server.open(t)
+	plan := buildSource(t, passThroughPipeline)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	in := keys.Stream("in", 0)
+	add := func(kv ...any) string {
+		id, err := c.Universal().XAdd(context.Background(), &goredis.XAddArgs{Stream: in, Values: kv}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	add("payload", `{"ok":1}`)
+	want := map[string]string{
+		add("payload", "{\"name\":\"caf\xe9\"}"):                                            "malformed entry: payload is not valid UTF-8 (at byte 12)",
+		add("type", "note", "text", "\xff\xfe"):                                             `malformed entry: field "text" is not valid UTF-8`,
+		add("payload", `{"ok":2}`, "key", "k\xc0"):                                          "malformed entry: key is not valid UTF-8",
+		add("payload", strings.Repeat(`[`, 5000)+`]`):                                       "malformed entry: payload is nested deeper than 1000 levels of objects and arrays (at byte 1000)",
+		add("payload", `{"a":`+strings.Repeat(`{"b":`, 1000)+`1`+strings.Repeat(`}`, 1001)): "malformed entry: payload is nested deeper than 1000 levels",
+	}
+	add("type", "note", "text", "naïve")
+	j, reasons := deadLetterReasons(t, c, plan, "pass")
+	if n := j.node(t, "pass"); n.Out != 2 || n.DeadLettered != int64(len(want)) {
+		t.Errorf("stage pass: %+v, want 2 passed on and %d dead-lettered", n, len(want))
+	}
+	for id, reason := range want {
+		if !strings.HasPrefix(reasons[id], reason) {
+			t.Errorf("entry %s: dead letter %q, want %q", id, reasons[id], reason)
+		}
+	}
+	for _, fields := range rawEntries(t, c, keys.Stream("out", 0)) {
+		if p := fields["payload"].(string); p != `{"ok":1}` && p != `{"text":"naïve","type":"note"}` {
+			t.Errorf("output %q", p)
 		}
 	}
 }
