@@ -101,6 +101,8 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 			return nil, false
 		}
 		return d, true
+	case TypeSize:
+		return c.decodeSize(v, spec, rng)
 	case TypeStringList:
 		l, ok := c.convertConstant(v, cty.List(cty.String), spec, rng)
 		if !ok {
@@ -201,6 +203,30 @@ func (c *compiler) decodeNumber(v cty.Value, spec Attribute, rng hcl.Range) (any
 	return i, true
 }
 
+// decodeSize parses a size and checks it against the attribute's bounds, in bytes.
+func (c *compiler) decodeSize(v cty.Value, spec Attribute, rng hcl.Range) (any, bool) {
+	s, ok := c.convertConstant(v, cty.String, spec, rng)
+	if !ok {
+		return nil, false
+	}
+	size, err := ParseSize(s.AsString())
+	if err != nil {
+		c.errorf(rng, "Invalid size", fmt.Sprintf("%s: %s", spec.Name, strings.TrimSuffix(err.Error(), ".")+"."))
+		return nil, false
+	}
+	if spec.Min != nil && float64(size) < *spec.Min {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be at least %s; it is %s.", spec.Name, FormatSize(Size(*spec.Min)), s.AsString()))
+		return nil, false
+	}
+	if spec.Max != nil && float64(size) > *spec.Max {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be at most %s; it is %s.", spec.Name, FormatSize(Size(*spec.Max)), s.AsString()))
+		return nil, false
+	}
+	return size, true
+}
+
 // decodeFields compiles an object of per-message expressions, such as a map stage's set, keeping the
 // order in which the fields are written.
 func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool) {
@@ -266,6 +292,8 @@ func describeType(t Type) string {
 		return "true or false"
 	case TypeDuration:
 		return `a duration such as "250ms", "30s", "5m" or "1h"`
+	case TypeSize:
+		return `a size such as "512KiB", "64MiB" or "1GB"`
 	case TypeStringList:
 		return "a list of strings"
 	case TypeStringMap:
