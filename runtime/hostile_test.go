@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -216,5 +217,80 @@ func TestHostilePayloadsAreDeadLettered(t *testing.T) {
 		if p := fields["payload"].(string); p != `{"ok":1}` && p != `{"text":"naïve","type":"note"}` {
 			t.Errorf("output %q", p)
 		}
+	}
+}
+
+// TestEntryOverMaxMessageSize: an entry larger than the pipeline's max_message_size is
+// dead-lettered as malformed where it is read, with its size and the limit, and without being
+// decoded (its payload is not even JSON); its dead letter keeps only the start of its fields.
+func TestEntryOverMaxMessageSize(t *testing.T) {
+	c := server.open(t)
+	plan := buildSource(t, strings.Replace(passThroughPipeline, `pipeline "hostile" {}`,
+		`pipeline "hostile" { max_message_size = "4KiB" }`, 1))
+	if plan.MaxMessageSize != 4096 {
+		t.Fatalf("MaxMessageSize = %d", plan.MaxMessageSize)
+	}
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	in := keys.Stream("in", 0)
+	xadd(t, c, in, "payload", `{"ok":1}`)
+	big := `{"blob":"` + strings.Repeat("x", 5000) // not JSON either: it is never looked at
+	id, err := c.Universal().XAdd(context.Background(), &goredis.XAddArgs{Stream: in, Values: []any{"payload", big}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	xadd(t, c, in, "payload", `{"ok":2}`)
+	j, reasons := deadLetterReasons(t, c, plan, "pass")
+	if n := j.node(t, "pass"); n.Out != 2 || n.DeadLettered != 1 {
+		t.Errorf("stage pass: %+v, want 2 passed on and 1 dead-lettered", n)
+	}
+	want := "malformed entry: entry is 5016 bytes (4.9 KiB), larger than the limit of 4096 bytes (4.0 KiB) (max_message_size); it was not decoded"
+	if reasons[id] != want {
+		t.Errorf("dead letter %q, want %q", reasons[id], want)
+	}
+	for _, fields := range rawEntries(t, c, keys.DeadLetter("pass")) {
+		if p := fields["payload"].(string); len(p) > 2048 {
+			t.Errorf("the dead letter is %d bytes, as large as the entry", len(p))
+		}
+	}
+}
+
+// TestPublisherRefusesMessagesOverMaxMessageSize: the publish API refuses, permanently, a message
+// that every node would dead-letter, and writes nothing of its batch.
+func TestPublisherRefusesMessagesOverMaxMessageSize(t *testing.T) {
+	c := server.open(t)
+	plan := buildSource(t, strings.Replace(publishPipeline, `pipeline "publish" {}`,
+		`pipeline "publish" { max_message_size = "1KiB" }`, 1))
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pub.Close(context.Background()) }()
+	ctx := context.Background()
+	big := stages.NewMessage("", []byte(`{"k":"a","blob":"`+strings.Repeat("x", 1024)+`"}`), nil)
+	small := stages.NewMessage("", []byte(`{"k":"a"}`), nil)
+	err = pub.PublishBatch(ctx, "in", []stages.Message{small, big})
+	if err == nil || !stages.IsPermanent(err) || !strings.Contains(err.Error(), "message 1: the message is 1054 bytes, larger than the pipeline's max_message_size of 1KiB") {
+		t.Fatalf("PublishBatch = %v, want a permanent error about message 1's size", err)
+	}
+	if err := pub.Publish(ctx, "in", big); err == nil || !stages.IsPermanent(err) {
+		t.Fatalf("Publish = %v, want a permanent error", err)
+	}
+	if err := pub.Publish(ctx, "in", small); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	var total int64
+	for p := range 4 {
+		n, err := c.StreamLen(ctx, keys.Stream("in", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != 1 {
+		t.Errorf("%d entries written, want only the small message", total)
 	}
 }
