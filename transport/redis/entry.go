@@ -182,22 +182,25 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	if maxSize > 0 {
 		// The fields looked up anyway give the size without walking the map, unless the entry
 		// has fields of other names.
-		size, n := int64(len(FieldPayload)+fieldLen(payload)), 1
-		for _, f := range [...]struct {
-			name string
-			v    any
-			ok   bool
-		}{{FieldKey, key, hasKey}, {FieldHeaders, headers, hasHeaders}, {FieldTraceParent, traceParent, hasTraceParent}, {FieldTraceState, traceState, hasTraceState}} {
-			if f.ok {
-				size += int64(len(f.name) + fieldLen(f.v))
-				n++
-			}
+		size, n := len(FieldPayload)+fieldLen(payload), 1
+		if hasKey {
+			size, n = size+len(FieldKey)+fieldLen(key), n+1
 		}
+		if hasHeaders {
+			size, n = size+len(FieldHeaders)+fieldLen(headers), n+1
+		}
+		if hasTraceParent {
+			size, n = size+len(FieldTraceParent)+fieldLen(traceParent), n+1
+		}
+		if hasTraceState {
+			size, n = size+len(FieldTraceState)+fieldLen(traceState), n+1
+		}
+		total := int64(size)
 		if n < len(msg.Values) {
-			size = messageSize(msg)
+			total = messageSize(msg)
 		}
-		if size > maxSize {
-			return Entry{}, tooLarge(msg, size, maxSize)
+		if total > maxSize {
+			return Entry{}, tooLarge(msg, total, maxSize)
 		}
 	}
 	e := Entry{ID: msg.ID}
@@ -215,7 +218,7 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	e.Payload = p
 	if hasKey {
 		e.Key = toString(key)
-		if !utf8.ValidString(e.Key) {
+		if !validText(e.Key) {
 			return Entry{}, malformed(msg, "key is not valid UTF-8")
 		}
 	}
@@ -272,7 +275,7 @@ func decodeFlat(msg goredis.XMessage, maxSize int64) (Entry, error) {
 		case FieldTraceState:
 		default:
 			s := toString(v)
-			if !utf8.ValidString(k) || !utf8.ValidString(s) {
+			if !validText(k) || !validText(s) {
 				// marshalStrings would turn the bytes into U+FFFD without a word.
 				return Entry{}, malformed(msg, fmt.Sprintf("field %q is not valid UTF-8", k))
 			}
@@ -289,6 +292,17 @@ func decodeFlat(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	}
 	e.Payload = p
 	return e, nil
+}
+
+// validText reports whether s is valid UTF-8, looking at ASCII a byte at a time: keys and field
+// values are short, and utf8.ValidString's setup costs more than they do.
+func validText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return utf8.ValidString(s[i:])
+		}
+	}
+	return true
 }
 
 // EntrySize is the size of an entry as a limit on it counts it: the bytes of its fields' names

@@ -321,3 +321,13 @@ func BenchmarkDecodeEntry(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeEntryLimited is BenchmarkDecodeEntry with the size limit every node reads with.
+func BenchmarkDecodeEntryLimited(b *testing.B) {
+	m := msg("1-1", "payload", `{"customer_id":"c-42","amount":99.5,"country":"de"}`, "key", "c-42", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	for b.Loop() {
+		if _, err := decodeEntry(m, 64<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
