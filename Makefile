@@ -72,6 +72,8 @@ fuzz:
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzEval$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzValidTraceParent$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./stages -run '^$$' -fuzz '^FuzzPayloadCodec$$' -fuzztime $(FUZZTIME)
 
 # Regenerate the files derived from the language registry and the golden graphs.
 generate:

@@ -53,6 +53,9 @@ func (a Attrs) Bool(name string) bool { v, _ := a.values[name].(bool); return v 
 // Duration returns a duration attribute.
 func (a Attrs) Duration(name string) time.Duration { v, _ := a.values[name].(time.Duration); return v }
 
+// Size returns a size attribute, in bytes.
+func (a Attrs) Size(name string) Size { v, _ := a.values[name].(Size); return v }
+
 // Strings returns a list-of-strings attribute.
 func (a Attrs) Strings(name string) []string { v, _ := a.values[name].([]string); return v }
 

@@ -75,9 +75,14 @@ func (c *compiler) checkCycles(blocks map[*Stage]*Block) {
 	for _, n := range next {
 		sort.Strings(n)
 	}
+	// A cycle is reported at the input that closes it: the edge into its first stage is that
+	// stage's input, the one reference of the cycle that the message can point at.
 	ranges := map[string]hcl.Range{}
 	for s, b := range blocks {
 		ranges["stage."+s.Name] = b.DeclRange
+		if in, ok := b.Attributes["input"]; ok {
+			ranges["stage."+s.Name] = in.Expr.Range()
+		}
 	}
 
 	const (
@@ -119,7 +124,8 @@ func (c *compiler) checkCycles(blocks map[*Stage]*Block) {
 }
 
 // reportCycle reports a cycle once, starting from its alphabetically first stage so that the message
-// is the same whichever node the search started from.
+// is the same whichever node the search started from, at that stage's input. The implicit topics of
+// stages read as stage.NAME are left out of the path, which then reads as the references do.
 func (c *compiler) reportCycle(cycle []string, ranges map[string]hcl.Range, reported map[string]bool) {
 	nodes := cycle[:len(cycle)-1]
 	first := 0
@@ -134,10 +140,26 @@ func (c *compiler) reportCycle(cycle []string, ranges map[string]hcl.Range, repo
 		return
 	}
 	reported[key] = true
-	rng := ranges[rotated[0]]
-	c.errorf(rng, "Cycle in the pipeline",
-		fmt.Sprintf("Messages would flow in a circle: %s. Break the cycle; a pipeline is a directed acyclic graph.",
-			strings.Join(rotated, " → ")))
+	var path []string
+	for _, n := range rotated {
+		if t, ok := strings.CutPrefix(n, "topic."); ok && c.isImplicit(t) {
+			continue
+		}
+		path = append(path, n)
+	}
+	c.errorf(ranges[rotated[0]], "Cycle in the pipeline",
+		fmt.Sprintf("Messages would flow in a circle: %s. This input closes it; break the cycle, as a pipeline is a directed acyclic graph.",
+			strings.Join(path, " → ")))
+}
+
+// isImplicit reports whether a topic is the implicit output of a stage.
+func (c *compiler) isImplicit(topic string) bool {
+	for _, t := range c.implicit {
+		if t.Name == topic {
+			return true
+		}
+	}
+	return false
 }
 
 // orderStages sorts the stages so that each comes after the stages that feed it, keeping

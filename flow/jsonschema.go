@@ -155,6 +155,8 @@ func attributeSchema(a Attribute) map[string]any {
 		s = map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, expressionString}}
 	case TypeDuration:
 		s = map[string]any{"type": "string", "pattern": `^(([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h|d))+|.*\$\{.*)$`}
+	case TypeSize:
+		s = map[string]any{"type": "string", "pattern": `^([0-9]+(\.[0-9]*)? ?(B|KB|KiB|MB|MiB|GB|GiB)|.*\$\{.*)$`}
 	case TypeStringList:
 		s = map[string]any{"anyOf": []any{map[string]any{"type": "array", "items": map[string]any{"type": "string"}}, expressionString}}
 	case TypeStringMap:
@@ -186,6 +188,8 @@ func jsonDefault(v any) any {
 	switch v := v.(type) {
 	case time.Duration:
 		return FormatDuration(v)
+	case Size:
+		return FormatSize(v)
 	case nil:
 		return nil
 	}

@@ -18,6 +18,9 @@ type Plan struct {
 	Description string
 	KeyPrefix   string // every Redis key of the pipeline starts with it
 	Delivery    Delivery
+	// MaxMessageSize is the largest entry, in bytes, that the pipeline's nodes read and its
+	// publishers write (transport/redis EntrySize); larger ones are dead-lettered unread.
+	MaxMessageSize int64
 
 	Topics  []*Topic  // sorted by name; includes the implicit outputs of stages read as stage.NAME
 	Sources []*Source // in declaration order

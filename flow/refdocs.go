@@ -107,10 +107,14 @@ func docType(a Attribute) string {
 	for _, p := range []string{"a ", "an "} {
 		t = strings.TrimPrefix(t, p)
 	}
+	bound := formatBound
+	if a.Type == TypeSize {
+		bound = func(f float64) string { return "`" + FormatSize(Size(f)) + "`" }
+	}
 	if a.Min != nil && a.Max != nil {
-		t += fmt.Sprintf(", %s to %s", formatBound(*a.Min), formatBound(*a.Max))
+		t += fmt.Sprintf(", %s to %s", bound(*a.Min), bound(*a.Max))
 	} else if a.Min != nil {
-		t += fmt.Sprintf(", at least %s", formatBound(*a.Min))
+		t += fmt.Sprintf(", at least %s", bound(*a.Min))
 	}
 	return t
 }
@@ -126,6 +130,8 @@ func docDefault(a Attribute) string {
 		return fmt.Sprintf("`%q`", v)
 	case time.Duration:
 		return fmt.Sprintf("`%q`", FormatDuration(v))
+	case Size:
+		return fmt.Sprintf("`%q`", FormatSize(v))
 	}
 	return fmt.Sprintf("`%v`", a.Default)
 }

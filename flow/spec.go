@@ -30,6 +30,7 @@ const (
 	TypeRetryRef            // retry.NAME: RetryPolicy
 	TypeTypeConstraint      // a type expression such as number or list(string): cty.Type
 	TypeAny                 // any constant value: cty.Value
+	TypeSize                // a string such as "64MiB": Size
 )
 
 // Attribute declares one attribute of a block or kind.
@@ -38,12 +39,12 @@ type Attribute struct {
 	Type     Type
 	Required bool
 	// Default is the value used when the attribute is absent, in the Go representation of Type
-	// (string, int64, float64, bool, time.Duration); nil means no default.
+	// (string, int64, float64, bool, time.Duration, Size); nil means no default.
 	Default any
 	// DefaultDoc describes a default that depends on other settings, for the docs.
 	DefaultDoc string
 	Enum       []string // allowed values of a string attribute
-	Min        *float64 // inclusive bounds of a number or integer attribute
+	Min        *float64 // inclusive bounds of a number, integer or size (in bytes) attribute
 	Max        *float64
 	// Roots are the per-message variables a message expression may use, such as "msg" or "index".
 	Roots []string

@@ -24,17 +24,32 @@ var pipelineSpec = &BlockSpec{
 				"message twice after a crash; effectively_once writes each output with a dedup marker so " +
 				"that downstream sees it once.",
 		},
+		{
+			Name: "max_message_size", Type: TypeSize, Default: DefaultMaxMessageSize,
+			Min: bound(1 << 10), Max: bound(512 << 20),
+			Doc: "The largest entry a node reads: its fields' names and values, payload, key, headers and " +
+				"trace context, in bytes. A larger entry is dead-lettered as malformed, with its size and the " +
+				"limit, without being decoded (its dead letter keeps the first KiB of each field); the " +
+				"publish API refuses larger messages. At most 512MiB, the largest value Redis accepts by " +
+				"default (proto-max-bulk-len).",
+		},
 		{Name: "description", Type: TypeString, Doc: "What the pipeline is for; shown by graph and inspect."},
 	},
 }
 
+// DefaultMaxMessageSize is the default of the pipeline's max_message_size: large enough for any
+// message that belongs in a stream, small enough that one entry cannot take a process's memory.
+const DefaultMaxMessageSize Size = 64 << 20
+
 // compilePipeline fills the plan's pipeline-wide settings.
 func (c *compiler) compilePipeline() {
 	b := c.cfg.Pipeline
+	c.plan.MaxMessageSize = int64(DefaultMaxMessageSize)
 	if b == nil {
 		return // Load has reported it
 	}
 	attrs := c.decodeAttributes(pipelineSpec.Attributes, b.Attributes)
+	c.plan.MaxMessageSize = int64(attrs.Size("max_message_size"))
 	c.plan.Name = b.Name
 	c.plan.Description = attrs.String("description")
 	c.plan.KeyPrefix = "flowrun:" + b.Name

@@ -37,14 +37,22 @@ var sinkSpec = &BlockSpec{
 		},
 		{
 			Name: "file",
-			Doc:  "Appends each message as a line of JSON to a file.",
+			Doc: "Appends each message as a line of JSON to a file, and syncs the file before it acknowledges " +
+				"a batch. The file and the directories above it are created when missing.",
 			Attributes: []Attribute{
-				{Name: "path", Type: TypeString, Required: true, Doc: "The file to append to; a relative path is relative to the working directory."},
+				{Name: "path", Type: TypeString, Required: true, Doc: "The file to write to; a relative path is relative to the working directory."},
+				{
+					Name: "mode", Type: TypeString, Default: "append", Enum: []string{"append", "truncate"},
+					Doc: "append adds to what the file holds; truncate empties it once, when the run starts, for a " +
+						"job whose output replaces the last run's. Every process that runs the sink empties it " +
+						"when it starts, so a pipeline shared by processes on one machine appends.",
+				},
 			},
 			Example: `sink "archive" {
   kind  = "file"
   input = topic.clean
   path  = var.output_path
+  mode  = "truncate"
 }`,
 		},
 		{

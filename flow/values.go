@@ -54,7 +54,10 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 	case TypeMessageExpr, TypeMessageBool:
 		p, diags := expr.Compile(a.Expr, c.messageScope(spec.Roots))
 		c.diags = append(c.diags, diags...)
-		return p, !diags.HasErrors()
+		if diags.HasErrors() || spec.Type == TypeMessageBool && !c.checkCondition(spec, p) {
+			return nil, false
+		}
+		return p, true
 	case TypeMessageFields:
 		return c.decodeFields(spec, a)
 	case TypeTopicRef, TypeInputRef:
@@ -101,6 +104,8 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 			return nil, false
 		}
 		return d, true
+	case TypeSize:
+		return c.decodeSize(v, spec, rng)
 	case TypeStringList:
 		l, ok := c.convertConstant(v, cty.List(cty.String), spec, rng)
 		if !ok {
@@ -201,6 +206,77 @@ func (c *compiler) decodeNumber(v cty.Value, spec Attribute, rng hcl.Range) (any
 	return i, true
 }
 
+// decodeSize parses a size and checks it against the attribute's bounds, in bytes.
+func (c *compiler) decodeSize(v cty.Value, spec Attribute, rng hcl.Range) (any, bool) {
+	s, ok := c.convertConstant(v, cty.String, spec, rng)
+	if !ok {
+		return nil, false
+	}
+	size, err := ParseSize(s.AsString())
+	if err != nil {
+		c.errorf(rng, "Invalid size", fmt.Sprintf("%s: %s", spec.Name, strings.TrimSuffix(err.Error(), ".")+"."))
+		return nil, false
+	}
+	if spec.Min != nil && float64(size) < *spec.Min {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be at least %s; it is %s.", spec.Name, FormatSize(Size(*spec.Min)), s.AsString()))
+		return nil, false
+	}
+	if spec.Max != nil && float64(size) > *spec.Max {
+		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s must be at most %s; it is %s.", spec.Name, FormatSize(Size(*spec.Max)), s.AsString()))
+		return nil, false
+	}
+	return size, true
+}
+
+// checkCondition reports a where or when that can never be true or false: a constant that does
+// not convert to a bool, or an expression whose result is always a number, a string, a list, an
+// object or null. Every message would fail on it. A string result converts only when it is
+// exactly "true" or "false", which a computed one (upper(msg.x)) is by accident if ever, so that is
+// refused too; a field of the message (msg.flag) may hold anything, and passes.
+func (c *compiler) checkCondition(spec Attribute, p *expr.Program) bool {
+	src := p.String()
+	var detail string
+	if v, ok := p.Constant(); ok {
+		if _, err := p.EvalBool(nil); err == nil {
+			return true // true, or a string such as "true"
+		}
+		switch v.Kind() {
+		case expr.String:
+			detail = fmt.Sprintf("%s is the string %s, which is not a bool: only the strings \"true\" and \"false\" convert to one.", spec.Name, src)
+		case expr.Null:
+			detail = fmt.Sprintf("%s is null; it must be true or false.", spec.Name)
+		default:
+			detail = fmt.Sprintf("%s is always the %s %s; it must be true or false.", spec.Name, v.Kind(), src)
+		}
+	} else {
+		kind, ok := p.StaticKind()
+		if !ok || kind == expr.Bool {
+			return true
+		}
+		article := "a"
+		if kind == expr.Object {
+			article = "an"
+		}
+		detail = fmt.Sprintf("%s must be true or false, but %s is always %s %s.", spec.Name, src, article, kind)
+		switch kind {
+		case expr.Number:
+			detail += fmt.Sprintf(" Compare it, such as %s > 0.", src)
+		case expr.String:
+			detail += fmt.Sprintf(" Only the strings \"true\" and \"false\" convert to a bool; compare it instead, such as %s == \"yes\".", src)
+		case expr.List:
+			detail += fmt.Sprintf(" Test it, such as length(%s) > 0.", src)
+		case expr.Object:
+			detail += " Test one of its fields instead."
+		case expr.Null:
+			detail = fmt.Sprintf("%s must be true or false, but %s is always null.", spec.Name, src)
+		}
+	}
+	c.errorf(p.Range(), "Condition is not a bool", detail)
+	return false
+}
+
 // decodeFields compiles an object of per-message expressions, such as a map stage's set, keeping the
 // order in which the fields are written.
 func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool) {
@@ -266,6 +342,8 @@ func describeType(t Type) string {
 		return "true or false"
 	case TypeDuration:
 		return `a duration such as "250ms", "30s", "5m" or "1h"`
+	case TypeSize:
+		return `a size such as "512KiB", "64MiB" or "1GB"`
 	case TypeStringList:
 		return "a list of strings"
 	case TypeStringMap:

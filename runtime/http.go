@@ -100,13 +100,13 @@ type graphJSON struct {
 	PollError string     `json:"poll_error,omitempty"`
 	// RedisFailingSince is when this process's calls to Redis began to fail, while they do.
 	RedisFailingSince *time.Time `json:"redis_failing_since,omitempty"`
-	Ready     bool       `json:"ready"`
-	NotReady  string     `json:"not_ready,omitempty"` // why not, when not ready
-	Leases    int        `json:"leases"`
-	Rates     rateWindow `json:"rates"`
-	Layout    layoutSize `json:"layout"`
-	Nodes     []nodeJSON `json:"nodes"`
-	Edges     []edgeJSON `json:"edges"`
+	Ready             bool       `json:"ready"`
+	NotReady          string     `json:"not_ready,omitempty"` // why not, when not ready
+	Leases            int        `json:"leases"`
+	Rates             rateWindow `json:"rates"`
+	Layout            layoutSize `json:"layout"`
+	Nodes             []nodeJSON `json:"nodes"`
+	Edges             []edgeJSON `json:"edges"`
 }
 
 // rateWindow is the interval that the edges' rates are measured over: between two of the samples

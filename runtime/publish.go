@@ -56,8 +56,8 @@ func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
 // key; otherwise m.Key is the key, and a message without one goes to the partitions in turn. An error
-// about the message (its key expression fails on it, its payload is not a JSON object) is
-// permanent: stages.IsPermanent reports it.
+// about the message (its key expression fails on it, its payload is not a JSON object, it is larger
+// than the pipeline's max_message_size) is permanent: stages.IsPermanent reports it.
 func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message) error {
 	t, err := p.topic(topic)
 	if err != nil {
@@ -159,6 +159,11 @@ func (p *Publisher) output(t *flow.Topic, m *stages.Message, trace traceContext)
 	e, err := entryOf(key, m, trace)
 	if err != nil {
 		return redis.Output{}, err
+	}
+	if size := redis.EntrySize(e); p.plan.MaxMessageSize > 0 && size > p.plan.MaxMessageSize {
+		// Written anyway, it would be dead-lettered by every node that reads it.
+		return redis.Output{}, stages.Permanent(fmt.Errorf("the message is %d bytes, larger than the pipeline's max_message_size of %s",
+			size, flow.FormatSize(flow.Size(p.plan.MaxMessageSize))))
 	}
 	return redis.Output{Stream: p.streams[t.Name][partition], Entry: e}, nil
 }

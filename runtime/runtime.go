@@ -209,7 +209,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r := &runner{
 		plan: plan,
 		opts: opts,
-		rdb:  opts.Redis,
+		rdb:  opts.Redis.WithMaxEntrySize(plan.MaxMessageSize), // larger entries are dead-lettered unread
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -24,7 +25,7 @@ func (r *runner) newSink(n *node, s *flow.Sink) (sink, error) {
 	case "stdout":
 		return &stdoutSink{w: r.stdout()}, nil
 	case "file":
-		return &fileSink{path: s.Config.String("path")}, nil
+		return &fileSink{path: s.Config.String("path"), truncate: s.Config.String("mode") == "truncate"}, nil
 	case "redis_stream":
 		return &streamSink{r: r, node: n, stream: s.Config.String("stream"), maxLen: s.Config.Int("max_len")}, nil
 	case "http":
@@ -92,14 +93,23 @@ func (s *stdoutSink) inline() bool { return true }
 // fileSink appends each message's payload as a line of JSON to a file, and syncs the file before the
 // batch is acknowledged, so that an acknowledged message is on disk.
 type fileSink struct {
-	path string
-	mu   sync.Mutex
-	f    *os.File
-	w    *bufio.Writer
+	path     string
+	truncate bool // empty the file when the run opens it (mode = "truncate")
+	mu       sync.Mutex
+	f        *os.File
+	w        *bufio.Writer
 }
 
 func (s *fileSink) open() error {
-	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	// A job's output often goes to a directory of its own that nothing has made yet.
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return err
+	}
+	flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
+	if s.truncate {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(s.path, flags, 0o644)
 	if err != nil {
 		return err
 	}

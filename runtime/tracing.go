@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // Messages carry W3C trace context (traceparent, tracestate) in their entries. Sources start a trace
@@ -50,7 +52,7 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 	if t.tracer == nil {
 		return ctx, nil
 	}
-	if m.trace.parent == "" && !n.startsTraces {
+	if m.trace.parent == "" && !n.startsTraces && !m.trace.dropped {
 		return ctx, nil // an unsampled trace started upstream
 	}
 	if m.trace.parent != "" && !sampled(m.trace.parent) {
@@ -86,6 +88,16 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 		t.prop.Inject(ctx, carrier{&m.out})
 	}
 	return ctx, span
+}
+
+// traceOf is the trace context an entry arrived with. An invalid traceparent never gets this far:
+// DecodeEntry drops it with its tracestate, so that it is neither used nor passed on, as W3C Trace
+// Context asks. No node of the pipeline wrote such a traceparent, so the message is treated as one
+// from outside without trace context: a traced node starts a trace for it, even on a topic the
+// pipeline writes (where a message without trace context is one whose trace was not sampled
+// upstream, and gets no span).
+func traceOf(e redis.Entry) traceContext {
+	return traceContext{parent: e.TraceParent, state: e.TraceState, dropped: e.TraceDropped}
 }
 
 // processSpan names a node's processing spans, "process <input>" (made once, in newRunner).

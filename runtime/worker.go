@@ -306,7 +306,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			id:         e.ID,
 			partition:  w.u.partition,
 			msg:        stages.NewMessage(e.Key, e.Payload, e.Headers),
-			trace:      traceContext{parent: e.TraceParent, state: e.TraceState},
+			trace:      traceOf(e),
 			deliveries: e.Deliveries,
 			attempts:   max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
 		})
@@ -317,7 +317,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			id:           rt.Entry.ID,
 			partition:    w.u.partition,
 			msg:          stages.NewMessage(rt.Entry.Key, rt.Entry.Payload, rt.Entry.Headers),
-			trace:        traceContext{parent: rt.Entry.TraceParent, state: rt.Entry.TraceState},
+			trace:        traceOf(rt.Entry),
 			attempts:     rt.Attempts,
 			firstFailure: rt.FirstFailure,
 			retry:        rt,

@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/flowrun/flowrun/internal/jsonscan"
 )
 
 // NewMessage returns a message whose payload is decoded only when something needs its fields, so
@@ -31,33 +35,47 @@ func (m *Message) Decode() error {
 }
 
 // DecodePayload parses a JSON object, with numbers as json.Number. A payload that is not one is a
-// permanent error: retrying cannot fix it.
+// permanent error: retrying cannot fix it. So is a payload that is not valid UTF-8 (encoding/json
+// would turn the bytes into U+FFFD, and the message would change on its way) and one nested more
+// than MaxDepth deep.
 func DecodePayload(payload []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, Permanent(fmt.Errorf("payload is not valid JSON: %w", err))
+	if err := jsonscan.Check(payload); err != nil {
+		return nil, Permanent(fmt.Errorf("payload is %w", err))
 	}
-	if dec.More() {
-		return nil, Permanent(errors.New("payload is not valid JSON: data after the value"))
+	if !gjson.ValidBytes(payload) {
+		return nil, invalidPayload(payload)
 	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(v)))
+	d := decoder{data: payload}
+	d.space()
+	if payload[d.i] != '{' {
+		return nil, Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(payload[d.i])))
 	}
-	return obj, nil
+	return d.object(), nil
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
+// MaxDepth is how deeply objects and arrays may nest in a payload; see jsonscan.MaxDepth for why.
+const MaxDepth = jsonscan.MaxDepth
+
+// invalidPayload says what encoding/json finds wrong with a payload that is not valid JSON.
+func invalidPayload(payload []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return Permanent(fmt.Errorf("payload is not valid JSON: %w", err))
+	}
+	return Permanent(errors.New("payload is not valid JSON: data after the value"))
+}
+
+// jsonKind names the kind of the JSON value that starts with c.
+func jsonKind(c byte) string {
+	switch c {
+	case 'n':
 		return "null"
-	case []any:
+	case '[':
 		return "array"
-	case string:
+	case '"':
 		return "string"
-	case bool:
+	case 't', 'f':
 		return "bool"
 	}
 	return "number"
@@ -72,14 +90,19 @@ func (m *Message) Payload() ([]byte, error) {
 	if m.Value == nil {
 		return []byte("{}"), nil
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m.Value); err != nil {
+	// Sized after the payload the message arrived with, which a change rarely makes much longer:
+	// a large message is then written once, without the copies of a growing buffer.
+	b, err := appendJSON(make([]byte, 0, m.sizeHint+m.sizeHint/64+64), m.Value)
+	if err != nil {
 		return nil, Permanent(fmt.Errorf("cannot encode the message as JSON: %w", err))
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return b, nil
 }
 
 // changed records that Value may differ from the payload the message arrived with.
-func (m *Message) changed() { m.raw = nil }
+func (m *Message) changed() {
+	if m.raw != nil {
+		m.sizeHint = len(m.raw)
+	}
+	m.raw = nil
+}

@@ -21,6 +21,8 @@ type Message struct {
 	// raw is the payload as it arrived, kept while it still describes the message so that it can be
 	// passed on without decoding and encoding it again.
 	raw []byte
+	// sizeHint is the length of the payload the message arrived with, once raw no longer holds it.
+	sizeHint int
 }
 
 // Func processes one message and returns the messages to pass on: none to drop it, the same message

@@ -487,6 +487,30 @@ func (p *Program) String() string {
 	return p.root.src
 }
 
+// StaticKind returns the kind every result of the expression has, when static analysis knows it
+// (a comparison is a Bool, arithmetic a Number, upper() a String), and false when only a message
+// can tell (msg.flag is whatever the message holds).
+func (p *Program) StaticKind() (Kind, bool) {
+	if p == nil || p.root == nil {
+		return Null, false
+	}
+	switch p.root.typ {
+	case tNull:
+		return Null, true
+	case tBool:
+		return Bool, true
+	case tNumber:
+		return Number, true
+	case tString:
+		return String, true
+	case tList:
+		return List, true
+	case tObject:
+		return Object, true
+	}
+	return Null, false
+}
+
 // Constant returns the value of an expression that depends on nothing
 // per-message and was folded at compile time.
 func (p *Program) Constant() (Value, bool) {

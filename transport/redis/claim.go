@@ -84,7 +84,7 @@ func (c *Client) Reclaim(ctx context.Context, a ReclaimArgs) (ReclaimResult, err
 		}
 		var b Batch
 		for _, m := range msgs {
-			b.add(m)
+			b.add(m, c.maxEntrySize)
 		}
 		b.Deleted = append(b.Deleted, deleted...)
 		if len(b.Entries) > 0 {

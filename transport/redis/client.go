@@ -83,6 +83,19 @@ type Client struct {
 	rdb     goredis.UniversalClient
 	cluster bool
 	desc    string // redacted, for errors and String
+	// maxEntrySize bounds the entries that reads decode (0: no bound); see WithMaxEntrySize.
+	maxEntrySize int64
+}
+
+// WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
+// ReadPending, Reclaim) and ClaimRetries report every entry larger than n bytes (see EntrySize)
+// as malformed, without decoding it: its dead letter says how large it was. n <= 0 means no
+// limit. The size is known from the reply, so the entry is in memory already; the limit keeps it
+// from being decoded, processed and copied downstream, hop after hop.
+func (c *Client) WithMaxEntrySize(n int64) *Client {
+	limited := *c
+	limited.maxEntrySize = max(n, 0)
+	return &limited
 }
 
 // Open connects to Redis and checks the connection with PING. The error names the address but

@@ -54,7 +54,7 @@ func xlen(t *testing.T, c *Client, stream string) int64 {
 func outputsFor(k Keys, b Batch) []Output {
 	var outs []Output
 	for _, e := range b.Entries {
-		outs = append(outs, Output{Stream: k.Stream("out", Partition(e.Key, 4)), Entry: Entry{Key: e.Key, Payload: e.Payload, TraceParent: "tp"}})
+		outs = append(outs, Output{Stream: k.Stream("out", Partition(e.Key, 4)), Entry: Entry{Key: e.Key, Payload: e.Payload, TraceParent: validTP}})
 	}
 	return outs
 }
@@ -78,7 +78,7 @@ func TestCommitWritesOutputsAndAcks(t *testing.T) {
 				t.Fatalf("output %d (%s %s): %v, %v", i, o.Stream, ids[i], msgs, err)
 			}
 			e, err := DecodeEntry(msgs[0])
-			if err != nil || e.Key != o.Entry.Key || string(e.Payload) != string(o.Entry.Payload) || e.TraceParent != "tp" {
+			if err != nil || e.Key != o.Entry.Key || string(e.Payload) != string(o.Entry.Payload) || e.TraceParent != validTP {
 				t.Fatalf("output %d = %+v, %v", i, e, err)
 			}
 		}

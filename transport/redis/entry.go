@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
+	"unicode/utf8"
 	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
+
+	"github.com/flowrun/flowrun/internal/jsonscan"
 )
 
 // The field names of a stream entry. Any client can write and read them, for example:
@@ -47,6 +51,10 @@ type Entry struct {
 	// TraceParent and TraceState are the W3C trace context; empty when absent.
 	TraceParent string
 	TraceState  string
+	// TraceDropped is set on a decoded entry whose traceparent field was not valid W3C trace
+	// context: it was dropped, with the tracestate, and a traced reader starts a new trace for
+	// the message, as for one that arrives from outside without trace context.
+	TraceDropped bool
 	// Flat is true for an entry that had no payload field (see Entry).
 	Flat bool
 	// Deliveries is how many times the consumer group has delivered the entry, including the
@@ -147,58 +155,136 @@ func marshalStrings(m map[string]string) ([]byte, error) {
 }
 
 // DecodeEntry decodes a stream message. It returns a *MalformedEntryError when the entry has no
-// fields (it was deleted while pending), when its payload field is not valid JSON, or when its
-// headers field is not a JSON object of strings. It never panics.
-func DecodeEntry(msg goredis.XMessage) (Entry, error) {
+// fields (it was deleted while pending), when its payload field is not valid JSON, is not valid
+// UTF-8 or nests deeper than MaxDepth, when its key is not valid UTF-8, when its headers field is
+// not a JSON object of strings, or, for a flat entry, when a field is not valid UTF-8. A
+// traceparent that is not valid W3C trace context is dropped with its tracestate (TraceDropped
+// says so); the entry is not malformed for it. It never panics.
+func DecodeEntry(msg goredis.XMessage) (Entry, error) { return decodeEntry(msg, 0) }
+
+// MaxDepth is how deeply objects and arrays may nest in a payload; see jsonscan.MaxDepth for why.
+const MaxDepth = jsonscan.MaxDepth
+
+// decodeEntry is DecodeEntry for entries of at most maxSize bytes (0: any size; see EntrySize).
+// A bigger entry is reported as malformed before anything of it is decoded.
+func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	if len(msg.Values) == 0 {
 		return Entry{}, &MalformedEntryError{ID: msg.ID, Reason: "entry has no fields (deleted from the stream)"}
 	}
-	e := Entry{ID: msg.ID}
 	payload, ok := msg.Values[FieldPayload]
 	if !ok {
-		return decodeFlat(msg)
+		return decodeFlat(msg, maxSize)
 	}
+	key, hasKey := msg.Values[FieldKey]
+	headers, hasHeaders := msg.Values[FieldHeaders]
+	traceParent, hasTraceParent := msg.Values[FieldTraceParent]
+	traceState, hasTraceState := msg.Values[FieldTraceState]
+	if maxSize > 0 {
+		// The fields looked up anyway give the size without walking the map, unless the entry
+		// has fields of other names.
+		size, n := len(FieldPayload)+fieldLen(payload), 1
+		if hasKey {
+			size, n = size+len(FieldKey)+fieldLen(key), n+1
+		}
+		if hasHeaders {
+			size, n = size+len(FieldHeaders)+fieldLen(headers), n+1
+		}
+		if hasTraceParent {
+			size, n = size+len(FieldTraceParent)+fieldLen(traceParent), n+1
+		}
+		if hasTraceState {
+			size, n = size+len(FieldTraceState)+fieldLen(traceState), n+1
+		}
+		total := int64(size)
+		if n < len(msg.Values) {
+			total = messageSize(msg)
+		}
+		if total > maxSize {
+			return Entry{}, tooLarge(msg, total, maxSize)
+		}
+	}
+	e := Entry{ID: msg.ID}
 	p := viewBytes(payload)
+	// Checked first: gjson's validator recurses once per level of nesting, and a payload of
+	// millions of brackets would overflow the goroutine's stack.
+	if err := jsonscan.Check(p); err != nil {
+		return Entry{}, malformed(msg, "payload is "+err.Error())
+	}
 	// Every entry of every hop is checked: gjson's validator accepts what encoding/json.Valid
 	// accepts (FuzzDecodeEntry compares them) at less than half the cost.
 	if !gjson.ValidBytes(p) {
 		return Entry{}, malformed(msg, "payload is not valid JSON")
 	}
 	e.Payload = p
-	if v, ok := msg.Values[FieldKey]; ok {
-		e.Key = toString(v)
+	if hasKey {
+		e.Key = toString(key)
+		if !validText(e.Key) {
+			return Entry{}, malformed(msg, "key is not valid UTF-8")
+		}
 	}
-	if v, ok := msg.Values[FieldHeaders]; ok {
+	if hasHeaders {
+		b := toBytes(headers)
+		if !utf8.Valid(b) {
+			// encoding/json would turn the bytes into U+FFFD without a word.
+			return Entry{}, malformed(msg, "headers are not valid UTF-8")
+		}
 		var h map[string]string
-		if err := json.Unmarshal(toBytes(v), &h); err != nil {
+		if err := json.Unmarshal(b, &h); err != nil {
 			return Entry{}, malformed(msg, "headers are not a JSON object of strings: "+err.Error())
 		}
 		if len(h) > 0 {
 			e.Headers = h
 		}
 	}
-	if v, ok := msg.Values[FieldTraceParent]; ok {
-		e.TraceParent = toString(v)
-	}
-	if v, ok := msg.Values[FieldTraceState]; ok {
-		e.TraceState = toString(v)
+	if hasTraceParent {
+		e.setTraceContext(toString(traceParent), hasTraceState, traceState)
 	}
 	return e, nil
 }
 
+// setTraceContext takes an entry's trace context as W3C Trace Context asks of a receiver: an
+// invalid traceparent is not used and not passed on, and neither is the tracestate that came with
+// it; an invalid tracestate alone is dropped and the traceparent kept.
+func (e *Entry) setTraceContext(traceParent string, hasState bool, state any) {
+	if !validTraceParent(traceParent) {
+		e.TraceDropped = true
+		return
+	}
+	e.TraceParent = traceParent
+	if hasState {
+		if s := toString(state); validTraceState(s) {
+			e.TraceState = s
+		}
+	}
+}
+
 // decodeFlat turns an entry without a payload field into a flat entry.
-func decodeFlat(msg goredis.XMessage) (Entry, error) {
+func decodeFlat(msg goredis.XMessage, maxSize int64) (Entry, error) {
+	if maxSize > 0 {
+		if size := messageSize(msg); size > maxSize {
+			return Entry{}, tooLarge(msg, size, maxSize)
+		}
+	}
 	e := Entry{ID: msg.ID, Flat: true}
 	obj := make(map[string]string, len(msg.Values))
+	traceParent, hasTraceParent := "", false
 	for k, v := range msg.Values {
 		switch k {
 		case FieldTraceParent:
-			e.TraceParent = toString(v)
+			traceParent, hasTraceParent = toString(v), true
 		case FieldTraceState:
-			e.TraceState = toString(v)
 		default:
-			obj[k] = toString(v)
+			s := toString(v)
+			if !validText(k) || !validText(s) {
+				// marshalStrings would turn the bytes into U+FFFD without a word.
+				return Entry{}, malformed(msg, fmt.Sprintf("field %q is not valid UTF-8", k))
+			}
+			obj[k] = s
 		}
+	}
+	if hasTraceParent {
+		state, hasState := msg.Values[FieldTraceState]
+		e.setTraceContext(traceParent, hasState, state)
 	}
 	p, err := marshalStrings(obj)
 	if err != nil {
@@ -206,6 +292,92 @@ func decodeFlat(msg goredis.XMessage) (Entry, error) {
 	}
 	e.Payload = p
 	return e, nil
+}
+
+// validText reports whether s is valid UTF-8, looking at ASCII a byte at a time: keys and field
+// values are short, and utf8.ValidString's setup costs more than they do.
+func validText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return utf8.ValidString(s[i:])
+		}
+	}
+	return true
+}
+
+// EntrySize is the size of an entry as a limit on it counts it: the bytes of its fields' names
+// and values, as XADD stores them (headers whose strings need escapes take a few bytes more).
+// Entries read from a stream are measured the same way.
+func EntrySize(e Entry) int64 {
+	size := int64(len(FieldPayload) + len(e.Payload))
+	if e.Key != "" {
+		size += int64(len(FieldKey) + len(e.Key))
+	}
+	if len(e.Headers) > 0 {
+		// As marshalStrings writes them, {"k":"v","k2":"v2"}, but for escapes.
+		size += int64(len(FieldHeaders) + 1 + len(e.Headers))
+		for k, v := range e.Headers {
+			size += int64(len(k) + len(v) + 5)
+		}
+	}
+	if e.TraceParent != "" {
+		size += int64(len(FieldTraceParent) + len(e.TraceParent))
+	}
+	if e.TraceState != "" {
+		size += int64(len(FieldTraceState) + len(e.TraceState))
+	}
+	return size
+}
+
+// messageSize is EntrySize of an entry as read.
+func messageSize(msg goredis.XMessage) int64 {
+	var size int64
+	for k, v := range msg.Values {
+		size += int64(len(k) + fieldLen(v))
+	}
+	return size
+}
+
+func fieldLen(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []byte:
+		return len(v)
+	}
+	return len(toString(v))
+}
+
+// malformedFieldPrefix is how much of each field the dead letter of an entry that is too large keeps.
+const malformedFieldPrefix = 1 << 10
+
+// tooLarge reports an entry above the size limit. Its fields are cut short: a dead letter
+// holding all of them would be as large as the entry.
+func tooLarge(msg goredis.XMessage, size, limit int64) *MalformedEntryError {
+	fields := make(map[string]string, len(msg.Values))
+	for k, v := range msg.Values {
+		s := toString(v)
+		if len(s) > malformedFieldPrefix {
+			s = fmt.Sprintf("%s... (%d bytes in all)", strings.ToValidUTF8(s[:malformedFieldPrefix], ""), len(s))
+		}
+		fields[k] = s
+	}
+	return &MalformedEntryError{ID: msg.ID, Fields: fields, Reason: fmt.Sprintf(
+		"entry is %s, larger than the limit of %s (max_message_size); it was not decoded",
+		formatSize(size), formatSize(limit))}
+}
+
+// formatSize prints a byte count for people: "70000000 bytes (66.8 MiB)".
+func formatSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%d bytes (%.1f GiB)", n, float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%d bytes (%.1f KiB)", n, float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func malformed(msg goredis.XMessage, reason string) *MalformedEntryError {

@@ -7,9 +7,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
+
+	"github.com/flowrun/flowrun/internal/jsonscan"
 )
 
 func msg(id string, kv ...string) goredis.XMessage {
@@ -63,12 +66,14 @@ func TestEncodeEntryFieldOrder(t *testing.T) {
 	}
 }
 
+const validTP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
 func TestDecodeEntry(t *testing.T) {
-	e, err := DecodeEntry(msg("1-1", "payload", `{"id":42}`, "key", "c1", "headers", `{"h":"v"}`, "traceparent", "tp", "tracestate", "ts", "other", "ignored"))
+	e, err := DecodeEntry(msg("1-1", "payload", `{"id":42}`, "key", "c1", "headers", `{"h":"v"}`, "traceparent", validTP, "tracestate", "ts", "other", "ignored"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Entry{ID: "1-1", Key: "c1", Payload: []byte(`{"id":42}`), Headers: map[string]string{"h": "v"}, TraceParent: "tp", TraceState: "ts"}
+	want := Entry{ID: "1-1", Key: "c1", Payload: []byte(`{"id":42}`), Headers: map[string]string{"h": "v"}, TraceParent: validTP, TraceState: "ts"}
 	if !reflect.DeepEqual(e, want) {
 		t.Fatalf("DecodeEntry = %+v\nwant %+v", e, want)
 	}
@@ -76,11 +81,11 @@ func TestDecodeEntry(t *testing.T) {
 
 func TestDecodeFlatEntry(t *testing.T) {
 	// What `redis-cli XADD s * type order.placed order_id 42 amount 99.5` writes.
-	e, err := DecodeEntry(msg("5-0", "type", "order.placed", "order_id", "42", "amount", "99.5", "traceparent", "tp", "key", "k"))
+	e, err := DecodeEntry(msg("5-0", "type", "order.placed", "order_id", "42", "amount", "99.5", "traceparent", validTP, "key", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !e.Flat || e.TraceParent != "tp" || e.Key != "" || e.Headers != nil {
+	if !e.Flat || e.TraceParent != validTP || e.Key != "" || e.Headers != nil {
 		t.Fatalf("flat entry = %+v", e)
 	}
 	if got := string(e.Payload); got != `{"amount":"99.5","key":"k","order_id":"42","type":"order.placed"}` {
@@ -98,6 +103,18 @@ func TestDecodeMalformed(t *testing.T) {
 		{msg("1-0", "payload", "1", "headers", "[1,2]"), "headers are not a JSON object"},
 		{msg("1-0", "payload", "1", "headers", `{"a":1}`), "headers are not a JSON object"},
 		{goredis.XMessage{ID: "1-0"}, "no fields"},
+		// encoding/json and gjson accept invalid UTF-8 in strings; the first encoder to write the
+		// message would replace it with U+FFFD.
+		{msg("1-0", "payload", "{\"a\":\"\xff\"}"), "payload is not valid UTF-8 (at byte 6)"},
+		{msg("1-0", "payload", "\"caf\xe9\""), "payload is not valid UTF-8 (at byte 4)"},
+		{msg("1-0", "payload", `{"a":1}`, "key", "k\xff"), "key is not valid UTF-8"},
+		{msg("1-0", "payload", `{"a":1}`, "headers", "{\"h\":\"\xfe\"}"), "headers are not valid UTF-8"},
+		{msg("1-0", "order_id", "42", "note", "caf\xe9"), `field "note" is not valid UTF-8`},
+		{msg("1-0", "order_id", "42", "n\xffte", "x"), `field "n\xffte" is not valid UTF-8`},
+		{msg("1-0", "payload", strings.Repeat("[", MaxDepth+1)+strings.Repeat("]", MaxDepth+1)),
+			"payload is nested deeper than 1000 levels of objects and arrays (at byte 1000)"},
+		// 20 MB of brackets: gjson's validator alone would overflow the goroutine's stack.
+		{msg("1-0", "payload", strings.Repeat("[", 20<<20)), "payload is nested deeper than 1000 levels"},
 	}
 	for _, c := range cases {
 		_, err := DecodeEntry(c.m)
@@ -109,9 +126,124 @@ func TestDecodeMalformed(t *testing.T) {
 		if me.ID != "1-0" || !strings.Contains(me.Reason, c.reason) || !strings.Contains(me.Error(), "1-0") {
 			t.Errorf("%v: %+v, want reason %q", c.m, me, c.reason)
 		}
-		if len(c.m.Values) > 0 && me.Fields["payload"] != c.m.Values["payload"] {
+		if _, ok := c.m.Values["payload"]; ok && me.Fields["payload"] != c.m.Values["payload"] {
 			t.Errorf("%v: raw fields not kept: %v", c.m, me.Fields)
 		}
+	}
+}
+
+// TestDecodeEntryDepthLimit accepts nesting up to MaxDepth, which every decoder of the pipeline
+// (encoding/json, the expression engine) survives.
+func TestDecodeEntryDepthLimit(t *testing.T) {
+	p := `{"a":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `}`
+	if _, err := DecodeEntry(msg("1-0", "payload", p)); err != nil {
+		t.Fatalf("nesting of %d levels: %v", MaxDepth, err)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(p), &v); err != nil {
+		t.Fatalf("encoding/json refuses what DecodeEntry accepts: %v", err)
+	}
+}
+
+// TestDecodeEntryTraceContext drops a traceparent that is not valid W3C trace context, and the
+// tracestate with it: it is neither used nor passed on, and the entry says so.
+func TestDecodeEntryTraceContext(t *testing.T) {
+	future := "cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	cases := []struct {
+		traceParent string
+		valid       bool
+	}{
+		{validTP, true},
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", true},
+		{future, true},                       // a later version, read by the prefix of version 00
+		{future + "-what-comes-later", true}, // a later version with more fields
+		{future + "x", false},                // more without a dash
+		{validTP + "-x", false},              // version 00 is exactly 55 characters
+		{"ff" + validTP[2:], false},          // version ff is invalid
+		{"0g" + validTP[2:], false},          // not hex
+		{strings.ToUpper(validTP), false},    // uppercase hex
+		{"00-00000000000000000000000000000000-b7ad6b7169203331-01", false}, // zero trace id
+		{"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", false}, // zero span id
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0x", false},
+		{"00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", false},
+		{validTP[:54], false},
+		{"tp", false},
+		{"", false},
+	}
+	for _, c := range cases {
+		for _, m := range []goredis.XMessage{
+			msg("1-0", "payload", `{"a":1}`, "traceparent", c.traceParent, "tracestate", "rojo=00f067aa0ba902b7"),
+			msg("1-0", "a", "1", "traceparent", c.traceParent, "tracestate", "rojo=00f067aa0ba902b7"), // flat
+		} {
+			e, err := DecodeEntry(m)
+			if err != nil {
+				t.Fatalf("%q: %v", c.traceParent, err)
+			}
+			if c.valid && (e.TraceParent != c.traceParent || e.TraceState != "rojo=00f067aa0ba902b7" || e.TraceDropped) {
+				t.Errorf("%q (flat %v): kept as %+v, want it as it came", c.traceParent, e.Flat, e)
+			}
+			if !c.valid && (e.TraceParent != "" || e.TraceState != "" || !e.TraceDropped) {
+				t.Errorf("%q (flat %v): kept as %+v, want it dropped with the tracestate", c.traceParent, e.Flat, e)
+			}
+			if e.Flat && string(e.Payload) != `{"a":"1"}` {
+				t.Errorf("%q: flat payload %s", c.traceParent, e.Payload)
+			}
+		}
+	}
+	// An invalid tracestate alone is dropped; the traceparent stays.
+	e, err := DecodeEntry(msg("1-0", "payload", `{"a":1}`, "traceparent", validTP, "tracestate", "rojo=\x01"))
+	if err != nil || e.TraceParent != validTP || e.TraceState != "" || e.TraceDropped {
+		t.Errorf("invalid tracestate: %+v, %v", e, err)
+	}
+	// Without a traceparent, nothing is dropped: the message simply has no trace context.
+	e, err = DecodeEntry(msg("1-0", "payload", `{"a":1}`))
+	if err != nil || e.TraceDropped {
+		t.Errorf("no trace context: %+v, %v", e, err)
+	}
+}
+
+// TestDecodeEntrySizeLimit refuses an entry larger than the limit before decoding any of it, and
+// keeps only the start of each field for its dead letter.
+func TestDecodeEntrySizeLimit(t *testing.T) {
+	payload := `{"blob":"` + strings.Repeat("x", 5000) + `"}`
+	size := int64(len("payload") + len(payload) + len("key") + len("k1"))
+	for _, m := range []goredis.XMessage{
+		msg("1-0", "payload", payload, "key", "k1"),
+		msg("1-0", "payload", payload[:len(payload)-1], "key", "k1"), // invalid JSON: not even looked at
+	} {
+		_, err := decodeEntry(m, size-2)
+		var me *MalformedEntryError
+		if !errors.As(err, &me) || !strings.Contains(me.Reason, "larger than the limit of") ||
+			!strings.Contains(me.Reason, "(max_message_size)") {
+			t.Fatalf("entry over the limit: %v", err)
+		}
+		if len(me.Fields["payload"]) > 1100 || !strings.Contains(me.Fields["payload"], "bytes in all)") || me.Fields["key"] != "k1" {
+			t.Errorf("the dead letter keeps %d bytes of the payload: %.80q...", len(me.Fields["payload"]), me.Fields["payload"])
+		}
+	}
+	if _, err := decodeEntry(msg("1-0", "payload", payload, "key", "k1"), size); err != nil {
+		t.Errorf("entry at the limit: %v", err)
+	}
+	// Fields of other names count too, and so do a flat entry's.
+	if _, err := decodeEntry(msg("1-0", "payload", `{}`, "other", payload), size-2); err == nil {
+		t.Error("an entry large by a field of another name passed")
+	}
+	if _, err := decodeEntry(msg("1-0", "a", payload), int64(len(payload))); err == nil {
+		t.Error("a large flat entry passed")
+	}
+	e := Entry{Payload: []byte(payload), Key: "k1", Headers: map[string]string{"h": "v"}, TraceParent: validTP}
+	values, err := EncodeEntry(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]any{}
+	var stored int64
+	for i := 0; i < len(values); i += 2 {
+		fields[values[i].(string)] = toString(values[i+1])
+		stored += int64(len(values[i].(string)) + len(toString(values[i+1])))
+	}
+	if got := EntrySize(e); got != stored || messageSize(goredis.XMessage{Values: fields}) != stored {
+		t.Errorf("EntrySize = %d, messageSize = %d, want the %d bytes XADD stores", got, messageSize(goredis.XMessage{Values: fields}), stored)
 	}
 }
 
@@ -133,6 +265,8 @@ func FuzzDecodeEntry(f *testing.F) {
 		"payload\x00{",
 		"payload\x001\x00headers\x00[]",
 		"traceparent\x00tp",
+		"payload\x00{}\x00traceparent\x0000-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\x00tracestate\x00a=b",
+		"payload\x00\"\xff\"",
 		"a\x00\xff\xfe",
 	} {
 		f.Add(s)
@@ -143,10 +277,13 @@ func FuzzDecodeEntry(f *testing.F) {
 		for i := 0; i+1 < len(parts); i += 2 {
 			m.Values[parts[i]] = parts[i+1]
 		}
-		if p, ok := m.Values[FieldPayload].(string); ok && gjson.Valid(p) != json.Valid([]byte(p)) {
+		e, err := DecodeEntry(m)
+		if p, ok := m.Values[FieldPayload].(string); ok && jsonscan.Check([]byte(p)) == nil && gjson.Valid(p) != json.Valid([]byte(p)) {
 			t.Fatalf("the payload validator disagrees with encoding/json on %q", p)
 		}
-		e, err := DecodeEntry(m)
+		if err == nil && (!utf8.Valid(e.Payload) || !json.Valid(e.Payload)) {
+			t.Fatalf("accepted a payload that is not valid UTF-8 JSON: %q", e.Payload)
+		}
 		if err != nil {
 			var me *MalformedEntryError
 			if !errors.As(err, &me) {
@@ -180,6 +317,16 @@ func BenchmarkDecodeEntry(b *testing.B) {
 	m := msg("1-1", "payload", `{"customer_id":"c-42","amount":99.5,"country":"de"}`, "key", "c-42", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	for b.Loop() {
 		if _, err := DecodeEntry(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeEntryLimited is BenchmarkDecodeEntry with the size limit every node reads with.
+func BenchmarkDecodeEntryLimited(b *testing.B) {
+	m := msg("1-1", "payload", `{"customer_id":"c-42","amount":99.5,"country":"de"}`, "key", "c-42", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	for b.Loop() {
+		if _, err := decodeEntry(m, 64<<20); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -46,13 +46,14 @@ func (b Batch) IDs() []string {
 	return append(ids, b.Deleted...)
 }
 
-// add sorts one message into the batch.
-func (b *Batch) add(msg goredis.XMessage) {
+// add sorts one message into the batch; an entry larger than maxSize bytes (0: no limit) is
+// malformed.
+func (b *Batch) add(msg goredis.XMessage, maxSize int64) {
 	if msg.Values == nil {
 		b.Deleted = append(b.Deleted, msg.ID)
 		return
 	}
-	e, err := DecodeEntry(msg)
+	e, err := decodeEntry(msg, maxSize)
 	if err != nil {
 		var m *MalformedEntryError
 		if errors.As(err, &m) {
@@ -142,7 +143,7 @@ func (c *Client) readGroup(ctx context.Context, a ReadArgs, id string, block tim
 	var b Batch
 	for _, s := range res {
 		for _, msg := range s.Messages {
-			b.add(msg)
+			b.add(msg, c.maxEntrySize)
 		}
 	}
 	return b, nil

@@ -234,3 +234,53 @@ func blockedClients(t *testing.T, c *Client) int {
 	}
 	return int(total.Load())
 }
+
+// TestMaxEntrySize: a client with a limit reports every larger entry as malformed, with its size,
+// in group reads, in the recovery read, in a reclaim and in due retries; the unlimited client on
+// the same connections decodes it.
+func TestMaxEntrySize(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		s := k.Stream("orders", 0)
+		if err := c.EnsureGroup(ctx, s, "g"); err != nil {
+			t.Fatal(err)
+		}
+		big := `{"blob":"` + strings.Repeat("x", 4000) + `"}`
+		small := addRaw(t, c, s, "payload", `{"a":1}`)
+		large := addRaw(t, c, s, "payload", big)
+		limited := c.WithMaxEntrySize(1000)
+		isTooLarge := func(b Batch) bool {
+			return len(b.Entries) == 1 && b.Entries[0].ID == small && len(b.Malformed) == 1 && b.Malformed[0].ID == large &&
+				strings.Contains(b.Malformed[0].Reason, "entry is 4018 bytes (3.9 KiB), larger than the limit of 1000 bytes")
+		}
+		args := ReadArgs{Stream: s, Group: "g", Consumer: "w1", Block: -1}
+		b, err := limited.ReadGroup(ctx, args)
+		if err != nil || !isTooLarge(b) {
+			t.Fatalf("ReadGroup = %+v, %v; want the large entry malformed", b, err)
+		}
+		if b, err = limited.ReadPending(ctx, args, ""); err != nil || !isTooLarge(b) {
+			t.Fatalf("ReadPending = %+v, %v", b, err)
+		}
+		ageEntries(t, c, s, "g", "w1", time.Minute, small, large)
+		res, err := limited.Reclaim(ctx, ReclaimArgs{Stream: s, Group: "g", Consumer: "w2", MinIdle: 30 * time.Second})
+		if err != nil || !isTooLarge(res.Batch) {
+			t.Fatalf("Reclaim = %+v, %v", res, err)
+		}
+		if b, err = c.ReadPending(ctx, ReadArgs{Stream: s, Group: "g", Consumer: "w2"}, ""); err != nil || len(b.Entries) != 2 {
+			t.Fatalf("unlimited ReadPending = %+v, %v; want both entries decoded", b, err)
+		}
+
+		retryKey := k.Retry("orders", 0, "g")
+		now := time.Now()
+		err = c.AddRetries(ctx, retryKey,
+			Retry{Entry: Entry{ID: small, Payload: []byte(`{"a":1}`)}, Attempts: 1, Due: now},
+			Retry{Entry: Entry{ID: large, Payload: []byte(big)}, Attempts: 1, Due: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		due, bad, err := limited.ClaimRetries(ctx, retryKey, now, 10, time.Minute)
+		if err != nil || len(due) != 1 || due[0].Entry.ID != small || len(bad) != 1 || bad[0].Entry.ID != large {
+			t.Fatalf("ClaimRetries = %+v due, %+v malformed, %v", due, bad, err)
+		}
+	})
+}

@@ -97,8 +97,9 @@ func truncate(s string, n int) string {
 // holds them for the caller: in the same script their due time moves to now+hold, so that no other
 // consumer of the set (processes sharing a partition without a lease, or a process that just lost
 // it) takes them meanwhile. Commit's RetryDone removes them once they are handled; a caller that
-// dies leaves them to be taken again when the hold ends. A member that cannot be decoded comes back
-// in malformed, to be removed (and recorded) by the caller.
+// dies leaves them to be taken again when the hold ends. A member that cannot be decoded, or whose
+// entry is larger than the client's limit (WithMaxEntrySize), comes back in malformed, to be
+// removed (and recorded) by the caller.
 func (c *Client) ClaimRetries(ctx context.Context, key string, now time.Time, count int64, hold time.Duration) (due []Retry, malformed []Retry, err error) {
 	res, err := claimRetriesScript.Run(ctx, c.rdb, []string{key}, now.UnixMilli(), count, now.Add(hold).UnixMilli()).StringSlice()
 	if err != nil {
@@ -107,6 +108,9 @@ func (c *Client) ClaimRetries(ctx context.Context, key string, now time.Time, co
 	for i := 0; i+1 < len(res); i += 2 {
 		score, perr := strconv.ParseFloat(res[i+1], 64)
 		r, derr := decodeRetry(res[i], score)
+		if c.maxEntrySize > 0 && derr == nil && EntrySize(r.Entry) > c.maxEntrySize {
+			derr = fmt.Errorf("redis: retry of %s is larger than %d bytes", r.Entry.ID, c.maxEntrySize)
+		}
 		if perr != nil || derr != nil {
 			malformed = append(malformed, r)
 			continue

@@ -58,4 +58,5 @@ sink "clean" {
   kind  = "file"
   input = stage.normalise
   path  = var.output
+  mode  = "truncate" # a rerun of the job replaces what the last one wrote
 }

@@ -1,9 +1,9 @@
 pipeline "t" {}
 topic "t1" {}
 topic "t2" {}
-stage "a" { # ERROR: Cycle in the pipeline: Messages would flow in a circle: stage.a → topic.t2 → stage.b → topic.t1 → stage.a.
+stage "a" {
   kind   = "map"
-  input  = topic.t1
+  input  = topic.t1 # ERROR: Cycle in the pipeline: Messages would flow in a circle: stage.a → topic.t2 → stage.b → topic.t1 → stage.a. This input closes it
   output = topic.t2
   set    = { hop = "a" }
 }

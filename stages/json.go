@@ -1,0 +1,376 @@
+package stages
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Messages are decoded and encoded here rather than by encoding/json, for memory: its Decoder
+// copies the input into a buffer it grows by doubling (over three times a large payload's size,
+// allocated on every decode), and its Encoder builds the output in a buffer of its own before
+// copying it out. A 20 MB message that a map stage changed cost seven times its size in one hop;
+// it now costs about three: the reply it was read from, its decoded strings, and its encoding,
+// written into a buffer sized after the payload it came from.
+//
+// The results are those of encoding/json, with UseNumber for decoding and SetEscapeHTML(false)
+// for encoding (FuzzPayloadCodec compares them). Values of types other than those a decoded
+// payload holds (a Go stage function may put anything in Value) are encoded by encoding/json.
+
+// decoder builds the value of JSON text that is known to be valid, valid UTF-8 and nested at most
+// jsonscan.MaxDepth deep: it checks nothing, and recurses once per level.
+type decoder struct {
+	data []byte
+	i    int
+}
+
+func (d *decoder) space() {
+	for d.i < len(d.data) {
+		switch d.data[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) value() any {
+	d.space()
+	switch d.data[d.i] {
+	case '{':
+		return d.object()
+	case '[':
+		return d.array()
+	case '"':
+		return d.string()
+	case 't':
+		d.i += len("true")
+		return true
+	case 'f':
+		d.i += len("false")
+		return false
+	case 'n':
+		d.i += len("null")
+		return nil
+	}
+	start := d.i
+	for d.i < len(d.data) && isNumberByte(d.data[d.i]) {
+		d.i++
+	}
+	return json.Number(d.data[start:d.i])
+}
+
+func isNumberByte(c byte) bool {
+	return '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
+}
+
+func (d *decoder) object() map[string]any {
+	d.i++ // {
+	m := map[string]any{}
+	d.space()
+	if d.data[d.i] == '}' {
+		d.i++
+		return m
+	}
+	for {
+		d.space()
+		k := d.string()
+		d.space()
+		d.i++            // :
+		m[k] = d.value() // a repeated name: the last one wins, as in encoding/json
+		d.space()
+		d.i++ // , or }
+		if d.data[d.i-1] == '}' {
+			return m
+		}
+	}
+}
+
+func (d *decoder) array() []any {
+	d.i++ // [
+	a := []any{}
+	d.space()
+	if d.data[d.i] == ']' {
+		d.i++
+		return a
+	}
+	for {
+		a = append(a, d.value())
+		d.space()
+		d.i++ // , or ]
+		if d.data[d.i-1] == ']' {
+			return a
+		}
+	}
+}
+
+// string reads a string; d.i is at its opening quote.
+func (d *decoder) string() string {
+	start := d.i + 1
+	end := start + bytes.IndexByte(d.data[start:], '"')
+	if bytes.IndexByte(d.data[start:end], '\\') < 0 {
+		d.i = end + 1
+		return string(d.data[start:end])
+	}
+	return d.unescape(start)
+}
+
+// unescape reads a string with escapes from start, its first byte after the quote, as
+// encoding/json does: an escaped surrogate that is not half of a pair becomes U+FFFD.
+func (d *decoder) unescape(start int) string {
+	b := make([]byte, 0, bytes.IndexByte(d.data[start:], '"')+8)
+	i := start
+	for {
+		c := d.data[i]
+		switch {
+		case c == '"':
+			d.i = i + 1
+			return string(b)
+		case c != '\\':
+			b = append(b, c)
+			i++
+			continue
+		}
+		i++ // the backslash
+		switch c := d.data[i]; c {
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			r := hex4(d.data[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 < len(d.data) && d.data[i+1] == '\\' && d.data[i+2] == 'u' {
+					if pair := utf16.DecodeRune(r, hex4(d.data[i+3:i+7])); pair != unicode.ReplacementChar {
+						b = utf8.AppendRune(b, pair)
+						i += 7
+						continue
+					}
+				}
+				r = unicode.ReplacementChar
+			}
+			b = utf8.AppendRune(b, r)
+		default: // " \ /
+			b = append(b, c)
+		}
+		i++
+	}
+}
+
+// hex4 reads four hex digits.
+func hex4(p []byte) rune {
+	var r rune
+	for _, c := range p[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		default: // A-F
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// appendJSON appends the JSON encoding of v to b.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, v), nil
+	case string:
+		return appendString(b, v), nil
+	case json.Number:
+		if v == "" {
+			return append(b, '0'), nil // as encoding/json writes an empty Number
+		}
+		if !isValidNumber(string(v)) {
+			return appendOther(b, v) // for encoding/json's error
+		}
+		return append(b, v...), nil
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return appendOther(b, v)
+		}
+		return appendFloat(b, v), nil
+	case int:
+		return strconv.AppendInt(b, int64(v), 10), nil
+	case int64:
+		return strconv.AppendInt(b, v, 10), nil
+	case map[string]any:
+		if v == nil {
+			return append(b, "null"...), nil
+		}
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			var err error
+			if b, err = appendJSON(b, v[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	case []any:
+		if v == nil {
+			return append(b, "null"...), nil
+		}
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	}
+	return appendOther(b, v)
+}
+
+// appendOther appends what encoding/json makes of v.
+func appendOther(b []byte, v any) ([]byte, error) {
+	buf := bytes.NewBuffer(b)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// appendFloat formats a float as encoding/json does.
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 is written e-9
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s quoted as encoding/json does without HTML escaping: quotes, backslashes
+// and control characters escaped, U+2028 and U+2029 too, invalid UTF-8 as U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// isValidNumber reports whether s is a JSON number, as encoding/json checks a json.Number.
+func isValidNumber(s string) bool {
+	if s == "" {
+		return false
+	}
+	if s[0] == '-' {
+		if s = s[1:]; s == "" {
+			return false
+		}
+	}
+	digits := func() {
+		for len(s) > 0 && '0' <= s[0] && s[0] <= '9' {
+			s = s[1:]
+		}
+	}
+	switch {
+	case s[0] == '0':
+		s = s[1:]
+	case '1' <= s[0] && s[0] <= '9':
+		digits()
+	default:
+		return false
+	}
+	if len(s) >= 2 && s[0] == '.' && '0' <= s[1] && s[1] <= '9' {
+		s = s[2:]
+		digits()
+	}
+	if len(s) >= 2 && (s[0] == 'e' || s[0] == 'E') {
+		s = s[1:]
+		if s[0] == '+' || s[0] == '-' {
+			if s = s[1:]; s == "" {
+				return false
+			}
+		}
+		digits()
+	}
+	return s == ""
+}

@@ -1,0 +1,156 @@
+package stages
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/flowrun/flowrun/internal/jsonscan"
+)
+
+// referenceDecode is what DecodePayload did with encoding/json, and what it must still do.
+func referenceDecode(payload []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	// Not dec.More, which the old DecodePayload used: it let a stray } or ] after the object pass.
+	if len(bytes.TrimLeft(payload[dec.InputOffset():], " \t\r\n")) > 0 {
+		return nil, errors.New("data after the value")
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("not an object")
+	}
+	return obj, nil
+}
+
+// referenceEncode is what Message.Payload did with encoding/json, and what it must still do.
+func referenceEncode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+var codecSeeds = []string{
+	`{}`,
+	` {"a" : [1, -2.5e+10, 0, 1E-7, 12345678901234567890, true, false, null, {}, []]} `,
+	`{"s":"plain","e":"tab\there \"quoted\" back\\slash \/ \b\f\n\r","u":"\u00e9\u2028\u2029\u0000\u001f"}`,
+	`{"pair":"\ud83d\ude00","lone":"\ud800","lowfirst":"\udc00\ud800","twohigh":"\ud83d\ud83d\ude00","bad pair":"\ud800\u0041"}`,
+	`{"html":"<a href=\"x\">&amp;</a>","zoe":"Zoë","emoji":"👩‍👩‍👧","del":"\u007f"}`,
+	`{"dup":1,"dup":2,"nested":{"dup":{"x":1},"dup":[1]}}`,
+	`{"deep":` + strings.Repeat(`[`, 200) + strings.Repeat(`]`, 200) + `}`,
+	`{"keys":{"b":1,"a":2,"é":3,"A":4,"":5}}`,
+	`[1,2]`, `"str"`, `42`, `null`, `true`, ``, `{`, `{"a":1}x`, `{"a":1} {"b":2}`, `{}}`, `{}]`, `{"a":01}`, `{"a":"\x"}`,
+	"{\"a\":\"\xff\"}",
+}
+
+// FuzzPayloadCodec checks that messages decode and encode as they did with encoding/json: the same
+// values, the same errors for what is not a JSON object, and the same bytes out.
+func FuzzPayloadCodec(f *testing.F) {
+	for _, s := range codecSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		got, err := DecodePayload(p)
+		if jsonscan.Check(p) != nil {
+			if err == nil || !IsPermanent(err) {
+				t.Fatalf("DecodePayload(%q) accepted text that is not UTF-8 or too deep", p)
+			}
+			return
+		}
+		want, wantErr := referenceDecode(p)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("DecodePayload(%q) = %v, %v; encoding/json: %v, %v", p, got, err, want, wantErr)
+		}
+		if err != nil {
+			if !IsPermanent(err) {
+				t.Fatalf("DecodePayload(%q): %v is not permanent", p, err)
+			}
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodePayload(%q) = %#v, encoding/json %#v", p, got, want)
+		}
+		enc, err := appendJSON(nil, got)
+		wantEnc, wantErr := referenceEncode(want)
+		if err != nil || wantErr != nil || !bytes.Equal(enc, wantEnc) {
+			t.Fatalf("encoding %q: %s, %v; encoding/json %s, %v", p, enc, err, wantEnc, wantErr)
+		}
+		// Any string, valid UTF-8 or not, is quoted as encoding/json quotes it.
+		s := string(p)
+		if enc, wantEnc := appendString(nil, s), must(referenceEncode(s)); !bytes.Equal(enc, wantEnc) {
+			t.Fatalf("appendString(%q) = %s, encoding/json %s", s, enc, wantEnc)
+		}
+	})
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestEncodeLikeEncodingJSON covers the values that only Go stage functions put in a message:
+// numbers of Go types, floats at the edges of the two formats, invalid json.Numbers, and types
+// encoding/json encodes on its own.
+func TestEncodeLikeEncodingJSON(t *testing.T) {
+	type custom struct {
+		A int    `json:"a"`
+		B string `json:"b,omitempty"`
+	}
+	values := []any{
+		map[string]any{"n": 1, "i64": int64(-7), "u": uint8(3), "f32": float32(0.1), "s": []string{"a<b"}},
+		[]any{1e21, 1e20, 1e-6, 1e-7, 123456789.125, -0.0, 0.0, math.MaxFloat64, math.SmallestNonzeroFloat64, 5e-324},
+		[]any{json.Number(""), json.Number("1.5e3"), json.Number("-0")},
+		map[string]any{"custom": custom{A: 1}, "ptr": &custom{B: "<>"}, "m": map[string]string{"z": "1", "a": "2"}},
+		map[string]any{"raw": json.RawMessage(`{"x": 1}`), "nil map": map[string]any(nil), "nil list": []any(nil)},
+		"\xff\xfe invalid \u2028",
+	}
+	for _, v := range values {
+		got, err := appendJSON([]byte("prefix:"), v)
+		want, wantErr := referenceEncode(v)
+		if err != nil || wantErr != nil || string(got) != "prefix:"+string(want) {
+			t.Errorf("appendJSON(%#v) = %s, %v; encoding/json %s, %v", v, got, err, want, wantErr)
+		}
+	}
+	for _, v := range []any{math.NaN(), math.Inf(1), json.Number("1x"), map[string]any{"f": func() {}}} {
+		_, err := appendJSON(nil, v)
+		_, wantErr := referenceEncode(v)
+		if err == nil || wantErr == nil || err.Error() != wantErr.Error() {
+			t.Errorf("appendJSON(%#v) error %v, encoding/json %v", v, err, wantErr)
+		}
+	}
+}
+
+// TestDecodePayloadRefusesWhatWouldChange: text that is not UTF-8 would come out of encoding/json
+// with U+FFFD in place of its bytes, and text nested past MaxDepth is refused before it is
+// parsed; both are permanent errors that say why.
+func TestDecodePayloadRefusesWhatWouldChange(t *testing.T) {
+	cases := map[string]string{
+		"{\"name\":\"caf\xe9\"}":                       "payload is not valid UTF-8 (at byte 12)",
+		`{"a":` + strings.Repeat("[", MaxDepth) + `]}`: "payload is nested deeper than 1000 levels of objects and arrays (at byte 1004)",
+		strings.Repeat("[", 20<<20):                    "payload is nested deeper than 1000 levels",
+	}
+	for p, want := range cases {
+		_, err := DecodePayload([]byte(p))
+		if err == nil || !IsPermanent(err) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("DecodePayload(%.40q...) = %v, want a permanent error %q", p, err, want)
+		}
+	}
+	ok := `{"a":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `}`
+	if _, err := DecodePayload([]byte(ok)); err != nil {
+		t.Errorf("nesting of exactly %d levels: %v", MaxDepth, err)
+	}
+}
