@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
@@ -783,5 +785,78 @@ sink "out" {
 				t.Errorf("%d passed and %d dead-lettered, want 100 and none", passed, s.DeadLettered)
 			}
 		})
+	}
+}
+
+// TestSourceDeadLettersSayWhereTheyCameFrom feeds a file source lines that cannot be messages (not
+// JSON, not UTF-8, longer than max_message_size) and a redis_stream source an entry that is not
+// JSON: each becomes a dead letter that names the file and line, or the stream, and the good
+// lines around them pass.
+func TestSourceDeadLettersSayWhereTheyCameFrom(t *testing.T) {
+	ctx := context.Background()
+	c := server.open(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in.jsonl")
+	long := `{"pad":"` + strings.Repeat("x", 2000) + `"}`
+	writeFile(t, input, "{\"n\":1}\nnot json\n\n{\"n\":\"caf\xe9\"}\n"+long+"\n{\"n\":2}\n")
+	external := fmt.Sprintf("external-%d", prefixes.Add(1))
+	plan := buildSource(t, fmt.Sprintf(`
+pipeline "where" {
+  max_message_size = "1KiB"
+}
+variable "path" {}
+topic "in" {}
+source "lines" {
+  kind   = "file"
+  path   = var.path
+  output = topic.in
+}
+source "events" {
+  kind   = "redis_stream"
+  stream = %q
+  output = topic.in
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.in
+}
+`, external), "path="+input)
+	if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: external, Values: []any{"payload", `{"n":`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: external, Values: []any{"payload", `{"n":3}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	j := runJob(t, c, plan, runtime.Options{})
+	sameMessages(t, "passed", jsonLines(t, j.stdout), []map[string]any{{"n": 1.0}, {"n": 2.0}, {"n": 3.0}})
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	envelopes := func(node string) []map[string]any {
+		dead, err := c.Universal().XRange(ctx, keys.DeadLetter(node), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []map[string]any
+		for _, d := range dead {
+			out = append(out, jsonObject(t, d.Values["payload"].(string)))
+		}
+		return out
+	}
+	lines := envelopes("lines")
+	if len(lines) != 3 {
+		t.Fatalf("%d dead letters of the file source, want 3: %v", len(lines), lines)
+	}
+	for i, want := range []struct {
+		line   float64
+		reason string
+	}{{2, "not valid JSON"}, {4, "UTF-8"}, {5, "max_message_size"}} {
+		env := lines[i]
+		if env["file"] != input || env["line"] != want.line || !strings.Contains(env["error"].(string), want.reason) ||
+			!strings.Contains(env["error"].(string), fmt.Sprintf("%s:%d", input, int(want.line))) {
+			t.Errorf("dead letter %d = %v, want line %v of %s, %q", i, env, want.line, input, want.reason)
+		}
+	}
+	events := envelopes("events")
+	if len(events) != 1 || events[0]["stream"] != external || !strings.Contains(events[0]["error"].(string), "not valid JSON") {
+		t.Errorf("dead letters of the redis_stream source = %v, want one naming %s", events, external)
 	}
 }

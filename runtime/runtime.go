@@ -406,8 +406,13 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	return summary, err
 }
 
-// maxMessageSize is the longest payload the pipeline takes.
-func (r *runner) maxMessageSize() int64 { return 64 << 20 }
+// maxMessageSize is the largest entry the pipeline takes (max_message_size).
+func (r *runner) maxMessageSize() int64 {
+	if r.plan.MaxMessageSize > 0 {
+		return r.plan.MaxMessageSize
+	}
+	return int64(flow.DefaultMaxMessageSize)
+}
 
 // fail records the first error that ends the run, and stops it.
 func (r *runner) fail(err error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // Sources of kinds generate, file and stdin produce messages into their output topic. One process at
@@ -134,6 +135,11 @@ func (e *emitter) emit(ctx context.Context, m stages.Message, o origin) error {
 		defer span.End()
 	}
 	out, err := e.r.topicOutput(n, &message{id: e.id(o), out: tc}, e.src.output, &m, 0, e.src.spread.next())
+	if err == nil {
+		if size, limit := redis.EntrySize(out.Entry), e.r.maxMessageSize(); size > limit {
+			err = stages.Permanent(fmt.Errorf("the message's entry is %d bytes, more than max_message_size (%d bytes)", size, limit))
+		}
+	}
 	if err != nil {
 		if !stages.IsPermanent(err) {
 			return err
@@ -151,7 +157,10 @@ func (e *emitter) reject(ctx context.Context, err error, m stages.Message, o ori
 	now := time.Now()
 	env.Error, env.Attempts, env.FirstFailedAt, env.LastFailedAt = e.r.plan.Redact(err.Error()), 1, now, now
 	env.Key, env.Headers = m.Key, m.Headers
-	if payload, perr := m.Payload(); perr == nil && len(payload) > 0 {
+	if payload, perr := m.Payload(); perr == nil && int64(len(payload)) > e.r.maxMessageSize()/2 {
+		// Too large to go whole into a dead letter, which must stay under the limit too.
+		env.RawFields = map[string]string{"payload_start": string(payload[:lineStartKept])}
+	} else if perr == nil && len(payload) > 0 {
 		env.Payload = payload
 	}
 	out := e.r.deadLetter(n, 0, env, traceContext{})
