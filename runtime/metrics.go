@@ -93,7 +93,7 @@ func (r *runner) registerMetrics() error {
 	if err != nil {
 		return err
 	}
-	paused, err := m.Int64ObservableGauge("flowrun.node.paused", metric.WithUnit("1"),
+	paused, err := m.Int64ObservableGauge("flowrun.node.paused",
 		metric.WithDescription("1 while a stage's or sink's attempts fail transiently and it waits for its downstream to come back (one probe at a time), else 0."))
 	if err != nil {
 		return err
@@ -103,7 +103,7 @@ func (r *runner) registerMetrics() error {
 	if err != nil {
 		return err
 	}
-	redisDown, err := m.Int64ObservableGauge("flowrun.redis.failing", metric.WithUnit("1"),
+	redisDown, err := m.Int64ObservableGauge("flowrun.redis.failing",
 		metric.WithDescription("1 while this process's calls to Redis fail (it waits and retries), else 0."))
 	if err != nil {
 		return err
