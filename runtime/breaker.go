@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -22,6 +23,10 @@ type breaker struct {
 	node   *node
 	policy flow.RetryPolicy // spaces the probes
 	redact func(string) string
+
+	// isOpen mirrors open, so that the attempts of a node whose breaker is closed (nearly all of
+	// them) take no lock.
+	isOpen atomic.Bool
 
 	mu        sync.Mutex
 	open      bool
@@ -48,6 +53,9 @@ func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
 		}
 	}()
 	for {
+		if !b.isOpen.Load() {
+			return false, true
+		}
 		b.mu.Lock()
 		if !b.open {
 			b.mu.Unlock()
@@ -81,6 +89,9 @@ func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
 
 // succeeded records an attempt that did not fail transiently: the node's downstream answers.
 func (b *breaker) succeeded(probe bool) {
+	if !probe && !b.isOpen.Load() {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if probe {
@@ -90,6 +101,7 @@ func (b *breaker) succeeded(probe bool) {
 		return
 	}
 	b.open, b.probes = false, 0
+	b.isOpen.Store(false)
 	b.node.log.Info("attempts succeed again; the node goes on", "paused", time.Since(b.since).Round(time.Millisecond))
 	b.wake()
 }
@@ -103,6 +115,7 @@ func (b *breaker) failed(probe bool, err error, after time.Duration) {
 	b.lastErr = b.redact(err.Error())
 	if !b.open {
 		b.open, b.since, b.probes = true, now, 0
+		b.isOpen.Store(true)
 		b.nextProbe = now.Add(max(jittered(b.policy.Delay(1), b.policy.Jitter), after))
 		b.node.log.Warn("attempts fail transiently: the node pauses and tries one message at a time until they succeed; nothing is dead-lettered meanwhile",
 			"err", b.lastErr, "retry_policy", policyName(b.policy))

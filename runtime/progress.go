@@ -41,6 +41,7 @@ func ReportProgress(ctx context.Context, rt *Runtime, o ProgressOptions) {
 	ticker := time.NewTicker(o.Interval)
 	defer ticker.Stop()
 	var rate rateMeter
+	progressOf(rt.Snapshot(), &rate) // the first report's rate is measured from here
 	for {
 		select {
 		case <-ctx.Done():
