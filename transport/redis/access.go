@@ -32,11 +32,11 @@ type AccessCheck struct {
 	Args []string
 	// Words is how many of Args name the command: 1, or 2 for a subcommand (XGROUP CREATE).
 	Words int
-	// Key is the key the command touches, for messages; "" for none.
-	Key string
-	// Pattern is the ACL key pattern that grants Key in the suggested rule, for example
-	// "flow:*" for every key of a pipeline with the prefix "flow"; "" for none.
-	Pattern string
+	// Keys are the keys among Args, in order; none for a command without keys.
+	Keys []string
+	// Patterns are the ACL key patterns that grant Keys in the suggested rule, one per key, for
+	// example "flow:*" for every key of a pipeline with the prefix "flow".
+	Patterns []string
 	// For says who needs the command, for messages: "stage enrich".
 	For string
 }
@@ -67,14 +67,23 @@ func (a *Access) Checks() []AccessCheck { return a.checks }
 
 // add adds a command whose key (if any) is key.
 func (a *Access) add(who, key string, words int, args ...string) {
+	var keys []string
+	if key != "" {
+		keys = []string{key}
+	}
+	a.addKeys(who, keys, words, args...)
+}
+
+// addKeys adds a command whose keys are keys.
+func (a *Access) addKeys(who string, keys []string, words int, args ...string) {
 	id := strings.Join(args, "\x00")
 	if a.seen[id] {
 		return
 	}
 	a.seen[id] = true
-	c := AccessCheck{Args: args, Words: words, Key: key, For: who}
-	if key != "" {
-		c.Pattern = a.pattern(key)
+	c := AccessCheck{Args: args, Words: words, Keys: keys, For: who}
+	for _, k := range keys {
+		c.Patterns = append(c.Patterns, a.pattern(k))
 	}
 	a.checks = append(a.checks, c)
 }
@@ -96,15 +105,11 @@ func globEscape(s string) string {
 // Script.Run (which falls back to EVAL when the server does not have the script yet), EVAL alone
 // for one sent with Script.Eval (inside transactions).
 func (a *Access) script(who string, s *goredis.Script, runs bool, keys ...string) {
-	key := ""
-	if len(keys) > 0 {
-		key = keys[0]
-	}
 	tail := append([]string{strconv.Itoa(len(keys))}, keys...)
 	if runs {
-		a.add(who, key, 1, append([]string{"evalsha", s.Hash()}, tail...)...)
+		a.addKeys(who, keys, 1, append([]string{"evalsha", s.Hash()}, tail...)...)
 	}
-	a.add(who, key, 1, append([]string{"eval", "-- script"}, tail...)...)
+	a.addKeys(who, keys, 1, append([]string{"eval", "-- script"}, tail...)...)
 }
 
 // Members adds Heartbeat and Leave on the members key (Keys.Members).
@@ -241,7 +246,8 @@ type AccessReason int
 const (
 	// AccessCommand: the user may not run the command at all.
 	AccessCommand AccessReason = iota + 1
-	// AccessKey: the user may run the command, but not on that key.
+	// AccessKey: the user may not read and write the key (AccessError.Key), whatever the
+	// command.
 	AccessKey
 	// AccessUnknownCommand: the server does not know the command (rename-command, or too old).
 	AccessUnknownCommand
@@ -253,6 +259,8 @@ type AccessError struct {
 	User   string // the ACL user; "default" when the URL names none
 	Check  AccessCheck
 	Reason AccessReason
+	// Key is the key refused, with Reason AccessKey.
+	Key string
 	// Failed is how many checks failed in all.
 	Failed int
 	// Rule is an ACL SETUSER command that grants the user the commands and key patterns that
@@ -272,7 +280,7 @@ func (e *AccessError) Error() string {
 		fmt.Fprintf(&b, "the Redis server does not know the command %s%s: it was renamed or disabled "+
 			"(rename-command), or the server is older than Redis 7.0", e.Check.Command(), who)
 	case AccessKey:
-		fmt.Fprintf(&b, "redis user %q may not access the key %s with %s%s", e.User, e.Check.Key, e.Check.Command(), who)
+		fmt.Fprintf(&b, "redis user %q may not access the key %s (for %s%s)", e.User, e.Key, e.Check.Command(), who)
 	default:
 		fmt.Fprintf(&b, "redis user %q may not run %s%s", e.User, e.Check.Command(), who)
 	}
@@ -292,50 +300,58 @@ func (e *AccessError) Error() string {
 // maxAccessFailures bounds the failures the check script reports one by one (it counts them all).
 const maxAccessFailures = 1000
 
-// accessScript runs redis.acl_check_cmd on each check: first on the command alone (is the user
-// allowed the command?), then with its arguments (and the keys among them). It returns the number
-// of failed checks followed by (index, reason) of each, up to ARGV[1] of them, or {-1} when the
-// server lacks acl_check_cmd. An unknown command makes acl_check_cmd raise an error, hence pcall.
+// accessScript runs redis.acl_check_cmd on each check, always on the command as it will be sent
+// (a command cut short can make the server read past its arguments while it looks for keys). A
+// check that fails is told apart by a second one on its keys alone: EVAL with them as its keys,
+// which the user may run (the script runs in EVAL) and which needs read and write access. If the
+// keys pass, the command is refused; else the first key that fails alone is. An unknown command
+// makes acl_check_cmd raise an error, hence pcall. It returns the number of failed checks
+// followed by (check index, reason, key index) of each, up to ARGV[1] of them, or {-1} when the
+// server lacks acl_check_cmd.
 //
-//	ARGV[1] the most failures to list, then per check: the number of words that name the
-//	command, the number of arguments, them
+//	ARGV[1] the most failures to list, then per check: the number of arguments, them, the
+//	number of keys, them
 var accessScript = `
 if type(redis.acl_check_cmd) ~= 'function' then
   return {-1}
 end
 local limit = tonumber(ARGV[1])
-local commands = {}
+local keyok = {}
+local function keyAllowed(k)
+  if keyok[k] == nil then
+    keyok[k] = redis.acl_check_cmd('eval', 'return 0', '1', k)
+  end
+  return keyok[k]
+end
 local out = {0}
 local i, n = 2, 0
 while i <= #ARGV do
   n = n + 1
-  local words, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  local args = {}
-  for j = 1, count do
-    args[j] = ARGV[i + 1 + j]
-  end
-  i = i + 2 + count
-  local name = table.concat(args, ' ', 1, words)
-  local r = commands[name]
-  if r == nil then
-    local ok, allowed = pcall(redis.acl_check_cmd, unpack(args, 1, words))
-    if not ok then
-      r = 3
-    elseif allowed then
-      r = 0
-    else
-      r = 1
+  local count = tonumber(ARGV[i])
+  local args = {unpack(ARGV, i + 1, i + count)}
+  i = i + 1 + count
+  local nkeys = tonumber(ARGV[i])
+  local keys = {unpack(ARGV, i + 1, i + nkeys)}
+  i = i + 1 + nkeys
+  local reason, bad = 0, 0
+  local ok, allowed = pcall(redis.acl_check_cmd, unpack(args))
+  if not ok then
+    reason = 3
+  elseif not allowed then
+    reason = 1
+    for k = 1, nkeys do
+      if not keyAllowed(keys[k]) then
+        reason, bad = 2, k
+        break
+      end
     end
-    commands[name] = r
   end
-  if r == 0 and count > words and not redis.acl_check_cmd(unpack(args)) then
-    r = 2
-  end
-  if r ~= 0 then
+  if reason ~= 0 then
     out[1] = out[1] + 1
     if out[1] <= limit then
       out[#out + 1] = n
-      out[#out + 1] = r
+      out[#out + 1] = reason
+      out[#out + 1] = bad
     end
   end
 end
@@ -351,12 +367,16 @@ func (c *Client) CheckAccess(ctx context.Context, checks []AccessCheck) error {
 	if len(checks) == 0 {
 		return nil
 	}
-	argv := make([]any, 0, 1+8*len(checks))
+	argv := make([]any, 0, 1+10*len(checks))
 	argv = append(argv, maxAccessFailures)
 	for _, ch := range checks {
-		argv = append(argv, ch.Words, len(ch.Args))
+		argv = append(argv, len(ch.Args))
 		for _, a := range ch.Args {
 			argv = append(argv, a)
+		}
+		argv = append(argv, len(ch.Keys))
+		for _, k := range ch.Keys {
+			argv = append(argv, k)
 		}
 	}
 	res, err := c.rdb.Eval(ctx, accessScript, nil, argv...).Int64Slice()
@@ -375,31 +395,50 @@ func (c *Client) CheckAccess(ctx context.Context, checks []AccessCheck) error {
 	if len(res) == 1 && res[0] == -1 {
 		return fmt.Errorf("redis: %w", ErrAccessUnchecked)
 	}
-	if len(res) == 0 || len(res)%2 != 1 {
+	if len(res) == 0 || len(res)%3 != 1 {
 		return fmt.Errorf("redis: checking the user's permissions: %w", errUnexpected(res))
 	}
 	if res[0] == 0 {
 		return nil
 	}
-	var failed []AccessCheck
-	var reasons []AccessReason
-	for i := 1; i+1 < len(res); i += 2 {
-		if res[i] < 1 || res[i] > int64(len(checks)) {
+	var e *AccessError
+	var patterns, rules []string
+	failed := map[int64]bool{}
+	for i := 1; i+2 < len(res); i += 3 {
+		failed[res[i]] = true
+	}
+	// A command refused on a key it may not access may be refused as such too: the rule grants
+	// it as well, unless the command passed on another key (granting it again would be harmless,
+	// but noise).
+	passed := map[string]bool{}
+	for i, ch := range checks {
+		if !failed[int64(i+1)] {
+			passed[ch.rule()] = true
+		}
+	}
+	for i := 1; i+2 < len(res); i += 3 {
+		index, reason, key := res[i], AccessReason(res[i+1]), res[i+2]
+		if index < 1 || index > int64(len(checks)) || key < 0 || key > int64(len(checks[index-1].Keys)) ||
+			reason == AccessKey && key == 0 {
 			return fmt.Errorf("redis: checking the user's permissions: %w", errUnexpected(res))
 		}
-		failed = append(failed, checks[res[i]-1])
-		reasons = append(reasons, AccessReason(res[i+1]))
-	}
-	e := &AccessError{User: c.user, Check: failed[0], Reason: reasons[0], Failed: int(res[0])}
-	// A command the server lacks is not the user's to be granted: rename-command or an upgrade
-	// fixes it, and the rule would not help.
-	var patterns, rules []string
-	for i, ch := range failed {
-		switch reasons[i] {
+		ch := checks[index-1]
+		if e == nil {
+			e = &AccessError{User: c.user, Check: ch, Reason: reason, Failed: int(res[0])}
+			if reason == AccessKey {
+				e.Key = ch.Keys[key-1]
+			}
+		}
+		switch reason {
 		case AccessUnknownCommand:
-			return e
+			// Not the user's to be granted: rename-command or an upgrade fixes it, so it is what
+			// the error is about.
+			return &AccessError{User: c.user, Check: ch, Reason: reason, Failed: int(res[0])}
 		case AccessKey:
-			patterns = append(patterns, "~"+ch.Pattern)
+			patterns = append(patterns, "~"+ch.Patterns[key-1])
+			if !passed[ch.rule()] {
+				rules = append(rules, ch.rule())
+			}
 		default:
 			rules = append(rules, ch.rule())
 		}
@@ -437,8 +476,8 @@ func aclSetUser(user string, patterns, rules []string) string {
 func (c *Client) AccessRule(checks []AccessCheck) string {
 	var patterns, rules []string
 	for _, ch := range checks {
-		if ch.Pattern != "" {
-			patterns = append(patterns, "~"+ch.Pattern)
+		for _, p := range ch.Patterns {
+			patterns = append(patterns, "~"+p)
 		}
 		rules = append(rules, ch.rule())
 	}

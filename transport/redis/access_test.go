@@ -95,6 +95,9 @@ func TestCheckAccess(t *testing.T) {
 		{"nocreate", []string{"~*", "+@all", "-xgroup|create"}, AccessCommand, "XGROUP CREATE", "", "+xgroup|create"},
 		{"readonly", []string{"%R~*", "+@all"}, AccessKey, "ZADD", u.k.Members(), "~" + prefixRule},
 		{"nomulti", []string{"~*", "+@all", "-multi"}, AccessCommand, "MULTI", "", "+multi"},
+		{"noset", []string{"~*", "+@all", "-set"}, AccessCommand, "SET", "", "+set"},
+		// Other keys and a command missing: both are granted at once.
+		{"otherandnoclaim", []string{"~other:*", "+@all", "-xautoclaim"}, AccessKey, "ZADD", u.k.Members(), "+xautoclaim"},
 		{"nostreams", []string{"~" + prefixRule, "+@all", "-@stream"}, AccessCommand, "XGROUP CREATE", "", "+xack +xadd +xautoclaim"},
 		// Without EVAL, the probe itself is refused: it names EVAL.
 		{"noeval", []string{"~*", "+@all", "-eval"}, AccessCommand, "EVAL", "", "+eval +evalsha"},
@@ -105,9 +108,9 @@ func TestCheckAccess(t *testing.T) {
 			c := openAs(t, srv, tc.user)
 			ae := accessError(t, c.CheckAccess(ctx, checks))
 			if ae.Reason != tc.reason || ae.Check.Command() != tc.command || ae.User != tc.user ||
-				tc.reason == AccessKey && ae.Check.Key != tc.key {
+				tc.reason == AccessKey && ae.Key != tc.key {
 				t.Fatalf("got reason %d, command %s, key %q, user %q; want %d, %s, %q, %q: %v",
-					ae.Reason, ae.Check.Command(), ae.Check.Key, ae.User, tc.reason, tc.command, tc.key, tc.user, ae)
+					ae.Reason, ae.Check.Command(), ae.Key, ae.User, tc.reason, tc.command, tc.key, tc.user, ae)
 			}
 			msg := ae.Error()
 			for _, want := range []string{`"` + tc.user + `"`, tc.command, tc.key, "ACL SETUSER " + tc.user + " ", tc.grant} {
