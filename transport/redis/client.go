@@ -334,7 +334,8 @@ const (
 	// for a server.
 	ConnectBadCertificate
 	// ConnectClientCertificate: the server requires a client certificate, or refused the one
-	// given.
+	// given: it said so, or (TLS 1.3, where the client's certificate is checked after the client
+	// thinks the handshake done) it closed the TLS connection at the first command.
 	ConnectClientCertificate
 	// ConnectNotTLS: a rediss:// URL, and what answered (or did not answer within the dial
 	// timeout) is not a TLS handshake: probably a plain port.
@@ -366,14 +367,20 @@ func (e *ConnectError) Problem() ConnectProblem {
 		return ConnectWrongHost
 	case errors.As(e.Err, &invalid):
 		return ConnectBadCertificate
-	case errors.As(e.Err, &op) && op.Op == "remote error" && op.Err != nil && isClientCertAlert(op.Err.Error()):
+	case errors.As(e.Err, &op) && op.Op == "remote error" && op.Err != nil && isClientCertAlert(op.Err.Error()),
+		e.TLS && hungUp(e.Err):
 		return ConnectClientCertificate
 	case e.TLS && (errors.As(e.Err, &record) || errors.Is(e.Err, context.DeadlineExceeded) || isTimeout(e.Err)):
 		return ConnectNotTLS
-	case !e.TLS && (errors.Is(e.Err, io.EOF) || errors.Is(e.Err, syscall.ECONNRESET)):
+	case !e.TLS && hungUp(e.Err):
 		return ConnectTLSOnly
 	}
 	return ConnectUnreachable
+}
+
+// hungUp reports whether the server closed a connection it had accepted.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // isClientCertAlert reports whether a TLS alert from the server is about the client's
