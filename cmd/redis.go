@@ -138,7 +138,7 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 			}
 			msg := connectionError(err, urls)
 			if hint := connectHint(err, from, tlsGiven); hint != "" {
-				msg += "; " + hint
+				msg = strings.TrimSuffix(msg, ".") + "; " + hint
 			}
 			return nil, nil, exitError{code: ExitError, message: msg}
 		}

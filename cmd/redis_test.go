@@ -420,7 +420,7 @@ func TestRunChecksCommandsAtStart(t *testing.T) {
 	path, _ := testPipeline(t, jobPipeline)
 	code, out, errOut := runIn(t, "", "run", path, "--until-drained", "--redis", srv.URL())
 	msg := oneErrorLine(t, "rename-command", errOut)
-	if code != ExitError || out != "" || !strings.Contains(msg, "the Redis server does not know the command XAUTOCLAIM, which sink out needs") {
+	if code != ExitError || out != "" || !strings.Contains(msg, "the Redis server does not know the command XAUTOCLAIM (needed by sink out)") {
 		t.Errorf("exit %d, stdout %q: %s", code, out, msg)
 	}
 }

@@ -38,7 +38,7 @@ func (r *runner) checkAccess(ctx context.Context) error {
 // source its lease and output; the membership; the trimming of retained topics.
 func (r *runner) accessChecks() *redis.Access {
 	a := redis.NewAccess(r.keys)
-	a.Members("sharing the partitions between processes")
+	a.Members("the membership of the running processes")
 	for _, u := range r.units {
 		n := u.node
 		who := n.typ + " " + n.name

@@ -271,21 +271,36 @@ type AccessError struct {
 
 func (e *AccessError) Error() string {
 	var b strings.Builder
-	who := ""
-	if e.Check.For != "" {
-		who = ", which " + e.Check.For + " needs"
-	}
 	switch e.Reason {
 	case AccessUnknownCommand:
-		fmt.Fprintf(&b, "the Redis server does not know the command %s%s: it was renamed or disabled "+
-			"(rename-command), or the server is older than Redis 7.0", e.Check.Command(), who)
+		fmt.Fprintf(&b, "the Redis server does not know the command %s", e.Check.Command())
 	case AccessKey:
-		fmt.Fprintf(&b, "redis user %q may not access the key %s (for %s%s)", e.User, e.Key, e.Check.Command(), who)
+		fmt.Fprintf(&b, "redis user %q may not access the key %s (%s", e.User, e.Key, e.Check.Command())
 	default:
-		fmt.Fprintf(&b, "redis user %q may not run %s%s", e.User, e.Check.Command(), who)
+		fmt.Fprintf(&b, "redis user %q may not run %s (", e.User, e.Check.Command())
 	}
-	if e.Failed > 1 {
-		fmt.Fprintf(&b, " (and %d more of the commands and keys the pipeline needs)", e.Failed-1)
+	if e.Check.For != "" {
+		if e.Reason == AccessUnknownCommand {
+			b.WriteString(" (")
+		} else if e.Reason == AccessKey {
+			b.WriteString(", ")
+		}
+		b.WriteString("needed by " + e.Check.For)
+		if e.Reason == AccessUnknownCommand {
+			b.WriteString(")")
+		}
+	}
+	if e.Reason != AccessUnknownCommand {
+		b.WriteString(")")
+	}
+	switch {
+	case e.Failed == 2:
+		b.WriteString(" and 1 more command or key")
+	case e.Failed > 2:
+		fmt.Fprintf(&b, " and %d more commands or keys", e.Failed-1)
+	}
+	if e.Reason == AccessUnknownCommand {
+		b.WriteString(": it was renamed or disabled (rename-command), or the server is older than Redis 7.0")
 	}
 	if e.Rule != "" {
 		them := "it"
@@ -382,7 +397,7 @@ func (c *Client) CheckAccess(ctx context.Context, checks []AccessCheck) error {
 	res, err := c.rdb.Eval(ctx, accessScript, nil, argv...).Int64Slice()
 	if err != nil {
 		msg := err.Error()
-		eval := AccessCheck{Args: []string{"eval"}, Words: 1, For: "flowrun's scripts (leases, acknowledgements, retries)"}
+		eval := AccessCheck{Args: []string{"eval"}, Words: 1, For: "flowrun's scripts: leases, acknowledgements, retries"}
 		switch {
 		case strings.HasPrefix(msg, "NOPERM"):
 			return &AccessError{User: c.user, Check: eval, Reason: AccessCommand, Failed: 1,
