@@ -247,6 +247,14 @@ func parseURL(raw string) (*goredis.Options, error) {
 			return nil, err
 		}
 	case "unix":
+		path := raw[len(scheme)+len("://"):]
+		path = path[strings.LastIndexByte(path, '@')+1:]
+		if i := strings.IndexAny(path, "?#"); i >= 0 {
+			path = path[:i]
+		}
+		if strings.TrimSpace(path) == "" {
+			return nil, &URLError{URL: scheme + "://", Reason: "no socket path: write unix:///path/to/redis.sock"}
+		}
 	default:
 		// The scheme is printable: it comes before "://", where no password can be.
 		return nil, &URLError{URL: RedactURL(raw), Reason: fmt.Sprintf("unsupported scheme %q: use %s", scheme, Schemes)}
