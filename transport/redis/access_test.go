@@ -319,3 +319,14 @@ func xaddArgs(stream string, e Entry) *goredis.XAddArgs {
 	}
 	return &goredis.XAddArgs{Stream: stream, Values: values}
 }
+
+// On a cluster the check runs on one node, for keys of every slot.
+func TestCheckAccessOnACluster(t *testing.T) {
+	c := clusterBackend().open(t)
+	if err := c.CheckAccess(ctxT(t), newAccessKeys(testKeys(t)).everything().Checks()); err != nil {
+		t.Fatal(err)
+	}
+	if rule := c.AccessRule(nil); !strings.Contains(rule, "+cluster|slots") {
+		t.Errorf("the rule of a cluster lacks CLUSTER SLOTS: %s", rule)
+	}
+}
