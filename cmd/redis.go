@@ -68,20 +68,37 @@ func fileSetting(flag, value, env string) setting {
 	return setting{flag, flag, ""}
 }
 
-// tlsConfig builds the TLS configuration of --redis-ca, --redis-cert and --redis-key; nil when
-// none is given. Its errors are exitErrors for invalid options, naming the flag.
-func (f *redisFlags) tlsConfig() (*tls.Config, []setting, error) {
-	ca := fileSetting("--redis-ca", f.ca, EnvRedisCA)
-	cert := fileSetting("--redis-cert", f.cert, EnvRedisCert)
-	key := fileSetting("--redis-key", f.key, EnvRedisKey)
+// tlsSettings returns the TLS files given, by flag or in the environment.
+func (f *redisFlags) tlsSettings() []setting {
 	var given []setting
-	for _, s := range []setting{ca, cert, key} {
+	for _, s := range []setting{
+		fileSetting("--redis-ca", f.ca, EnvRedisCA),
+		fileSetting("--redis-cert", f.cert, EnvRedisCert),
+		fileSetting("--redis-key", f.key, EnvRedisKey),
+	} {
 		if s.value != "" {
 			given = append(given, s)
 		}
 	}
+	return given
+}
+
+// tlsConfig builds the TLS configuration of the given TLS files; nil when there are none. Its
+// errors are exitErrors for invalid options, naming the flag.
+func tlsConfig(given []setting) (*tls.Config, error) {
 	if len(given) == 0 {
-		return nil, nil, nil
+		return nil, nil
+	}
+	var ca, cert, key setting
+	for _, s := range given {
+		switch s.flag {
+		case "--redis-ca":
+			ca = s
+		case "--redis-cert":
+			cert = s
+		case "--redis-key":
+			key = s
+		}
 	}
 	invalid := func(format string, args ...any) error {
 		return exitError{code: ExitInvalid, message: oneLine(fmt.Sprintf(format, args...))}
@@ -90,23 +107,23 @@ func (f *redisFlags) tlsConfig() (*tls.Config, []setting, error) {
 	if ca.value != "" {
 		pool, err := redis.LoadCertPool(ca.value)
 		if err != nil {
-			return nil, nil, invalid("%s: %v", ca.name, err)
+			return nil, invalid("%s: %v", ca.name, err)
 		}
 		cfg.RootCAs = pool
 	}
 	switch {
 	case cert.value != "" && key.value == "":
-		return nil, nil, invalid("%s needs --redis-key: the private key of the client certificate", cert.name)
+		return nil, invalid("%s needs --redis-key: the private key of the client certificate", cert.name)
 	case cert.value == "" && key.value != "":
-		return nil, nil, invalid("%s needs --redis-cert: the client certificate of the key", key.name)
+		return nil, invalid("%s needs --redis-cert: the client certificate of the key", key.name)
 	case cert.value != "":
 		c, err := redis.LoadClientCertificate(cert.value, key.value)
 		if err != nil {
-			return nil, nil, invalid("%s and %s: %v", cert.name, key.name, err)
+			return nil, invalid("%s and %s: %v", cert.name, key.name, err)
 		}
 		cfg.Certificates = []tls.Certificate{c}
 	}
-	return cfg, given, nil
+	return cfg, nil
 }
 
 // connect opens the configured Redis (--redis, else FLOWRUN_REDIS_URL) and returns the client and
@@ -116,20 +133,35 @@ func (f *redisFlags) tlsConfig() (*tls.Config, []setting, error) {
 // one line that name the address but never the password: exit code 2 for URLs and TLS files that
 // cannot be used, found before anything is dialled, 1 for a Redis that cannot be reached or
 // refuses the connection, with a hint where the cause is clear.
+//
+// TLS files given as flags to a connection without TLS are a mistake (the user expects TLS);
+// given in the environment they are ignored there, so that a shell set up for a TLS server can
+// still reach a local plain one.
 func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedded bool) (*redis.Client, func(), error) {
 	urls, from := f.configured()
-	tlsCfg, tlsGiven, err := f.tlsConfig()
-	if err != nil {
-		return nil, nil, err
-	}
 	if len(urls) > 0 {
 		if err := redis.ValidateURLs(urls); err != nil {
 			return nil, nil, exitError{code: ExitInvalid, message: from + ": " + strings.TrimPrefix(connectionError(err, urls), "redis: ")}
 		}
-		if tlsCfg != nil && !strings.HasPrefix(strings.ToLower(urls[0]), "rediss://") {
-			return nil, nil, exitError{code: ExitInvalid, message: tlsGiven[0].name + " is for TLS connections, and " + from +
-				" gives " + redis.RedactURL(urls[0]) + ": use a rediss:// URL"}
+	}
+	tlsGiven := f.tlsSettings()
+	if len(urls) == 0 || !strings.HasPrefix(strings.ToLower(urls[0]), "rediss://") {
+		for _, s := range tlsGiven {
+			if s.name == s.flag {
+				msg := s.flag + " is for TLS connections: give a rediss:// URL with --redis or in " + EnvRedisURL
+				if len(urls) > 0 {
+					msg = s.flag + " is for TLS connections, and " + from + " gives " + redis.RedactURL(urls[0]) + ": use a rediss:// URL"
+				}
+				return nil, nil, exitError{code: ExitInvalid, message: msg}
+			}
 		}
+		tlsGiven = nil
+	}
+	tlsCfg, err := tlsConfig(tlsGiven)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(urls) > 0 {
 		c, err := redis.Open(ctx, redis.Options{URLs: urls, TLSConfig: tlsCfg})
 		if err != nil {
 			var uerr *redis.URLError
@@ -143,10 +175,6 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 			return nil, nil, exitError{code: ExitError, message: msg}
 		}
 		return c, func() { _ = c.Close() }, nil
-	}
-	if tlsCfg != nil {
-		return nil, nil, exitError{code: ExitInvalid, message: tlsGiven[0].name + " is for TLS connections: give a " +
-			"rediss:// URL with --redis or in " + EnvRedisURL}
 	}
 	if !allowEmbedded {
 		return nil, nil, exitError{code: ExitError, message: "no Redis configured: give its URL with --redis " +

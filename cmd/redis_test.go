@@ -248,6 +248,11 @@ func TestTLSFlags(t *testing.T) {
 	if code, _, errOut := job(mutual.TLSURL()); code != ExitOK {
 		t.Errorf("TLS files from the environment: exit %d\n%s", code, errOut)
 	}
+	// Files from the environment are not applied to a plain connection (a shell set up for a TLS
+	// server can still reach a local one); given as flags, they are a mistake (see below).
+	if code, _, errOut := runIn(t, "", "inspect", path, "--redis", srv.URL()); code != ExitOK {
+		t.Errorf("TLS files in the environment, a redis:// URL: exit %d\n%s", code, errOut)
+	}
 	t.Setenv(EnvRedisCA, "")
 	t.Setenv(EnvRedisCert, "")
 	t.Setenv(EnvRedisKey, "")
