@@ -223,7 +223,10 @@ func TestRunFailsAtStartWithoutPermissions(t *testing.T) {
 		t.Run(tc.user, func(t *testing.T) {
 			setUser(t, srv, tc.user, append([]string{"reset", "on", ">pw"}, tc.rules...)...)
 			var log syncBuffer
-			summary, err := runtime.Run(ctx, plan, runtime.Options{
+			// The deadline only keeps a broken check from hanging the test: the run would retry.
+			runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			summary, err := runtime.Run(runCtx, plan, runtime.Options{
 				Redis: openURLs(t, "redis://"+tc.user+":pw@"+srv.Addr()), UntilDrained: true, Logger: newLogger(&log),
 				Stdin: strings.NewReader(""), Stdout: &log,
 			})
