@@ -73,7 +73,8 @@ func newRunCommand(stdio IO) *cobra.Command {
 			}
 			// connect starts the embedded Redis when none is configured; its dead letters are gone
 			// when the process exits.
-			embedded := len(conn.configured()) == 0
+			urls, _ := conn.configured()
+			embedded := len(urls) == 0
 			banner := stderr
 			if jsonLog {
 				banner = jsonLines{w: stdio.Err, level: slog.LevelWarn}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -103,14 +104,25 @@ type waiter interface {
 }
 
 // admit waits until the partition's backlog is under its cap, then lets n entries through: the
-// writer must report them written or dropped. When ctx ends first it returns ctx's error, having
-// let them through all the same: a stop writes what it has rather than do it again. When the
-// backlog cannot be measured (Redis fails), it lets the writer through: the write fails on its own,
-// and is retried.
+// writer must report them written or dropped. When ctx ends first it returns ctx's error, and
+// when measuring the backlog is refused for good (redis.Unrecoverable: the user may not read the
+// stream's groups) that error; either way it lets nothing through (a stopping writer that writes
+// anyway calls letThrough). When the backlog cannot be measured because Redis fails, it lets the
+// writer through: the write fails on its own, and is retried.
 func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w waiter) error {
 	var started time.Time
 	wait := gateWaitMin
-	for !b.tryAdmit(ctx, g, n) {
+	for {
+		ok, err := b.tryAdmit(ctx, g, n)
+		if err != nil {
+			if w != nil && !started.IsZero() {
+				w.released(g, time.Since(started))
+			}
+			return err
+		}
+		if ok {
+			break
+		}
 		if started.IsZero() {
 			started = time.Now()
 			if w != nil {
@@ -124,9 +136,6 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 			if w != nil {
 				w.released(g, time.Since(started))
 			}
-			g.mu.Lock()
-			g.unwritten += n
-			g.mu.Unlock()
 			return ctx.Err()
 		case <-t.C:
 		}
@@ -139,28 +148,32 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 }
 
 // tryAdmit lets n entries through if the partition has room, measuring its backlog when the
-// estimate does not say; it does not wait.
-func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) bool {
+// estimate does not say; it does not wait. Its error is one that waiting does not heal.
+func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) (bool, error) {
 	if g.take(n, false) {
-		return true
+		return true, nil
 	}
 	g.measuring.Lock()
 	defer g.measuring.Unlock()
 	if g.take(n, false) { // measured meanwhile
-		return true
+		return true, nil
 	}
 	g.mu.Lock()
 	before := g.since
 	g.mu.Unlock()
 	backlog, err := b.rdb.Backlog(ctx, g.stream, g.groups)
+	if redis.Unrecoverable(err) {
+		return false, fmt.Errorf("measuring the backlog of topic %s (max_lag): %w", g.topic, err)
+	}
 	if err != nil {
-		return true
+		g.letThrough(n) // Redis fails: the write fails on its own, and is retried
+		return true, nil
 	}
 	g.mu.Lock()
 	// What was written while the measurement ran may or may not be in it: keep counting it.
 	g.measured, g.measuredAt, g.since = backlog, time.Now(), g.since-before
 	g.mu.Unlock()
-	return g.take(n, true)
+	return g.take(n, true), nil
 }
 
 // take lets n entries through if the estimate, fresh enough, is under the cap.
@@ -175,6 +188,13 @@ func (g *partitionGate) take(n int64, fresh bool) bool {
 	}
 	g.unwritten += n
 	return true
+}
+
+// letThrough lets n entries through whatever the backlog.
+func (g *partitionGate) letThrough(n int64) {
+	g.mu.Lock()
+	g.unwritten += n
+	g.mu.Unlock()
 }
 
 // written reports that n entries let through are in Redis now.

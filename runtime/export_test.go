@@ -1,6 +1,10 @@
 package runtime
 
-import "time"
+import (
+	"time"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
 
 // SetRateSampling makes rt sample its counters every interval, with rates over window intervals,
 // so that tests see rates change without waiting seconds. Call it before Run.
@@ -10,3 +14,9 @@ func SetRateSampling(rt *Runtime, every time.Duration, window int) {
 	defer s.mu.Unlock()
 	s.every, s.window = every, window
 }
+
+// AccessChecks returns what rt's run checks at start.
+func AccessChecks(rt *Runtime) []redis.AccessCheck { return rt.r.accessChecks().Checks() }
+
+// AccessRule returns the ACL SETUSER rule that grants everything rt's run checks at start.
+func AccessRule(rt *Runtime) string { return rt.r.rdb.AccessRule(AccessChecks(rt)) }

@@ -69,7 +69,6 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message)
 	}
 	if g := p.gates.gate(out.Stream); g != nil {
 		if err := p.gates.admit(ctx, g, 1, nil); err != nil {
-			g.dropped(1)
 			return err
 		}
 		// Queued counts as written: Publish does not learn when its entry is, so the cap can be
@@ -117,14 +116,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stage
 	}
 	admitted := make(map[*partitionGate]int64, len(counts))
 	for g, n := range counts {
-		err := p.gates.admit(ctx, g, n, nil)
-		admitted[g] = n // admit lets them through even when ctx ends
-		if err != nil {
+		if err := p.gates.admit(ctx, g, n, nil); err != nil {
 			for g, n := range admitted {
 				g.dropped(n)
 			}
 			return err
 		}
+		admitted[g] = n
 	}
 	err = p.client.Append(ctx, outs)
 	for g, n := range counts {

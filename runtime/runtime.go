@@ -343,6 +343,9 @@ func (r *runner) selectNodes() (map[string]bool, error) {
 
 // run starts everything, waits for the end, and shuts down in order.
 func (r *runner) run(ctx context.Context) (*Summary, error) {
+	if err := r.checkAccess(ctx); err != nil {
+		return nil, err
+	}
 	r.started.Store(time.Now().UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()

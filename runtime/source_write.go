@@ -125,7 +125,12 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 		return append(batch, it), nil
 	}
 	bp := w.r.backpressure
-	if it.gate = bp.gate(it.out.Stream); it.gate == nil || bp.tryAdmit(w.ctx, it.gate, 1) {
+	if it.gate = bp.gate(it.out.Stream); it.gate == nil {
+		return append(batch, it), nil
+	}
+	if ok, err := bp.tryAdmit(w.ctx, it.gate, 1); err != nil {
+		return batch, err
+	} else if ok {
 		return append(batch, it), nil
 	}
 	if len(batch) > 0 {
@@ -135,7 +140,12 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 		clear(batch)
 		batch = batch[:0]
 	}
-	_ = bp.admit(w.ctx, it.gate, 1, w.src.node) // a stop still writes what the source produced
+	if err := bp.admit(w.ctx, it.gate, 1, w.src.node); err != nil {
+		if w.ctx.Err() == nil {
+			return batch, err
+		}
+		it.gate.letThrough(1) // a stop still writes what the source produced
+	}
 	return append(batch, it), nil
 }
 

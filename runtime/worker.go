@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -382,7 +383,10 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	n := w.u.node
 	r := w.r
-	w.admit(ctx, c.admits)
+	if err := w.admit(ctx, c.admits); err != nil {
+		r.fail(fmt.Errorf("%s %s: %w", n.typ, n.name, err))
+		return errStopped
+	}
 	_, err := r.rdb.Commit(r.hard, c.args)
 	for _, g := range c.admits {
 		if err == nil {
@@ -416,17 +420,30 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 
 // admit waits until every capped partition that a batch writes to has room for its outputs. A
 // stop ends the wait: the batch is processed, and committing it beats doing it again.
-func (w *worker) admit(ctx context.Context, gates []*partitionGate) {
+// Its error is one that waiting does not heal.
+func (w *worker) admit(ctx context.Context, gates []*partitionGate) error {
 	if len(gates) == 0 {
-		return
+		return nil
 	}
 	counts := make(map[*partitionGate]int64, len(gates))
 	for _, g := range gates {
 		counts[g]++
 	}
+	admitted := make(map[*partitionGate]int64, len(counts))
 	for g, n := range counts {
-		_ = w.r.backpressure.admit(ctx, g, n, w.u.node) // after a stop, it lets the batch through
+		err := w.r.backpressure.admit(ctx, g, n, w.u.node)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			g.letThrough(n) // a stop: committing the batch beats doing it again
+		case err != nil:
+			for g, n := range admitted {
+				g.dropped(n)
+			}
+			return err
+		}
+		admitted[g] = n
 	}
+	return nil
 }
 
 // result is what processing one message came to.

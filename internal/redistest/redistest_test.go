@@ -2,9 +2,12 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -202,5 +205,39 @@ func TestTLS(t *testing.T) {
 	}
 	if Start(t).TLSConfig() != nil {
 		t.Fatal("TLSConfig without WithTLS")
+	}
+}
+
+func TestTLSClientAuth(t *testing.T) {
+	ctx := context.Background()
+	s := Start(t, WithTLSClientAuth())
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(s.TLSCAFile())
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("the CA file %s: %v", s.TLSCAFile(), err)
+	}
+	certFile, keyFile := s.TLSClientFiles()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		cfg *tls.Config
+		ok  bool
+	}{
+		"no client certificate": {&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, false},
+		"the client files":      {&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, true},
+		"TLSConfig":             {s.TLSConfig(), true},
+	} {
+		c := goredis.NewClient(&goredis.Options{Addr: s.TLSAddr(), TLSConfig: tc.cfg, MaxRetries: -1})
+		err := c.Ping(ctx).Err()
+		_ = c.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: PING over TLS: %v, want success %v", name, err, tc.ok)
+		}
+	}
+	// The plain port asks for nothing.
+	if err := s.Client(t).Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

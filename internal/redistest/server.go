@@ -43,7 +43,9 @@ type config struct {
 	aof     bool
 	cluster bool
 	tls     bool
-	args    []string
+	// tlsClientAuth makes the TLS port require a client certificate.
+	tlsClientAuth bool
+	args          []string
 }
 
 // WithAOF turns on the append-only file with `appendfsync always`, so that every acknowledged
@@ -201,7 +203,7 @@ func (s *Server) args() []string {
 			"--tls-cert-file", s.tls.cert,
 			"--tls-key-file", s.tls.key,
 			"--tls-ca-cert-file", s.tls.ca,
-			"--tls-auth-clients", "no",
+			"--tls-auth-clients", map[bool]string{false: "no", true: "yes"}[s.cfg.tlsClientAuth],
 		)
 	}
 	return append(args, s.cfg.args...)

@@ -3,9 +3,14 @@ package redis
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -83,6 +88,7 @@ type Client struct {
 	rdb     goredis.UniversalClient
 	cluster bool
 	desc    string // redacted, for errors and String
+	user    string // the ACL user the connections log in as
 	// maxEntrySize bounds the entries that reads decode (0: no bound); see WithMaxEntrySize.
 	maxEntrySize int64
 }
@@ -99,11 +105,12 @@ func (c *Client) WithMaxEntrySize(n int64) *Client {
 }
 
 // Open connects to Redis and checks the connection with PING. The error names the address but
-// never the password.
+// never the password: a *URLError for a URL that cannot be used (found before anything is
+// dialled), else a *ConnectError.
 func Open(ctx context.Context, opts Options) (*Client, error) {
 	urls := ParseURLs(opts.URLs...)
 	if len(urls) == 0 {
-		return nil, errors.New("redis: no URL given")
+		return nil, &URLError{Reason: "no URL given"}
 	}
 	parsed := make([]*goredis.Options, len(urls))
 	for i, u := range urls {
@@ -127,6 +134,19 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 	}
 	return openCluster(ctx, opts, parsed, redacted)
 }
+
+// userOf returns the ACL user that a connection with these credentials logs in as: a password
+// alone authenticates the default user.
+func userOf(username string) string {
+	if username == "" {
+		return "default"
+	}
+	return username
+}
+
+// User returns the name of the ACL user the client logs in as ("default" when the URL names
+// none), for messages about its permissions.
+func (c *Client) User() string { return c.user }
 
 func applyDefaults(opts *Options) {
 	if opts.PoolSize <= 0 {
@@ -188,9 +208,25 @@ func singleOptions(opts Options, o *goredis.Options) {
 	o.MaxRetries = maxRetries(opts.MaxRetries)
 	o.ContextTimeoutEnabled = true
 	o.Protocol = 2 // RESP2: the widest support (miniredis, older servers, proxies)
-	if o.TLSConfig != nil && opts.TLSConfig != nil {
-		o.TLSConfig = opts.TLSConfig.Clone()
+	o.TLSConfig = mergeTLS(o.TLSConfig, opts.TLSConfig)
+}
+
+// mergeTLS returns the TLS configuration of a connection: nil for a redis:// URL (fromURL nil),
+// else given, with the server name and minimum version of the rediss:// URL where given leaves
+// them unset, so that a configuration made only to trust a CA still checks the host name and
+// refuses old protocol versions.
+func mergeTLS(fromURL, given *tls.Config) *tls.Config {
+	if fromURL == nil || given == nil {
+		return fromURL
 	}
+	c := given.Clone()
+	if c.ServerName == "" {
+		c.ServerName = fromURL.ServerName
+	}
+	if c.MinVersion == 0 {
+		c.MinVersion = fromURL.MinVersion
+	}
+	return c
 }
 
 func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc string) (*Client, error) {
@@ -198,9 +234,9 @@ func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc stri
 	rdb := goredis.NewClient(o)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis: connecting to %s: %w", desc, err)
+		return nil, &ConnectError{Addr: desc, User: userOf(o.Username), TLS: o.TLSConfig != nil, Err: err}
 	}
-	c := &Client{rdb: rdb, desc: desc}
+	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username)}
 	// INFO cluster: an error (for example from miniredis, which lacks the section, or an ACL
 	// user without INFO) means we cannot tell, and a plain client is the right guess.
 	if info, err := rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
@@ -218,9 +254,9 @@ func openCluster(ctx context.Context, opts Options, parsed []*goredis.Options, r
 	rdb := goredis.NewClusterClient(co)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis: connecting to %s: %w", desc, err)
+		return nil, &ConnectError{Addr: desc, User: userOf(co.Username), TLS: co.TLSConfig != nil, Err: err}
 	}
-	return &Client{rdb: rdb, cluster: true, desc: desc}, nil
+	return &Client{rdb: rdb, cluster: true, desc: desc, user: userOf(co.Username)}, nil
 }
 
 // clusterOptions returns the go-redis options of a cluster client seeded with the parsed URLs.
@@ -243,29 +279,167 @@ func clusterOptions(opts Options, parsed []*goredis.Options, redacted []string) 
 	}
 	for i, o := range parsed {
 		if o.Network != "tcp" {
-			return nil, fmt.Errorf("redis: cluster seed %s: only redis:// and rediss:// URLs can be cluster seeds", redacted[i])
+			return nil, &URLError{URL: redacted[i], Reason: "only redis:// and rediss:// URLs can be cluster seeds"}
 		}
 		if o.DB != 0 {
-			return nil, fmt.Errorf("redis: cluster seed %s selects db %d; a Redis Cluster has only db 0", redacted[i], o.DB)
+			return nil, &URLError{URL: redacted[i], Reason: fmt.Sprintf("a cluster seed selects db %d; a Redis Cluster has only db 0", o.DB)}
 		}
 		if (o.TLSConfig != nil) != (first.TLSConfig != nil) {
-			return nil, fmt.Errorf("redis: cluster seeds mix redis:// and rediss:// (%s, %s)", redacted[0], redacted[i])
+			return nil, &URLError{Reason: fmt.Sprintf("cluster seeds mix redis:// and rediss:// (%s, %s)", redacted[0], redacted[i])}
 		}
 		if o.Username != "" || o.Password != "" {
 			if o.Username != co.Username || o.Password != co.Password {
 				if co.Username == "" && co.Password == "" {
 					co.Username, co.Password = o.Username, o.Password
 				} else {
-					return nil, fmt.Errorf("redis: cluster seeds %s and %s have different credentials", redacted[0], redacted[i])
+					return nil, &URLError{Reason: fmt.Sprintf("cluster seeds %s and %s have different credentials", redacted[0], redacted[i])}
 				}
 			}
 		}
 		co.Addrs = append(co.Addrs, o.Addr)
 	}
 	if co.TLSConfig != nil && opts.TLSConfig != nil {
-		co.TLSConfig = opts.TLSConfig.Clone()
+		// Not the first seed's name: without a ServerName, each node's certificate is checked
+		// against the address that node is dialled at.
+		serverName := opts.TLSConfig.ServerName
+		co.TLSConfig = mergeTLS(co.TLSConfig, opts.TLSConfig)
+		co.TLSConfig.ServerName = serverName
 	}
 	return co, nil
+}
+
+// ConnectError is an Open whose server could not be reached or refused the connection. It names
+// the address with the password redacted; Problem tells the failures that waiting will not heal
+// from those that may.
+type ConnectError struct {
+	// Addr is the server, or "redis cluster " and the seeds, with passwords redacted.
+	Addr string
+	// User is the ACL user the connection logs in as.
+	User string
+	// TLS is set for rediss:// URLs.
+	TLS bool
+	Err error
+}
+
+func (e *ConnectError) Error() string { return "redis: connecting to " + e.Addr + ": " + e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// ConnectProblem is what a failed connection ran into.
+type ConnectProblem int
+
+// The problems of a ConnectError. Only ConnectUnreachable may heal by itself.
+const (
+	// ConnectUnreachable is anything else: connection refused, a timeout, a name that does not
+	// resolve, a server that is loading.
+	ConnectUnreachable ConnectProblem = iota
+	// ConnectWrongPassword: the server refused the user name and password (WRONGPASS).
+	ConnectWrongPassword
+	// ConnectNeedsPassword: the server requires a password and none was given (NOAUTH).
+	ConnectNeedsPassword
+	// ConnectNoPermission: the user may not run what connecting sends (PING, CLIENT SETNAME).
+	ConnectNoPermission
+	// ConnectUntrustedCertificate: the server's certificate is not signed by a CA the client
+	// trusts.
+	ConnectUntrustedCertificate
+	// ConnectWrongHost: the server's certificate is not valid for the host connected to.
+	ConnectWrongHost
+	// ConnectBadCertificate: the server's certificate is expired, not yet valid or not meant
+	// for a server.
+	ConnectBadCertificate
+	// ConnectClientCertificate: the server requires a client certificate, or refused the one
+	// given: it said so, or (TLS 1.3, where the client's certificate is checked after the client
+	// thinks the handshake done) it closed the TLS connection at the first command.
+	ConnectClientCertificate
+	// ConnectNotTLS: a rediss:// URL, and what answered (or did not answer within the dial
+	// timeout) is not a TLS handshake: probably a plain port.
+	ConnectNotTLS
+	// ConnectTLSOnly: a redis:// URL, and the server hung up at once: probably a TLS port.
+	ConnectTLSOnly
+)
+
+// Problem classifies the failure.
+func (e *ConnectError) Problem() ConnectProblem {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		record    tls.RecordHeaderError
+		op        *net.OpError
+	)
+	msg := e.Err.Error()
+	switch {
+	case strings.Contains(msg, "WRONGPASS"):
+		return ConnectWrongPassword
+	case strings.Contains(msg, "NOAUTH"):
+		return ConnectNeedsPassword
+	case strings.Contains(msg, "NOPERM"):
+		return ConnectNoPermission
+	case errors.As(e.Err, &unknownCA):
+		return ConnectUntrustedCertificate
+	case errors.As(e.Err, &hostname):
+		return ConnectWrongHost
+	case errors.As(e.Err, &invalid):
+		return ConnectBadCertificate
+	case errors.As(e.Err, &op) && op.Op == "remote error" && op.Err != nil && isClientCertAlert(op.Err.Error()),
+		e.TLS && hungUp(e.Err):
+		return ConnectClientCertificate
+	case e.TLS && (errors.As(e.Err, &record) || errors.Is(e.Err, context.DeadlineExceeded) || isTimeout(e.Err)):
+		return ConnectNotTLS
+	case !e.TLS && hungUp(e.Err):
+		return ConnectTLSOnly
+	}
+	return ConnectUnreachable
+}
+
+// hungUp reports whether the server closed a connection it had accepted.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// isClientCertAlert reports whether a TLS alert from the server is about the client's
+// certificate: missing (certificate required; handshake failure in TLS 1.2, where the server
+// has no other reason to give) or not accepted.
+func isClientCertAlert(alert string) bool {
+	for _, a := range []string{"certificate required", "bad certificate", "unknown certificate authority",
+		"certificate expired", "certificate revoked", "unsupported certificate", "certificate unknown", "handshake failure"} {
+		if strings.Contains(alert, a) {
+			return true
+		}
+	}
+	return false
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// LoadCertPool reads a PEM bundle of CA certificates, to trust in Options.TLSConfig.RootCAs.
+func LoadCertPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate (a \"-----BEGIN CERTIFICATE-----\" block)", path)
+	}
+	return pool, nil
+}
+
+// LoadClientCertificate reads a client certificate (PEM, possibly followed by its chain) and its
+// private key (PEM), for Options.TLSConfig.Certificates.
+func LoadClientCertificate(certPath, keyPath string) (tls.Certificate, error) {
+	for _, p := range []string{certPath, keyPath} {
+		if _, err := os.Stat(p); err != nil {
+			return tls.Certificate{}, err
+		}
+	}
+	c, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s and %s: %w", certPath, keyPath, err)
+	}
+	return c, nil
 }
 
 // Close closes every connection. Calls in flight fail.

@@ -2,7 +2,10 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -217,5 +220,104 @@ func TestURLQueryParameters(t *testing.T) {
 	if o.DialTimeout != DefaultDialTimeout || o.ReadTimeout != DefaultReadTimeout || o.WriteTimeout != DefaultWriteTimeout ||
 		o.PoolSize != DefaultPoolSize || o.ClientName != DefaultClientName || o.MaxRetries != -1 {
 		t.Errorf("defaults: %+v", o)
+	}
+}
+
+// Open tells why a connection failed, so that a caller can say what to do about it.
+func TestConnectProblems(t *testing.T) {
+	ctx := ctxT(t)
+	mutual := redistest.Start(t, redistest.WithTLSClientAuth())
+	tlsOnly := redistest.Start(t, redistest.WithTLS())
+	locked := redistest.Start(t)
+	if err := mutual.Client(t).Do(ctx, "ACL", "SETUSER", "nosetname", "on", ">pw", "~*", "+@all", "-client|setname", "-hello").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := locked.Client(t).Do(ctx, "CONFIG", "SET", "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	trusting := tlsOnly.TLSConfig()
+	noClientCert := mutual.TLSConfig()
+	noClientCert.Certificates = nil
+	wrongName := tlsOnly.TLSConfig()
+	wrongName.ServerName = "redis.example"
+	for name, tc := range map[string]struct {
+		opts Options
+		want ConnectProblem
+	}{
+		"refused":             {Options{URLs: []string{"redis://" + closedAddr(t)}}, ConnectUnreachable},
+		"wrong password":      {Options{URLs: []string{"redis://:wrong@" + locked.Addr()}}, ConnectWrongPassword},
+		"no password":         {Options{URLs: []string{locked.URL()}}, ConnectNeedsPassword},
+		"no CLIENT SETNAME":   {Options{URLs: []string{"redis://nosetname:pw@" + mutual.Addr()}}, ConnectNoPermission},
+		"untrusted CA":        {Options{URLs: []string{tlsOnly.TLSURL()}}, ConnectUntrustedCertificate},
+		"wrong host":          {Options{URLs: []string{tlsOnly.TLSURL()}, TLSConfig: wrongName}, ConnectWrongHost},
+		"no client cert":      {Options{URLs: []string{mutual.TLSURL()}, TLSConfig: noClientCert}, ConnectClientCertificate},
+		"plain to TLS port":   {Options{URLs: []string{"redis://" + tlsOnly.TLSAddr()}}, ConnectTLSOnly},
+		"TLS to a plain port": {Options{URLs: []string{"rediss://" + tlsOnly.Addr()}, TLSConfig: trusting, DialTimeout: 200 * time.Millisecond}, ConnectNotTLS},
+	} {
+		c, err := Open(ctx, tc.opts)
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("%s: connected", name)
+			continue
+		}
+		var cerr *ConnectError
+		if !errors.As(err, &cerr) {
+			t.Errorf("%s: %v is not a *ConnectError", name, err)
+			continue
+		}
+		if got := cerr.Problem(); got != tc.want {
+			t.Errorf("%s: Problem() = %d, want %d (%v)", name, got, tc.want, err)
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "wrong@") {
+			t.Errorf("%s: the password shows: %v", name, err)
+		}
+		// A TLS 1.3 server that refuses a client says so in an alert, which the client may read
+		// (Unrecoverable) or not, when the server closed the connection first (a reset, which is
+		// worth retrying elsewhere).
+		if tc.want == ConnectClientCertificate {
+			continue
+		}
+		if unrecoverable := tc.want != ConnectUnreachable && tc.want != ConnectNotTLS && tc.want != ConnectTLSOnly; Unrecoverable(err) != unrecoverable {
+			t.Errorf("%s: Unrecoverable = %v: %v", name, !unrecoverable, err)
+		}
+	}
+	// The client certificate and the CA loaded from their PEM files work.
+	pool, err := LoadCertPool(mutual.TLSCAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := LoadClientCertificate(mutual.TLSClientFiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(ctx, Options{URLs: []string{mutual.TLSURL()}, TLSConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+}
+
+func TestLoadTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t, redistest.WithTLS())
+	cert, key := srv.TLSClientFiles()
+	if _, err := LoadCertPool(filepath.Join(dir, "missing.pem")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing CA file: %v", err)
+	}
+	if _, err := LoadCertPool(notPEM); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("a CA file without PEM: %v", err)
+	}
+	if _, err := LoadClientCertificate(cert, filepath.Join(dir, "missing.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing key: %v", err)
+	}
+	if _, err := LoadClientCertificate(notPEM, key); err == nil || !strings.Contains(err.Error(), notPEM) {
+		t.Errorf("a certificate without PEM: %v", err)
+	}
+	if _, err := LoadClientCertificate(cert, srv.TLSCAFile()); err == nil {
+		t.Error("a certificate as its own key was accepted")
 	}
 }

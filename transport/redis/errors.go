@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -47,8 +48,9 @@ var unrecoverableReplies = []string{
 
 // Unrecoverable reports whether err is a failure that retrying will not heal: a Redis reply that
 // refuses the request whatever the timing (see unrecoverableReplies), also when a script or a
-// transaction passes it on and when this package or go-redis wrapped it, or a TLS certificate that
-// the client does not trust or that does not match the server. Network errors, timeouts and every
+// transaction passes it on and when this package or go-redis wrapped it, a TLS certificate that
+// the client does not trust or that does not match the server, a server that refuses the
+// client's certificate (or wants one), or an *AccessError. Network errors, timeouts and every
 // other reply are worth retrying.
 func Unrecoverable(err error) bool {
 	if err == nil {
@@ -58,7 +60,13 @@ func Unrecoverable(err error) bool {
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	var verify *tls.CertificateVerificationError
-	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) {
+	var access *AccessError
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) ||
+		errors.As(err, &access) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" && op.Err != nil && isClientCertAlert(op.Err.Error()) {
 		return true
 	}
 	msg := err.Error()

@@ -31,6 +31,10 @@ func TestUnrecoverable(t *testing.T) {
 		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
 		{io.EOF, false},
 		{context.DeadlineExceeded, false},
+		{&AccessError{User: "app", Check: AccessCheck{Args: []string{"xadd"}, Words: 1}}, true},
+		{fmt.Errorf("reading: %w", &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}), true},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}, true},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: internal error")}, false},
 	} {
 		if got := Unrecoverable(c.err); got != c.want {
 			t.Errorf("Unrecoverable(%v) = %v, want %v", c.err, got, c.want)

@@ -3,7 +3,9 @@ package redis
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -24,8 +26,10 @@ import (
 // "redis://a:1,redis://app:pw@b:2". A password that contains ",redis://" (a comma followed by
 // anything that looks like a scheme and "://") must percent-encode the comma (%2C).
 //
-// White space around each URL is trimmed and empty entries are dropped. A bare "host:port" becomes
-// "redis://host:port". ParseURLs does not validate the URLs; Open does.
+// White space around each URL is trimmed and empty entries are dropped. An entry without a scheme
+// ("host:port", "user:password@host:port") is a plain TCP URL: it becomes "redis://host:port", so
+// that a list of cluster seeds can be written "a:7000,b:7000,c:7000". ParseURLs does not validate
+// the URLs; ValidateURLs and Open do.
 func ParseURLs(entries ...string) []string {
 	var out []string
 	for _, e := range entries {
@@ -185,20 +189,147 @@ func isDBPath(s string) bool {
 var errBadURL = errors.New("not a valid URL (percent-encode special characters of the user name and password: " +
 	"'@' as %40, '/' as %2F, '%' as %25, a space as %20)")
 
-// parseURL parses one URL with go-redis's rules, keeping secrets out of the error.
+// URLError is a Redis URL that cannot be used, found before anything is dialled: an unsupported
+// scheme, a port that is not a number, a database that is not one, cluster seeds that disagree. It
+// names the URL with its password redacted. It is the user's mistake, not the server's: the
+// command line exits with its "invalid options" status for it.
+type URLError struct {
+	// URL is the URL, redacted (RedactURL); "" when the error is about several URLs at once.
+	URL string
+	// Reason says what is wrong and, where it can, what to write instead.
+	Reason string
+}
+
+func (e *URLError) Error() string {
+	if e.URL == "" {
+		return "redis: " + e.Reason
+	}
+	return "redis: invalid URL " + e.URL + ": " + e.Reason
+}
+
+// Schemes lists the URL schemes Open accepts, for messages.
+const Schemes = "redis:// (TCP), rediss:// (TLS) or unix:// (a Unix socket)"
+
+// ValidateURLs checks URLs as ParseURLs returns them, without connecting: every one must be a
+// redis://, rediss:// or unix:// URL that go-redis can use, and several URLs must be consistent
+// seeds of one Redis Cluster. The error is a *URLError. Open makes the same checks.
+func ValidateURLs(urls []string) error {
+	if len(urls) == 0 {
+		return &URLError{Reason: "no URL given"}
+	}
+	parsed := make([]*goredis.Options, len(urls))
+	redacted := make([]string, len(urls))
+	for i, u := range urls {
+		o, err := parseURL(u)
+		if err != nil {
+			return err
+		}
+		parsed[i], redacted[i] = o, RedactURL(u)
+	}
+	if len(urls) > 1 {
+		if _, err := clusterOptions(Options{}, parsed, redacted); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseURL parses one URL with go-redis's rules, keeping secrets out of the error, which is a
+// *URLError.
 func parseURL(raw string) (*goredis.Options, error) {
+	scheme, ok := schemePrefix(raw)
+	if !ok {
+		return nil, &URLError{URL: RedactURL(raw), Reason: "no scheme: use " + Schemes}
+	}
+	switch strings.ToLower(scheme) {
+	case "redis", "rediss":
+		if err := checkHostPort(raw, scheme); err != nil {
+			return nil, err
+		}
+	case "unix":
+		path := raw[len(scheme)+len("://"):]
+		path = path[strings.LastIndexByte(path, '@')+1:]
+		if i := strings.IndexAny(path, "?#"); i >= 0 {
+			path = path[:i]
+		}
+		if strings.TrimSpace(path) == "" {
+			return nil, &URLError{URL: scheme + "://", Reason: "no socket path: write unix:///path/to/redis.sock"}
+		}
+	default:
+		// The scheme is printable: it comes before "://", where no password can be.
+		return nil, &URLError{URL: RedactURL(raw), Reason: fmt.Sprintf("unsupported scheme %q: use %s", scheme, Schemes)}
+	}
 	if _, ok := plainURL(raw); !ok {
-		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), errBadURL)
+		return nil, &URLError{URL: RedactURL(raw), Reason: errBadURL.Error()}
 	}
 	o, err := goredis.ParseURL(raw)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
-			err = errBadURL
+			return nil, &URLError{URL: RedactURL(raw), Reason: errBadURL.Error()}
 		}
-		// Otherwise go-redis names a bad scheme, database number, path or query parameter; a
-		// plain URL holds no piece of its password there.
-		return nil, fmt.Errorf("redis: invalid URL %s: %w", RedactURL(raw), err)
+		// Otherwise go-redis names a bad database number, path or query parameter; a plain URL
+		// holds no piece of its password there.
+		return nil, &URLError{URL: RedactURL(raw), Reason: strings.TrimPrefix(err.Error(), "redis: ")}
 	}
 	return o, nil
+}
+
+// checkHostPort checks the host and port of a redis:// or rediss:// URL, which url.Parse would
+// only call "invalid" (or, for a port above 65535, accept).
+func checkHostPort(raw, scheme string) error {
+	rest := raw[len(scheme)+len("://"):]
+	// The host follows the last '@': a host holds none, and a password's '@' is before it.
+	at := strings.LastIndexByte(rest, '@')
+	hostport := rest[at+1:]
+	if i := strings.IndexAny(hostport, "/?#"); i >= 0 {
+		hostport = hostport[:i]
+	}
+	host, port, hasPort := hostport, "", false
+	if strings.HasPrefix(hostport, "[") {
+		end := strings.IndexByte(hostport, ']')
+		if end < 0 {
+			return &URLError{URL: RedactURL(raw), Reason: "an IPv6 address lacks its closing ']'"}
+		}
+		host = hostport[:end+1]
+		switch after := hostport[end+1:]; {
+		case after == "":
+		case after[0] == ':':
+			port, hasPort = after[1:], true
+		default:
+			return &URLError{URL: RedactURL(raw), Reason: "after an IPv6 address in brackets comes ':PORT' or nothing"}
+		}
+	} else if i := strings.LastIndexByte(hostport, ':'); i >= 0 {
+		if strings.Count(hostport, ":") > 1 && net.ParseIP(hostport[:i]) != nil {
+			return &URLError{URL: RedactURL(raw), Reason: "put an IPv6 address in brackets: " + scheme + "://[::1]:6379"}
+		}
+		host, port, hasPort = hostport[:i], hostport[i+1:], true
+	}
+	if !hasPort || port == "" || validPort(port) {
+		return nil
+	}
+	// Without an '@', what looks like "host:port" may be "user:password" of a URL that lost its
+	// host; the port is quoted only where the host is clearly an address.
+	if at >= 0 || looksLikeAddress(host) {
+		shown := RedactURL(raw)
+		if at < 0 && safeHost(hostport) {
+			shown = scheme + "://" + hostport
+		}
+		return &URLError{URL: shown, Reason: fmt.Sprintf("the port %q is not a number from 1 to 65535", port)}
+	}
+	return &URLError{URL: RedactURL(raw), Reason: "the port is not a number from 1 to 65535 (it is not shown, in case it is " +
+		"a password: a URL with credentials is " + scheme + "://USER:PASSWORD@HOST:PORT)"}
+}
+
+// validPort reports whether s is a TCP port number, 1 to 65535.
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 1 && n <= 65535 && strings.Trim(s, "0123456789") == ""
+}
+
+// looksLikeAddress reports whether host is clearly a host and not a user name: an IP address,
+// "localhost", or a name with a dot.
+func looksLikeAddress(host string) bool {
+	h := strings.Trim(host, "[]")
+	return net.ParseIP(h) != nil || strings.EqualFold(h, "localhost") || strings.Contains(h, ".") && safeHost(h)
 }

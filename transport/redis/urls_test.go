@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -179,6 +180,63 @@ func TestOpenWithSpecialPasswords(t *testing.T) {
 			} else {
 				checkNoSecret(t, "Open's error", err.Error())
 			}
+		}
+	}
+}
+
+func TestValidateURLs(t *testing.T) {
+	for _, tc := range []struct {
+		urls []string
+		want []string // in the message; "" for a valid list
+		not  []string // never in the message
+	}{
+		{[]string{"redis://127.0.0.1:6379/0"}, nil, nil},
+		{[]string{"rediss://u:p@h:1"}, nil, nil},
+		{[]string{"unix:///tmp/r.sock"}, nil, nil},
+		{[]string{"redis://[::1]:6379"}, nil, nil},
+		{[]string{"redis://h"}, nil, nil},
+		{[]string{"redis://h1:1", "redis://h2:2"}, nil, nil},
+		{[]string{"redis://127.0.0.1:notaport"}, []string{`port "notaport"`, "redis://127.0.0.1:notaport", "1 to 65535"}, nil},
+		{[]string{"redis://localhost:70000"}, []string{`port "70000"`}, nil},
+		{[]string{"redis://app:Kq7@127.0.0.1:x1"}, []string{`port "x1"`, "redis://xxxxx@127.0.0.1:x1"}, []string{"Kq7"}},
+		// No '@': "app:Kq7" may be a user and password that lost their host.
+		{[]string{"redis://app:Kq7"}, []string{"port is not a number", "USER:PASSWORD@HOST:PORT"}, []string{"Kq7"}},
+		{[]string{"http://x:1"}, []string{`scheme "http"`, "redis://", "rediss://", "unix://"}, nil},
+		{[]string{"HTTPS://app:Kq7@x:1"}, []string{`scheme "HTTPS"`}, []string{"Kq7"}},
+		{[]string{"redis://h:1/x"}, []string{`invalid database number: "x"`}, nil},
+		{[]string{"redis://h:1/0?bogus=1"}, []string{"bogus"}, nil},
+		{[]string{"unix://"}, []string{"invalid URL unix://: no socket path: write unix:///path/to/redis.sock"}, nil},
+		{[]string{"unix://app:Kq7@"}, []string{"no socket path"}, []string{"Kq7"}},
+		{[]string{"redis://::1:6379"}, []string{"brackets"}, nil},
+		{[]string{"redis://h:1/2", "redis://h:2"}, []string{"db 2"}, nil},
+		{[]string{"redis://h:1", "rediss://h:2"}, []string{"mix redis:// and rediss://"}, nil},
+		{nil, []string{"no URL"}, nil},
+	} {
+		err := ValidateURLs(tc.urls)
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("ValidateURLs(%q): %v", tc.urls, err)
+			}
+			continue
+		}
+		var uerr *URLError
+		if !errors.As(err, &uerr) {
+			t.Errorf("ValidateURLs(%q) = %v, want a *URLError", tc.urls, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("ValidateURLs(%q) = %v: lacks %q", tc.urls, err, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(err.Error(), n) {
+				t.Errorf("ValidateURLs(%q) = %v: shows %q", tc.urls, err, n)
+			}
+		}
+		// Open finds the same before dialling anything.
+		if _, oerr := Open(context.Background(), Options{URLs: tc.urls}); !errors.As(oerr, &uerr) || oerr.Error() != err.Error() {
+			t.Errorf("Open(%q) = %v, want %v", tc.urls, oerr, err)
 		}
 	}
 }

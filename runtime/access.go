@@ -1,0 +1,167 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// checkAccess asks Redis, before the run reads or writes anything, whether its user may send
+// everything the run will send, on the keys it will send it on. A user restricted to other keys,
+// or one without a command the pipeline needs, ends the run at start with one error naming the
+// command or key and the ACL rule that grants it, instead of failing in the middle, after part of
+// the work is done. A server that cannot tell (the embedded Redis, Redis before 7.0) is not
+// checked; a check that fails for another reason (a connection drop) leaves the run to find out.
+func (r *runner) checkAccess(ctx context.Context) error {
+	checks := r.accessChecks().Checks()
+	err := r.rdb.CheckAccess(ctx, checks)
+	switch {
+	case err == nil:
+		r.log.Debug("the Redis user may do what the pipeline needs", "user", r.rdb.User(), "checks", len(checks))
+		return nil
+	case errors.Is(err, redis.ErrAccessUnchecked):
+		r.log.Debug("not checking the Redis user's permissions", "reason", err)
+		return nil
+	case redis.Unrecoverable(err):
+		return err
+	case ctx.Err() == nil:
+		r.log.Warn("checking the Redis user's permissions failed; running without the check", "err", err)
+	}
+	return nil
+}
+
+// accessChecks lists what this process will send when it runs its part of the plan: per
+// consuming unit its group, lease, retry set and the streams its node writes; per producing
+// source its lease and output; the membership; the trimming of retained topics.
+func (r *runner) accessChecks() *redis.Access {
+	a := redis.NewAccess(r.keys)
+	a.Members("the membership of the running processes")
+	for _, u := range r.units {
+		n := u.node
+		who := n.typ + " " + n.name
+		a.Consume(who, u.stream, n.group)
+		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey)
+		a.Stats(who, u.stream)
+		if u.leaseKey != "" {
+			a.Lease(who, u.leaseKey)
+		}
+		if u.retryKey != "" {
+			a.Retries(who, u.retryKey)
+		}
+	}
+	for _, n := range r.nodes {
+		who := n.typ + " " + n.name
+		a.Len(who, r.keys.DeadLetter(n.name))
+		if r.producing(n) {
+			continue
+		}
+		for _, o := range r.committedOutputs(n) {
+			a.Output(who, o.stream, o.dedup)
+		}
+	}
+	for _, p := range r.producers {
+		who := "source " + p.node.name
+		if p.leaseKey != "" {
+			a.Lease(who, p.leaseKey)
+		}
+		for i, s := range r.streams[p.output.Name] {
+			dedup := ""
+			if p.node.delivery == flow.EffectivelyOnce {
+				dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
+			}
+			a.Output(who, s, dedup)
+		}
+		a.Output(who, r.keys.DeadLetter(p.node.name), "")
+		if p.positionKey != "" {
+			a.Checkpoint(who, p.positionKey, p.leaseKey)
+		}
+	}
+	for _, n := range r.nodes {
+		// Writers into a topic with a max_lag measure its backlog.
+		for _, e := range r.plan.Edges {
+			if e.From != n.typ+"."+n.name || e.Kind != flow.EdgeWrites {
+				continue
+			}
+			for _, s := range r.streams[strings.TrimPrefix(e.To, "topic.")] {
+				if r.backpressure.gate(s) != nil {
+					a.Backlog(n.typ+" "+n.name+" (max_lag)", s)
+				}
+			}
+		}
+	}
+	if r.hasRetention() {
+		readers := r.readers()
+		for _, t := range r.plan.Topics {
+			if t.Retention.MaxLen == 0 && t.Retention.MaxAge == 0 {
+				continue
+			}
+			for _, s := range r.streams[t.Name] {
+				for _, g := range readers[t.Name] {
+					a.Group("trimming topic "+t.Name, s, g)
+				}
+				a.Trim("trimming topic "+t.Name, s)
+			}
+		}
+	}
+	return a
+}
+
+// producing reports whether n is a source that produces (generate, file, stdin): it writes
+// through its source writer, whose outputs accessChecks lists with the source.
+func (r *runner) producing(n *node) bool {
+	for _, p := range r.producers {
+		if p.node == n {
+			return true
+		}
+	}
+	return false
+}
+
+// accessOutput is a stream that a node's commits write, with a representative dedup marker
+// when the node is effectively-once ("" otherwise).
+type accessOutput struct{ stream, dedup string }
+
+// committedOutputs lists the streams that a consuming node's commits may write: every partition
+// of its output topics, a redis_stream sink's stream, its dead-letter topic's partitions, and its
+// own dead-letter stream (also the fallback of a dead-letter topic whose key fails).
+func (r *runner) committedOutputs(n *node) []accessOutput {
+	var outs []accessOutput
+	once := n.delivery == flow.EffectivelyOnce
+	from := n.typ + "." + n.name
+	for _, e := range r.plan.Edges {
+		if e.From != from || e.Kind != flow.EdgeWrites {
+			continue
+		}
+		t := r.plan.Topic(strings.TrimPrefix(e.To, "topic."))
+		if t == nil {
+			continue
+		}
+		for p, s := range r.streams[t.Name] {
+			o := accessOutput{stream: s}
+			if once {
+				o.dedup = r.keys.Dedup(t.Name, p, n.name, n.inputName(), 0, "0-0", 0)
+			}
+			outs = append(outs, o)
+		}
+	}
+	if n.typ == "sink" {
+		if h, ok := n.handler.(*sinkHandler); ok {
+			if s, ok := h.sink.(*streamSink); ok {
+				o := accessOutput{stream: s.stream}
+				if once {
+					o.dedup = r.keys.StreamDedup(s.stream, n.name, n.input.Name, 0, "0-0")
+				}
+				outs = append(outs, o)
+			}
+		}
+	}
+	if n.deadLetter != nil {
+		for _, s := range r.streams[n.deadLetter.Name] {
+			outs = append(outs, accessOutput{stream: s})
+		}
+	}
+	return append(outs, accessOutput{stream: r.keys.DeadLetter(n.name)})
+}

@@ -1,0 +1,285 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// accessPipeline uses every kind of key and operation a run has: producing and stream sources, a
+// file source's position, leases, durable retries, a dead-letter topic and the nodes' own
+// dead-letter streams, a stage without leases, a stage read by reference, a redis_stream sink,
+// retention, topics with a max_lag written by a source and by a stage.
+const accessPipeline = `
+pipeline "access" {
+  delivery = var.delivery
+}
+variable "delivery" {}
+variable "run" {}
+variable "ext_in" {}
+variable "ext_out" {}
+variable "lines" {}
+retry "twice" {
+  max_attempts = 4
+  backoff      = "constant"
+  initial      = "20ms"
+}
+topic "orders" {
+  partitions = 2
+  key        = msg.key
+  retention {
+    max_len = 5
+  }
+}
+topic "failed" {
+  partitions = 1
+  max_lag    = 1000
+}
+topic "lines" {
+  partitions = 2
+  max_lag    = 1000
+}
+source "file" {
+  kind   = "file"
+  path   = var.lines
+  output = topic.lines
+}
+sink "echo" {
+  kind  = "stdout"
+  input = topic.lines
+}
+source "gen" {
+  kind     = "generate"
+  count    = 20
+  output   = topic.orders
+  template = { key = "k${index % 3}", seq = index, run = var.run }
+}
+source "ext" {
+  kind   = "redis_stream"
+  stream = var.ext_in
+  output = topic.orders
+}
+stage "twice" {
+  kind        = "go"
+  func        = "test.twice"
+  input       = topic.orders
+  retry       = retry.twice
+  dead_letter = topic.failed
+}
+stage "strict" {
+  kind   = "map"
+  input  = topic.orders
+  output = topic.failed
+  set    = { doubled = msg.missing * 2 }
+}
+stage "pick" {
+  kind     = "filter"
+  input    = stage.twice
+  ordering = "none"
+  where    = msg.seq >= 0
+}
+sink "out" {
+  kind   = "redis_stream"
+  input  = stage.pick
+  stream = var.ext_out
+}
+sink "print" {
+  kind  = "stdout"
+  input = topic.failed
+}
+`
+
+// setUser runs ACL SETUSER on the server.
+func setUser(t *testing.T, srv *redistest.Server, user string, rules ...string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := srv.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER %s: %v", user, err)
+	}
+}
+
+func newRuntime(t *testing.T, admin *redis.Client, plan *flow.Plan, opts runtime.Options) *runtime.Runtime {
+	t.Helper()
+	opts.Redis = admin
+	rt, err := runtime.New(plan, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// ruleOf returns the rules of the ACL SETUSER command that grants what plan's run checks.
+func ruleOf(t *testing.T, admin *redis.Client, plan *flow.Plan, opts runtime.Options) []string {
+	t.Helper()
+	return strings.Fields(runtime.AccessRule(newRuntime(t, admin, plan, opts)))[3:]
+}
+
+// exactRules returns ACL rules that allow each command of checks on its keys and nowhere else: a
+// selector per set of keys that commands are checked on together, holding those commands. Keyless
+// commands and what connecting sends are allowed at the root. The checks name one representative
+// of the markers of effectively-once outputs (which carry the IDs of the inputs): the selector
+// covers all of that output's markers.
+func exactRules(checks []redis.AccessCheck) []string {
+	rules := []string{"+hello", "+client|setname", "+ping", "+info"}
+	var order []string
+	selectors := map[string][]string{}
+	for _, c := range checks {
+		rule := "+" + strings.ToLower(strings.Join(c.Args[:c.Words], "|"))
+		if len(c.Keys) == 0 {
+			rules = append(rules, rule)
+			continue
+		}
+		var keys []string
+		for _, k := range c.Keys {
+			if i := strings.Index(k, ":dedup:"); i >= 0 {
+				k = k[:i] + ":dedup:*"
+			}
+			keys = append(keys, "~"+k)
+		}
+		id := strings.Join(keys, " ")
+		if _, ok := selectors[id]; !ok {
+			order = append(order, id)
+		}
+		selectors[id] = append(selectors[id], rule)
+	}
+	for _, id := range order {
+		rules = append(rules, "("+id+" "+strings.Join(selectors[id], " ")+")")
+	}
+	return rules
+}
+
+// linesFile writes the file source's input: three lines.
+func linesFile(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "lines.jsonl")
+	writeFile(t, path, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n")
+	return path
+}
+
+// A user allowed exactly what the start-up check checks, each command on its keys and nowhere
+// else, runs the whole pipeline with no refusal in the server's ACL log: the check covers every
+// command the run sends, on every key. A command or a key that the runtime starts to use and the
+// check does not know fails here.
+func TestTheAccessCheckCoversTheRun(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := openURLs(t, srv.URL())
+	ctx := context.Background()
+	for _, delivery := range []string{"at_least_once", "effectively_once"} {
+		t.Run(delivery, func(t *testing.T) {
+			extIn, extOut := "ext-in:"+t.Name(), "ext-out:"+t.Name()
+			for i := range 5 {
+				if err := admin.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: extIn,
+					Values: []any{"payload", `{"key":"e","seq":` + itoa(int64(100+i)) + `}`}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run := t.Name() + itoa(prefixes.Add(1)) // test.twice fails each run's messages afresh
+			plan := buildSource(t, accessPipeline, "delivery="+delivery, "run="+run, "ext_in="+extIn, "ext_out="+extOut,
+				"lines="+linesFile(t))
+			// Trimming often, so that it has something to trim while the messages go through.
+			opts := runtime.Options{RetryInPlaceUpTo: time.Millisecond, TrimInterval: 5 * time.Millisecond}
+			user := "exact-" + delivery
+			checks := runtime.AccessChecks(newRuntime(t, admin, plan, opts))
+			setUser(t, srv, user, append([]string{"reset", "on", ">pw"}, exactRules(checks)...)...)
+			if err := admin.Universal().Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+				t.Fatal(err)
+			}
+			j := runJob(t, openURLs(t, "redis://"+user+":pw@"+srv.Addr()), plan, opts)
+			if log, err := admin.Universal().Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) > 0 {
+				t.Fatalf("refused during the run: %v %v", log, err)
+			}
+			if n := j.node(t, "echo"); n.Out != 3 {
+				t.Errorf("echo: %+v, want the 3 lines of the file", n)
+			}
+			if n := j.node(t, "out"); n.In != 25 {
+				t.Errorf("out: %+v, want 25 messages", n)
+			}
+			if n := j.node(t, "twice"); n.Retried == 0 {
+				t.Errorf("twice retried nothing: %+v", n)
+			}
+			if n := j.node(t, "strict"); n.DeadLettered != 25 {
+				t.Errorf("strict: %+v, want 25 dead letters", n)
+			}
+			if n, err := admin.Universal().XLen(ctx, extOut).Result(); err != nil || n != 25 {
+				t.Errorf("%s holds %d entries (%v), want 25", extOut, n, err)
+			}
+		})
+	}
+}
+
+// A user that may not do what the pipeline needs ends the run at start, before anything is read or
+// written: no consumer group, no lease, no membership, the external stream untouched.
+func TestRunFailsAtStartWithoutPermissions(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := openURLs(t, srv.URL())
+	ctx := context.Background()
+	extIn, extOut := "ext-in:"+t.Name(), "ext-out:"+t.Name()
+	if err := admin.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: extIn, Values: []any{"payload", `{"seq":1}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	plan := buildSource(t, accessPipeline, "delivery=at_least_once", "run="+t.Name(), "ext_in="+extIn, "ext_out="+extOut,
+		"lines="+linesFile(t))
+	rule := ruleOf(t, admin, plan, runtime.Options{})
+	without := func(drop string) []string {
+		var out []string
+		for _, r := range rule {
+			if r != drop {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		user  string
+		rules []string
+		want  []string
+	}{
+		{"other-keys", []string{"~other:*", "+@all"}, []string{`"other-keys"`, "may not access the key " + plan.KeyPrefix + ":", "~" + plan.KeyPrefix + ":*"}},
+		{"no-autoclaim", without("+xautoclaim"), []string{`"no-autoclaim"`, "may not run XAUTOCLAIM", "+xautoclaim"}},
+		{"no-scripting", append(without("+eval"), "-@scripting"), []string{"may not run EVAL", "+eval +evalsha"}},
+		{"no-external-stream", without("~" + extIn), []string{"may not access the key " + extIn, "source ext", "~" + extIn}},
+	} {
+		t.Run(tc.user, func(t *testing.T) {
+			setUser(t, srv, tc.user, append([]string{"reset", "on", ">pw"}, tc.rules...)...)
+			var log syncBuffer
+			// The deadline only keeps a broken check from hanging the test: the run would retry.
+			runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			summary, err := runtime.Run(runCtx, plan, runtime.Options{
+				Redis: openURLs(t, "redis://"+tc.user+":pw@"+srv.Addr()), UntilDrained: true, Logger: newLogger(&log),
+				Stdin: strings.NewReader(""), Stdout: &log,
+			})
+			var ae *redis.AccessError
+			if !errors.As(err, &ae) || summary != nil {
+				t.Fatalf("want an *redis.AccessError and no summary, got %v, %v\n%s", err, summary, log.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q: %v", w, err)
+				}
+			}
+			if n, err := admin.Universal().Keys(ctx, plan.KeyPrefix+":*").Result(); err != nil || len(n) > 0 {
+				t.Errorf("the run wrote keys: %v %v", n, err)
+			}
+			groups, err := admin.Universal().XInfoGroups(ctx, extIn).Result()
+			if err != nil || len(groups) > 0 {
+				t.Errorf("the external stream has groups %v (%v)", groups, err)
+			}
+			if n, _ := admin.Universal().Exists(ctx, extOut).Result(); n != 0 {
+				t.Errorf("the run wrote %s", extOut)
+			}
+		})
+	}
+}

@@ -1,0 +1,536 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// A run that may not do what its pipeline needs finds out at start: CheckAccess asks the server,
+// in one script and without running anything, whether the connection's ACL user may send each
+// command the run will send, with the keys it will send it on. Otherwise an ACL user restricted
+// to other keys, or one without a command, fails (or retries) in the middle of a run, after it
+// has read and written part of its work.
+//
+// Access builds the list. Its methods mirror the Client's operations: each adds what that
+// operation sends, with the caller's keys in their places, so that the runtime, which knows
+// which operations it uses on which keys, need not know the commands. A test runs pipelines as
+// a user allowed exactly these commands, so that a command added to an operation and not here
+// shows up.
+
+// AccessCheck is one command that a run will send, as it will send it.
+type AccessCheck struct {
+	// Args is the command: its name (and subcommand), then its arguments with the keys in their
+	// places, for example {"xgroup", "create", stream, group, "0", "mkstream"}. Values that ACL
+	// rules cannot tell apart (IDs, counts, payloads) are placeholders.
+	Args []string
+	// Words is how many of Args name the command: 1, or 2 for a subcommand (XGROUP CREATE).
+	Words int
+	// Keys are the keys among Args, in order; none for a command without keys.
+	Keys []string
+	// Patterns are the ACL key patterns that grant Keys in the suggested rule, one per key, for
+	// example "flow:*" for every key of a pipeline with the prefix "flow".
+	Patterns []string
+	// For says who needs the command, for messages: "stage enrich".
+	For string
+}
+
+// Command returns the command's name as Redis documents it: "XAUTOCLAIM", "XGROUP CREATE".
+func (a AccessCheck) Command() string {
+	return strings.ToUpper(strings.Join(a.Args[:a.Words], " "))
+}
+
+// rule returns the command as an ACL rule: "+xautoclaim", "+xgroup|create".
+func (a AccessCheck) rule() string {
+	return "+" + strings.ToLower(strings.Join(a.Args[:a.Words], "|"))
+}
+
+// Access collects the checks of a run. The zero value is not usable; see NewAccess.
+type Access struct {
+	keys   Keys
+	checks []AccessCheck
+	seen   map[string]bool
+}
+
+// NewAccess returns an empty list for the keys of k: the suggested rule grants every key under
+// k's prefix with one pattern.
+func NewAccess(k Keys) *Access { return &Access{keys: k, seen: map[string]bool{}} }
+
+// Checks returns the checks, in the order they were added, without repeats.
+func (a *Access) Checks() []AccessCheck { return a.checks }
+
+// add adds a command whose key (if any) is key.
+func (a *Access) add(who, key string, words int, args ...string) {
+	var keys []string
+	if key != "" {
+		keys = []string{key}
+	}
+	a.addKeys(who, keys, words, args...)
+}
+
+// addKeys adds a command whose keys are keys.
+func (a *Access) addKeys(who string, keys []string, words int, args ...string) {
+	id := strings.Join(args, "\x00")
+	if a.seen[id] {
+		return
+	}
+	a.seen[id] = true
+	c := AccessCheck{Args: args, Words: words, Keys: keys, For: who}
+	for _, k := range keys {
+		c.Patterns = append(c.Patterns, a.pattern(k))
+	}
+	a.checks = append(a.checks, c)
+}
+
+// pattern returns the ACL pattern that the suggested rule grants key with.
+func (a *Access) pattern(key string) string {
+	if a.keys.Prefix != "" && strings.HasPrefix(key, a.keys.Prefix+":") {
+		return globEscape(a.keys.Prefix) + ":*"
+	}
+	return globEscape(key)
+}
+
+// globEscape escapes the characters that ACL key patterns (glob-style) treat specially.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+}
+
+// script adds the invocation of a script on keys: EVALSHA and EVAL for a script sent with
+// Script.Run (which falls back to EVAL when the server does not have the script yet), EVAL alone
+// for one sent with Script.Eval (inside transactions).
+func (a *Access) script(who string, s *goredis.Script, runs bool, keys ...string) {
+	tail := append([]string{strconv.Itoa(len(keys))}, keys...)
+	if runs {
+		a.addKeys(who, keys, 1, append([]string{"evalsha", s.Hash()}, tail...)...)
+	}
+	a.addKeys(who, keys, 1, append([]string{"eval", "-- script"}, tail...)...)
+}
+
+// Members adds Heartbeat and Leave on the members key (Keys.Members).
+func (a *Access) Members(who string) {
+	key := a.keys.Members()
+	a.add(who, "", 1, "multi")
+	a.add(who, key, 1, "zadd", key, "0", "process")
+	a.add(who, key, 1, "zremrangebyscore", key, "-inf", "(0")
+	a.add(who, key, 1, "zcard", key)
+	a.add(who, "", 1, "exec")
+	a.add(who, key, 1, "zrem", key, "process")
+}
+
+// Consume adds what a consumer of a stream's group sends: EnsureGroupAt, ReadGroup, ReadPending,
+// Reclaim and DeleteIdleConsumer.
+func (a *Access) Consume(who, stream, group string) {
+	a.Group(who, stream, group)
+	a.add(who, stream, 1, "xreadgroup", "group", group, "consumer", "count", "1", "block", "1", "streams", stream, ">")
+	a.add(who, stream, 1, "xautoclaim", stream, group, "consumer", "1", "0-0", "count", "1")
+	a.add(who, stream, 1, "xpending", stream, group, "-", "+", "1", "consumer")
+	a.script(who, deleteIdleConsumerScript, true, stream)
+	a.add(who, stream, 2, "xgroup", "delconsumer", stream, group, "consumer")
+}
+
+// Group adds EnsureGroup: XGROUP CREATE with MKSTREAM.
+func (a *Access) Group(who, stream, group string) {
+	a.add(who, stream, 2, "xgroup", "create", stream, group, "0", "mkstream")
+}
+
+// Settle adds the acknowledgement part of Commit (and Ack) on a stream's group, with the unit's
+// retry set and lease ("" for none).
+func (a *Access) Settle(who, stream, group, retryKey, leaseKey string) {
+	if retryKey == "" && leaseKey == "" {
+		a.add(who, stream, 1, "xack", stream, group, "0-1")
+		return
+	}
+	keys := []string{stream, stream, stream}
+	if retryKey != "" {
+		keys[1] = retryKey
+	}
+	if leaseKey != "" {
+		keys[2] = leaseKey
+	}
+	a.script(who, settleScript, true, keys...)
+	a.add(who, stream, 1, "xack", stream, group, "0-1")
+	if leaseKey != "" {
+		a.add(who, leaseKey, 1, "get", leaseKey)
+	}
+	if retryKey != "" {
+		a.add(who, retryKey, 1, "zrem", retryKey, "retry")
+		a.add(who, retryKey, 1, "zadd", retryKey, "0", "retry")
+	}
+}
+
+// Output adds the writes of Commit to a stream: an XADD in a MULTI/EXEC transaction, or with a
+// dedup marker (dedupKey, "" for none) the effectively-once script.
+func (a *Access) Output(who, stream, dedupKey string) {
+	a.add(who, "", 1, "multi")
+	a.add(who, "", 1, "exec")
+	if dedupKey == "" {
+		a.add(who, stream, 1, "xadd", stream, "*", "payload", "{}")
+		return
+	}
+	a.script(who, xaddOnceScript, false, stream, dedupKey)
+	a.add(who, dedupKey, 1, "get", dedupKey)
+	a.add(who, stream, 1, "xadd", stream, "*", "payload", "{}")
+	a.add(who, dedupKey, 1, "set", dedupKey, "0-1", "px", "1")
+}
+
+// Checkpoint adds the checkpoint Commit records for a source (Keys.SourcePosition), fenced by the
+// source's lease, and ReadCheckpoint.
+func (a *Access) Checkpoint(who, key, leaseKey string) {
+	a.add(who, key, 1, "get", key)
+	a.script(who, checkpointScript, true, key, leaseKey)
+	a.add(who, leaseKey, 1, "get", leaseKey)
+	a.add(who, key, 1, "set", key, "position")
+}
+
+// Backlog adds Backlog on a stream (which falls back on StreamStats).
+func (a *Access) Backlog(who, stream string) { a.Stats(who, stream) }
+
+// Produce adds what a Producer sends to a stream: pipelined XADDs.
+func (a *Access) Produce(who, stream string) {
+	a.add(who, stream, 1, "xadd", stream, "*", "payload", "{}")
+}
+
+// Lease adds AcquireLease, RenewLease and ReleaseLease on a lease key (and its fencing counter).
+func (a *Access) Lease(who, key string) {
+	fence := LeaseFence(key)
+	a.script(who, acquireLeaseScript, true, key, fence)
+	a.add(who, key, 1, "get", key)
+	a.add(who, key, 1, "pttl", key)
+	a.add(who, fence, 1, "incr", fence)
+	a.add(who, key, 1, "set", key, "owner", "px", "1")
+	a.script(who, renewLeaseScript, true, key)
+	a.add(who, key, 1, "pexpire", key, "1")
+	a.script(who, releaseLeaseScript, true, key)
+	a.add(who, key, 1, "del", key)
+}
+
+// Retries adds ClaimRetries, NextRetry and ScheduledRetries on a retry set.
+func (a *Access) Retries(who, key string) {
+	a.script(who, claimRetriesScript, true, key)
+	a.add(who, key, 1, "zrangebyscore", key, "-inf", "0", "withscores", "limit", "0", "1")
+	a.add(who, key, 1, "zadd", key, "xx", "0", "retry")
+	a.add(who, key, 1, "zrange", key, "0", "0", "withscores")
+	a.add(who, key, 1, "zcard", key)
+}
+
+// Stats adds StreamStats and StreamLen on a stream.
+func (a *Access) Stats(who, stream string) {
+	a.add(who, stream, 1, "type", stream)
+	a.add(who, stream, 1, "xlen", stream)
+	a.add(who, stream, 1, "xrange", stream, "-", "+", "count", "1")
+	a.add(who, stream, 1, "xrevrange", stream, "+", "-", "count", "1")
+	a.add(who, stream, 2, "xinfo", "groups", stream)
+	a.add(who, stream, 1, "xpending", stream, "group", "-", "+", "1")
+}
+
+// Len adds StreamLen on a stream.
+func (a *Access) Len(who, stream string) {
+	a.add(who, stream, 1, "xlen", stream)
+}
+
+// Trim adds Trim on a stream.
+func (a *Access) Trim(who, stream string) {
+	a.add(who, stream, 2, "xinfo", "groups", stream)
+	a.add(who, stream, 1, "xpending", stream, "group")
+	a.script(who, maxLenCutScript, true, stream)
+	a.add(who, stream, 1, "xlen", stream)
+	a.add(who, stream, 1, "xrange", stream, "-", "+", "count", "1")
+	a.add(who, stream, 1, "xtrim", stream, "minid", "0-1")
+}
+
+// connectRules are what Open and every new connection send: HELLO (or AUTH, which every user
+// may send), CLIENT SETNAME, PING, and INFO to tell a cluster node.
+var connectRules = []string{"+hello", "+client|setname", "+ping", "+info"}
+
+// ErrAccessUnchecked is returned (wrapped) by CheckAccess when the server cannot check a user's
+// permissions: it lacks redis.acl_check_cmd (Redis before 7.0, or the embedded miniredis).
+var ErrAccessUnchecked = errors.New("the server cannot check permissions (redis.acl_check_cmd needs Redis 7.0)")
+
+// AccessReason says why a check failed.
+type AccessReason int
+
+const (
+	// AccessCommand: the user may not run the command at all.
+	AccessCommand AccessReason = iota + 1
+	// AccessKey: the user may not read and write the key (AccessError.Key), whatever the
+	// command.
+	AccessKey
+	// AccessUnknownCommand: the server does not know the command (rename-command, or too old).
+	AccessUnknownCommand
+)
+
+// AccessError is a run that the connection's user may not make: the first check that failed,
+// and an ACL rule that grants what failed.
+type AccessError struct {
+	User   string // the ACL user; "default" when the URL names none
+	Check  AccessCheck
+	Reason AccessReason
+	// Key is the key refused, with Reason AccessKey.
+	Key string
+	// Failed is how many checks failed in all.
+	Failed int
+	// Rule is an ACL SETUSER command that grants the user the commands and key patterns that
+	// failed, and nothing else ("" when the server lacks a command): ACL SETUSER adds to what the
+	// user has.
+	Rule string
+}
+
+func (e *AccessError) Error() string {
+	var b strings.Builder
+	switch e.Reason {
+	case AccessUnknownCommand:
+		fmt.Fprintf(&b, "the Redis server does not know the command %s", e.Check.Command())
+	case AccessKey:
+		fmt.Fprintf(&b, "redis user %q may not access the key %s (%s", e.User, e.Key, e.Check.Command())
+	default:
+		fmt.Fprintf(&b, "redis user %q may not run %s (", e.User, e.Check.Command())
+	}
+	if e.Check.For != "" {
+		if e.Reason == AccessUnknownCommand {
+			b.WriteString(" (")
+		} else if e.Reason == AccessKey {
+			b.WriteString(", ")
+		}
+		b.WriteString("needed by " + e.Check.For)
+		if e.Reason == AccessUnknownCommand {
+			b.WriteString(")")
+		}
+	}
+	if e.Reason != AccessUnknownCommand {
+		b.WriteString(")")
+	}
+	switch {
+	case e.Failed == 2:
+		b.WriteString(" and 1 more command or key")
+	case e.Failed > 2:
+		fmt.Fprintf(&b, " and %d more commands or keys", e.Failed-1)
+	}
+	if e.Reason == AccessUnknownCommand {
+		b.WriteString(": it was renamed or disabled (rename-command), or the server is older than Redis 7.0")
+	}
+	if e.Rule != "" {
+		them := "it"
+		if e.Failed > 1 {
+			them = "them"
+		}
+		b.WriteString("; grant " + them + " with: " + e.Rule)
+	}
+	return b.String()
+}
+
+// maxAccessFailures bounds the failures the check script reports one by one (it counts them all).
+const maxAccessFailures = 1000
+
+// accessScript runs redis.acl_check_cmd on each check, always on the command as it will be sent
+// (a command cut short can make the server read past its arguments while it looks for keys). A
+// check that fails is told apart by a second one on its keys alone: EVAL with them as its keys,
+// which the user may run (the script runs in EVAL) and which needs read and write access. If the
+// keys pass, the command is refused; else the first key that fails alone is. An unknown command
+// makes acl_check_cmd raise an error, hence pcall. It returns the number of failed checks
+// followed by (check index, reason, key index) of each, up to ARGV[1] of them, or {-1} when the
+// server lacks acl_check_cmd.
+//
+//	ARGV[1] the most failures to list, then per check: the number of arguments, them, the
+//	number of keys, them
+var accessScript = `
+if type(redis.acl_check_cmd) ~= 'function' then
+  return {-1}
+end
+local limit = tonumber(ARGV[1])
+local keyok = {}
+local function keyAllowed(k)
+  if keyok[k] == nil then
+    keyok[k] = redis.acl_check_cmd('eval', 'return 0', '1', k)
+  end
+  return keyok[k]
+end
+local out = {0}
+local i, n = 2, 0
+while i <= #ARGV do
+  n = n + 1
+  local count = tonumber(ARGV[i])
+  local args = {unpack(ARGV, i + 1, i + count)}
+  i = i + 1 + count
+  local nkeys = tonumber(ARGV[i])
+  local keys = {unpack(ARGV, i + 1, i + nkeys)}
+  i = i + 1 + nkeys
+  local reason, bad = 0, 0
+  local ok, allowed = pcall(redis.acl_check_cmd, unpack(args))
+  if not ok then
+    reason = 3
+  elseif not allowed then
+    reason = 1
+    for k = 1, nkeys do
+      if not keyAllowed(keys[k]) then
+        reason, bad = 2, k
+        break
+      end
+    end
+  end
+  if reason ~= 0 then
+    out[1] = out[1] + 1
+    if out[1] <= limit then
+      out[#out + 1] = n
+      out[#out + 1] = reason
+      out[#out + 1] = bad
+    end
+  end
+end
+return out
+`
+
+// CheckAccess reports whether the connection's user may send every command of checks, without
+// sending any: nil when it may, an *AccessError naming the first command or key it may not
+// (and an ACL rule that grants them all), an error wrapping ErrAccessUnchecked when the server
+// cannot tell, or the error of the check itself. A user who may not run EVAL gets an
+// *AccessError about EVAL, which flowrun needs anyway.
+func (c *Client) CheckAccess(ctx context.Context, checks []AccessCheck) error {
+	if len(checks) == 0 {
+		return nil
+	}
+	argv := make([]any, 0, 1+10*len(checks))
+	argv = append(argv, maxAccessFailures)
+	for _, ch := range checks {
+		argv = append(argv, len(ch.Args))
+		for _, a := range ch.Args {
+			argv = append(argv, a)
+		}
+		argv = append(argv, len(ch.Keys))
+		for _, k := range ch.Keys {
+			argv = append(argv, k)
+		}
+	}
+	res, err := c.rdb.Eval(ctx, accessScript, nil, argv...).Int64Slice()
+	if err != nil {
+		msg := err.Error()
+		eval := AccessCheck{Args: []string{"eval"}, Words: 1, For: "flowrun's scripts: leases, acknowledgements, retries"}
+		switch {
+		case strings.HasPrefix(msg, "NOPERM"):
+			return &AccessError{User: c.user, Check: eval, Reason: AccessCommand, Failed: 1,
+				Rule: "ACL SETUSER " + quoteACL(c.user) + " +eval +evalsha"}
+		case strings.HasPrefix(msg, "ERR unknown command"):
+			return &AccessError{User: c.user, Check: eval, Reason: AccessUnknownCommand, Failed: 1}
+		}
+		return fmt.Errorf("redis: checking the user's permissions: %w", err)
+	}
+	if len(res) == 1 && res[0] == -1 {
+		return fmt.Errorf("redis: %w", ErrAccessUnchecked)
+	}
+	if len(res) == 0 || len(res)%3 != 1 {
+		return fmt.Errorf("redis: checking the user's permissions: %w", errUnexpected(res))
+	}
+	if res[0] == 0 {
+		return nil
+	}
+	var e *AccessError
+	var patterns, rules []string
+	failed := map[int64]bool{}
+	for i := 1; i+2 < len(res); i += 3 {
+		failed[res[i]] = true
+	}
+	// A command refused on a key it may not access may be refused as such too: the rule grants
+	// it as well, unless the command passed on another key (granting it again would be harmless,
+	// but noise).
+	passed := map[string]bool{}
+	for i, ch := range checks {
+		if !failed[int64(i+1)] {
+			passed[ch.rule()] = true
+		}
+	}
+	for i := 1; i+2 < len(res); i += 3 {
+		index, reason, key := res[i], AccessReason(res[i+1]), res[i+2]
+		if index < 1 || index > int64(len(checks)) || key < 0 || key > int64(len(checks[index-1].Keys)) ||
+			reason == AccessKey && key == 0 {
+			return fmt.Errorf("redis: checking the user's permissions: %w", errUnexpected(res))
+		}
+		ch := checks[index-1]
+		if e == nil {
+			e = &AccessError{User: c.user, Check: ch, Reason: reason, Failed: int(res[0])}
+			if reason == AccessKey {
+				e.Key = ch.Keys[key-1]
+			}
+		}
+		switch reason {
+		case AccessUnknownCommand:
+			// Not the user's to be granted: rename-command or an upgrade fixes it, so it is what
+			// the error is about.
+			return &AccessError{User: c.user, Check: ch, Reason: reason, Failed: int(res[0])}
+		case AccessKey:
+			patterns = append(patterns, "~"+ch.Patterns[key-1])
+			if !passed[ch.rule()] {
+				rules = append(rules, ch.rule())
+			}
+		default:
+			rules = append(rules, ch.rule())
+		}
+	}
+	e.Rule = aclSetUser(c.user, patterns, rules)
+	return e
+}
+
+// aclSetUser returns "ACL SETUSER user patterns... rules...", each once, the rules sorted.
+func aclSetUser(user string, patterns, rules []string) string {
+	words := []string{"ACL", "SETUSER", quoteACL(user)}
+	seen := map[string]bool{}
+	for _, p := range patterns {
+		if !seen[p] {
+			seen[p] = true
+			words = append(words, quoteACL(p))
+		}
+	}
+	var sorted []string
+	for _, r := range rules {
+		if !seen[r] {
+			seen[r] = true
+			sorted = append(sorted, r)
+		}
+	}
+	sort.Strings(sorted)
+	return strings.Join(append(words, sorted...), " ")
+}
+
+// AccessRule returns an ACL SETUSER command that grants the connection's user every check: the
+// key patterns, then the commands, connecting's own first, for example
+// "ACL SETUSER app ~flow:* +hello +client|setname +ping +info +del +eval ... +zremrangebyscore".
+// It adds to what the user has; a user with every key ("~*" or allkeys) must leave out the key
+// patterns, which Redis refuses to add to it.
+func (c *Client) AccessRule(checks []AccessCheck) string {
+	var patterns, rules []string
+	for _, ch := range checks {
+		for _, p := range ch.Patterns {
+			patterns = append(patterns, "~"+p)
+		}
+		rules = append(rules, ch.rule())
+	}
+	if c.cluster {
+		rules = append(rules, "+cluster|slots")
+	}
+	// Connecting's own commands go first, where a reader expects them.
+	for _, r := range connectRules {
+		patterns = append(patterns, r)
+		rules = slices.DeleteFunc(rules, func(s string) bool { return s == r })
+	}
+	return aclSetUser(c.user, patterns, rules)
+}
+
+// quoteACL quotes a word of an ACL command for redis-cli when it holds white space or quotes.
+func quoteACL(s string) string {
+	if strings.ContainsAny(s, " \t\"'") {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = quoteACL(s)
+	}
+	return out
+}
