@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -225,25 +226,67 @@ func (w fifoWriter) Close() error {
 	return f.Close()
 }
 
+// receiver is an HTTP service that counts the messages it receives by their number, field i. A
+// held receiver answers nothing until it is released.
+type receiver struct {
+	hold chan struct{}
+	mu   sync.Mutex
+	got  map[int]int
+}
+
+func newReceiver(held bool) *receiver {
+	rc := &receiver{hold: make(chan struct{}), got: map[int]int{}}
+	if !held {
+		close(rc.hold)
+	}
+	return rc
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	<-rc.hold
+	var m struct{ I int }
+	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	rc.mu.Lock()
+	rc.got[m.I]++
+	rc.mu.Unlock()
+}
+
+func (rc *receiver) release() { close(rc.hold) }
+
+// received returns how often each message number arrived.
+func (rc *receiver) received() map[int]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return maps.Clone(rc.got)
+}
+
+// backlogOf measures, independently of the runtime, the entries of a stream that a group has not
+// processed: not delivered to it, or delivered and not acknowledged (all of them before the group
+// exists).
+func backlogOf(t *testing.T, c *redis.Client, stream, group string) int64 {
+	t.Helper()
+	st, err := c.StreamStats(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range st.Groups {
+		if g.Name == group {
+			return g.Lag + g.Pending
+		}
+	}
+	return st.Length
+}
+
 // TestBackpressureHoldsASourceBack runs a fast generate source into a topic with max_lag = 100
 // whose only reader, an http sink, is stalled: the source waits at the cap (and says so), the
 // backlog of each partition never passes it, and once the sink goes on everything arrives.
 func TestBackpressureHoldsASourceBack(t *testing.T) {
 	const n, maxLag, partitions = 2000, 100, 2
-	release := make(chan struct{})
-	var mu sync.Mutex
-	got := map[int]int{}
-	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		<-release
-		var m struct{ I int }
-		if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		got[m.I]++
-		mu.Unlock()
-	}))
+	rc := newReceiver(true)
+	svc := httptest.NewServer(rc)
 	defer svc.Close()
 	c := server.open(t)
 	plan := buildSource(t, fmt.Sprintf(`
@@ -285,16 +328,7 @@ sink "slow" {
 	worst := int64(0)
 	backlogs := func() (total int64) {
 		for p := range partitions {
-			st, err := c.StreamStats(context.Background(), keys.Stream("in", p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			backlog := st.Length
-			for _, g := range st.Groups {
-				if g.Name == "slow" {
-					backlog = g.Lag + g.Pending
-				}
-			}
+			backlog := backlogOf(t, c, keys.Stream("in", p), "slow")
 			worst = max(worst, backlog)
 			total += backlog
 		}
@@ -313,7 +347,7 @@ sink "slow" {
 	if p := rt.Snapshot().Sources[0].Produced; p >= n {
 		t.Fatalf("the source wrote all %d messages: nothing held it back", p)
 	}
-	close(release)
+	rc.release()
 	for {
 		select {
 		case err := <-done:
@@ -324,9 +358,7 @@ sink "slow" {
 			if worst > maxLag {
 				t.Errorf("a partition's backlog reached %d, past max_lag %d", worst, maxLag)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if dups := tally(t, got, n); dups > 0 {
+			if dups := tally(t, rc.received(), n); dups > 0 {
 				t.Errorf("%d messages delivered twice", dups)
 			}
 			gen := summaryNode(summary, "gen")
@@ -347,17 +379,8 @@ sink "slow" {
 // stage reads no more than the cap at a time).
 func TestBackpressureHoldsStagesAndPublishers(t *testing.T) {
 	const n, maxLag, step = 600, 50, 10
-	release := make(chan struct{})
-	var mu sync.Mutex
-	got := map[int]int{}
-	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		<-release
-		var m struct{ I int }
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		mu.Lock()
-		got[m.I]++
-		mu.Unlock()
-	}))
+	rc := newReceiver(true)
+	svc := httptest.NewServer(rc)
 	defer svc.Close()
 	c := server.open(t)
 	plan := buildSource(t, fmt.Sprintf(`
@@ -417,17 +440,7 @@ sink "slow" {
 	worst := map[string]int64{}
 	measure := func() {
 		for topic, group := range map[string]string{"raw": "copy", "cooked": "slow"} {
-			st, err := c.StreamStats(context.Background(), keys.Stream(topic, 0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			backlog := st.Length
-			for _, g := range st.Groups {
-				if g.Name == group {
-					backlog = g.Lag + g.Pending
-				}
-			}
-			worst[topic] = max(worst[topic], backlog)
+			worst[topic] = max(worst[topic], backlogOf(t, c, keys.Stream(topic, 0), group))
 		}
 	}
 	waitFor(t, "the stage and the publisher to be held back", func() bool {
@@ -438,12 +451,10 @@ sink "slow" {
 	if p := published.Load(); p >= n {
 		t.Fatalf("the publisher wrote all %d messages: nothing held it back", p)
 	}
-	close(release)
+	rc.release()
 	waitFor(t, "every message to arrive", func() bool {
 		measure()
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) >= n
+		return len(rc.received()) >= n
 	})
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
@@ -452,9 +463,7 @@ sink "slow" {
 	if err := <-done; err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dups := tally(t, got, n); dups > 0 {
+	if dups := tally(t, rc.received(), n); dups > 0 {
 		t.Errorf("%d messages delivered twice", dups)
 	}
 	if worst["raw"] > maxLag+step-1 || worst["cooked"] > 2*maxLag-1 {
@@ -604,15 +613,8 @@ func TestSinkPausesThroughAnOutage(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // connections are refused until the service starts on the same port
-	var mu sync.Mutex
-	got := map[int]int{}
-	svc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m struct{ I int }
-		_ = json.NewDecoder(r.Body).Decode(&m)
-		mu.Lock()
-		got[m.I]++
-		mu.Unlock()
-	})}
+	rc := newReceiver(false)
+	svc := &http.Server{Handler: rc}
 	defer svc.Close()
 	plan := buildSource(t, fmt.Sprintf(`
 pipeline "outage" {}
@@ -668,9 +670,7 @@ sink "hook" {
 	if err := <-done; err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dups := tally(t, got, n); dups > 0 {
+	if dups := tally(t, rc.received(), n); dups > 0 {
 		t.Errorf("%d messages delivered twice", dups)
 	}
 	s := summaryNode(summary, "hook")
@@ -685,7 +685,7 @@ sink "hook" {
 	if paused, resumed := strings.Count(log.String(), "attempts fail transiently"), strings.Count(log.String(), "attempts succeed again"); paused != 1 || resumed != 1 {
 		t.Errorf("the pause was logged %d times and the resumption %d times, want once each:\n%s", paused, resumed, log.String())
 	}
-	t.Logf("%d failed attempts during the outage; %d delivered, 0 dead-lettered", during.Failed, len(got))
+	t.Logf("%d failed attempts during the outage; %d delivered, 0 dead-lettered", during.Failed, len(rc.received()))
 }
 
 // unavailable holds the runs in which test.unavailable's service is away.
