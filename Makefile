@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
 EXAMPLE   ?= examples/pipelines/fanout
 RUN_FLAGS ?= --var events=40 --var signups_file=bin/signups.jsonl
 
-.PHONY: all build run test lint fmt bench bench-quick bench-profile bench-tools bench-expr fuzz generate tools clean
+.PHONY: all build run test lint fmt bench bench-quick bench-profile bench-tools bench-expr fuzz generate tools clean mutants
 
 all: build
 
@@ -87,3 +87,10 @@ tools:
 
 clean:
 	rm -rf bin
+
+# Apply each known-dangerous mutation (internal/mutants/list.go) to a copy of the tree and check that
+# the tests catch it; exits 1 when one survives. On demand: it takes about a minute per mutation.
+# MUTANTS=regexp runs only the matching ones.
+MUTANTS ?=
+mutants:
+	$(GO) run ./internal/mutants -run '$(MUTANTS)'

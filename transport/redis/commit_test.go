@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -400,6 +401,64 @@ func TestCommitCheckpoint(t *testing.T) {
 		}
 		if _, err := c.Commit(ctx, CommitArgs{Lease: &lease, Checkpoint: &Checkpoint{Key: posKey, Value: "x"}, Stream: "s", Group: "g", IDs: []string{"1-0"}}); err == nil {
 			t.Fatal("a commit with both a checkpoint and acks was accepted")
+		}
+	})
+}
+
+// failXAdds is a go-redis hook that fails, before they are sent, the commands and pipelines that
+// hold an XADD, as a connection that breaks at that moment would.
+type failXAdds struct{}
+
+var errInjected = errors.New("injected: connection reset")
+
+func (failXAdds) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (failXAdds) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() == "xadd" {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (failXAdds) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "xadd" {
+				for _, c := range cmds {
+					c.SetErr(errInjected)
+				}
+				return errInjected
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestCheckpointMovesOnlyWithItsOutputs: when a source's outputs cannot be written, its
+// checkpoint does not move, so that no line is skipped at the next start.
+func TestCheckpointMovesOnlyWithItsOutputs(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		posKey := k.SourcePosition("file")
+		lease, ok, err := c.AcquireLease(ctx, k.SourceLease("file"), "owner", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		outs := []Output{{Stream: k.Stream("out", 0), Entry: Entry{Payload: []byte(`{"n":1}`)}},
+			{Stream: k.Stream("out", 1), Entry: Entry{Payload: []byte(`{"n":2}`)}}}
+		if _, err := c.Commit(ctx, CommitArgs{Outputs: outs, Lease: &lease, Checkpoint: &Checkpoint{Key: posKey, Value: "line 2"}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Universal().AddHook(failXAdds{})
+		_, err = c.Commit(ctx, CommitArgs{Outputs: outs, Lease: &lease, Checkpoint: &Checkpoint{Key: posKey, Value: "line 4"}})
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("commit with failing outputs: err = %v, want the injected failure", err)
+		}
+		if v, _, err := c.ReadCheckpoint(ctx, posKey); err != nil || v != "line 2" {
+			t.Fatalf("checkpoint = %q, %v after its outputs failed; want it still at line 2", v, err)
 		}
 	})
 }

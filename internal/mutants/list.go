@@ -1,0 +1,171 @@
+package main
+
+// mutations are the known-dangerous changes: each would lose, duplicate or reorder messages, or
+// hide a failure, and some test must fail for it. Add one with every safety path.
+var mutations = []mutation{
+	// Shutdown and job mode.
+	{
+		name: "ack-abandoned", why: "a shutdown acks the messages it abandoned, which are then lost",
+		file: "runtime/worker.go",
+		find: `		if res.abandoned {
+			abandoned = true
+			continue
+		}`,
+		replace: `		if res.abandoned {
+			abandoned = true
+			acks = append(acks, m.id)
+			continue
+		}`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "drain-ignores-lag", why: "a job ends while a stage still has entries to read",
+		file: "runtime/drain.go", find: `} else if group.Lag > 0 {`, replace: `} else if false && group.Lag > 0 {`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "drain-ignores-pending", why: "a job ends while a stage has entries in flight",
+		file: "runtime/drain.go", find: `if group == nil || group.Pending > 0 {`, replace: `if group == nil {`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "drain-ignores-retries", why: "a job ends while messages wait in a retry set",
+		file: "runtime/drain.go", find: `err != nil || waiting {`, replace: `err != nil {`,
+		packages: []string{"./runtime"},
+	},
+
+	// Fencing and leases.
+	{
+		name: "unfenced-ack", why: "a process that lost its partition still acks, so the new owner's work is lost or doubled",
+		file: "transport/redis/scripts.go",
+		find: `if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then`, replace: `if false then`,
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+	{
+		name: "release-any-lease", why: "a slow process deletes its successor's lease",
+		file: "transport/redis/scripts.go",
+		find: `if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])`,
+		replace: `if true then
+  redis.call('DEL', KEYS[1])`,
+		packages: []string{"./transport/redis"},
+	},
+
+	// Retries and poison messages.
+	{
+		name: "retry-move-without-ack", why: "a message moved to the retry set stays pending too, and is processed twice",
+		file: "runtime/worker.go",
+		find: `		if m.retry != nil {
+			retryDone = append(retryDone, *m.retry)
+		} else {
+			acks = append(acks, m.id)`,
+		replace: `		if m.retry != nil {
+			retryDone = append(retryDone, *m.retry)
+		} else if res.retry == nil {
+			acks = append(acks, m.id)`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "no-poison-check", why: "an entry that kills every process that takes it loops forever",
+		file: "runtime/worker.go", find: `if m.deliveries > poisonDeliveries {`, replace: `if false {`,
+		packages: []string{"./runtime"},
+	},
+
+	// Retention.
+	{
+		name: "trim-past-groups", why: "retention trims entries a group has not read or acknowledged",
+		file: "transport/redis/trim.go", find: `if floor.less(cut) {`, replace: `if false && floor.less(cut) {`,
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+
+	// Effectively-once.
+	{
+		name: "ignore-dedup-markers", why: "effectively-once writes an output again after a crash",
+		file: "transport/redis/scripts.go", find: `  local prev = redis.call('GET', KEYS[i])`, replace: `  local prev = false`,
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+
+	// Sources.
+	{
+		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
+		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
+		b.wait(r.hard)`,
+		replace: `		return nil`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "source-counts-before-write", why: "a source counts a message as produced before Redis has it",
+		file: "runtime/source_write.go", find: `	var b backoff
+	for {`,
+		replace: `	var b backoff
+	n.stats.out.Add(int64(produced))
+	produced = 0
+	for {`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "checkpoint-before-outputs", why: "state after the ack: a file source's position moves before the lines it covers are written",
+		file: "transport/redis/commit.go", find: `	if plan.atomic {
+		return c.commitAtomic(ctx, a, plan)
+	}`,
+		replace: `	if a.Checkpoint != nil {
+		if err := c.settle(ctx, a); err != nil {
+			return nil, err
+		}
+		a.Checkpoint = nil
+	}
+	if plan.atomic {
+		return c.commitAtomic(ctx, a, plan)
+	}`,
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+	{
+		name: "file-source-restarts", why: "a restarted file source reads its file from the top again",
+		file: "runtime/source_file.go", find: `	if !found {
+		return fresh, nil
+	}`,
+		replace: `	if !found || true {
+		return fresh, nil
+	}`,
+		packages: []string{"./runtime"},
+	},
+
+	// Downstream failures.
+	{
+		name: "transient-is-permanent", why: "a downstream outage empties the topic into the dead letters",
+		file: "runtime/worker.go", find: `		if stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
+		replace: `		if transient || stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "no-breaker", why: "every lane retries a dead endpoint instead of one probe at a time",
+		file: "runtime/breaker.go", find: `		if !b.isOpen.Load() {
+			return false, true
+		}`,
+		replace: `		if true {
+			return false, true
+		}`,
+		packages: []string{"./runtime"},
+	},
+
+	// Backpressure.
+	{
+		name: "gate-forgets-in-flight", why: "backpressure lets writers pass the cap by what they have not written yet",
+		file: "runtime/backpressure.go", find: `	if g.measured+g.since+g.unwritten >= g.limit {`, replace: `	if g.measured >= g.limit {`,
+		packages: []string{"./runtime"},
+	},
+
+	// Failing fast.
+	{
+		name: "retry-unrecoverable", why: "a run without permissions retries forever instead of ending",
+		file: "runtime/outage.go", find: `	if redis.Unrecoverable(err) {
+		r.fail(fmt.Errorf("%s: %w", what, err))
+		return false
+	}`,
+		replace: `	if false {
+		r.fail(fmt.Errorf("%s: %w", what, err))
+		return false
+	}`,
+		packages: []string{"./runtime"},
+	},
+}
