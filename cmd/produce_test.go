@@ -1,8 +1,10 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -272,4 +274,38 @@ func TestProduceNeedsAConfiguredRedis(t *testing.T) {
 			t.Errorf("%s: exit %d\n%s", args[0], code, errOut)
 		}
 	}
+}
+
+// TestProduceWaitsForAFullTopic: produce into a topic at its max_lag, with nothing reading it, waits
+// and says why, instead of filling Redis.
+func TestProduceWaitsForAFullTopic(t *testing.T) {
+	path, prefix := testPipeline(t, `
+topic "orders" { max_lag = 5 }
+sink "out" {
+  kind  = "stdout"
+  input = topic.orders
+}
+`)
+	url := redistest.Shared(t).URL()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := newLineWriter()
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, []string{"produce", path, "orders", "--redis", url},
+			IO{In: strings.NewReader(orderLines(50, 3)), Out: io.Discard, Err: errOut})
+	}()
+	for line := ""; !strings.Contains(line, "max_lag (5)"); {
+		line = errOut.next(t)
+	}
+	c, err := redis.Open(ctx, redis.Options{URLs: []string{url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n, err := c.StreamLen(ctx, redis.Keys{Prefix: prefix}.Stream("orders", 0)); err != nil || n >= 50 {
+		t.Errorf("the topic holds %d of the 50 messages (%v): produce did not wait", n, err)
+	}
+	cancel()
+	<-done
 }

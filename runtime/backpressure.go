@@ -20,8 +20,9 @@ import (
 // it measures again (XLEN and XINFO GROUPS) when the estimate reaches the cap or is older than
 // gateFreshness. Readers only ever make the backlog smaller, so the estimate is never below it. A
 // writer that asks for n entries at once is let through while the estimate is under the cap, so a
-// partition can pass the cap by what one writer writes in one step: nothing for a source, which
-// asks per message, up to a batch for a stage, which asks per commit, and what Publish has queued.
+// partition can pass the cap by what one writer writes in one step: nothing for a source or
+// Publish, which ask per message, up to a batch for a stage, which asks per commit, or for
+// PublishBatch.
 // Writers in other processes are seen at the next measurement.
 //
 // Dead letters never wait: they are how failures become visible, and holding them back could stop

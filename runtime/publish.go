@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -38,21 +39,60 @@ type Publisher struct {
 	spread   roundRobin
 	outputs  sync.Pool // of *[]redis.Output, PublishBatch's
 	gates    *backpressure
+	waiter   waiter // nil, or told when a write waits at a gate
 }
 
-// NewPublisher returns a publisher for the plan's topics.
+// PublisherOptions configure NewPublisherWith.
+type PublisherOptions struct {
+	// HeldBack, when set, is called the first time a write waits for a partition of a topic that
+	// is at its max_lag, so that the caller can say why it is slow. Default: nothing is said.
+	HeldBack func(topic string, partition int, maxLag int64)
+}
+
+// NewPublisher returns a publisher for the plan's topics, with the default options.
 func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
-	p, err := c.NewProducer(redis.ProducerOptions{})
+	return NewPublisherWith(c, plan, PublisherOptions{})
+}
+
+// NewPublisherWith returns a publisher for the plan's topics.
+func NewPublisherWith(c *redis.Client, plan *flow.Plan, opts PublisherOptions) (*Publisher, error) {
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	gates := newBackpressure(c, plan, keys)
+	p, err := c.NewProducer(redis.ProducerOptions{Written: func(counts map[string]int, err error) {
+		// What Publish let through at a capped partition is in Redis now, or never will be.
+		for stream, n := range counts {
+			if g := gates.gate(stream); g != nil && err == nil {
+				g.written(int64(n))
+			} else if g != nil {
+				g.dropped(int64(n))
+			}
+		}
+	}})
 	if err != nil {
 		return nil, err
 	}
-	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	streams := map[string][]string{}
 	for _, t := range plan.Topics {
 		streams[t.Name] = keys.Streams(t.Name, t.Partitions)
 	}
-	return &Publisher{client: c, plan: plan, streams: streams, producer: p, gates: newBackpressure(c, plan, keys)}, nil
+	pub := &Publisher{client: c, plan: plan, streams: streams, producer: p, gates: gates}
+	if opts.HeldBack != nil {
+		pub.waiter = &publishWaiter{told: opts.HeldBack}
+	}
+	return pub, nil
 }
+
+// publishWaiter tells a publisher's caller, once, that its writes wait for a full topic.
+type publishWaiter struct {
+	once sync.Once
+	told func(topic string, partition int, maxLag int64)
+}
+
+func (w *publishWaiter) heldBack(g *partitionGate) {
+	w.once.Do(func() { w.told(g.topic, g.partition, g.limit) })
+}
+
+func (w *publishWaiter) released(*partitionGate, time.Duration) {}
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
 // key; otherwise m.Key is the key, and a message without one goes to the partitions in turn. An error
@@ -68,12 +108,15 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message)
 		return err
 	}
 	if g := p.gates.gate(out.Stream); g != nil {
-		if err := p.gates.admit(ctx, g, 1, nil); err != nil {
+		if err := p.gates.admit(ctx, g, 1, p.waiter); err != nil {
 			return err
 		}
-		// Queued counts as written: Publish does not learn when its entry is, so the cap can be
-		// passed by what the publisher has queued.
-		g.written(1)
+		// The producer reports the entry written (or dropped) once its batch is sent.
+		if err := p.producer.Add(ctx, out.Stream, out.Entry); err != nil {
+			g.dropped(1)
+			return err
+		}
+		return nil
 	}
 	return p.producer.Add(ctx, out.Stream, out.Entry)
 }
@@ -116,7 +159,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stage
 	}
 	admitted := make(map[*partitionGate]int64, len(counts))
 	for g, n := range counts {
-		if err := p.gates.admit(ctx, g, n, nil); err != nil {
+		if err := p.gates.admit(ctx, g, n, p.waiter); err != nil {
 			for g, n := range admitted {
 				g.dropped(n)
 			}

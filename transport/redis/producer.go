@@ -38,6 +38,10 @@ type ProducerOptions struct {
 	Linger time.Duration
 	// Lanes is how many batches may be written at once; default DefaultLanes.
 	Lanes int
+	// Written, when set, is called after each batch the producer sent, with how many of its
+	// entries went to each stream and the batch's error (nil when all were written), from the
+	// goroutine that wrote it: callers that account for what is in Redis (backpressure) learn it.
+	Written func(counts map[string]int, err error)
 }
 
 // Producer appends entries to streams in pipelined batches. Add enqueues; a background
@@ -51,8 +55,9 @@ type Producer struct {
 
 // producerLane batches the entries of its share of the streams and writes one batch at a time.
 type producerLane struct {
-	c      *Client
-	batch  int
+	c       *Client
+	written func(map[string]int, error)
+	batch   int
 	linger time.Duration
 	in     chan produceItem
 	stop   chan struct{} // closed by Close once no Add or Flush can send any more
@@ -96,6 +101,7 @@ func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
 	for range opts.Lanes {
 		l := &producerLane{
 			c:       c,
+			written: opts.Written,
 			batch:   opts.BatchSize,
 			linger:  opts.Linger,
 			in:      make(chan produceItem, 2*opts.BatchSize),
@@ -275,7 +281,15 @@ func (p *producerLane) write(items []produceItem) error {
 	for _, it := range items {
 		pipe.XAdd(context.Background(), &goredis.XAddArgs{Stream: it.stream, Values: it.values})
 	}
-	return execAppends(context.Background(), pipe)
+	err := execAppends(context.Background(), pipe)
+	if p.written != nil {
+		counts := map[string]int{}
+		for _, it := range items {
+			counts[it.stream]++
+		}
+		p.written(counts, err)
+	}
+	return err
 }
 
 // Append writes outputs in one pipeline (no transaction) and returns once Redis has answered them
