@@ -90,7 +90,7 @@ var mutations = []mutation{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
 		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
 		b.wait(r.hard)`,
-		replace: `		return nil`,
+		replace:  `		return nil`,
 		packages: []string{"./runtime"},
 	},
 	{
@@ -134,7 +134,7 @@ var mutations = []mutation{
 	{
 		name: "transient-is-permanent", why: "a downstream outage empties the topic into the dead letters",
 		file: "runtime/worker.go", find: `		if stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
-		replace: `		if transient || stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
+		replace:  `		if transient || stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
 		packages: []string{"./runtime"},
 	},
 	{

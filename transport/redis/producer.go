@@ -58,10 +58,10 @@ type producerLane struct {
 	c       *Client
 	written func(map[string]int, error)
 	batch   int
-	linger time.Duration
-	in     chan produceItem
-	stop   chan struct{} // closed by Close once no Add or Flush can send any more
-	done   chan struct{} // closed by the flusher when it has exited
+	linger  time.Duration
+	in      chan produceItem
+	stop    chan struct{} // closed by Close once no Add or Flush can send any more
+	done    chan struct{} // closed by the flusher when it has exited
 
 	closing   chan struct{} // closed at the start of Close: wakes blocked senders
 	closeOnce sync.Once
