@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,9 +167,11 @@ func TestSourcesWaitThroughARedisOutage(t *testing.T) {
 					since := rt.Snapshot().RedisFailingSince
 					return !since.IsZero() && time.Since(since) >= 2*time.Second
 				})
-				if p := rt.Snapshot().Sources[0].Produced; p >= n {
-					t.Fatalf("the source had written all %d messages before Redis went down: nothing was tested", p)
+				producedWhileDown := rt.Snapshot().Sources[0].Produced
+				if producedWhileDown >= n {
+					t.Fatalf("the source had written all %d messages before Redis went down: nothing was tested", producedWhileDown)
 				}
+				restarted := time.Now()
 				srv.Start(t)
 				if err := <-done; err != nil {
 					t.Fatalf("the job: %v\n%s", err, log.String())
@@ -179,6 +182,11 @@ func TestSourcesWaitThroughARedisOutage(t *testing.T) {
 					}
 				}
 				dups := tally(t, arrivals(t, c, out), n)
+				// A message counts as produced only once Redis has it: what the source had counted
+				// while Redis was down had all been written before it went down.
+				if before := entriesBefore(t, c, redis.Keys{Prefix: plan.KeyPrefix}.Streams("in", 4), restarted); producedWhileDown > before {
+					t.Errorf("while Redis was down the source counted %d messages produced, but Redis had %d of them", producedWhileDown, before)
+				}
 				src := summaryNode(summary, "src")
 				t.Logf("%s, %s: %d messages, %d duplicated; the source counted %d written", kind, delivery, n, dups, src.Out)
 				if src.Out != n || src.DeadLettered != 0 {
@@ -199,6 +207,22 @@ func TestSourcesWaitThroughARedisOutage(t *testing.T) {
 			})
 		}
 	}
+}
+
+// entriesBefore counts the entries of the streams whose IDs were given before t (by Redis's clock,
+// which is this machine's).
+func entriesBefore(t *testing.T, c *redis.Client, streams []string, before time.Time) int64 {
+	t.Helper()
+	var n int64
+	end := strconv.FormatInt(before.UnixMilli(), 10)
+	for _, s := range streams {
+		entries, err := c.Universal().XRange(context.Background(), s, "-", end).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int64(len(entries))
+	}
+	return n
 }
 
 // summaryNode returns a node's counts from a summary.

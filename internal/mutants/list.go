@@ -30,7 +30,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "drain-ignores-retries", why: "a job ends while messages wait in a retry set",
-		file: "runtime/drain.go", find: `err != nil || waiting {`, replace: `err != nil {`,
+		file: "runtime/drain.go", find: `err != nil || waiting {`, replace: `err != nil || waiting && false {`,
 		packages: []string{"./runtime"},
 	},
 
@@ -90,7 +90,8 @@ var mutations = []mutation{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
 		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
 		b.wait(r.hard)`,
-		replace:  `		return nil`,
+		replace: `		_ = b
+		return nil`,
 		packages: []string{"./runtime"},
 	},
 	{

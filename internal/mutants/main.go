@@ -104,6 +104,12 @@ func (m mutation) try(root string, race bool) result {
 	if err := os.WriteFile(path, bytes.Replace(src, []byte(m.find), []byte(m.replace), 1), 0o644); err != nil {
 		fatal(err)
 	}
+	// A mutation that does not compile proves nothing: it is stale too.
+	vet := exec.Command("go", "vet", "./"+filepath.Dir(m.file))
+	vet.Dir = dir
+	if out, err := vet.CombinedOutput(); err != nil {
+		return result{"STALE", "the mutated code does not compile: " + firstLine(string(out))}
+	}
 	args := []string{"test", "-count=1", "-failfast", "-timeout", "20m"}
 	if race {
 		args = append(args, "-race")
@@ -198,6 +204,16 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// firstLine is the first line of s that says something.
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return l
+		}
+	}
+	return s
 }
 
 func fatal(err error) {
