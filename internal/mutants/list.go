@@ -156,7 +156,51 @@ var mutations = []mutation{
 		packages: []string{"./runtime"},
 	},
 
+	// Visible failures.
+	{
+		name: "silent-dead-letters", why: "dead letters are neither logged nor summed up",
+		file: "runtime/deadletter.go", find: `	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, time.Now())`,
+		replace:  `	_ = time.Now`,
+		packages: []string{"./runtime", "./cmd"},
+	},
+
+	// Hostile input.
+	{
+		name: "payload-unchecked", why: "payloads that are not UTF-8 or nest too deeply pass on unchecked",
+		file: "transport/redis/entry.go", find: `	if err := jsonscan.Check(p); err != nil {
+		return Entry{}, malformed(msg, "payload is "+err.Error())
+	}`,
+		replace:  ``,
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+	{
+		name: "invalid-traceparent-passed", why: "an invalid traceparent is passed on instead of dropped",
+		file: "transport/redis/entry.go", find: `	if !validTraceParent(traceParent) {
+		e.TraceDropped = true
+		return
+	}`,
+		replace:  ``,
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+	{
+		name: "no-size-limit", why: "entries over max_message_size are decoded and passed on",
+		file: "transport/redis/reader.go", find: `			b.add(msg, c.maxEntrySize)
+		}
+	}
+	return b, nil`,
+		replace: `			b.add(msg, 0)
+		}
+	}
+	return b, nil`,
+		packages: []string{"./runtime", "./transport/redis"},
+	},
+
 	// Failing fast.
+	{
+		name: "no-access-check", why: "a run without permissions starts, and fails half-way",
+		file: "runtime/runtime.go", find: `	if err := r.checkAccess(ctx); err != nil {`, replace: `	if err := error(nil); err != nil {`,
+		packages: []string{"./runtime"},
+	},
 	{
 		name: "retry-unrecoverable", why: "a run without permissions retries forever instead of ending",
 		file: "runtime/outage.go", find: `	if redis.Unrecoverable(err) {
