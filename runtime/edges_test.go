@@ -225,6 +225,14 @@ func entriesBefore(t *testing.T, c *redis.Client, streams []string, before time.
 	return n
 }
 
+// deadline is a context that ends when the test does or two minutes from now, whichever comes
+// first: a broken runtime fails the test instead of hanging it.
+func deadline(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // summaryNode returns a node's counts from a summary.
 func summaryNode(s *runtime.Summary, name string) runtime.NodeSummary {
 	for _, n := range s.Nodes {
@@ -345,7 +353,7 @@ sink "slow" {
 	var summary *runtime.Summary
 	go func() {
 		var err error
-		summary, err = rt.Run(context.Background())
+		summary, err = rt.Run(deadline(t))
 		done <- err
 	}()
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
@@ -429,7 +437,7 @@ sink "slow" {
 }
 `, maxLag, maxLag), "url="+svc.URL)
 	var log syncBuffer
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(deadline(t))
 	defer stop()
 	rt, err := runtime.New(plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
 	if err != nil {
@@ -670,7 +678,7 @@ sink "hook" {
 	var summary *runtime.Summary
 	go func() {
 		var err error
-		summary, err = rt.Run(context.Background())
+		summary, err = rt.Run(deadline(t))
 		done <- err
 	}()
 	hook := func() runtime.NodeSummary { return summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "hook") }
@@ -782,7 +790,7 @@ sink "out" {
 			var summary *runtime.Summary
 			go func() {
 				var err error
-				summary, err = rt.Run(context.Background())
+				summary, err = rt.Run(deadline(t))
 				done <- err
 			}()
 			waitFor(t, "the stage to pause and probe", func() bool {
