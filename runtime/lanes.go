@@ -27,7 +27,7 @@ func (r *runner) processAll(n *node, msgs []*message, durable bool, stopping <-c
 		case n.ordering == flow.OrderNone:
 			lane = i % n.lanes
 		case m.msg.Key != "":
-			lane = redis.Partition(m.msg.Key, n.lanes)
+			lane = laneOf(m.msg.Key, n.lanes)
 		}
 		lanes[lane] = append(lanes[lane], i)
 	}
@@ -53,6 +53,26 @@ func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []
 			return
 		}
 	}
+}
+
+// laneOf returns the lane, in [0, lanes), of a message key. It must not be the partition hash
+// modulo the lanes: the keys of one partition all have the same partition hash modulo the number of
+// partitions, so they would all share one lane whenever the lanes divide the partitions
+// (concurrency 4 on 4 or 8 partitions), and lanes/partitions lanes when the partitions divide the
+// lanes. So the partition hash (FNV-1a 64) goes through murmur3's finalizer first, whose every
+// output bit depends on every input bit.
+func laneOf(key string, lanes int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return int(h % uint64(lanes))
 }
 
 func allIndexes(n int) []int {

@@ -383,6 +383,10 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	}
 
 	<-runCtx.Done()
+	if ctx.Err() != nil {
+		// Stopped from outside (SIGINT, SIGTERM): the drain can take a while, so say it has begun.
+		r.log.Info("stopping: reading nothing new, finishing the work in flight", "drain_timeout", r.opts.DrainTimeout)
+	}
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
 	drainTimer := time.AfterFunc(r.opts.DrainTimeout, func() {
 		r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
