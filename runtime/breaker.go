@@ -16,7 +16,9 @@ import (
 // attempt at a time goes through as a probe, spaced by the node's transient retry policy. A probe
 // that succeeds (or fails for another reason: the service answered) closes the breaker, and every
 // waiting message goes on. Only the probing message spends its attempts, so with a retry policy
-// that has a limit, a long outage dead-letters messages one by one, at the probes' pace.
+// that has a limit, a long outage dead-letters messages one by one, at the probes' pace. The probes
+// go to the waiting messages in turn, longest waiting first, and a message whose probe failed waits
+// at the back: no message spends its attempts while others wait.
 
 // breaker is a node's circuit breaker.
 type breaker struct {
@@ -36,40 +38,59 @@ type breaker struct {
 	nextProbe time.Time
 	changed   chan struct{} // closed, and replaced, whenever a waiter may go on
 	lastErr   string
+	// Waiters take a ticket, from last, and the next probe goes to the smallest one waiting.
+	last    uint64
+	waiting map[uint64]bool
 }
 
 func newBreaker(n *node, policy flow.RetryPolicy, redact func(string) string) *breaker {
-	return &breaker{node: n, policy: policy, redact: redact, changed: make(chan struct{})}
+	return &breaker{node: n, policy: policy, redact: redact, changed: make(chan struct{}), waiting: map[uint64]bool{}}
 }
 
 // pass waits until a message may be attempted: at once while the breaker is closed; while it is
 // open, until it closes, or until it is this message's turn to probe. It reports whether the
 // attempt is a probe, and false in ok when stopping closed first.
 func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
+	if !b.isOpen.Load() {
+		return false, true
+	}
 	var timer *time.Timer
+	var ticket uint64
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		if ticket != 0 {
+			b.mu.Lock()
+			if b.first() == ticket {
+				b.wake() // the next in line becomes the first
+			}
+			delete(b.waiting, ticket)
+			b.mu.Unlock()
+		}
 	}()
 	for {
-		if !b.isOpen.Load() {
-			return false, true
-		}
 		b.mu.Lock()
 		if !b.open {
 			b.mu.Unlock()
 			return false, true
 		}
+		if ticket == 0 {
+			b.last++
+			ticket = b.last
+			b.waiting[ticket] = true
+		}
 		now := time.Now()
-		if !b.probing && !now.Before(b.nextProbe) {
+		first := !b.probing && b.first() == ticket
+		if first && !now.Before(b.nextProbe) {
 			b.probing = true
 			b.mu.Unlock()
 			return true, true
 		}
+		// The first in line waits for the probe's time too; the others, for a change.
 		changed := b.changed
 		var due <-chan time.Time
-		if !b.probing {
+		if first {
 			if timer == nil {
 				timer = time.NewTimer(b.nextProbe.Sub(now))
 			} else {
@@ -144,6 +165,17 @@ func (b *breaker) pausedSince() (time.Time, string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.since, b.lastErr, b.open
+}
+
+// first returns the smallest ticket waiting. Called with b.mu held.
+func (b *breaker) first() uint64 {
+	var least uint64
+	for t := range b.waiting {
+		if least == 0 || t < least {
+			least = t
+		}
+	}
+	return least
 }
 
 // wake lets every waiter look again. Called with b.mu held.
