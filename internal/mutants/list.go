@@ -207,7 +207,7 @@ var mutations = []mutation{
 		r.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
-		replace: `	if false {
+		replace: `	if redis.Unrecoverable(err) && false {
 		r.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
