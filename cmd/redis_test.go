@@ -127,8 +127,9 @@ func TestConnectionErrorIsTheOnlyLine(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
+			expired := ctx.Err() != nil
 			cancel()
-			if ctx.Err() != nil {
+			if expired {
 				t.Fatalf("%v: still running after 2 minutes, killed\n%s%s", args, stdout.String(), stderr.String())
 			}
 			var exit *exec.ExitError
