@@ -79,10 +79,12 @@ fuzz:
 generate:
 	$(GO) test ./flow ./schema -run 'Generated|Golden' -update
 
-# The programs the tests need besides Go: redis-server (tests start their own) and Graphviz's dot
-# (the graph tests render every example).
+# The programs the tests need besides Go: redis-server (tests start their own), a C compiler for
+# the race detector (cgo; the tests also build the flowrun processes they start with -race), and
+# Graphviz's dot (the graph tests render every example).
 tools:
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server (or brew install redis)"; exit 1; }
+	@command -v gcc >/dev/null || command -v cc >/dev/null || { echo "gcc is missing: go test -race needs cgo (apt-get install gcc libc6-dev)"; exit 1; }
 	@command -v dot >/dev/null || echo "note: Graphviz's dot is missing, so the DOT rendering tests are skipped (apt-get install graphviz)"
 
 clean:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -118,11 +119,19 @@ func TestConnectionErrorIsTheOnlyLine(t *testing.T) {
 	} {
 		for _, args := range [][]string{{"inspect", path}, {"tail", path, "orders"}, {"produce", path, "orders"}} {
 			args = append(args, "--redis", url)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestConnectionErrorIsTheOnlyLine$")
+			// The deadline only keeps a regression (a command that retries for ever) from hanging
+			// the test: the child is killed, and its output shown.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestConnectionErrorIsTheOnlyLine$")
 			cmd.Env = append(os.Environ(), env+"="+strings.Join(args, "\n"))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
+			expired := ctx.Err() != nil
+			cancel()
+			if expired {
+				t.Fatalf("%v: still running after 2 minutes, killed\n%s%s", args, stdout.String(), stderr.String())
+			}
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != ExitError {
 				t.Fatalf("%v: %v\n%s%s", args, err, stdout.String(), stderr.String())

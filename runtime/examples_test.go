@@ -170,8 +170,10 @@ var orderEvents = [][]string{
 // checkOrders runs the Redis streaming guide's order flow on events written like redis-cli would.
 func checkOrders(t *testing.T, c *redis.Client) {
 	ctx := context.Background()
-	stream := "demo:events:orders:" + t.Name()
-	analytics := "demo:analytics:orders:" + t.Name()
+	// Streams of this run's own, also with -count: the shared server keeps the last run's.
+	run := itoa(prefixes.Add(1))
+	stream := "demo:events:orders:" + t.Name() + ":" + run
+	analytics := "demo:analytics:orders:" + t.Name() + ":" + run
 	for _, e := range orderEvents {
 		values := make([]any, len(e))
 		for i, v := range e {
@@ -210,7 +212,7 @@ func checkOrders(t *testing.T, c *redis.Client) {
 	}
 	notes := jsonLines(t, j.stdout)
 	sameMessages(t, "notifications", notes, wantNotes)
-	keyOrderKept(t, "notifications", notes, "order_id", "")
+	keyOrderMatches(t, "notifications", notes, wantNotes, "order_id")
 
 	entries, err := c.Universal().XRange(ctx, analytics, "-", "+").Result()
 	if err != nil {
@@ -221,6 +223,7 @@ func checkOrders(t *testing.T, c *redis.Client) {
 		records = append(records, jsonObject(t, e.Values["payload"].(string)))
 	}
 	sameMessages(t, "analytics records", records, wantRecords)
+	keyOrderMatches(t, "analytics records", records, wantRecords, "order_id")
 }
 
 // checkRetries runs the retry and dead-letter showcase against a ledger that accepts every payment:
@@ -293,12 +296,13 @@ func sameMessages(t *testing.T, what string, got, want []map[string]any) {
 	}
 }
 
-// keyOrderKept checks that the messages of each key appear in increasing order of seq (or, with seq
-// empty, that each key's messages keep the order of the expected list, here checked as "not fewer").
+// keyOrderKept checks that the messages of each key appear in increasing order of the number in
+// their field seq (a JSON number, or a string holding one). A message without it fails the check:
+// an order cannot be checked on a field that is not there.
 func keyOrderKept(t *testing.T, what string, msgs []map[string]any, key, seq string) {
 	t.Helper()
 	if seq == "" {
-		return
+		t.Fatalf("%s: keyOrderKept needs a sequence field", what)
 	}
 	last := map[any]float64{}
 	for _, m := range msgs {
@@ -307,13 +311,46 @@ func keyOrderKept(t *testing.T, what string, msgs []map[string]any, key, seq str
 		case float64:
 			n = v
 		case string:
-			n, _ = strconv.ParseFloat(v, 64)
+			var err error
+			if n, err = strconv.ParseFloat(v, 64); err != nil {
+				t.Errorf("%s: %s %q is not a number: %v", what, seq, v, m)
+				continue
+			}
+		default:
+			t.Errorf("%s: a message without a number in %s: %v", what, seq, m)
+			continue
 		}
-		k := m[key]
+		k, ok := m[key]
+		if !ok {
+			t.Errorf("%s: a message without its key %s: %v", what, key, m)
+			continue
+		}
 		if prev, ok := last[k]; ok && n <= prev {
 			t.Errorf("%s: key %v has %s %v after %v", what, k, seq, n, prev)
 		}
 		last[k] = n
+	}
+}
+
+// keyOrderMatches checks, for messages without a sequence field, that the messages of each key
+// come in the order of the expected list (which sameMessages checks as a multiset).
+func keyOrderMatches(t *testing.T, what string, got, want []map[string]any, key string) {
+	t.Helper()
+	byKey := func(list []map[string]any) map[string][]string {
+		out := map[string][]string{}
+		for _, m := range list {
+			b, _ := json.Marshal(m)
+			k := fmt.Sprint(m[key])
+			out[k] = append(out[k], string(b))
+		}
+		return out
+	}
+	g, w := byKey(got), byKey(want)
+	for k, wantSeq := range w {
+		if !reflect.DeepEqual(g[k], wantSeq) {
+			t.Errorf("%s: the messages of key %s came in another order:\ngot:  %s\nwant: %s", what, k,
+				strings.Join(g[k], "\n      "), strings.Join(wantSeq, "\n      "))
+		}
 	}
 }
 

@@ -717,7 +717,7 @@ sink "out" {
 	}
 
 	second := startProcess(t, "run", path, "--redis", srv.URL(), "--http", u.Host, "--until-drained")
-	err = second.cmd.Wait()
+	err = waitProcess(t, second)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(second.log.String(), u.Host) {
 		t.Errorf("a second server on %s: %v\n%s", u.Host, err, second.log.String())
@@ -726,7 +726,7 @@ sink "out" {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Wait(); err != nil {
+	if err := waitProcess(t, p); err != nil {
 		t.Fatalf("flowrun run --http did not exit cleanly on SIGTERM: %v\n%s", err, p.log.String())
 	}
 	if resp, err := http.Get(base + "healthz"); err == nil {

@@ -1,6 +1,8 @@
 package plugins_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/internal/redistest"
 )
@@ -19,23 +22,26 @@ func TestCustomBinary(t *testing.T) {
 	custom := filepath.Join(dir, "flowrun-acme")
 	stock := filepath.Join(dir, "flowrun")
 	for bin, pkg := range map[string]string{custom: "./flowrun-acme", stock: "../../cmd/flowrun"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		args := []string{"build", "-o", bin}
+		if raceEnabled {
+			args = append(args, "-race") // make test: the binaries run with the race detector too
+		}
+		if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
 	}
 
-	out, err := exec.Command(stock, "validate", "pipeline").CombinedOutput()
+	out, err := run(t, stock, "validate", "pipeline")
 	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `No Go stage function "acme.score"`) {
 		t.Fatalf("stock flowrun validate: exit %d\n%s", code, out)
 	}
-	if out, err := exec.Command(custom, "version").CombinedOutput(); err != nil || !strings.Contains(string(out), "acme.score") {
+	if out, err := run(t, custom, "version"); err != nil || !strings.Contains(string(out), "acme.score") {
 		t.Fatalf("flowrun-acme version: %v\n%s", err, out)
 	}
 
 	srv := redistest.Start(t)
 	result := filepath.Join(dir, "risky.jsonl")
-	run := exec.Command(custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result)
-	out, err = run.CombinedOutput()
+	out, err = run(t, custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result)
 	// Order 5 has no numeric amount: acme.score fails it for good, so the job ends with exit status 3.
 	if code := exitCode(err); code != 3 {
 		t.Fatalf("flowrun-acme run: exit %d, want 3\n%s", code, out)
@@ -60,6 +66,23 @@ func TestCustomBinary(t *testing.T) {
 	if got := strings.Join(ids, ","); got != "2,3,4,6" {
 		t.Fatalf("risky orders %s, want 2,3,4,6\n%s", got, out)
 	}
+}
+
+// run runs a command and returns its output. It fails the test when the command is still running
+// after two minutes (it is killed), so that a regression does not hang the test binary, and when
+// the command reports a data race.
+func run(t *testing.T, bin string, args ...string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s: still running after 2 minutes, killed\n%s", filepath.Base(bin), strings.Join(args, " "), out)
+	}
+	if bytes.Contains(out, []byte("WARNING: DATA RACE")) {
+		t.Fatalf("%s %s: a data race\n%s", filepath.Base(bin), strings.Join(args, " "), out)
+	}
+	return out, err
 }
 
 func exitCode(err error) int {

@@ -2,6 +2,8 @@ package expr
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
@@ -38,7 +40,9 @@ func FuzzCompile(f *testing.F) {
 			return
 		}
 		_ = p.String()
-		_, _ = p.Constant()
+		constant, isConst := p.Constant()
+		// uuid() and timestamp() give something new at every call: only whether they fail repeats.
+		pure := !hasImpure(e)
 		for _, m := range msgs {
 			env := &Env{Msg: m, Index: 3}
 			v1, err1 := p.Eval(env)
@@ -46,14 +50,100 @@ func FuzzCompile(f *testing.F) {
 			if (err1 == nil) != (err2 == nil) {
 				t.Fatalf("%s: evaluation is not repeatable: %v / %v", src, err1, err2)
 			}
-			if err1 == nil {
+			if err1 != nil {
+				if pure && err1.Error() != err2.Error() {
+					t.Fatalf("%s: evaluation is not repeatable: error %q, then %q", src, err1, err2)
+				}
+			} else {
 				_ = v1.Interface()
 				_ = v2.String()
+				if pure && !sameValue(v1, v2) {
+					t.Fatalf("%s: evaluation is not repeatable: %s, then %s", src, v1, v2)
+				}
+				if isConst && !sameValue(v1, constant) {
+					t.Fatalf("%s: evaluates to %s, but its constant is %s", src, v1, constant)
+				}
 			}
-			_, _ = p.EvalBool(env)
-			_, _ = p.EvalString(env)
+			b1, berr1 := p.EvalBool(env)
+			b2, berr2 := p.EvalBool(env)
+			if pure && (b1 != b2 || (berr1 == nil) != (berr2 == nil)) {
+				t.Fatalf("%s: EvalBool is not repeatable: %v, %v / %v, %v", src, b1, berr1, b2, berr2)
+			}
+			if pure && err1 == nil && v1.Kind() == Bool && (berr1 != nil || b1 != v1.boolean()) {
+				t.Fatalf("%s: EvalBool gives %v, %v for the bool %s", src, b1, berr1, v1)
+			}
+			s1, serr1 := p.EvalString(env)
+			s2, serr2 := p.EvalString(env)
+			if pure && (s1 != s2 || (serr1 == nil) != (serr2 == nil)) {
+				t.Fatalf("%s: EvalString is not repeatable: %q, %v / %q, %v", src, s1, serr1, s2, serr2)
+			}
+			if pure && err1 == nil && v1.Kind() == String && (serr1 != nil || s1 != v1.Interface()) {
+				t.Fatalf("%s: EvalString gives %q, %v for the string %s", src, s1, serr1, v1)
+			}
 		}
 	})
+}
+
+// sameValue tells whether two results are the same value: the same kind, and for numbers the same
+// number (NaN being the same as NaN, and an exact decimal the same digits); lists and objects
+// element by element. It is exact equality, not the tolerance of the differential tests: one
+// program on one message must give the same value every time.
+func sameValue(a, b Value) bool {
+	if a.Kind() != b.Kind() {
+		return false
+	}
+	return sameJSONExact(a.Interface(), b.Interface())
+}
+
+func sameJSONExact(a, b any) bool {
+	switch x := a.(type) {
+	case nil:
+		return b == nil
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case json.Number:
+		y, ok := b.(json.Number)
+		return ok && x == y
+	case float64:
+		y, ok := b.(float64)
+		return ok && (x == y || math.IsNaN(x) && math.IsNaN(y))
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !sameJSONExact(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, xv := range x {
+			if yv, ok := y[k]; !ok || !sameJSONExact(xv, yv) {
+				return false
+			}
+		}
+		return true
+	}
+	// Values inside lists and objects that came from a message as it was decoded (json.Number
+	// with UseNumber, other numeric types) compare as their Values do.
+	va, vb := ValueOf(a), ValueOf(b)
+	if va.Kind() != vb.Kind() {
+		return false
+	}
+	if va.Kind() == Number {
+		return va.n == vb.n && va.s == vb.s
+	}
+	return fmt.Sprintf("%T %v", a, a) == fmt.Sprintf("%T %v", b, b)
 }
 
 // FuzzEval is differential: an expression and a JSON message, evaluated

@@ -3,10 +3,12 @@ package redis
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/internal/redistest"
 )
@@ -31,11 +33,18 @@ func TestGoRedisPrintsNothing(t *testing.T) {
 		goRedisFailures(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGoRedisPrintsNothing$", "-test.count=1", "-test.v")
+	// The deadline only keeps a regression from hanging the test: the child is killed, and its
+	// output shown.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestGoRedisPrintsNothing$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), env+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("still running after 2 minutes, killed (%w)", err)
+		}
 		t.Fatalf("child: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 	if !bytes.Contains(stdout.Bytes(), []byte("--- PASS: TestGoRedisPrintsNothing")) {

@@ -80,7 +80,7 @@ func TestRetriesMoveWithTheirAcks(t *testing.T) {
 
 func TestRetryKeyMustShareTheStreamsSlot(t *testing.T) {
 	c := serverBackend().open(t)
-	k := Keys{Prefix: "slots"}
+	k := testKeys(t)
 	_, err := c.Commit(ctxT(t), CommitArgs{Stream: k.Stream("a", 0), Group: "g", RetryKey: k.Retry("b", 0, "g"),
 		Retries: []Retry{{Entry: Entry{ID: "1-0", Payload: []byte("{}")}}}})
 	if err == nil {
