@@ -3,9 +3,11 @@ package runtime_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
-	"math"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,8 +28,8 @@ import (
 // go-redis hook on the runtime's client fails the commands a test picks, the test takes a lease
 // itself, or a writer fails while the test says so.
 
-// running is a pipeline run in the background.
-type running struct {
+// bgRun is a pipeline run in the background.
+type bgRun struct {
 	rt      *runtime.Runtime
 	log     *syncBuffer
 	cancel  context.CancelFunc
@@ -36,11 +38,11 @@ type running struct {
 	err     error
 }
 
-// start runs a plan in the background (as a service unless opts.UntilDrained) until stop, or until
+// runInBackground runs a plan in the background (as a service unless opts.UntilDrained) until stop, or until
 // the test ends. The deadline only keeps a broken test from hanging.
-func start(t *testing.T, plan *flow.Plan, opts runtime.Options) *running {
+func runInBackground(t *testing.T, plan *flow.Plan, opts runtime.Options) *bgRun {
 	t.Helper()
-	r := &running{log: &syncBuffer{}, done: make(chan struct{})}
+	r := &bgRun{log: &syncBuffer{}, done: make(chan struct{})}
 	opts.Logger = newLogger(r.log)
 	if opts.Stdin == nil {
 		opts.Stdin = strings.NewReader("")
@@ -67,14 +69,14 @@ func start(t *testing.T, plan *flow.Plan, opts runtime.Options) *running {
 }
 
 // stop ends the run and returns its error.
-func (r *running) stop() error {
+func (r *bgRun) stop() error {
 	r.cancel()
 	<-r.done
 	return r.err
 }
 
 // wait waits for a job to end by itself and returns its error.
-func (r *running) wait(t *testing.T) error {
+func (r *bgRun) wait(t *testing.T) error {
 	t.Helper()
 	<-r.done
 	if errors.Is(r.err, context.DeadlineExceeded) {
@@ -84,11 +86,11 @@ func (r *running) wait(t *testing.T) error {
 }
 
 // logged reports whether the run's log has a line containing s.
-func (r *running) logged(s string) bool { return strings.Contains(r.log.String(), s) }
+func (r *bgRun) logged(s string) bool { return strings.Contains(r.log.String(), s) }
 
-// unacked returns the entries of a stream that a group has not acknowledged: pending, or not yet
+// unackedOf returns the entries of a stream that a group has not acknowledged: pending, or not yet
 // delivered (all of them before the group exists).
-func unacked(t *testing.T, c *redis.Client, stream, group string) int64 {
+func unackedOf(t *testing.T, c *redis.Client, stream, group string) int64 {
 	t.Helper()
 	st, err := c.StreamStats(context.Background(), stream)
 	if err != nil {
@@ -102,8 +104,8 @@ func unacked(t *testing.T, c *redis.Client, stream, group string) int64 {
 	return st.Length
 }
 
-// pendingOf returns how many entries of a stream are pending for a group.
-func pendingOf(t *testing.T, c *redis.Client, stream, group string) int64 {
+// pendingCount returns how many entries of a stream are pending for a group.
+func pendingCount(t *testing.T, c *redis.Client, stream, group string) int64 {
 	t.Helper()
 	p, err := c.Universal().XPending(context.Background(), stream, group).Result()
 	if err != nil {
@@ -112,8 +114,8 @@ func pendingOf(t *testing.T, c *redis.Client, stream, group string) int64 {
 	return p.Count
 }
 
-// streamLen returns a stream's length.
-func streamLen(t *testing.T, c *redis.Client, stream string) int64 {
+// lengthOf returns a stream's length.
+func lengthOf(t *testing.T, c *redis.Client, stream string) int64 {
 	t.Helper()
 	n, err := c.StreamLen(context.Background(), stream)
 	if err != nil {
@@ -191,8 +193,8 @@ func (f *injector) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis
 	}
 }
 
-// named matches commands by name (lower case, as go-redis names them).
-func named(names ...string) func(goredis.Cmder) bool {
+// cmdNamed matches commands by name (lower case, as go-redis names them).
+func cmdNamed(names ...string) func(goredis.Cmder) bool {
 	return func(c goredis.Cmder) bool {
 		for _, n := range names {
 			if c.Name() == n {
@@ -270,15 +272,15 @@ sink "out" {
 	publishNumbered(t, c, plan, 0, n)
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	backlog := func() int64 {
-		return unacked(t, c, keys.Stream("in", 0), "out") + unacked(t, c, keys.Stream("in", 1), "out")
+		return unackedOf(t, c, keys.Stream("in", 0), "out") + unackedOf(t, c, keys.Stream("in", 1), "out")
 	}
 	w := &failingWriter{failing: true}
-	run := start(t, plan, runtime.Options{Redis: c, Stdout: w})
-	waitFor(t, "the flush to fail three times: the batch delivered again and failing again", func() bool {
-		return w.failures() >= 3
+	run := runInBackground(t, plan, runtime.Options{Redis: c, Stdout: w})
+	waitFor(t, "the flush to fail three times (the batch delivered again and failing again), or an ack", func() bool {
+		return w.failures() >= 3 || backlog() < n
 	})
 	if b := backlog(); b != n {
-		t.Errorf("%d of %d messages unacknowledged while the output fails: a batch was acknowledged that was not out", b, n)
+		t.Fatalf("%d of %d messages unacknowledged while the output fails: a batch was acknowledged that was not out", b, n)
 	}
 	if !run.logged("the batch will be delivered again") {
 		t.Errorf("the failed flush is not logged:\n%s", run.log.String())
@@ -300,9 +302,230 @@ sink "out" {
 	if dups > failures*n {
 		t.Errorf("%d duplicates after %d failed flushes of at most %d messages", dups, failures, n)
 	}
-	if dead := streamLen(t, c, keys.DeadLetter("out")); dead != 0 {
+	if dead := lengthOf(t, c, keys.DeadLetter("out")); dead != 0 {
 		t.Errorf("%d messages dead-lettered", dead)
 	}
 }
 
-var _ = math.MaxInt64
+// liveNode returns a node's counters as a run sees them now.
+func liveNode(r *bgRun, name string) runtime.NodeSummary {
+	for _, n := range r.rt.Snapshot().Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return runtime.NodeSummary{}
+}
+
+// sourceLeasePipeline reads a file into a one-partition topic capped at max_lag = 50, which a sink
+// copies to the stream out: a run of the source alone is held back once it has written 50 lines.
+func sourceLeasePipeline(delivery, out string) string {
+	return fmt.Sprintf(`
+pipeline "srclease" {
+  delivery = %q
+}
+variable "path" {}
+topic "in" {
+  max_lag = 50
+}
+source "lines" {
+  kind   = "file"
+  path   = var.path
+  output = topic.in
+}
+sink "out" {
+  kind   = "redis_stream"
+  input  = topic.in
+  stream = %q
+}
+`, delivery, out)
+}
+
+// numberedFile writes a file of n numbered JSON lines and returns its path.
+func numberedFile(t *testing.T, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	var b strings.Builder
+	if err := numberedLines(&b, 0, n); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, b.String())
+	return path
+}
+
+// positionLine returns the line a file source's checkpoint is at (0 without one).
+func positionLine(t *testing.T, c *redis.Client, key string) int64 {
+	t.Helper()
+	raw, found, err := c.ReadCheckpoint(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		return 0
+	}
+	var p struct{ Line int64 }
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Line
+}
+
+// stealLease makes a lease expire and another owner take it, as when its holder stalls past its
+// TTL: the test holds it until it releases it.
+func stealLease(t *testing.T, c *redis.Client, key string) redis.Lease {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Universal().Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	thief, ok, err := c.AcquireLease(ctx, key, "thief", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("taking the lease %s: %v, %v", key, ok, err)
+	}
+	return thief
+}
+
+// heldBackSource starts a run of the source "lines" alone and waits until it is held back at its
+// topic's cap, mid-file; it returns the run and the checkpoint's line then.
+func heldBackSource(t *testing.T, c *redis.Client, plan *flow.Plan, ttl time.Duration, n int) (*bgRun, int64) {
+	t.Helper()
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	a := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"lines"}, ProcessID: "a", LeaseTTL: ttl})
+	waitFor(t, "the source to be held back at the topic's cap", func() bool { return liveNode(a, "lines").HeldBackBy == "in" })
+	at := positionLine(t, c, keys.SourcePosition("lines"))
+	if at <= 0 || at >= int64(n) {
+		t.Fatalf("the source is held back at line %d of %d, want mid-file", at, n)
+	}
+	if l := lengthOf(t, c, keys.Stream("in", 0)); l != at {
+		t.Fatalf("the topic has %d entries and the checkpoint says %d lines: they are written together", l, at)
+	}
+	return a, at
+}
+
+// TestSourceLeaseTakenBeforeACommitStopsTheSource: another process takes a file source's lease
+// while the source waits at a full topic, before the source notices at its next renewal (an hour
+// away). Its next batch's checkpoint is refused (the lease fences it), so the source stops there
+// without moving its position, and the next owner goes on from the position: every line reaches
+// the topic, and only the lines of the refused batch twice (none with effectively_once).
+func TestSourceLeaseTakenBeforeACommitStopsTheSource(t *testing.T) {
+	const n = 400
+	for _, delivery := range []string{"at_least_once", "effectively_once"} {
+		t.Run(delivery, func(t *testing.T) {
+			ctx := context.Background()
+			c := server.open(t)
+			out := fmt.Sprintf("srclease-%d:out", prefixes.Add(1))
+			plan := buildSource(t, sourceLeasePipeline(delivery, out), "path="+numberedFile(t, n))
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			topic := keys.Stream("in", 0)
+
+			a, at := heldBackSource(t, c, plan, time.Hour, n)
+			thief := stealLease(t, c, keys.SourceLease("lines"))
+			// A sink makes room in the topic: the source's next batch goes to Redis with the lease it
+			// no longer holds.
+			sink := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"out"}, ProcessID: "sink"})
+			waitFor(t, "the source to stop", func() bool { return a.logged("source lease lost; another process runs the source now") })
+			if p := positionLine(t, c, keys.SourcePosition("lines")); p != at {
+				t.Errorf("the checkpoint moved from line %d to %d after the lease was taken", at, p)
+			}
+			refused := lengthOf(t, c, topic) - at
+			if refused <= 0 {
+				t.Errorf("the topic has %d entries past the checkpoint: no batch of the source met the fence", refused)
+			}
+			for _, r := range []*bgRun{sink, a} {
+				if err := r.stop(); err != nil {
+					t.Fatalf("%v\n%s", err, r.log.String())
+				}
+			}
+			if err := c.ReleaseLease(ctx, thief); err != nil {
+				t.Fatal(err)
+			}
+			j := runJob(t, c, plan, runtime.Options{ProcessID: "b"})
+			if !strings.Contains(j.log, "resuming where the source stopped") {
+				t.Errorf("the next owner did not resume at the checkpoint:\n%s", j.log)
+			}
+			reread := tally(t, arrivals(t, c, topic), n)
+			dups := tally(t, arrivals(t, c, out), n)
+			t.Logf("%s: held back at line %d; %d lines written without their checkpoint; %d lines in the topic twice, %d delivered twice",
+				delivery, at, refused, reread, dups)
+			want := int(refused)
+			if delivery == "effectively_once" {
+				want = 0
+			}
+			if reread != want || dups != want {
+				t.Errorf("%d lines in the topic twice and %d delivered twice, want %d", reread, dups, want)
+			}
+		})
+	}
+}
+
+// TestSourceLeaseTakenAtRenewalStopsTheSource: another process takes a file source's lease while
+// the source waits at a full topic; the source's next renewal finds the lease held by the other
+// process, and the source stops without writing anything more. The next owner goes on from the
+// checkpoint: every line reaches the topic once.
+func TestSourceLeaseTakenAtRenewalStopsTheSource(t *testing.T) {
+	const n = 400
+	ctx := context.Background()
+	c := server.open(t)
+	out := fmt.Sprintf("srclease-%d:out", prefixes.Add(1))
+	plan := buildSource(t, sourceLeasePipeline("at_least_once", out), "path="+numberedFile(t, n))
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	topic := keys.Stream("in", 0)
+
+	a, at := heldBackSource(t, c, plan, 2*time.Second, n)
+	thief := stealLease(t, c, keys.SourceLease("lines"))
+	waitFor(t, "the source to stop", func() bool { return a.logged("source lease lost; another process runs the source now") })
+	if !a.logged("source lease lost to another process; stopping the source") {
+		t.Errorf("the renewal did not find the lease lost:\n%s", a.log.String())
+	}
+	if p, l := positionLine(t, c, keys.SourcePosition("lines")), lengthOf(t, c, topic); p != at || l != at {
+		t.Errorf("after the lease was taken the checkpoint moved from line %d to %d and the topic from %d entries to %d", at, p, at, l)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, a.log.String())
+	}
+	if err := c.ReleaseLease(ctx, thief); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, c, plan, runtime.Options{ProcessID: "b"})
+	if reread := tally(t, arrivals(t, c, topic), n); reread != 0 {
+		t.Errorf("%d lines reached the topic twice", reread)
+	}
+	if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
+		t.Errorf("%d lines delivered twice", dups)
+	}
+}
+
+// TestSourceLeaseExpiredAndFreeIsTakenAgain: a file source's lease expires (its process stalled)
+// and nobody takes it; the next renewal takes it again and the source goes on, losing nothing and
+// writing nothing twice.
+func TestSourceLeaseExpiredAndFreeIsTakenAgain(t *testing.T) {
+	const n = 400
+	c := server.open(t)
+	out := fmt.Sprintf("srclease-%d:out", prefixes.Add(1))
+	plan := buildSource(t, sourceLeasePipeline("at_least_once", out), "path="+numberedFile(t, n))
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+
+	a, _ := heldBackSource(t, c, plan, 2*time.Second, n)
+	if err := c.Universal().Del(context.Background(), keys.SourceLease("lines")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the source to take its lease again", func() bool { return a.logged("source lease expired and was taken again") })
+	sink := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"out"}, ProcessID: "sink"})
+	waitFor(t, "every line to be delivered", func() bool {
+		return a.logged("source finished") && len(arrivals(t, c, out)) == n
+	})
+	for _, r := range []*bgRun{sink, a} {
+		if err := r.stop(); err != nil {
+			t.Fatalf("%v\n%s", err, r.log.String())
+		}
+	}
+	if a.logged("source lease lost") {
+		t.Errorf("the source stopped although nobody else took its lease:\n%s", a.log.String())
+	}
+	if reread := tally(t, arrivals(t, c, keys.Stream("in", 0)), n); reread != 0 {
+		t.Errorf("%d lines reached the topic twice", reread)
+	}
+	if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
+		t.Errorf("%d lines delivered twice", dups)
+	}
+}
