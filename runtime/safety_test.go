@@ -18,6 +18,7 @@ import (
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -131,6 +132,7 @@ type injector struct {
 	err    error
 	budget atomic.Int64 // calls left to fail
 	hits   atomic.Int64 // calls failed
+	seen   atomic.Int64 // calls that matched, failed or not
 }
 
 // inject adds an injector to a client; it fails nothing until armed.
@@ -157,6 +159,7 @@ func (f *injector) take(cmds ...goredis.Cmder) bool {
 	if !hit {
 		return false
 	}
+	f.seen.Add(1)
 	for {
 		left := f.budget.Load()
 		if left <= 0 {
@@ -528,4 +531,126 @@ func TestSourceLeaseExpiredAndFreeIsTakenAgain(t *testing.T) {
 	if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
 		t.Errorf("%d lines delivered twice", dups)
 	}
+}
+
+// gatePipeline runs test.gate (see faults_test.go) on a one-partition topic, into a topic that a
+// stdout sink reads.
+const gatePipeline = `
+pipeline "gated" {}
+topic "in" {}
+topic "out" {}
+stage "work" {
+  kind   = "go"
+  func   = "test.gate"
+  input  = topic.in
+  output = topic.out
+}
+sink "log" {
+  kind  = "stdout"
+  input = topic.out
+}
+`
+
+// publishRun publishes messages from..to-1 to topic in, unkeyed, each with its number and run.
+func publishRun(t *testing.T, c *redis.Client, plan *flow.Plan, run string, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < to; i++ {
+		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(fmt.Sprintf(`{"run":%q,"i":%d}`, run, i)), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseLostAtRenewalStopsTheWorker: another process takes a partition's lease (this process
+// stalled past its TTL, say), and this process's next renewal finds it gone. Idle, the worker stops
+// reading: this process gives the partition up and tries to take it again, as it would a free one.
+// With a batch in flight, the batch is finished but its acknowledgement is refused. Either way the
+// next owner processes what was not acknowledged, and nothing is lost.
+func TestLeaseLostAtRenewalStopsTheWorker(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		ctx := context.Background()
+		c := server.open(t)
+		plan := buildSource(t, gatePipeline)
+		keys := redis.Keys{Prefix: plan.KeyPrefix}
+		leaseKey := keys.Lease("in", 0, "work")
+		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+		run := fmt.Sprintf("%s-%d", t.Name(), prefixes.Add(1))
+		publishRun(t, c, plan, run, 0, 10)
+
+		ca := server.open(t)
+		acquires := inject(ca, nil, func(cmd goredis.Cmder) bool {
+			args := cmd.Args() // AcquireLease: the lease and its fencing counter
+			return len(args) > 4 && args[3] == leaseKey && args[4] == redis.LeaseFence(leaseKey)
+		})
+		a := runInBackground(t, plan, runtime.Options{Redis: ca, Nodes: []string{"work"}, ProcessID: "a", LeaseTTL: 2 * time.Second})
+		waitFor(t, "the first messages to be processed", func() bool {
+			return len(arrivals(t, c, out)) == 10 && unackedOf(t, c, in, "work") == 0
+		})
+		thief := stealLease(t, c, leaseKey)
+		took := acquires.seen.Load()
+		waitFor(t, "the renewal to find the lease lost", func() bool { return a.logged("lease lost; stopping the partition") })
+		waitFor(t, "the process to try to take the partition again, its worker stopped", func() bool {
+			return acquires.seen.Load() > took
+		})
+		publishRun(t, c, plan, run, 10, 20)
+		if err := a.stop(); err != nil {
+			t.Fatalf("%v\n%s", err, a.log.String())
+		}
+		if p := pendingCount(t, c, in, "work"); p != 0 {
+			t.Errorf("%d entries pending after the worker stopped: it read on", p)
+		}
+		if err := c.ReleaseLease(ctx, thief); err != nil {
+			t.Fatal(err)
+		}
+		runJob(t, c, plan, runtime.Options{Nodes: []string{"work"}, ProcessID: "b"})
+		if dups := tally(t, arrivals(t, c, out), 20); dups != 0 {
+			t.Errorf("%d messages processed twice", dups)
+		}
+	})
+	t.Run("in flight", func(t *testing.T) {
+		ctx := context.Background()
+		c := server.open(t)
+		plan := buildSource(t, gatePipeline)
+		keys := redis.Keys{Prefix: plan.KeyPrefix}
+		leaseKey := keys.Lease("in", 0, "work")
+		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+		run := fmt.Sprintf("%s-%d", t.Name(), prefixes.Add(1))
+		g := &gate{entered: make(chan struct{}), open: make(chan struct{})}
+		gates.Store(run, g)
+		defer gates.Delete(run)
+		publishRun(t, c, plan, run, 0, 10)
+
+		a := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"work"}, ProcessID: "a", LeaseTTL: 2 * time.Second})
+		<-g.entered // the batch is read; message 0 holds it
+		thief := stealLease(t, c, leaseKey)
+		waitFor(t, "the renewal to find the lease lost", func() bool { return a.logged("lease lost; stopping the partition") })
+		close(g.open)
+		waitFor(t, "the batch's acknowledgement to be refused", func() bool {
+			return a.logged("lost the partition to another process")
+		})
+		if p := pendingCount(t, c, in, "work"); p != 10 {
+			t.Errorf("%d of the batch's 10 entries pending: the others were acknowledged without the lease", p)
+		}
+		written := len(arrivals(t, c, out))
+		if err := a.stop(); err != nil {
+			t.Fatalf("%v\n%s", err, a.log.String())
+		}
+		if err := c.ReleaseLease(ctx, thief); err != nil {
+			t.Fatal(err)
+		}
+		runJob(t, c, plan, runtime.Options{Nodes: []string{"work"}, ProcessID: "b"})
+		dups := tally(t, arrivals(t, c, out), 10)
+		t.Logf("the refused batch wrote %d outputs; %d messages processed twice", written, dups)
+		if dups != written {
+			t.Errorf("%d messages processed twice, want the %d that the refused batch wrote", dups, written)
+		}
+	})
 }
