@@ -41,7 +41,7 @@ type bgRun struct {
 
 // runInBackground runs a plan in the background (as a service unless opts.UntilDrained) until stop, or until
 // the test ends. The deadline only keeps a broken test from hanging.
-func runInBackground(t *testing.T, plan *flow.Plan, opts runtime.Options) *bgRun {
+func runInBackground(t *testing.T, plan *flow.Plan, opts runtime.Options, prepare ...func(*runtime.Runtime)) *bgRun {
 	t.Helper()
 	r := &bgRun{log: &syncBuffer{}, done: make(chan struct{})}
 	opts.Logger = newLogger(r.log)
@@ -56,6 +56,9 @@ func runInBackground(t *testing.T, plan *flow.Plan, opts runtime.Options) *bgRun
 		t.Fatal(err)
 	}
 	r.rt = rt
+	for _, p := range prepare {
+		p(rt)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	r.cancel = cancel
 	go func() {
@@ -795,5 +798,66 @@ sink "log" {
 	}
 	if dups := tally(t, arrived(), 3*n); dups != 0 {
 		t.Errorf("%d messages processed twice", dups)
+	}
+}
+
+// TestDeadConsumersEntriesAreTakenOver: on a partition without leases (ordering = "none"), a
+// consumer read entries and died. A live process takes them over once they have been idle for the
+// claim delay (shortened here), page after page, also when its first attempt fails: every message
+// is processed, once.
+func TestDeadConsumersEntriesAreTakenOver(t *testing.T) {
+	const n, dead = 1200, 1100 // more than one reclaim call takes (10 pages of 100)
+	ctx := context.Background()
+	c := server.open(t)
+	plan := buildSource(t, `
+pipeline "none" {}
+topic "in" {}
+topic "out" {}
+stage "work" {
+  kind     = "map"
+  input    = topic.in
+  output   = topic.out
+  ordering = "none"
+  set      = { seen = true }
+}
+sink "log" {
+  kind  = "stdout"
+  input = topic.out
+}
+`)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+	publishNumbered(t, c, plan, 0, n)
+	if err := c.EnsureGroup(ctx, in, "work"); err != nil {
+		t.Fatal(err)
+	}
+	// A consumer of another process reads entries, and the process dies.
+	read, err := c.Universal().XReadGroup(ctx, &goredis.XReadGroupArgs{
+		Group: "work", Consumer: "dead", Streams: []string{in, ">"}, Count: dead,
+	}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != dead {
+		t.Fatalf("the dead consumer's read: %v, %v", read, err)
+	}
+
+	rc := server.open(t)
+	claims := inject(rc, errInjected, cmdNamed("xautoclaim"))
+	claims.arm(1) // the first takeover fails as a dropped connection would
+	b := runInBackground(t, plan, runtime.Options{Redis: rc, Nodes: []string{"work"}, ProcessID: "b"},
+		func(rt *runtime.Runtime) { runtime.SetClaimIdle(rt, 100*time.Millisecond) })
+	waitFor(t, "every message to be processed and acknowledged", func() bool {
+		return len(arrivals(t, c, out)) == n && unackedOf(t, c, in, "work") == 0
+	})
+	if err := b.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, b.log.String())
+	}
+	if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
+		t.Errorf("%d messages processed twice", dups)
+	}
+	if claims.hits.Load() != 1 || claims.seen.Load() < 3 {
+		t.Errorf("%d takeovers failed of %d, want 1 failed and at least 2 more (%d entries in pages of 100)",
+			claims.hits.Load(), claims.seen.Load(), dead)
+	}
+	if !b.logged("took over pending entries") {
+		t.Errorf("the takeover is not logged:\n%s", b.log.String())
 	}
 }
