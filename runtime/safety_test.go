@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -315,7 +316,12 @@ sink "out" {
 
 // liveNode returns a node's counters as a run sees them now.
 func liveNode(r *bgRun, name string) runtime.NodeSummary {
-	for _, n := range r.rt.Snapshot().Nodes {
+	return nodeCounts(r.rt.Snapshot().Nodes, name)
+}
+
+// nodeIn returns a node's counters from a summary's or a snapshot's nodes.
+func nodeCounts(nodes []runtime.NodeSummary, name string) runtime.NodeSummary {
+	for _, n := range nodes {
 		if n.Name == name {
 			return n
 		}
@@ -701,6 +707,26 @@ func init() {
 	})
 }
 
+// publishKeyed publishes messages from..to-1 to topic in, keyed over 40 keys, each with its number
+// and run.
+func publishKeyed(t *testing.T, c *redis.Client, plan *flow.Plan, run string, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < to; i++ {
+		msg := fmt.Sprintf(`{"run":%q,"k":"k%d","i":%d}`, run, i%40, i)
+		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(msg), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRebalancingGivesPartitionsUp: a process owns every partition of a stage, with batches in
 // flight, when a second process joins. The first gives half of them up, finishing their batches
 // before it releases their leases; the second takes them over. When the second leaves, the first
@@ -735,21 +761,7 @@ sink "log" {
 	h := newHold()
 	holds.Store(run, h)
 	defer holds.Delete(run)
-	publish := func(from, to int) {
-		pub, err := runtime.NewPublisher(c, plan)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := from; i < to; i++ {
-			msg := fmt.Sprintf(`{"run":%q,"k":"k%d","i":%d}`, run, i%40, i)
-			if err := pub.Publish(context.Background(), "in", stages.NewMessage("", []byte(msg), nil)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := pub.Close(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish := func(from, to int) { publishKeyed(t, c, plan, run, from, to) }
 	arrived := func() map[int]int {
 		got := map[int]int{}
 		for p := range partitions {
@@ -859,5 +871,100 @@ sink "log" {
 	}
 	if !b.logged("took over pending entries") {
 		t.Errorf("the takeover is not logged:\n%s", b.log.String())
+	}
+}
+
+// failedOnce holds the messages (run/i) whose first attempt safety.fifth failed.
+var failedOnce sync.Map
+
+func init() {
+	// safety.fifth fails the first attempt at every fifth message of a run (field i divisible by 5).
+	stages.Register("safety.fifth", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		if i, ok := m.Value["i"].(json.Number); ok {
+			if n, err := i.Int64(); err == nil && n%5 == 0 {
+				if _, failed := failedOnce.LoadOrStore(fmt.Sprint(m.Value["run"], "/", n), true); !failed {
+					return nil, errors.New("the first attempt at every fifth message fails")
+				}
+			}
+		}
+		return []stages.Message{m}, nil
+	})
+}
+
+// TestDueRetriesWaitThroughFailedClaims: failed messages wait in their partitions' retry sets, and
+// taking the due ones (ClaimRetries) fails for a while, as when the connection drops. The messages
+// wait in Redis meanwhile; once the claims work, every one is processed, once, and the job ends.
+func TestDueRetriesWaitThroughFailedClaims(t *testing.T) {
+	const n = 100
+	ctx := context.Background()
+	c := server.open(t)
+	plan := buildSource(t, `
+pipeline "retries" {}
+retry "soon" {
+  max_attempts = 3
+  initial      = "50ms"
+  max          = "50ms"
+}
+topic "in" {
+  partitions = 2
+  key        = msg.k
+}
+topic "out" {}
+stage "work" {
+  kind   = "go"
+  func   = "safety.fifth"
+  input  = topic.in
+  output = topic.out
+  retry  = retry.soon
+}
+sink "log" {
+  kind  = "stdout"
+  input = topic.out
+}
+`)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	retrySets := []string{keys.Retry("in", 0, "work"), keys.Retry("in", 1, "work")}
+	out := keys.Stream("out", 0)
+	run := fmt.Sprintf("%s-%d", t.Name(), prefixes.Add(1))
+	publishKeyed(t, c, plan, run, 0, n)
+	scheduled := func() (total int64) {
+		for _, k := range retrySets {
+			m, err := c.ScheduledRetries(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += m
+		}
+		return total
+	}
+
+	rc := server.open(t)
+	claims := inject(rc, errInjected, func(cmd goredis.Cmder) bool {
+		return scriptOn(retrySets[0])(cmd) || scriptOn(retrySets[1])(cmd)
+	})
+	claims.arm(math.MaxInt64)
+	job := runInBackground(t, plan, runtime.Options{Redis: rc, Nodes: []string{"work"}, UntilDrained: true,
+		RetryInPlaceUpTo: time.Millisecond}) // every retry waits in the retry set
+	waitFor(t, "the failed messages to wait in the retry sets while claims fail", func() bool {
+		return claims.hits.Load() >= 4 && scheduled() == n/5 && len(arrivals(t, c, out)) == n-n/5
+	})
+	for i := range arrivals(t, c, out) {
+		if i%5 == 0 {
+			t.Errorf("message %d arrived while its retry could not be claimed", i)
+		}
+	}
+	claims.disarm()
+	if err := job.wait(t); err != nil {
+		t.Fatalf("%v\n%s", err, job.log.String())
+	}
+	if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
+		t.Errorf("%d messages processed twice", dups)
+	}
+	if left := scheduled(); left != 0 {
+		t.Errorf("%d retries left in the retry sets", left)
+	}
+	s := nodeCounts(job.summary.Nodes, "work")
+	if s.Retried != n/5 || s.DeadLettered != 0 {
+		t.Errorf("%d retried and %d dead-lettered, want %d and 0", s.Retried, s.DeadLettered, n/5)
 	}
 }
