@@ -968,3 +968,156 @@ sink "log" {
 		t.Errorf("%d retried and %d dead-lettered, want %d and 0", s.Retried, s.DeadLettered, n/5)
 	}
 }
+
+// copyPipeline copies topic in to topic out through a map stage, with the given delivery; a stdout
+// sink reads topic out (tests run the stage alone).
+func copyPipeline(delivery string) string {
+	return fmt.Sprintf(`
+pipeline "copy" {
+  delivery = %q
+}
+topic "in" {}
+topic "out" {}
+stage "work" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+  set    = { seen = true }
+}
+sink "log" {
+  kind  = "stdout"
+  input = topic.out
+}
+`, delivery)
+}
+
+// TestOutputOfAnotherTypeEndsTheRun: the stream a stage writes to is a key of another type
+// (another application's), so the XADD of the stage's first commit fails inside the transaction
+// that acks its inputs. The run ends at once with an error that names the key and says that the
+// inputs were acknowledged: the batch's messages are lost, and the error is the operator's only
+// record of them.
+func TestOutputOfAnotherTypeEndsTheRun(t *testing.T) {
+	const n = 10
+	ctx := context.Background()
+	c := server.open(t)
+	plan := buildSource(t, copyPipeline("at_least_once"))
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+	if err := c.Universal().Set(ctx, out, "another application's value", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	publishNumbered(t, c, plan, 0, n)
+	job := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"work"}, UntilDrained: true})
+	err := job.wait(t)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), out) ||
+		!strings.Contains(err.Error(), "the inputs were acked") || !strings.Contains(err.Error(), "stage work") {
+		t.Fatalf("the run ended with %v, want the WRONGTYPE of %s, saying the inputs were acked\n%s", err, out, job.log.String())
+	}
+	if v, err := c.Universal().Get(ctx, out).Result(); err != nil || v != "another application's value" {
+		t.Errorf("the other application's key holds %q (%v)", v, err)
+	}
+	left := unackedOf(t, c, in, "work")
+	t.Logf("the run ended with: %v; %d of %d messages left unacknowledged", err, left, n)
+	if left != 0 {
+		t.Errorf("%d messages unacknowledged, want none: the batch was acked with the failed XADD", left)
+	}
+}
+
+// scriptFailer makes Redis fail the script calls of transactions whose first key is key: while
+// armed, such a call runs a script that fails instead, inside the EXEC, as a script does that
+// meets maxmemory or a key of another type.
+type scriptFailer struct {
+	key   string
+	armed atomic.Bool
+	hits  atomic.Int64
+}
+
+func (f *scriptFailer) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (f *scriptFailer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (f *scriptFailer) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); f.armed.Load() && c.Name() == "eval" && len(args) > 3 && args[3] == f.key {
+				args[1] = "return redis.error_reply('ERR injected failure of the script')"
+				f.hits.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestEffectivelyOnceScriptFailing: the script that writes a stage's effectively-once outputs
+// fails inside the transaction that acks the inputs. Nothing may be acknowledged: the batch is
+// processed again, and once the script works, each output is written once.
+func TestEffectivelyOnceScriptFailing(t *testing.T) {
+	const n = 10
+	t.Run("until it works again", func(t *testing.T) {
+		c := server.open(t)
+		plan := buildSource(t, copyPipeline("effectively_once"))
+		keys := redis.Keys{Prefix: plan.KeyPrefix}
+		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+		publishNumbered(t, c, plan, 0, n)
+		rc := server.open(t)
+		f := &scriptFailer{key: out}
+		f.armed.Store(true)
+		rc.Universal().AddHook(f)
+		run := runInBackground(t, plan, runtime.Options{Redis: rc, Nodes: []string{"work"}})
+		waitFor(t, "the script to fail three times (the batch processed again and failing again), or an ack", func() bool {
+			return f.hits.Load() >= 3 || unackedOf(t, c, in, "work") < n
+		})
+		if left := unackedOf(t, c, in, "work"); left != n {
+			t.Fatalf("%d of %d messages unacknowledged while their outputs fail: the others were acked without them", left, n)
+		}
+		if l := lengthOf(t, c, out); l != 0 {
+			t.Errorf("%d outputs written by the failing script", l)
+		}
+		f.armed.Store(false)
+		waitFor(t, "every output to be written and its input acknowledged", func() bool {
+			return len(arrivals(t, c, out)) == n && unackedOf(t, c, in, "work") == 0
+		})
+		if err := run.stop(); err != nil {
+			t.Fatalf("%v\n%s", err, run.log.String())
+		}
+		if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
+			t.Errorf("%d outputs written twice", dups)
+		}
+	})
+	t.Run("halfway", func(t *testing.T) {
+		// A marker's key holds another type of key: the script writes the outputs before it, then
+		// fails (WRONGTYPE, which ends the run). Nothing is acked; once the key is gone, the next
+		// run writes the other outputs, and none twice.
+		ctx := context.Background()
+		c := server.open(t)
+		plan := buildSource(t, copyPipeline("effectively_once"))
+		keys := redis.Keys{Prefix: plan.KeyPrefix}
+		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+		publishNumbered(t, c, plan, 0, n)
+		entries, err := c.Universal().XRange(ctx, in, "-", "+").Result()
+		if err != nil || len(entries) != n {
+			t.Fatalf("%d entries (%v)", len(entries), err)
+		}
+		bad := keys.Dedup("out", 0, "work", "in", 0, entries[n/2].ID, 0)
+		if err := c.Universal().HSet(ctx, bad, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		job := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"work"}, UntilDrained: true})
+		err = job.wait(t)
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "nothing was acked") {
+			t.Fatalf("the run ended with %v, want WRONGTYPE, nothing acked\n%s", err, job.log.String())
+		}
+		if left := unackedOf(t, c, in, "work"); left != n {
+			t.Fatalf("%d of %d messages unacknowledged: the others were acked without their outputs", left, n)
+		}
+		if l := lengthOf(t, c, out); l != n/2 {
+			t.Errorf("%d outputs written before the failure, want %d", l, n/2)
+		}
+		if err := c.Universal().Del(ctx, bad).Err(); err != nil {
+			t.Fatal(err)
+		}
+		runJob(t, c, plan, runtime.Options{Nodes: []string{"work"}})
+		if dups := tally(t, arrivals(t, c, out), n); dups != 0 {
+			t.Errorf("%d outputs written twice", dups)
+		}
+	})
+}
