@@ -292,7 +292,6 @@ sink "out" {
 	if !run.logged("the batch will be delivered again") {
 		t.Errorf("the failed flush is not logged:\n%s", run.log.String())
 	}
-	failures := w.failures()
 	w.set(false)
 	waitFor(t, "every message to be written and acknowledged", func() bool {
 		return backlog() == 0 && len(jsonLines(t, w.String())) >= n
@@ -305,6 +304,7 @@ sink "out" {
 		got[int(m["i"].(float64))]++
 	}
 	dups := tally(t, got, n)
+	failures := w.failures()
 	t.Logf("%d failed flushes; %d messages written, %d of them again", failures, n+dups, dups)
 	if dups > failures*n {
 		t.Errorf("%d duplicates after %d failed flushes of at most %d messages", dups, failures, n)
