@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Commits whose writes fail inside the transaction that acks: what is acknowledged, and what the
@@ -82,6 +84,56 @@ func TestCommitDedupScriptFailingAcksNothing(t *testing.T) {
 		}
 		if p := pending(t, c, in, "stage"); p != 0 {
 			t.Errorf("%d entries pending", p)
+		}
+	})
+}
+
+// TestCheckpointOfAFailingDedupScript: an effectively-once source's batch, whose script fails
+// halfway (WRONGTYPE at a marker), must not move the source's checkpoint, fenced by its lease or
+// not: the source would resume after lines whose entries were never written. Once the key is
+// gone, the same commit writes the rest, each once, and records the checkpoint.
+func TestCheckpointOfAFailingDedupScript(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		leaseKey, posKey, out := k.SourceLease("file"), k.SourcePosition("file"), k.Stream("out", 0)
+		lease, ok, err := c.AcquireLease(ctx, leaseKey, "owner", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		for _, fenced := range []bool{true, false} {
+			var outs []Output
+			for i := range 10 {
+				outs = append(outs, Output{Stream: out, Entry: Entry{Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))},
+					DedupKey: k.Dedup("out", 0, "file", "file", 0, fmt.Sprintf("%v:%d", fenced, i), 0)})
+			}
+			args := CommitArgs{Outputs: outs, Checkpoint: &Checkpoint{Key: posKey, Value: fmt.Sprint("fenced ", fenced)}}
+			if fenced {
+				args.Lease = &lease
+			}
+			before := xlen(t, c, out)
+			bad := outs[5].DedupKey
+			if err := c.Universal().HSet(ctx, bad, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.Commit(ctx, args)
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || strings.Contains(err.Error(), "checkpoint was recorded") {
+				t.Fatalf("fenced %v: err = %v, want WRONGTYPE, no checkpoint", fenced, err)
+			}
+			if v, _, _ := c.ReadCheckpoint(ctx, posKey); v == args.Checkpoint.Value {
+				t.Fatalf("fenced %v: the checkpoint moved past outputs that were not written", fenced)
+			}
+			if err := c.Universal().Del(ctx, bad).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Commit(ctx, args); err != nil {
+				t.Fatal(err)
+			}
+			if v, _, _ := c.ReadCheckpoint(ctx, posKey); v != args.Checkpoint.Value {
+				t.Errorf("fenced %v: checkpoint %q after the commit worked", fenced, v)
+			}
+			if n := xlen(t, c, out) - before; n != 10 {
+				t.Errorf("fenced %v: %d outputs, want 10, each once", fenced, n)
+			}
 		}
 	})
 }
