@@ -43,7 +43,13 @@ func (r *runner) accessChecks() *redis.Access {
 		n := u.node
 		who := n.typ + " " + n.name
 		a.Consume(who, u.stream, n.group)
-		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey)
+		var markers []string // checked before the ack of effectively-once outputs
+		for _, o := range r.committedOutputs(n) {
+			if o.dedup != "" {
+				markers = append(markers, o.dedup)
+			}
+		}
+		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, markers...)
 		a.Stats(who, u.stream)
 		if u.leaseKey != "" {
 			a.Lease(who, u.leaseKey)
@@ -67,16 +73,18 @@ func (r *runner) accessChecks() *redis.Access {
 		if p.leaseKey != "" {
 			a.Lease(who, p.leaseKey)
 		}
+		var markers []string
 		for i, s := range r.streams[p.output.Name] {
 			dedup := ""
 			if p.node.delivery == flow.EffectivelyOnce {
 				dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
+				markers = append(markers, dedup)
 			}
 			a.Output(who, s, dedup)
 		}
 		a.Output(who, r.keys.DeadLetter(p.node.name), "")
 		if p.positionKey != "" {
-			a.Checkpoint(who, p.positionKey, p.leaseKey)
+			a.Checkpoint(who, p.positionKey, p.leaseKey, markers...)
 		}
 	}
 	for _, n := range r.nodes {

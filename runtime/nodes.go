@@ -40,7 +40,8 @@ type node struct {
 	// longer than Options.RetryInPlaceUpTo wait in the unit's retry set in Redis.
 	retryInPlace bool
 	timeout      time.Duration
-	deadLetter   *flow.Topic // nil: the node's own dead-letter stream
+	claimIdle    time.Duration // see claimIdle
+	deadLetter   *flow.Topic   // nil: the node's own dead-letter stream
 	delivery     flow.Delivery
 
 	spanName string // see processSpan

@@ -265,7 +265,8 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		}
 		n.spanName = "process " + n.inputName()
 		n.startsTraces = n.input == nil || !written[n.input.Name]
-		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+claimIdle(n)))
+		n.claimIdle = claimIdle(n)
+		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+n.claimIdle))
 	}
 	if opts.UntilDrained {
 		for _, p := range r.producers {

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -45,7 +44,7 @@ const httpLanes = 8
 // lockedWriter is a buffered writer shared by the stdout sinks, so that lines never interleave.
 type lockedWriter struct {
 	mu sync.Mutex
-	w  *bufio.Writer
+	w  lineBuffer
 }
 
 // stdout returns the runner's shared standard output.
@@ -53,7 +52,7 @@ func (r *runner) stdout() *lockedWriter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.out == nil {
-		r.out = &lockedWriter{w: bufio.NewWriter(r.opts.Stdout)}
+		r.out = &lockedWriter{w: lineBuffer{w: r.opts.Stdout, size: 4 << 10}}
 	}
 	return r.out
 }
@@ -61,16 +60,54 @@ func (r *runner) stdout() *lockedWriter {
 func (l *lockedWriter) writeLine(b []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, err := l.w.Write(b); err != nil {
-		return err
-	}
-	return l.w.WriteByte('\n')
+	return l.w.writeLine(b)
 }
 
 func (l *lockedWriter) flush() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Flush()
+	return l.w.flush()
+}
+
+// lineBuffer buffers lines for a writer. Unlike a bufio.Writer, whose first error sticks and fails
+// every later write, it keeps what a failed write did not take and writes it with the next flush:
+// a sink whose output failed for a while (a full disk) goes on once it works again, and the lines
+// that other batches (other partitions, other stdout sinks) left in the buffer are never dropped.
+// The batch whose flush failed is delivered again, so its lines may come out twice.
+type lineBuffer struct {
+	w    io.Writer
+	buf  []byte
+	size int // the buffer is written out before it grows past size
+}
+
+// writeLine adds a line and its newline. When the buffer is full and cannot be written out, the
+// line is not added: its delivery failed.
+func (b *lineBuffer) writeLine(line []byte) error {
+	if len(b.buf) > 0 && len(b.buf)+len(line)+1 > b.size {
+		if err := b.flush(); err != nil {
+			return err
+		}
+	}
+	b.buf = append(b.buf, line...)
+	b.buf = append(b.buf, '\n')
+	return nil
+}
+
+// flush writes out what the buffer holds; what a failed write did not take stays for the next.
+func (b *lineBuffer) flush() error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	n, err := b.w.Write(b.buf)
+	n = min(max(n, 0), len(b.buf))
+	if err == nil && n < len(b.buf) {
+		err = io.ErrShortWrite
+	}
+	b.buf = b.buf[:copy(b.buf, b.buf[n:])]
+	if err == nil && cap(b.buf) > 4*b.size {
+		b.buf = nil // a very long line passed: do not keep its memory
+	}
+	return err
 }
 
 // stdoutSink prints each message's payload as a line of JSON.
@@ -97,7 +134,7 @@ type fileSink struct {
 	truncate bool // empty the file when the run opens it (mode = "truncate")
 	mu       sync.Mutex
 	f        *os.File
-	w        *bufio.Writer
+	w        lineBuffer
 }
 
 func (s *fileSink) open() error {
@@ -113,7 +150,7 @@ func (s *fileSink) open() error {
 	if err != nil {
 		return err
 	}
-	s.f, s.w = f, bufio.NewWriterSize(f, 64<<10)
+	s.f, s.w = f, lineBuffer{w: f, size: 64 << 10}
 	return nil
 }
 
@@ -124,16 +161,13 @@ func (s *fileSink) deliver(_ context.Context, m *message, outs []redis.Output) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.w.Write(payload); err != nil {
-		return outs, err
-	}
-	return outs, s.w.WriteByte('\n')
+	return outs, s.w.writeLine(payload)
 }
 
 func (s *fileSink) flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.w.Flush(); err != nil {
+	if err := s.w.flush(); err != nil {
 		return err
 	}
 	return s.f.Sync()

@@ -112,11 +112,11 @@ func (w *worker) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if time.Since(lastReclaim) > claimIdle(n) {
+		if time.Since(lastReclaim) > n.claimIdle {
 			// Take over what another consumer left pending, once it has been idle long enough that
 			// nobody is still working on it: a dead consumer of a partition without leases, or a
 			// process that read a batch just before it noticed it had lost this partition's lease.
-			if err := w.reclaim(ctx, claimIdle(n)); err != nil {
+			if err := w.reclaim(ctx, n.claimIdle); err != nil {
 				return err
 			}
 			lastReclaim = time.Now()
@@ -175,7 +175,8 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 }
 
 // claimIdle is how long an entry stays pending before a consumer of a partition without lease takes
-// it over from another: longer than any attempt can take.
+// it over from another, and how long a consumer holds the due retries it took: longer than any
+// attempt can take. It sets node.claimIdle, which tests shorten (export_safety_test.go).
 func claimIdle(n *node) time.Duration {
 	return 2*n.timeout + 30*time.Second
 }
@@ -237,7 +238,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 
 // retryDue processes the retries of the unit that are due, and reports whether there were any.
 func (w *worker) retryDue(ctx context.Context) (bool, error) {
-	due, bad, err := w.r.rdb.ClaimRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize), claimIdle(w.u.node))
+	due, bad, err := w.r.rdb.ClaimRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize), w.u.node.claimIdle)
 	if err != nil {
 		if ctx.Err() == nil && !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" reading its due retries "+w.u.retryKey, err) {
 			return false, errStopped

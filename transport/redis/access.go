@@ -140,9 +140,11 @@ func (a *Access) Group(who, stream, group string) {
 }
 
 // Settle adds the acknowledgement part of Commit (and Ack) on a stream's group, with the unit's
-// retry set and lease ("" for none).
-func (a *Access) Settle(who, stream, group, retryKey, leaseKey string) {
-	if retryKey == "" && leaseKey == "" {
+// retry set and lease ("" for none). dedupKeys are a marker of each effectively-once output
+// stream that the unit writes: the settle script of a commit with such outputs checks their
+// markers, all of them at once in the check.
+func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, dedupKeys ...string) {
+	if retryKey == "" && leaseKey == "" && len(dedupKeys) == 0 {
 		a.add(who, stream, 1, "xack", stream, group, "0-1")
 		return
 	}
@@ -153,7 +155,10 @@ func (a *Access) Settle(who, stream, group, retryKey, leaseKey string) {
 	if leaseKey != "" {
 		keys[2] = leaseKey
 	}
-	a.script(who, settleScript, true, keys...)
+	a.script(who, settleScript, true, append(keys, dedupKeys...)...)
+	for _, k := range dedupKeys {
+		a.add(who, k, 1, "get", k)
+	}
 	a.add(who, stream, 1, "xack", stream, group, "0-1")
 	if leaseKey != "" {
 		a.add(who, leaseKey, 1, "get", leaseKey)
@@ -180,11 +185,15 @@ func (a *Access) Output(who, stream, dedupKey string) {
 }
 
 // Checkpoint adds the checkpoint Commit records for a source (Keys.SourcePosition), fenced by the
-// source's lease, and ReadCheckpoint.
-func (a *Access) Checkpoint(who, key, leaseKey string) {
+// source's lease, and ReadCheckpoint. dedupKeys are a marker of each effectively-once output
+// stream of the source, which the checkpoint script checks (see Settle).
+func (a *Access) Checkpoint(who, key, leaseKey string, dedupKeys ...string) {
 	a.add(who, key, 1, "get", key)
-	a.script(who, checkpointScript, true, key, leaseKey)
+	a.script(who, checkpointScript, true, append([]string{key, leaseKey}, dedupKeys...)...)
 	a.add(who, leaseKey, 1, "get", leaseKey)
+	for _, k := range dedupKeys {
+		a.add(who, k, 1, "get", k)
+	}
 	a.add(who, key, 1, "set", key, "position")
 }
 

@@ -95,7 +95,9 @@ func (a CommitArgs) settles() bool {
 // a.Lease is set). Redis rejects a transaction whose commands cannot be queued, out-of-memory
 // included, as a whole, so a failed XADD does not leave its input acked. An XADD that fails at
 // run time inside EXEC (WRONGTYPE: a non-stream key at an output name) does not stop the ack;
-// Commit then returns that error.
+// Commit then returns that error. Effectively-once outputs are written by a script that can fail
+// at run time too (WRONGTYPE, OOM); the ack checks their markers first and, when one is missing,
+// acks nothing.
 //
 // On a cluster with outputs in other slots it is two steps: the outputs (go-redis sends one
 // pipeline per node, in parallel), then, only if every output was written, the ack. A cluster
@@ -135,6 +137,7 @@ type commitPlan struct {
 	plain  []plainOutput         // outputs without a dedup key, in order
 	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
 	order  []string              // streams of dedup calls, in first-use order
+	guards []string              // the last marker of each dedup call: see settleScript
 	n      int                   // number of outputs
 	ttlMS  int64
 }
@@ -222,6 +225,10 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		d.args = append(d.args, values...)
 		d.indexes = append(d.indexes, i)
 	}
+	for _, s := range p.order {
+		d := p.dedup[s]
+		p.guards = append(p.guards, d.keys[len(d.keys)-1])
+	}
 	p.atomic = !c.cluster || sameSlot
 	return p, nil
 }
@@ -289,11 +296,14 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 	collect := p.queueOutputs(ctx, pipe)
 	var ack goredis.Cmder
 	if a.settles() {
-		ack = queueSettle(ctx, pipe, a)
+		ack = queueSettle(ctx, pipe, a, p.guards)
 	}
 	_, execErr := pipe.Exec(ctx)
 	ids, err := collect()
 	if err != nil {
+		if ack != nil && isUnwritten(ack.Err()) {
+			return ids, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
+		}
 		if ack != nil && ack.Err() == nil {
 			// Only a failure at run time inside EXEC gets here (WRONGTYPE: another application's
 			// key at an output's name), and it is unrecoverable: the run stops and says so.
@@ -323,15 +333,21 @@ func settleError(err error, a CommitArgs) error {
 }
 
 // queueSettle adds the ack of a batch (and its retry moves), or its checkpoint, to a pipeline: a
-// plain XACK or SET when that is all, else the settle or checkpoint script.
-func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) goredis.Cmder {
+// plain XACK or SET when that is all, else the settle or checkpoint script. guards are markers of
+// effectively-once outputs in the same transaction: without them, nothing is acked (see
+// settleScript).
+func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guards []string) goredis.Cmder {
 	if c := a.Checkpoint; c != nil {
-		if a.Lease == nil {
+		if a.Lease == nil && len(guards) == 0 {
 			return pipe.Set(ctx, c.Key, c.Value, 0)
 		}
-		return checkpointScript.Eval(ctx, pipe, []string{c.Key, a.Lease.Key}, a.Lease.Value(), c.Value)
+		leaseKey, leaseValue := c.Key, ""
+		if a.Lease != nil {
+			leaseKey, leaseValue = a.Lease.Key, a.Lease.Value()
+		}
+		return checkpointScript.Eval(ctx, pipe, append([]string{c.Key, leaseKey}, guards...), leaseValue, c.Value)
 	}
-	if a.Lease == nil && a.RetryKey == "" {
+	if a.Lease == nil && a.RetryKey == "" && len(guards) == 0 {
 		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
 	}
 	keys, args, err := settleArgs(a)
@@ -340,7 +356,7 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) gore
 		cmd.SetErr(err)
 		return cmd
 	}
-	return settleScript.Eval(ctx, pipe, keys, args...)
+	return settleScript.Eval(ctx, pipe, append(keys, guards...), args...)
 }
 
 // settleArgs encodes the settle script's keys and arguments.

@@ -14,6 +14,10 @@ import (
 // leaseLostPrefix starts the error reply of a fenced script whose lease is not held.
 const leaseLostPrefix = "LEASELOST"
 
+// unwrittenPrefix starts the error reply of a settle or checkpoint script that found the
+// effectively-once outputs of its transaction unwritten, and so acked nothing.
+const unwrittenPrefix = "UNWRITTEN"
+
 // acquireLeaseScript takes a lease if nobody holds it: SET NX PX and the fencing token (INCR of
 // the companion counter) in one atomic step.
 //
@@ -57,16 +61,27 @@ return 0
 // acks the entries, removes finished retries from the retry set and schedules new ones. One call
 // per batch.
 //
+// In a transaction that also writes effectively-once outputs it checks first that they were
+// written: the effectively-once script (xaddOnceScript) runs before it in the same EXEC, and a
+// failure at run time inside EXEC (WRONGTYPE, OOM) does not stop the commands after it. Each
+// call of that script writes its markers in order and stops at the first failure, so its last
+// marker exists only if every output of the call was written (now or by an earlier commit).
+//
 //	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
-//	(the stream again when not fenced)
+//	(the stream again when not fenced), KEYS[4..] the last marker of each effectively-once call
 //	ARGV[1] group, ARGV[2] expected lease value ("" when not fenced), then the number of IDs to
 //	ack and the IDs, the number of retry members to remove and them, the number of retries to
 //	add and their (due ms, member) pairs. Lua's unpack has a stack limit, so each command takes
 //	at most 1000 arguments.
-//	returns the number acked, or a LEASELOST error
+//	returns the number acked, or a LEASELOST or UNWRITTEN error
 var settleScript = goredis.NewScript(`
 if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
+end
+for g = 4, #KEYS do
+  if not redis.call('GET', KEYS[g]) then
+    return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
+  end
 end
 local i = 3
 local n = tonumber(ARGV[i])
@@ -92,13 +107,21 @@ return acked
 
 // checkpointScript records a source's checkpoint only if the source's lease still holds the
 // caller's owner and token, so that a process that lost the source to another never moves its
-// position.
+// position, and only if the effectively-once outputs of its transaction were written (see
+// settleScript).
 //
-//	KEYS[1] checkpoint key, KEYS[2] lease key; ARGV[1] expected lease value, ARGV[2] checkpoint
-//	returns 1, or a LEASELOST error
+//	KEYS[1] checkpoint key, KEYS[2] lease key (the checkpoint key again when not fenced),
+//	KEYS[3..] the last marker of each effectively-once call
+//	ARGV[1] expected lease value ("" when not fenced), ARGV[2] checkpoint
+//	returns 1, or a LEASELOST or UNWRITTEN error
 var checkpointScript = goredis.NewScript(`
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[2] .. ' is not held by ' .. ARGV[1])
+end
+for g = 3, #KEYS do
+  if not redis.call('GET', KEYS[g]) then
+    return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
+  end
 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1
@@ -144,6 +167,11 @@ return {r[excess + 1][1], more}
 // isLeaseLost reports whether err is the LEASELOST error reply of a fenced script.
 func isLeaseLost(err error) bool {
 	return err != nil && strings.Contains(err.Error(), leaseLostPrefix)
+}
+
+// isUnwritten reports whether err is the UNWRITTEN error reply of a settle or checkpoint script.
+func isUnwritten(err error) bool {
+	return err != nil && strings.Contains(err.Error(), unwrittenPrefix)
 }
 
 // xaddOnceScript appends entries to one stream unless their effectively-once marker exists,

@@ -1,0 +1,139 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Commits whose writes fail inside the transaction that acks: what is acknowledged, and what the
+// error says.
+
+// TestCommitWrongTypeOutput: an output's stream name holds another type of key (another
+// application's), so its XADD fails with WRONGTYPE. On a single server it fails inside the EXEC
+// that also acks: the inputs are acked although their outputs were not written, and the error,
+// unrecoverable, says so. On a cluster, where the outputs are written first and acked only once
+// written, nothing is acked.
+func TestCommitWrongTypeOutput(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in, out := k.Stream("in", 0), k.Stream("out", 0)
+		b := readN(t, c, in, 3)
+		if err := c.Universal().Set(ctx, out, "another application's value", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		outs := make([]Output, b.Len())
+		for i, e := range b.Entries {
+			outs[i] = Output{Stream: out, Entry: Entry{Key: e.Key, Payload: e.Payload}}
+		}
+		_, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs()})
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), out) || !Unrecoverable(err) {
+			t.Fatalf("commit to a key of another type: err = %v, want an unrecoverable WRONGTYPE naming %s", err, out)
+		}
+		acked := !c.IsCluster()
+		if strings.Contains(err.Error(), "the inputs were acked") != acked {
+			t.Errorf("err = %v; the inputs were acked: %v", err, acked)
+		}
+		want := int64(b.Len())
+		if acked {
+			want = 0
+		}
+		if p := pending(t, c, in, "stage"); p != want {
+			t.Errorf("%d entries pending, want %d", p, want)
+		}
+	})
+}
+
+// TestCommitDedupScriptFailingAcksNothing: the effectively-once script fails halfway through a
+// batch (a marker's key holds another type of key: WRONGTYPE). Scripts do not roll back, so the
+// outputs before it are written; the inputs must not be acked. Once the key is gone, the same
+// commit writes the rest of the outputs, each once, and acks.
+func TestCommitDedupScriptFailingAcksNothing(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in, out := k.Stream("in", 0), k.Stream("out", 0)
+		b := readN(t, c, in, 10)
+		outs := make([]Output, b.Len())
+		for i, e := range b.Entries {
+			outs[i] = Output{Stream: out, Entry: Entry{Key: e.Key, Payload: e.Payload}, DedupKey: k.Dedup("out", 0, "stage", "in", 0, e.ID, 0)}
+		}
+		bad := outs[5].DedupKey
+		if err := c.Universal().HSet(ctx, bad, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		args := CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs()}
+		_, err := c.Commit(ctx, args)
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || strings.Contains(err.Error(), "were acked") {
+			t.Fatalf("commit with a failing effectively-once script: err = %v, want WRONGTYPE, nothing acked", err)
+		}
+		if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
+			t.Fatalf("%d of %d entries pending after the effectively-once script failed: the others were acked without their outputs", p, b.Len())
+		}
+		if n := xlen(t, c, out); n != 5 {
+			t.Errorf("%d outputs written before the failure, want 5", n)
+		}
+		if err := c.Universal().Del(ctx, bad).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Commit(ctx, args); err != nil {
+			t.Fatal(err)
+		}
+		if n := xlen(t, c, out); n != int64(b.Len()) {
+			t.Errorf("%d outputs after the commit was made again, want %d, each once", n, b.Len())
+		}
+		if p := pending(t, c, in, "stage"); p != 0 {
+			t.Errorf("%d entries pending", p)
+		}
+	})
+}
+
+// TestCheckpointOfAFailingDedupScript: an effectively-once source's batch, whose script fails
+// halfway (WRONGTYPE at a marker), must not move the source's checkpoint, fenced by its lease or
+// not: the source would resume after lines whose entries were never written. Once the key is
+// gone, the same commit writes the rest, each once, and records the checkpoint.
+func TestCheckpointOfAFailingDedupScript(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		leaseKey, posKey, out := k.SourceLease("file"), k.SourcePosition("file"), k.Stream("out", 0)
+		lease, ok, err := c.AcquireLease(ctx, leaseKey, "owner", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		for _, fenced := range []bool{true, false} {
+			var outs []Output
+			for i := range 10 {
+				outs = append(outs, Output{Stream: out, Entry: Entry{Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))},
+					DedupKey: k.Dedup("out", 0, "file", "file", 0, fmt.Sprintf("%v:%d", fenced, i), 0)})
+			}
+			args := CommitArgs{Outputs: outs, Checkpoint: &Checkpoint{Key: posKey, Value: fmt.Sprint("fenced ", fenced)}}
+			if fenced {
+				args.Lease = &lease
+			}
+			before := xlen(t, c, out)
+			bad := outs[5].DedupKey
+			if err := c.Universal().HSet(ctx, bad, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.Commit(ctx, args)
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || strings.Contains(err.Error(), "checkpoint was recorded") {
+				t.Fatalf("fenced %v: err = %v, want WRONGTYPE, no checkpoint", fenced, err)
+			}
+			if v, _, _ := c.ReadCheckpoint(ctx, posKey); v == args.Checkpoint.Value {
+				t.Fatalf("fenced %v: the checkpoint moved past outputs that were not written", fenced)
+			}
+			if err := c.Universal().Del(ctx, bad).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Commit(ctx, args); err != nil {
+				t.Fatal(err)
+			}
+			if v, _, _ := c.ReadCheckpoint(ctx, posKey); v != args.Checkpoint.Value {
+				t.Errorf("fenced %v: checkpoint %q after the commit worked", fenced, v)
+			}
+			if n := xlen(t, c, out) - before; n != 10 {
+				t.Errorf("fenced %v: %d outputs, want 10, each once", fenced, n)
+			}
+		}
+	})
+}
