@@ -560,24 +560,6 @@ sink "log" {
 }
 `
 
-// publishRun publishes messages from..to-1 to topic in, unkeyed, each with its number and run.
-func publishRun(t *testing.T, c *redis.Client, plan *flow.Plan, run string, from, to int) {
-	t.Helper()
-	ctx := context.Background()
-	pub, err := runtime.NewPublisher(c, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := from; i < to; i++ {
-		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(fmt.Sprintf(`{"run":%q,"i":%d}`, run, i)), nil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestLeaseLostAtRenewalStopsTheWorker: another process takes a partition's lease (this process
 // stalled past its TTL, say), and this process's next renewal finds it gone. Idle, the worker stops
 // reading: this process gives the partition up and tries to take it again, as it would a free one.
