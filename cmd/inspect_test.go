@@ -258,7 +258,7 @@ func TestInspectProcessesAndSourceLeases(t *testing.T) {
 			}
 
 			for id, ttl := range map[string]time.Duration{"proc-a": time.Minute, "proc-b": time.Hour} {
-				if _, err := c.Heartbeat(ctx, keys.Members(), id, ttl); err != nil {
+				if _, err := c.Heartbeat(ctx, []string{keys.Members()}, id, ttl); err != nil {
 					t.Fatal(err)
 				}
 			}

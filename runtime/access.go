@@ -38,7 +38,10 @@ func (r *runner) checkAccess(ctx context.Context) error {
 // source its lease and output; the membership; the trimming of retained topics.
 func (r *runner) accessChecks() *redis.Access {
 	a := redis.NewAccess(r.keys)
-	a.Members("the membership of the running processes")
+	a.Members("the membership of the running processes", r.keys.Members())
+	for _, n := range r.nodes {
+		a.Members("the membership of the running processes", r.keys.NodeMembers(n.name))
+	}
 	for _, u := range r.units {
 		n := u.node
 		who := n.typ + " " + n.name

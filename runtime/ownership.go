@@ -14,8 +14,10 @@ import (
 )
 
 // Processes running the same pipeline share its units (a stage or sink on one partition) through
-// leases. Each process renews a membership on a timer and counts the live members; its fair share is
-// the number of units divided by the members, rounded up. A process holding more gives units up
+// leases. Each process renews a membership on a timer, for the pipeline and for each node it runs,
+// and counts the live members of each node; its fair share of a node is the node's units divided by
+// the processes that run it, rounded up (so that processes that split the pipeline with --stages
+// share each node among those that run it). A process holding more gives units up
 // (finishing their batches first); a process holding fewer takes free units. When a process dies its
 // leases expire, the others stop counting it, and its units move within about one lease period.
 //
@@ -30,9 +32,12 @@ import (
 type ownership struct {
 	r        *runner
 	interval time.Duration
-	balanced []*unit // leased units, shared fairly; in this process's preference order
-	sources  []*unit // leased units of sources: taken when free, kept until the end
-	free     []*unit // units without leases: always run
+	// balanced are the leased units, shared fairly, by node; each node's in this process's
+	// preference order. memberKeys are the pipeline's members key, then each of these nodes'.
+	balanced   [][]*unit
+	memberKeys []string
+	sources    []*unit // leased units of sources: taken when free, kept until the end
+	free       []*unit // units without leases: always run
 
 	workers conc.WaitGroup
 	ctx     context.Context // the run's context, set by run
@@ -67,6 +72,8 @@ func newOwnership(r *runner) *ownership {
 		held:      map[*unit]*holding{},
 		sourceLes: map[string]*heldLease{},
 	}
+	o.memberKeys = []string{r.keys.Members()}
+	byNode := map[*node]int{}
 	for _, u := range r.units {
 		switch {
 		case u.leaseKey == "":
@@ -74,7 +81,14 @@ func newOwnership(r *runner) *ownership {
 		case u.node.typ == "source":
 			o.sources = append(o.sources, u)
 		default:
-			o.balanced = append(o.balanced, u)
+			i, ok := byNode[u.node]
+			if !ok {
+				i = len(o.balanced)
+				byNode[u.node] = i
+				o.balanced = append(o.balanced, nil)
+				o.memberKeys = append(o.memberKeys, r.keys.NodeMembers(u.node.name))
+			}
+			o.balanced[i] = append(o.balanced[i], u)
 		}
 	}
 	// Each process prefers a different order of units, so that processes starting together
@@ -84,7 +98,9 @@ func newOwnership(r *runner) *ownership {
 		h.Write([]byte(r.opts.ProcessID + "|" + u.leaseKey))
 		return h.Sum64()
 	}
-	sort.Slice(o.balanced, func(i, j int) bool { return rank(o.balanced[i]) < rank(o.balanced[j]) })
+	for _, units := range o.balanced {
+		sort.Slice(units, func(i, j int) bool { return rank(units[i]) < rank(units[j]) })
+	}
 	return o
 }
 
@@ -118,12 +134,12 @@ func (o *ownership) run(ctx context.Context) {
 func (o *ownership) step(ctx context.Context) {
 	r := o.r
 	ttl := r.opts.LeaseTTL
-	members, err := r.rdb.Heartbeat(ctx, r.keys.Members(), r.opts.ProcessID, ttl)
+	members, err := r.rdb.Heartbeat(ctx, o.memberKeys, r.opts.ProcessID, ttl)
 	if err != nil {
 		if ctx.Err() == nil && !r.redisFailed("renewing this process's membership", err) {
 			return
 		}
-		members = 0
+		members = nil
 	} else {
 		r.outage.ok()
 	}
@@ -170,7 +186,7 @@ func (o *ownership) step(ctx context.Context) {
 			delete(o.sourceLes, key)
 		}
 	}
-	if ctx.Err() != nil || members == 0 {
+	if ctx.Err() != nil || members == nil {
 		return // without a membership count, keep what is held and take nothing new
 	}
 
@@ -179,22 +195,33 @@ func (o *ownership) step(ctx context.Context) {
 			o.tryAcquire(ctx, u)
 		}
 	}
-	share := (len(o.balanced) + members - 1) / members
-	holding := 0
-	for _, u := range o.balanced {
+	leases, fair := 0, true
+	for i, units := range o.balanced {
+		held, share := o.balance(ctx, units, max(members[i+1], 1))
+		leases += held
+		fair = fair && held >= share
+	}
+	o.leases, o.fair = leases, fair
+}
+
+// balance moves this process's holding of one node's units towards its fair share among members
+// processes, and returns what it holds and its share. Called with o.mu held.
+func (o *ownership) balance(ctx context.Context, units []*unit, members int) (holding, share int) {
+	share = (len(units) + members - 1) / members
+	for _, u := range units {
 		if h, ok := o.held[u]; ok && !h.releasing {
 			holding++
 		}
 	}
 	// Give up the least preferred units first, take the most preferred first.
-	for i := len(o.balanced) - 1; i >= 0 && holding > share; i-- {
-		u := o.balanced[i]
+	for i := len(units) - 1; i >= 0 && holding > share; i-- {
+		u := units[i]
 		if h, ok := o.held[u]; ok && !h.releasing {
 			o.release(u, h)
 			holding--
 		}
 	}
-	for _, u := range o.balanced {
+	for _, u := range units {
 		if holding >= share {
 			break
 		}
@@ -202,7 +229,7 @@ func (o *ownership) step(ctx context.Context) {
 			holding++
 		}
 	}
-	o.leases, o.fair = holding, holding >= share
+	return holding, share
 }
 
 // tryAcquire takes a unit's lease if it is free and starts its worker. Called with o.mu held.
@@ -326,7 +353,7 @@ func (o *ownership) shutdown(hard context.Context) {
 			_, _ = r.rdb.DeleteIdleConsumer(ctx, u.stream, u.node.group, r.opts.ProcessID)
 		}
 	}
-	if err := r.rdb.Leave(ctx, r.keys.Members(), r.opts.ProcessID); err != nil {
+	if err := r.rdb.Leave(ctx, o.memberKeys, r.opts.ProcessID); err != nil {
 		r.log.Warn("leaving the membership failed; the others take over once it expires", "err", err)
 	}
 }

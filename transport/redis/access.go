@@ -112,14 +112,11 @@ func (a *Access) script(who string, s *goredis.Script, runs bool, keys ...string
 	a.addKeys(who, keys, 1, append([]string{"eval", "-- script"}, tail...)...)
 }
 
-// Members adds Heartbeat and Leave on the members key (Keys.Members).
-func (a *Access) Members(who string) {
-	key := a.keys.Members()
-	a.add(who, "", 1, "multi")
+// Members adds Heartbeat and Leave on a members key (Keys.Members, Keys.NodeMembers).
+func (a *Access) Members(who, key string) {
 	a.add(who, key, 1, "zadd", key, "0", "process")
 	a.add(who, key, 1, "zremrangebyscore", key, "-inf", "(0")
 	a.add(who, key, 1, "zcard", key)
-	a.add(who, "", 1, "exec")
 	a.add(who, key, 1, "zrem", key, "process")
 }
 

@@ -30,7 +30,7 @@ func newAccessKeys(k Keys) accessKeys {
 // everything lists every operation of the unit.
 func (u accessKeys) everything() *Access {
 	a := NewAccess(u.k)
-	a.Members("process")
+	a.Members("process", a.keys.Members())
 	a.Consume("stage st", u.in, "st")
 	a.Settle("stage st", u.in, "st", u.retry, u.lease, u.dedup)
 	a.Lease("stage st", u.lease)
@@ -274,10 +274,10 @@ func TestAccessCoversTheOperations(t *testing.T) {
 	})
 
 	t.Run("members", func(t *testing.T) {
-		c := only(t, "members", func(a *Access) { a.Members("process") })
-		_, err := c.Heartbeat(ctx, u.k.Members(), "me", time.Minute)
+		c := only(t, "members", func(a *Access) { a.Members("process", u.k.Members()) })
+		_, err := c.Heartbeat(ctx, []string{u.k.Members()}, "me", time.Minute)
 		must(t, err)
-		must(t, c.Leave(ctx, u.k.Members(), "me"))
+		must(t, c.Leave(ctx, []string{u.k.Members()}, "me"))
 	})
 
 	t.Run("produce", func(t *testing.T) {

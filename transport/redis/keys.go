@@ -19,6 +19,7 @@ import (
 //	<prefix>:{<topic>:<p>}:dedup:<stage>:<src>     string: effectively-once marker of an output
 //	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
 //	<prefix>:members                               sorted set: running processes, by expiry
+//	<prefix>:members:<node>                        sorted set: the running processes that run node
 //	<prefix>:source:{<source>}:lease               string: lease of a source that produces
 //	<prefix>:source:{<source>}:position            string: how far a file source has read
 //	<prefix>:{<stream tag>}:lease:<source>         string: lease of a redis_stream source
@@ -118,6 +119,12 @@ func (k Keys) DeadLetter(stage string) string {
 // whose score is the time (Unix milliseconds) its membership expires unless renewed. Processes
 // count the live members to share partitions fairly.
 func (k Keys) Members() string { return k.Prefix + ":members" }
+
+// NodeMembers returns the key of the sorted set of the running processes that run a source, stage
+// or sink, like Members: a process's fair share of a node's partitions is their number divided by
+// that set's live members, so that processes that split a pipeline (flowrun run --stages) share
+// each node among those that run it.
+func (k Keys) NodeMembers(node string) string { return k.Prefix + ":members:" + node }
 
 // SourceLease returns the key of the lease that lets one process at a time run a source that
 // produces messages (generate, file): "<prefix>:source:{<source>}:lease".

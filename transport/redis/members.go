@@ -8,27 +8,41 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Heartbeat renews a process's membership in the sorted set at key (see Keys.Members) for ttl,
-// forgets members whose membership expired, and returns how many members are alive, this one
-// included. Processes call it on a timer to share partitions fairly.
-func (c *Client) Heartbeat(ctx context.Context, key, member string, ttl time.Duration) (int, error) {
+// Heartbeat renews a process's membership in the sorted sets at keys (see Keys.Members and
+// Keys.NodeMembers) for ttl, forgets members whose membership expired, and returns how many members
+// each set has alive, this one included, in the order of keys. Processes call it on a timer to share
+// partitions fairly. All of it is one pipeline (the sets may live on different nodes of a cluster),
+// each set's commands in order.
+func (c *Client) Heartbeat(ctx context.Context, keys []string, member string, ttl time.Duration) ([]int, error) {
 	now := time.Now()
-	var card *goredis.IntCmd
-	_, err := c.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		p.ZAdd(ctx, key, goredis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: member})
-		p.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(now.UnixMilli(), 10))
-		card = p.ZCard(ctx, key)
+	cards := make([]*goredis.IntCmd, len(keys))
+	_, err := c.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, key := range keys {
+			p.ZAdd(ctx, key, goredis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: member})
+			p.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(now.UnixMilli(), 10))
+			cards[i] = p.ZCard(ctx, key)
+		}
 		return nil
 	})
 	if err != nil {
-		return 0, wrap(err, "renewing membership in", key)
+		return nil, wrap(err, "renewing membership in", keys[0])
 	}
-	return int(card.Val()), nil
+	counts := make([]int, len(keys))
+	for i, card := range cards {
+		counts[i] = int(card.Val())
+	}
+	return counts, nil
 }
 
-// Leave removes a process's membership, so that the others take over its share at once.
-func (c *Client) Leave(ctx context.Context, key, member string) error {
-	return wrap(c.rdb.ZRem(ctx, key, member).Err(), "leaving", key)
+// Leave removes a process's membership from the sets at keys, so that the others take over its
+// share at once.
+func (c *Client) Leave(ctx context.Context, keys []string, member string) error {
+	pipe := c.rdb.Pipeline()
+	for _, key := range keys {
+		pipe.ZRem(ctx, key, member)
+	}
+	_, err := pipe.Exec(ctx)
+	return wrap(err, "leaving", keys[0])
 }
 
 // Member is a process in the members set (Keys.Members): its ID, as given to Heartbeat, and when

@@ -13,26 +13,36 @@ func TestHeartbeatCountsLiveMembers(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			c := b.open(t)
-			key := testKeys(t).Members() // a key of this run's own: the shared server keeps the last run's
-			if n, err := c.Heartbeat(ctx, key, "a", time.Minute); err != nil || n != 1 {
-				t.Fatalf("first heartbeat: %d, %v", n, err)
+			k := testKeys(t) // keys of this run's own: the shared server keeps the last run's
+			all, node := k.Members(), k.NodeMembers("work")
+			beat := func(member string, keys ...string) []int {
+				t.Helper()
+				n, err := c.Heartbeat(ctx, keys, member, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
 			}
-			if n, err := c.Heartbeat(ctx, key, "b", time.Minute); err != nil || n != 2 {
-				t.Fatalf("second member: %d, %v", n, err)
+			if n := beat("a", all, node); n[0] != 1 || n[1] != 1 {
+				t.Fatalf("first heartbeat: %v", n)
+			}
+			// b runs another node: it counts in the pipeline's set, not in work's.
+			if n := beat("b", all); n[0] != 2 {
+				t.Fatalf("second member: %v", n)
 			}
 			// A member whose membership lapsed is forgotten by the next heartbeat.
 			lapsed := goredis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: "dead"}
-			if err := c.Universal().ZAdd(ctx, key, lapsed).Err(); err != nil {
+			if err := c.Universal().ZAdd(ctx, node, lapsed).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := c.Heartbeat(ctx, key, "a", time.Minute); err != nil || n != 2 {
-				t.Fatalf("with a lapsed member: %d, %v", n, err)
+			if n := beat("a", all, node); n[0] != 2 || n[1] != 1 {
+				t.Fatalf("with a lapsed member: %v", n)
 			}
-			if err := c.Leave(ctx, key, "b"); err != nil {
+			if err := c.Leave(ctx, []string{all}, "b"); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := c.Heartbeat(ctx, key, "a", time.Minute); err != nil || n != 1 {
-				t.Fatalf("after b left: %d, %v", n, err)
+			if n := beat("a", all, node); n[0] != 1 || n[1] != 1 {
+				t.Fatalf("after b left: %v", n)
 			}
 		})
 	}
@@ -46,10 +56,10 @@ func TestMembers(t *testing.T) {
 			t.Fatalf("no members: %+v, %v", ms, err)
 		}
 		before := time.Now()
-		if _, err := c.Heartbeat(ctx, key, "long", time.Hour); err != nil {
+		if _, err := c.Heartbeat(ctx, []string{key}, "long", time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Heartbeat(ctx, key, "short", time.Minute); err != nil {
+		if _, err := c.Heartbeat(ctx, []string{key}, "short", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		after := time.Now()
