@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/flowrun/flowrun/flow"
@@ -21,16 +22,69 @@ func (r *runner) checkAccess(ctx context.Context) error {
 	switch {
 	case err == nil:
 		r.log.Debug("the Redis user may do what the pipeline needs", "user", r.rdb.User(), "checks", len(checks))
-		return nil
+		return r.checkStreams(ctx)
 	case errors.Is(err, redis.ErrAccessUnchecked):
 		r.log.Debug("not checking the Redis user's permissions", "reason", err)
-		return nil
+		return r.checkStreams(ctx)
 	case redis.Unrecoverable(err):
 		return err
 	case ctx.Err() == nil:
 		r.log.Warn("checking the Redis user's permissions failed; running without the check", "err", err)
 	}
 	return nil
+}
+
+// checkStreams ends the run at start when a key the run reads or writes as a stream holds
+// something else: another application's data where the pipeline writes (a key_prefix shared by
+// mistake, a sink's stream name taken), which would fail every commit that touches it, after its
+// inputs were acknowledged on a single server. A check that cannot run leaves the run to find out.
+func (r *runner) checkStreams(ctx context.Context) error {
+	keys := r.streamKeys()
+	types, err := r.rdb.KeyTypes(ctx, keys)
+	if err != nil {
+		if redis.Unrecoverable(err) {
+			return err
+		}
+		r.log.Debug("checking the types of the pipeline's streams failed; running without the check", "err", err)
+		return nil
+	}
+	for i, t := range types {
+		if t != "none" && t != "stream" {
+			return fmt.Errorf("the key %s holds a %s, not a stream: the pipeline would read or write it as one. "+
+				"Another application's data is where the pipeline keeps its streams: give the pipeline another key_prefix "+
+				"(or the sink another stream), or remove the key", keys[i], t)
+		}
+	}
+	return nil
+}
+
+// streamKeys lists the streams that this process's run reads or writes.
+func (r *runner) streamKeys() []string {
+	seen := map[string]bool{}
+	var keys []string
+	add := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, u := range r.units {
+		add(u.stream)
+	}
+	for _, n := range r.nodes {
+		add(r.keys.DeadLetter(n.name))
+		if !r.producing(n) {
+			for _, o := range r.committedOutputs(n) {
+				add(o.stream)
+			}
+		}
+	}
+	for _, p := range r.producers {
+		for _, s := range r.streams[p.output.Name] {
+			add(s)
+		}
+	}
+	return keys
 }
 
 // accessChecks lists what this process will send when it runs its part of the plan: per
@@ -116,6 +170,10 @@ func (r *runner) accessChecks() *redis.Access {
 				a.Trim("trimming topic "+t.Name, s)
 			}
 		}
+	}
+	// Last, so that a refusal names what the run needs a key for before the check itself.
+	for _, k := range r.streamKeys() {
+		a.Type("the check of the streams' types", k)
 	}
 	return a
 }

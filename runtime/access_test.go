@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,6 +280,67 @@ func TestRunFailsAtStartWithoutPermissions(t *testing.T) {
 			}
 			if n, _ := admin.Universal().Exists(ctx, extOut).Result(); n != 0 {
 				t.Errorf("the run wrote %s", extOut)
+			}
+		})
+	}
+}
+
+// A user whose permissions are taken away while the run goes on: the run ends naming the refused
+// command, instead of retrying it forever. Both ways a commit's transaction can be refused are
+// tried: its XADD refused, and its ack's script refused, which leaves the XADDs with only
+// EXECABORT to say (the runtime then asks again what the start-up check asked).
+func TestPermissionsTakenWhileRunningEndTheRun(t *testing.T) {
+	for _, c := range []struct{ name, revoke, want string }{
+		{"xadd", "-xadd", "xadd"},
+		{"scripts", "-@scripting", "eval"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := openURLs(t, srv.URL())
+			ctx := context.Background()
+			plan := buildSource(t, `
+pipeline "revoked" {}
+topic "in" {}
+topic "out" {}
+stage "work" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+  set    = { seen = true }
+}
+sink "log" {
+  kind  = "stdout"
+  input = topic.out
+}
+`)
+			setUser(t, srv, "app", "reset", "on", ">pw", "~*", "+@all")
+			var log syncBuffer
+			rt, err := runtime.New(plan, runtime.Options{Redis: openURLs(t, "redis://app:pw@"+srv.Addr()), Logger: newLogger(&log),
+				Stdout: io.Discard})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := rt.Run(deadline(t))
+				done <- err
+			}()
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			waitFor(t, "the stage to read its input", func() bool {
+				st, err := admin.StreamStats(ctx, keys.Stream("in", 0))
+				return err == nil && len(st.Groups) == 1
+			})
+			setUser(t, srv, "app", c.revoke)
+			if err := admin.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: keys.Stream("in", 0), Values: []any{"payload", `{"n":1}`}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			err = <-done
+			if err == nil || !strings.Contains(strings.ToLower(err.Error()), c.want) ||
+				!strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "may not run") {
+				t.Fatalf("the run ended with %v, want the refused %s named\n%s", err, c.want, log.String())
+			}
+			if n, err := admin.StreamLen(ctx, keys.Stream("out", 0)); err != nil || n != 0 {
+				t.Errorf("the stage wrote %d entries (%v) without permission", n, err)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,16 @@ type outage struct {
 	since       time.Time
 	lastFailure time.Time
 	failures    int64
+	rechecked   bool // the run's permissions were checked again in this outage
+}
+
+// recheck reports whether the run's permissions are yet to be checked again in this outage.
+func (o *outage) recheck() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first := !o.rechecked
+	o.rechecked = true
+	return first
 }
 
 // failed records a failed call to Redis: what was being done, and the error.
@@ -59,7 +70,7 @@ func (o *outage) ok() {
 		return
 	}
 	o.log.Info("Redis answers again", "after", time.Since(o.since).Round(time.Millisecond), "failed_calls", o.failures)
-	o.since, o.failures = time.Time{}, 0
+	o.since, o.failures, o.rechecked = time.Time{}, 0, false
 	o.down.Store(false)
 }
 
@@ -80,5 +91,14 @@ func (r *runner) redisFailed(what string, err error) bool {
 		return false
 	}
 	r.outage.failed(what, err)
+	// A transaction that Redis refused to queue (EXECABORT) hides why: a command the user may no
+	// longer send (its ACL changed while the run went on) looks like running out of memory. Once an
+	// outage, ask again what the start-up check asked.
+	if strings.Contains(err.Error(), "EXECABORT") && r.outage.recheck() {
+		if cerr := r.checkAccess(r.hard); cerr != nil {
+			r.fail(fmt.Errorf("%s: %w", what, cerr))
+			return false
+		}
+	}
 	return true
 }

@@ -974,34 +974,62 @@ sink "log" {
 }
 
 // TestOutputOfAnotherTypeEndsTheRun: the stream a stage writes to is a key of another type
-// (another application's), so the XADD of the stage's first commit fails inside the transaction
-// that acks its inputs. The run ends at once with an error that names the key and says that the
-// inputs were acknowledged: the batch's messages are lost, and the error is the operator's only
-// record of them.
+// (another application's). Found at start, it ends the run before anything is read. Created while
+// the run goes, the XADD of the stage's next commit fails inside the transaction that acks its
+// inputs: the run ends at once with an error that names the key and says that the inputs were
+// acknowledged; the batch's messages are lost, and the error is the operator's only record of them.
 func TestOutputOfAnotherTypeEndsTheRun(t *testing.T) {
 	const n = 10
 	ctx := context.Background()
-	c := server.open(t)
-	plan := buildSource(t, copyPipeline("at_least_once"))
-	keys := redis.Keys{Prefix: plan.KeyPrefix}
-	in, out := keys.Stream("in", 0), keys.Stream("out", 0)
-	if err := c.Universal().Set(ctx, out, "another application's value", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	publishNumbered(t, c, plan, 0, n)
-	job := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"work"}, UntilDrained: true})
-	err := job.wait(t)
-	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), out) ||
-		!strings.Contains(err.Error(), "the inputs were acked") || !strings.Contains(err.Error(), "stage work") {
-		t.Fatalf("the run ended with %v, want the WRONGTYPE of %s, saying the inputs were acked\n%s", err, out, job.log.String())
-	}
-	if v, err := c.Universal().Get(ctx, out).Result(); err != nil || v != "another application's value" {
-		t.Errorf("the other application's key holds %q (%v)", v, err)
-	}
-	left := unackedOf(t, c, in, "work")
-	t.Logf("the run ended with: %v; %d of %d messages left unacknowledged", err, left, n)
-	if left != 0 {
-		t.Errorf("%d messages unacknowledged, want none: the batch was acked with the failed XADD", left)
+	for _, when := range []string{"at start", "while running"} {
+		t.Run(when, func(t *testing.T) {
+			c := server.open(t)
+			plan := buildSource(t, copyPipeline("at_least_once"))
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			in, out := keys.Stream("in", 0), keys.Stream("out", 0)
+			takeOut := func() {
+				t.Helper()
+				if err := c.Universal().Set(ctx, out, "another application's value", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if when == "at start" {
+				takeOut()
+				publishNumbered(t, c, plan, 0, n)
+			}
+			job := runInBackground(t, plan, runtime.Options{Redis: c, Nodes: []string{"work"}, UntilDrained: true})
+			if when == "while running" {
+				waitFor(t, "the stage to read its input", func() bool {
+					st, err := c.StreamStats(ctx, in)
+					return err == nil && len(st.Groups) == 1
+				})
+				takeOut()
+				publishNumbered(t, c, plan, 0, n)
+			}
+			err := job.wait(t)
+			if v, err := c.Universal().Get(ctx, out).Result(); err != nil || v != "another application's value" {
+				t.Errorf("the other application's key holds %q (%v)", v, err)
+			}
+			left := unackedOf(t, c, in, "work")
+			t.Logf("the run ended with: %v; %d of %d messages left unacknowledged", err, left, n)
+			if when == "at start" {
+				if err == nil || !strings.Contains(err.Error(), out) || !strings.Contains(err.Error(), "holds a string, not a stream") {
+					t.Fatalf("the run ended with %v, want the type of %s named at start\n%s", err, out, job.log.String())
+				}
+				if left != n {
+					t.Errorf("%d of %d messages unacknowledged, want all: the run read before it checked", left, n)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), out) ||
+				!strings.Contains(err.Error(), "the inputs were acked") || !strings.Contains(err.Error(), "stage work") {
+				t.Fatalf("the run ended with %v, want the WRONGTYPE of %s, saying the inputs were acked\n%s", err, out, job.log.String())
+			}
+			if left >= n {
+				t.Errorf("%d of %d messages unacknowledged: the batch of the failed XADD was not acked, so the test "+
+					"did not hit the path it means to", left, n)
+			}
+		})
 	}
 }
 

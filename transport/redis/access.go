@@ -235,6 +235,9 @@ func (a *Access) Stats(who, stream string) {
 	a.add(who, stream, 1, "xpending", stream, "group", "-", "+", "1")
 }
 
+// Type adds KeyTypes on a key.
+func (a *Access) Type(who, key string) { a.add(who, key, 1, "type", key) }
+
 // Len adds StreamLen on a stream.
 func (a *Access) Len(who, stream string) {
 	a.add(who, stream, 1, "xlen", stream)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -304,6 +305,11 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 		if ack != nil && isUnwritten(ack.Err()) {
 			return ids, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
 		}
+		if ack != nil && strings.HasPrefix(errText(err), "EXECABORT") && ack.Err() != nil && !strings.HasPrefix(ack.Err().Error(), "EXECABORT") {
+			// Redis refused to queue the ack (NOPERM on its script, say) and discarded the whole
+			// transaction: the outputs only say EXECABORT, the ack says why.
+			return ids, settleError(ack.Err(), a)
+		}
 		if ack != nil && ack.Err() == nil {
 			// Only a failure at run time inside EXEC gets here (WRONGTYPE: another application's
 			// key at an output's name), and it is unrecoverable: the run stops and says so.
@@ -322,6 +328,17 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 		return ids, wrap(execErr, "committing to", a.Stream)
 	}
 	return ids, nil
+}
+
+// errText is the text of the error at the end of err's chain: the server's reply.
+func errText(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
 }
 
 // settleError describes a failed ack or checkpoint.

@@ -242,3 +242,23 @@ func (c *Client) slowBacklog(ctx context.Context, stream string, groups []string
 	}
 	return worst, nil
 }
+
+// KeyTypes returns the type of each key (TYPE: "none" when it does not exist), in the order of
+// keys, in one pipeline.
+func (c *Client) KeyTypes(ctx context.Context, keys []string) ([]string, error) {
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*goredis.StatusCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Type(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+	types := make([]string, len(keys))
+	for i, cmd := range cmds {
+		t, err := cmd.Result()
+		if err != nil {
+			return nil, wrap(err, "reading the type of", keys[i])
+		}
+		types[i] = t
+	}
+	return types, nil
+}
