@@ -140,12 +140,10 @@ var mutations = []mutation{
 	},
 	{
 		name: "no-breaker", why: "every lane retries a dead endpoint instead of one probe at a time",
-		file: "runtime/breaker.go", find: `		if !b.isOpen.Load() {
-			return false, true
-		}`,
-		replace: `		if true {
-			return false, true
-		}`,
+		file: "runtime/breaker.go", find: `	if !b.open {
+		b.open, b.since, b.probes = true, now, 0`,
+		replace: `	if false {
+		b.open, b.since, b.probes = true, now, 0`,
 		packages: []string{"./runtime"},
 	},
 
