@@ -268,15 +268,16 @@ func (w fifoWriter) Close() error {
 // receiver is an HTTP service that counts the messages it receives by their number, field i. A
 // held receiver answers nothing until it is released.
 type receiver struct {
-	hold chan struct{}
-	mu   sync.Mutex
-	got  map[int]int
+	hold     chan struct{}
+	released sync.Once
+	mu       sync.Mutex
+	got      map[int]int
 }
 
 func newReceiver(held bool) *receiver {
 	rc := &receiver{hold: make(chan struct{}), got: map[int]int{}}
 	if !held {
-		close(rc.hold)
+		rc.release()
 	}
 	return rc
 }
@@ -293,7 +294,8 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.mu.Unlock()
 }
 
-func (rc *receiver) release() { close(rc.hold) }
+// release lets the held requests through; it may be called more than once.
+func (rc *receiver) release() { rc.released.Do(func() { close(rc.hold) }) }
 
 // received returns how often each message number arrived.
 func (rc *receiver) received() map[int]int {
@@ -327,6 +329,7 @@ func TestBackpressureHoldsASourceBack(t *testing.T) {
 	rc := newReceiver(true)
 	svc := httptest.NewServer(rc)
 	defer svc.Close()
+	defer rc.release() // before Close, which waits for the held requests: a failing test must not hang
 	c := server.open(t)
 	plan := buildSource(t, fmt.Sprintf(`
 pipeline "backpressure" {}
@@ -421,6 +424,7 @@ func TestBackpressureHoldsStagesAndPublishers(t *testing.T) {
 	rc := newReceiver(true)
 	svc := httptest.NewServer(rc)
 	defer svc.Close()
+	defer rc.release() // before Close, which waits for the held requests: a failing test must not hang
 	c := server.open(t)
 	plan := buildSource(t, fmt.Sprintf(`
 pipeline "backpressure" {}
