@@ -129,11 +129,7 @@ func (m mutation) try(root string, race bool) result {
 		}
 		failed := failedTests(out.String())
 		if len(failed) == 0 {
-			last := strings.TrimSpace(out.String())
-			if i := strings.LastIndexByte(last, '\n'); i >= 0 {
-				last = last[i+1:]
-			}
-			return result{"KILLED", pkg + ": the build or the tests failed: " + last}
+			return result{"KILLED", pkg + ": " + crash(out.String())}
 		}
 		return result{"KILLED", pkg + ": by " + strings.Join(failed, ", ")}
 	}
@@ -154,6 +150,21 @@ func failedTests(out string) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+var crashLine = regexp.MustCompile(`(?m)^(panic: .*|fatal error: .*|panic: test timed out.*)$`)
+
+// crash says how a test binary that reported no failed test ended: a panic, a fatal error (a data
+// race or a deadlock), a timeout, or else its last line.
+func crash(out string) string {
+	if m := crashLine.FindString(out); m != "" {
+		return "the tests crashed: " + m
+	}
+	last := strings.TrimSpace(out)
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	return "the build or the tests failed: " + last
 }
 
 // repoRoot is the top of the git checkout that holds the working directory.
