@@ -152,7 +152,7 @@ func failedTests(out string) []string {
 	return names
 }
 
-var crashLine = regexp.MustCompile(`(?m)^(panic: .*|fatal error: .*|panic: test timed out.*)$`)
+var crashLine = regexp.MustCompile(`(?m)^(panic|fatal error): .*$`)
 
 // crash says how a test binary that reported no failed test ended: a panic, a fatal error (a data
 // race or a deadlock), a timeout, or else its last line.
