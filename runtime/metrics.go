@@ -4,11 +4,12 @@ import (
 	"cmp"
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // Metrics, through the OpenTelemetry metrics API (flowrun run exports them for Prometheus). Counters
@@ -175,8 +176,7 @@ func (r *runner) recordMessage(n *node, m *message, started time.Time) {
 
 // entryTime reads the time a stream entry was written from its ID ("<ms>-<seq>").
 func entryTime(id string) (time.Time, bool) {
-	ms, _, _ := strings.Cut(id, "-")
-	n, err := strconv.ParseInt(ms, 10, 64)
+	n, err := redis.IDMillis(id)
 	if err != nil || n <= 0 {
 		return time.Time{}, false
 	}

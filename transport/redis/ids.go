@@ -85,6 +85,20 @@ func maxID(a, b streamID) streamID {
 	return b
 }
 
+// IDMillis returns the time part of a stream ID ("<ms>-<seq>" or "<ms>"): when the entry was
+// written, in Unix milliseconds. It returns an error if id is not a stream ID, or its time does not
+// fit an int64. Every reading of an ID's time goes through it.
+func IDMillis(id string) (int64, error) {
+	x, err := parseID(id)
+	if err != nil {
+		return 0, err
+	}
+	if x.ms > math.MaxInt64 {
+		return 0, fmt.Errorf("redis: stream ID %q is out of range", id)
+	}
+	return int64(x.ms), nil
+}
+
 // CompareIDs compares two stream IDs numerically ("<ms>-<seq>" or "<ms>"), returning -1, 0 or
 // +1. It returns an error if either is not an ID.
 func CompareIDs(a, b string) (int, error) {

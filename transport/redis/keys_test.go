@@ -110,6 +110,19 @@ func TestCompareIDs(t *testing.T) {
 	}
 }
 
+func TestIDMillis(t *testing.T) {
+	for id, want := range map[string]int64{"1700000000000-3": 1700000000000, "42": 42, "0-1": 0} {
+		if got, err := IDMillis(id); err != nil || got != want {
+			t.Errorf("IDMillis(%q) = %d, %v; want %d", id, got, err, want)
+		}
+	}
+	for _, id := range []string{"", "x-1", "-1", "1-x", "18446744073709551615-0"} {
+		if _, err := IDMillis(id); err == nil {
+			t.Errorf("IDMillis(%q) accepted it", id)
+		}
+	}
+}
+
 func TestLeaseKeysShareTheirStreamsSlot(t *testing.T) {
 	k := Keys{Prefix: "flow"}
 	for _, stream := range []string{"demo:events:orders", "app:{orders}:events", "x", "a{b}c{d}"} {
