@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sourcegraph/conc"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A running pipeline polls the state of its streams on a timer (lag and pending per stage and
@@ -144,23 +146,12 @@ func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) 
 	if u.node.input != nil {
 		ps.Topic = u.node.input.Name
 	}
-	st, err := r.rdb.StreamStats(ctx, u.stream)
+	info, states, err := r.rdb.PollReaders(ctx, u.stream, redis.ReaderKeys{Group: u.node.group, RetryKey: u.retryKey})
 	if err != nil {
 		return ps, err
 	}
-	ps.Length, ps.Lag = st.Length, st.Length
-	for _, g := range st.Groups {
-		if g.Name == u.node.group {
-			ps.Lag, ps.Pending = g.Lag, g.Pending
-		}
-	}
-	if u.retryKey != "" {
-		n, err := r.rdb.ScheduledRetries(ctx, u.retryKey)
-		if err != nil {
-			return ps, err
-		}
-		ps.Retries = n
-	}
+	st := states[0]
+	ps.Length, ps.Lag, ps.Pending, ps.Retries = info.Length, st.Lag, st.Pending, st.Retries
 	return ps, nil
 }
 

@@ -186,6 +186,57 @@ func (c *Client) ScheduledRetries(ctx context.Context, key string) (int64, error
 	return n, nil
 }
 
+// ReaderKeys names a reader of a stream for PollReaders: its consumer group, and its retry set
+// (Keys.Retry; "" for a reader that has none, such as a redis_stream source).
+type ReaderKeys struct {
+	Group    string
+	RetryKey string
+}
+
+// ReaderState is one reader's state on a stream, as PollReaders reads it.
+type ReaderState struct {
+	// Group is the reader's consumer group as StreamStats reports it. Exists is false when the
+	// group has not been created yet; Group then holds only its Name.
+	Group  GroupInfo
+	Exists bool
+	// Lag is the entries not yet delivered to the group: the group's lag, or the stream's whole
+	// length when the group does not exist yet. Pending is the entries delivered and not acked.
+	Lag     int64
+	Pending int64
+	// Retries is the number of entries waiting in the reader's retry set.
+	Retries int64
+}
+
+// PollReaders reads a stream (StreamStats) and, for each reader, its group's lag and pending
+// entries and the size of its retry set, in the order of readers. It is the one poll of a
+// partition's lag, pending entries and retries: a running pipeline's and flowrun inspect's. A
+// stream that does not exist yet reads as empty. On an error the results read so far are returned
+// with it.
+func (c *Client) PollReaders(ctx context.Context, stream string, readers ...ReaderKeys) (StreamInfo, []ReaderState, error) {
+	info, err := c.StreamStats(ctx, stream)
+	if err != nil {
+		return info, nil, err
+	}
+	states := make([]ReaderState, 0, len(readers))
+	for _, r := range readers {
+		st := ReaderState{Group: GroupInfo{Name: r.Group}, Lag: info.Length}
+		for _, g := range info.Groups {
+			if g.Name == r.Group {
+				st.Group, st.Exists, st.Lag, st.Pending = g, true, g.Lag, g.Pending
+			}
+		}
+		if r.RetryKey != "" {
+			n, err := c.ScheduledRetries(ctx, r.RetryKey)
+			if err != nil {
+				return info, states, err
+			}
+			st.Retries = n
+		}
+		states = append(states, st)
+	}
+	return info, states, nil
+}
+
 // Backlog returns how many entries of a stream the slowest of the given consumer groups has not
 // yet processed: not delivered to it (lag) or delivered and not acknowledged (pending). A group
 // that does not exist yet counts every entry: it will start from the beginning. It is 0 for a

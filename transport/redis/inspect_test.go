@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 func TestStreamStats(t *testing.T) {
@@ -154,6 +156,33 @@ func TestBacklog(t *testing.T) {
 			if n, err := c.Backlog(ctx, in, c2.groups); err != nil || n != c2.want {
 				t.Errorf("Backlog(%v) = %d, %v; want %d", c2.groups, n, err, c2.want)
 			}
+		}
+	})
+}
+
+func TestPollReaders(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		s := k.Stream("t", 0)
+		retry := k.Retry("t", 0, "half")
+		info, states, err := c.PollReaders(ctx, s, ReaderKeys{Group: "half", RetryKey: retry})
+		if err != nil || info.Exists || len(states) != 1 || states[0].Exists || states[0].Lag != 0 {
+			t.Fatalf("missing stream: %+v, %+v, %v", info, states, err)
+		}
+		fill(t, c, s, 10)
+		readAndAck(t, c, s, "half", 5, 1, 2)
+		if err := c.Universal().ZAdd(ctx, retry, goredis.Z{Score: 1, Member: "a"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		info, states, err = c.PollReaders(ctx, s, ReaderKeys{Group: "half", RetryKey: retry}, ReaderKeys{Group: "later"})
+		if err != nil || info.Length != 10 || len(states) != 2 {
+			t.Fatalf("PollReaders = %+v, %+v, %v", info, states, err)
+		}
+		if h := states[0]; !h.Exists || h.Group.Name != "half" || h.Lag != 5 || h.Pending != 2 || h.Retries != 1 {
+			t.Errorf("half = %+v", h)
+		}
+		if l := states[1]; l.Exists || l.Group.Name != "later" || l.Lag != 10 || l.Pending != 0 || l.Retries != 0 {
+			t.Errorf("a group that does not exist yet = %+v", l)
 		}
 	})
 }
