@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
 )
 
 // dlqFlags are the flags of the dlq subcommands.
@@ -44,7 +45,7 @@ func newDLQCommand(stdio IO) *cobra.Command {
 }
 
 // dlqCommand builds one dlq subcommand; selects says whether it acts on --id or --all.
-func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error) *cobra.Command {
+func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error) *cobra.Command {
 	f := &dlqFlags{}
 	c := &cobra.Command{
 		Use:   use,
@@ -66,7 +67,7 @@ func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.C
 				return err
 			}
 			defer closeClient()
-			dl, err := runtime.OpenDeadLetters(client, plan, f.node)
+			dl, err := admin.OpenDeadLetters(client.Client(), plan, f.node)
 			if err != nil {
 				return exitError{code: ExitInvalid, message: err.Error()}
 			}
@@ -93,7 +94,7 @@ func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.C
 }
 
 // selected returns the dead letters the flags name.
-func selected(c *cobra.Command, dl *runtime.DeadLetters, f *dlqFlags) ([]runtime.DeadLetter, error) {
+func selected(c *cobra.Command, dl *admin.DeadLetters, f *dlqFlags) ([]runtime.DeadLetter, error) {
 	if f.all {
 		return dl.List(c.Context())
 	}
@@ -108,7 +109,7 @@ func selected(c *cobra.Command, dl *runtime.DeadLetters, f *dlqFlags) ([]runtime
 	return out, nil
 }
 
-func runDLQList(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+func runDLQList(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error {
 	list, err := dl.List(c.Context())
 	if err != nil {
 		return err
@@ -142,7 +143,7 @@ func runDLQList(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags
 	return nil
 }
 
-func runDLQShow(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+func runDLQShow(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error {
 	list, err := selected(c, dl, f)
 	if err != nil {
 		return err
@@ -160,7 +161,7 @@ func runDLQShow(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags
 	return nil
 }
 
-func runDLQReplay(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+func runDLQReplay(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error {
 	ids := f.ids
 	if f.all {
 		list, err := dl.List(c.Context())
@@ -191,7 +192,7 @@ func runDLQReplay(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFla
 	return nil
 }
 
-func runDLQPurge(c *cobra.Command, stdio IO, dl *runtime.DeadLetters, f *dlqFlags) error {
+func runDLQPurge(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error {
 	n, err := dl.Purge(c.Context(), f.ids, f.all)
 	if f.asJSON && err == nil {
 		return writeJSON(stdio, map[string]any{"purged": n})

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,8 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowrun/flowrun/flow"
-	redis "github.com/flowrun/flowrun/transport/redis"
+	"github.com/flowrun/flowrun/runtime/admin"
 )
 
 func newInspectCommand(stdio IO) *cobra.Command {
@@ -47,7 +45,7 @@ func newInspectCommand(stdio IO) *cobra.Command {
 				return err
 			}
 			defer closeRedis()
-			report, err := inspect(c.Context(), client, plan, time.Now())
+			report, err := admin.Inspect(c.Context(), client.Client(), plan, time.Now())
 			if err != nil {
 				return exitError{code: ExitError, message: oneLine(err.Error())}
 			}
@@ -56,7 +54,7 @@ func newInspectCommand(stdio IO) *cobra.Command {
 				enc.SetIndent("", "  ")
 				err = enc.Encode(report)
 			} else {
-				err = report.writeTable(stdio.Out)
+				err = writeInspectTable(stdio.Out, report)
 			}
 			if err != nil {
 				return exitError{code: ExitError, message: err.Error()}
@@ -70,342 +68,9 @@ func newInspectCommand(stdio IO) *cobra.Command {
 	return c
 }
 
-// inspectReport is inspect's output; its JSON form is documented by the field tags.
-type inspectReport struct {
-	Pipeline    string        `json:"pipeline"`
-	Description string        `json:"description,omitempty"`
-	KeyPrefix   string        `json:"key_prefix"`
-	Redis       string        `json:"redis"` // the connection, password redacted
-	Topics      []topicReport `json:"topics"`
-	// Readers are the stages and sinks, each a consumer group on every partition of its input.
-	Readers []readerReport `json:"readers"`
-	// Processes are the flowrun processes running the pipeline: the members of the pipeline's
-	// members set whose membership has not lapsed, the soonest to lapse first.
-	Processes []processReport `json:"processes"`
-	// Sources are the pipeline's sources with the holders of their leases, in declaration order.
-	Sources []sourceReport `json:"sources"`
-}
-
-type processReport struct {
-	ID string `json:"id"`
-	// ExpiresInMS is the time until the membership lapses unless the process renews it, which a
-	// running process does several times per lease period.
-	ExpiresInMS int64 `json:"expires_in_ms"`
-	// Leases counts the leases of this report (partitions of the readers, sources) that it holds.
-	Leases int `json:"leases"`
-}
-
-type sourceReport struct {
-	Name   string `json:"name"`
-	Kind   string `json:"kind"`
-	Output string `json:"output"`
-	// LeaseKey is the key of the lease that lets one process at a time run the source; empty
-	// for a source that every process runs (stdin).
-	LeaseKey   string       `json:"lease_key,omitempty"`
-	Lease      *leaseReport `json:"lease,omitempty"` // nil: nobody holds it
-	LeaseError string       `json:"lease_error,omitempty"`
-	// Input is a redis_stream source's: the stream it reads and its consumer group there.
-	Input *sourceInputReport `json:"input,omitempty"`
-}
-
-// sourceInputReport is the stream a redis_stream source reads, with the source's consumer group:
-// its lag is what the source has not read yet.
-type sourceInputReport struct {
-	Stream string      `json:"stream"`
-	Exists bool        `json:"exists"`
-	Length int64       `json:"length"`
-	Group  groupReport `json:"group"`
-}
-
-type topicReport struct {
-	Name       string            `json:"name"`
-	Length     int64             `json:"length"` // all partitions
-	Partitions []partitionReport `json:"partitions"`
-}
-
-type partitionReport struct {
-	Partition int    `json:"partition"`
-	Stream    string `json:"stream"`
-	Exists    bool   `json:"exists"`
-	Length    int64  `json:"length"`
-	FirstID   string `json:"first_id,omitempty"`
-	LastID    string `json:"last_id,omitempty"`
-	// Groups are the pipeline's readers of the topic, then any other consumer group of the stream.
-	Groups []groupReport `json:"groups"`
-}
-
-type groupReport struct {
-	Group string `json:"group"`
-	// Reader is "stage.NAME" or "sink.NAME"; empty for a group that the pipeline does not have.
-	Reader string `json:"reader,omitempty"`
-	// Exists is false when the group has not been created yet; every count is then 0.
-	Exists    bool  `json:"exists"`
-	Lag       int64 `json:"lag"`
-	LagExact  bool  `json:"lag_exact"` // false: Lag is a lower bound
-	Pending   int64 `json:"pending"`
-	Consumers int64 `json:"consumers"`
-
-	LastDeliveredID string `json:"last_delivered_id,omitempty"`
-	OldestPendingID string `json:"oldest_pending_id,omitempty"`
-	// OldestPendingAgeMS is the time since the oldest pending entry was written (from its ID),
-	// OldestPendingIdleMS the time since it was last delivered.
-	OldestPendingAgeMS      int64 `json:"oldest_pending_age_ms,omitempty"`
-	OldestPendingIdleMS     int64 `json:"oldest_pending_idle_ms,omitempty"`
-	OldestPendingDeliveries int64 `json:"oldest_pending_deliveries,omitempty"`
-
-	ScheduledRetries int64        `json:"scheduled_retries"`
-	Lease            *leaseReport `json:"lease,omitempty"` // nil: nobody holds the partition
-	LeaseError       string       `json:"lease_error,omitempty"`
-}
-
-type leaseReport struct {
-	Owner string `json:"owner"`
-	Token int64  `json:"token"`
-	TTLMS int64  `json:"ttl_ms"`
-}
-
-type readerReport struct {
-	Name  string `json:"name"`
-	Kind  string `json:"kind"` // "stage" or "sink"
-	Input string `json:"input"`
-	// Lag, Pending and ScheduledRetries add up the reader's partitions.
-	Lag              int64 `json:"lag"`
-	LagExact         bool  `json:"lag_exact"`
-	Pending          int64 `json:"pending"`
-	ScheduledRetries int64 `json:"scheduled_retries"`
-	// DeadLetters is the length of the reader's own dead-letter stream, DeadLetterStream.
-	DeadLetters      int64  `json:"dead_letters"`
-	DeadLetterStream string `json:"dead_letter_stream"`
-	// DeadLetterTopic is the topic the pipeline sends the reader's dead letters to instead, if any.
-	DeadLetterTopic string `json:"dead_letter_topic,omitempty"`
-}
-
-// reader is a stage or sink: a consumer group on each partition of its input topic.
-type reader struct {
-	name, kind string
-	input      *flow.Topic
-	deadLetter *flow.Topic
-}
-
-func (r reader) label() string { return r.kind + "." + r.name }
-
-func readersOf(plan *flow.Plan) []reader {
-	var rs []reader
-	for _, s := range plan.Stages {
-		if s.Input != nil {
-			rs = append(rs, reader{name: s.Name, kind: "stage", input: s.Input, deadLetter: s.DeadLetter})
-		}
-	}
-	for _, s := range plan.Sinks {
-		if s.Input != nil {
-			rs = append(rs, reader{name: s.Name, kind: "sink", input: s.Input, deadLetter: s.DeadLetter})
-		}
-	}
-	return rs
-}
-
-// inspect gathers the report; now is the time that ages are measured from.
-func inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Time) (*inspectReport, error) {
-	keys := redis.Keys{Prefix: plan.KeyPrefix}
-	report := &inspectReport{
-		Pipeline: plan.Name, Description: plan.Description, KeyPrefix: plan.KeyPrefix, Redis: c.String(),
-		Topics: []topicReport{}, Readers: []readerReport{}, Processes: []processReport{}, Sources: []sourceReport{},
-	}
-	for _, s := range plan.Sources {
-		sr := sourceReport{Name: s.Name, Kind: s.Kind}
-		if s.Output != nil {
-			sr.Output = s.Output.Name
-		}
-		if key, ok := sourceLeaseKey(keys, s); ok {
-			sr.LeaseKey = key
-			sr.Lease, sr.LeaseError = leaseOf(ctx, c, key)
-		}
-		if s.Kind == "redis_stream" {
-			in, err := sourceInput(ctx, c, s, now)
-			if err != nil {
-				return nil, err
-			}
-			sr.Input = in
-		}
-		report.Sources = append(report.Sources, sr)
-	}
-	readers := readersOf(plan)
-	totals := make(map[string]*readerReport, len(readers))
-	for _, r := range readers {
-		rr := readerReport{Name: r.name, Kind: r.kind, Input: r.input.Name, LagExact: true, DeadLetterStream: keys.DeadLetter(r.name)}
-		if r.deadLetter != nil {
-			rr.DeadLetterTopic = r.deadLetter.Name
-		}
-		n, err := c.StreamLen(ctx, rr.DeadLetterStream)
-		if err != nil {
-			return nil, fmt.Errorf("reading the dead letters of %s: %w", r.label(), err)
-		}
-		rr.DeadLetters = n
-		report.Readers = append(report.Readers, rr)
-	}
-	for i := range report.Readers {
-		totals[readers[i].label()] = &report.Readers[i]
-	}
-
-	for _, t := range plan.Topics {
-		tr := topicReport{Name: t.Name, Partitions: []partitionReport{}}
-		for p := 0; p < t.Partitions; p++ {
-			info, err := c.StreamStats(ctx, keys.Stream(t.Name, p))
-			if err != nil {
-				return nil, err
-			}
-			pr := partitionReport{
-				Partition: p, Stream: info.Stream, Exists: info.Exists, Length: info.Length,
-				FirstID: info.FirstID, LastID: info.LastID, Groups: []groupReport{},
-			}
-			tr.Length += info.Length
-			seen := map[string]bool{}
-			for _, r := range readers {
-				if r.input != t {
-					continue
-				}
-				group := redis.Group(r.name)
-				seen[group] = true
-				gr := groupReport{Group: group, Reader: r.label()}
-				for _, g := range info.Groups {
-					if g.Name == group {
-						gr = groupOf(g, now)
-						gr.Reader = r.label()
-					}
-				}
-				if err := partitionState(ctx, c, keys, t.Name, p, r.name, &gr); err != nil {
-					return nil, err
-				}
-				if total := totals[r.label()]; total != nil {
-					total.Lag += gr.Lag
-					total.LagExact = total.LagExact && (gr.LagExact || !gr.Exists)
-					total.Pending += gr.Pending
-					total.ScheduledRetries += gr.ScheduledRetries
-				}
-				pr.Groups = append(pr.Groups, gr)
-			}
-			for _, g := range info.Groups {
-				if !seen[g.Name] {
-					pr.Groups = append(pr.Groups, groupOf(g, now))
-				}
-			}
-			tr.Partitions = append(tr.Partitions, pr)
-		}
-		report.Topics = append(report.Topics, tr)
-	}
-
-	members, err := c.Members(ctx, keys.Members())
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range members {
-		if left := m.Expires.Sub(now); left > 0 {
-			report.Processes = append(report.Processes, processReport{
-				ID: m.ID, ExpiresInMS: left.Milliseconds(), Leases: report.leasesHeldBy(m.ID),
-			})
-		}
-	}
-	return report, nil
-}
-
-// sourceLeaseKey returns the key of the lease that a process takes to run source s, as the runtime
-// does: a redis_stream source's lease lives in its stream's hash slot (Keys.StreamLease), a stdin
-// source has none (every process reads its own standard input), and any other source, which
-// produces messages (generate, file), takes Keys.SourceLease.
-func sourceLeaseKey(keys redis.Keys, s *flow.Source) (string, bool) {
-	switch s.Kind {
-	case "stdin":
-		return "", false
-	case "redis_stream":
-		return keys.StreamLease(s.Config.String("stream"), s.Name), true
-	}
-	return keys.SourceLease(s.Name), true
-}
-
-// sourceInput reads a redis_stream source's stream and the source's consumer group on it.
-func sourceInput(ctx context.Context, c *redis.Client, s *flow.Source, now time.Time) (*sourceInputReport, error) {
-	stream, group := s.Config.String("stream"), s.Config.String("group")
-	info, err := c.StreamStats(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	in := &sourceInputReport{Stream: stream, Exists: info.Exists, Length: info.Length,
-		Group: groupReport{Group: group, Reader: "source." + s.Name}}
-	for _, g := range info.Groups {
-		if g.Name == group {
-			in.Group = groupOf(g, now)
-			in.Group.Reader = "source." + s.Name
-		}
-	}
-	return in, nil
-}
-
-// leaseOf reads who holds the lease at key: nil when nobody does; an unreadable lease is reported,
-// not fatal.
-func leaseOf(ctx context.Context, c *redis.Client, key string) (*leaseReport, string) {
-	l, ttl, held, err := c.LeaseHolder(ctx, key)
-	switch {
-	case err != nil:
-		return nil, oneLine(err.Error())
-	case !held:
-		return nil, ""
-	}
-	return &leaseReport{Owner: l.Owner, Token: l.Token, TTLMS: ttl.Milliseconds()}, ""
-}
-
-// leasesHeldBy counts the leases of the report that owner holds.
-func (r *inspectReport) leasesHeldBy(owner string) int {
-	n := 0
-	for _, s := range r.Sources {
-		if s.Lease != nil && s.Lease.Owner == owner {
-			n++
-		}
-	}
-	for _, t := range r.Topics {
-		for _, p := range t.Partitions {
-			for _, g := range p.Groups {
-				if g.Lease != nil && g.Lease.Owner == owner {
-					n++
-				}
-			}
-		}
-	}
-	return n
-}
-
-// groupOf converts transport's view of an existing group.
-func groupOf(g redis.GroupInfo, now time.Time) groupReport {
-	gr := groupReport{
-		Group: g.Name, Exists: true, Lag: g.Lag, LagExact: g.LagExact, Pending: g.Pending, Consumers: g.Consumers,
-		LastDeliveredID: g.LastDeliveredID, OldestPendingID: g.OldestPendingID,
-		OldestPendingIdleMS: g.OldestPendingIdle.Milliseconds(), OldestPendingDeliveries: g.OldestPendingDeliveries,
-	}
-	if g.OldestPendingID != "" {
-		gr.OldestPendingAgeMS = max(0, now.UnixMilli()-idMillis(g.OldestPendingID))
-	}
-	return gr
-}
-
-// partitionState adds a reader's scheduled retries and lease on one partition.
-func partitionState(ctx context.Context, c *redis.Client, keys redis.Keys, topic string, p int, stage string, gr *groupReport) error {
-	n, err := c.ScheduledRetries(ctx, keys.Retry(topic, p, stage))
-	if err != nil {
-		return err
-	}
-	gr.ScheduledRetries = n
-	gr.Lease, gr.LeaseError = leaseOf(ctx, c, keys.Lease(topic, p, stage))
-	return nil
-}
-
-// idMillis returns the time part of a stream ID, in Unix milliseconds.
-func idMillis(id string) int64 {
-	ms, _, _ := strings.Cut(id, "-")
-	n, _ := strconv.ParseInt(ms, 10, 64)
-	return n
-}
-
-// writeTable prints the report as tables: processes, sources, partitions, consumer groups, readers.
-func (r *inspectReport) writeTable(out io.Writer) error {
+// writeInspectTable prints the report as tables: processes, sources, partitions, consumer groups,
+// readers.
+func writeInspectTable(out io.Writer, r *admin.Report) error {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "pipeline %s (key prefix %s) on %s\n", r.Pipeline, r.KeyPrefix, r.Redis)
@@ -438,7 +103,7 @@ func (r *inspectReport) writeTable(out io.Writer) error {
 		}
 	}
 
-	var inputs []sourceReport
+	var inputs []admin.SourceReport
 	for _, s := range r.Sources {
 		if s.Input != nil {
 			inputs = append(inputs, s)
@@ -542,7 +207,7 @@ func lagText(lag int64, exact bool) string {
 }
 
 // leaseText shows a lease's holder, fencing token and time to live.
-func leaseText(l *leaseReport, readErr string) string {
+func leaseText(l *admin.LeaseReport, readErr string) string {
 	switch {
 	case readErr != "":
 		return "unreadable"

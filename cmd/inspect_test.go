@@ -11,19 +11,20 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/runtime/admin"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-func parseInspect(t *testing.T, out string) inspectReport {
+func parseInspect(t *testing.T, out string) admin.Report {
 	t.Helper()
-	var r inspectReport
+	var r admin.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("inspect --json printed %v:\n%s", err, out)
 	}
 	return r
 }
 
-func topicOf(t *testing.T, r inspectReport, name string) topicReport {
+func topicOf(t *testing.T, r admin.Report, name string) admin.TopicReport {
 	t.Helper()
 	for _, tr := range r.Topics {
 		if tr.Name == name {
@@ -31,10 +32,10 @@ func topicOf(t *testing.T, r inspectReport, name string) topicReport {
 		}
 	}
 	t.Fatalf("no topic %s in %+v", name, r.Topics)
-	return topicReport{}
+	return admin.TopicReport{}
 }
 
-func groupOn(t *testing.T, p partitionReport, group string) groupReport {
+func groupOn(t *testing.T, p admin.PartitionReport, group string) admin.GroupReport {
 	t.Helper()
 	for _, g := range p.Groups {
 		if g.Group == group {
@@ -42,7 +43,7 @@ func groupOn(t *testing.T, p partitionReport, group string) groupReport {
 		}
 	}
 	t.Fatalf("partition %d has no group %s: %+v", p.Partition, group, p.Groups)
-	return groupReport{}
+	return admin.GroupReport{}
 }
 
 func TestInspect(t *testing.T) {
@@ -131,7 +132,7 @@ func TestInspect(t *testing.T) {
 			t.Errorf("events partition %d: %+v", pr.Partition, pr)
 		}
 	}
-	readers := map[string]readerReport{}
+	readers := map[string]admin.ReaderReport{}
 	for _, rd := range r.Readers {
 		readers[rd.Kind+"."+rd.Name] = rd
 	}
@@ -237,7 +238,7 @@ func TestInspectProcessesAndSourceLeases(t *testing.T) {
 			for _, u := range urls {
 				redisArgs = append(redisArgs, "--redis", u)
 			}
-			inspectJSON := func() inspectReport {
+			inspectJSON := func() admin.Report {
 				t.Helper()
 				code, out, errOut := runIn(t, "", append([]string{"inspect", "--json"}, append(redisArgs, path)...)...)
 				if code != ExitOK {
@@ -276,7 +277,7 @@ func TestInspectProcessesAndSourceLeases(t *testing.T) {
 			}
 
 			r = inspectJSON()
-			procs := map[string]processReport{}
+			procs := map[string]admin.ProcessReport{}
 			for _, p := range r.Processes {
 				procs[p.ID] = p
 			}
@@ -289,7 +290,7 @@ func TestInspectProcessesAndSourceLeases(t *testing.T) {
 			if b := procs["proc-b"]; b.Leases != 1 || b.ExpiresInMS <= time.Minute.Milliseconds() {
 				t.Errorf("proc-b: %+v", b)
 			}
-			sources := map[string]sourceReport{}
+			sources := map[string]admin.SourceReport{}
 			for _, s := range r.Sources {
 				sources[s.Name] = s
 			}

@@ -71,7 +71,7 @@ func newProduceCommand(stdio IO) *cobra.Command {
 				return err
 			}
 			defer closeRedis()
-			pub, err := runtime.NewPublisherWith(client, plan, runtime.PublisherOptions{
+			pub, err := runtime.NewPublisherWith(client.Client(), plan, runtime.PublisherOptions{
 				HeldBack: func(topic string, partition int, maxLag int64) {
 					fmt.Fprintf(stdio.Err, "flowrun: partition %d of topic %s holds max_lag (%d) messages that its readers have "+
 						"not processed: waiting for them to catch up\n", partition, topic, maxLag)

@@ -3,7 +3,6 @@ package cmd
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -13,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/internal/embedded"
-	redis "github.com/flowrun/flowrun/transport/redis"
+	"github.com/flowrun/flowrun/runtime/admin"
 )
 
 // EnvRedisURL is the environment variable that locates Redis when --redis is not given. It takes
@@ -48,10 +47,10 @@ func (f *redisFlags) register(c *cobra.Command) {
 // configured returns the URLs from --redis, or else from FLOWRUN_REDIS_URL, split and trimmed,
 // and where they came from, for messages; none when neither says anything.
 func (f *redisFlags) configured() ([]string, string) {
-	if urls := redis.ParseURLs(f.urls...); len(urls) > 0 {
+	if urls := admin.ParseURLs(f.urls...); len(urls) > 0 {
 		return urls, "--redis"
 	}
-	return redis.ParseURLs(os.Getenv(EnvRedisURL)), EnvRedisURL
+	return admin.ParseURLs(os.Getenv(EnvRedisURL)), EnvRedisURL
 }
 
 // setting is a TLS file: its flag's value, or else its environment variable's; name is where it
@@ -105,7 +104,7 @@ func tlsConfig(given []setting) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca.value != "" {
-		pool, err := redis.LoadCertPool(ca.value)
+		pool, err := admin.LoadCertPool(ca.value)
 		if err != nil {
 			return nil, invalid("%s: %v", ca.name, err)
 		}
@@ -117,7 +116,7 @@ func tlsConfig(given []setting) (*tls.Config, error) {
 	case cert.value == "" && key.value != "":
 		return nil, invalid("%s needs --redis-cert: the client certificate of the key", key.name)
 	case cert.value != "":
-		c, err := redis.LoadClientCertificate(cert.value, key.value)
+		c, err := admin.LoadClientCertificate(cert.value, key.value)
 		if err != nil {
 			return nil, invalid("%s and %s: %v", cert.name, key.name, err)
 		}
@@ -137,10 +136,10 @@ func tlsConfig(given []setting) (*tls.Config, error) {
 // TLS files given as flags to a connection without TLS are a mistake (the user expects TLS);
 // given in the environment they are ignored there, so that a shell set up for a TLS server can
 // still reach a local plain one.
-func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedded bool) (*redis.Client, func(), error) {
+func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedded bool) (*admin.Conn, func(), error) {
 	urls, from := f.configured()
 	if len(urls) > 0 {
-		if err := redis.ValidateURLs(urls); err != nil {
+		if err := admin.ValidateURLs(urls); err != nil {
 			return nil, nil, exitError{code: ExitInvalid, message: from + ": " + strings.TrimPrefix(connectionError(err, urls), "redis: ")}
 		}
 	}
@@ -150,7 +149,7 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 			if s.name == s.flag {
 				msg := s.flag + " is for TLS connections: give a rediss:// URL with --redis or in " + EnvRedisURL
 				if len(urls) > 0 {
-					msg = s.flag + " is for TLS connections, and " + from + " gives " + redis.RedactURL(urls[0]) + ": use a rediss:// URL"
+					msg = s.flag + " is for TLS connections, and " + from + " gives " + admin.RedactURL(urls[0]) + ": use a rediss:// URL"
 				}
 				return nil, nil, exitError{code: ExitInvalid, message: msg}
 			}
@@ -162,10 +161,9 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 		return nil, nil, err
 	}
 	if len(urls) > 0 {
-		c, err := redis.Open(ctx, redis.Options{URLs: urls, TLSConfig: tlsCfg})
+		c, err := admin.Connect(ctx, admin.ConnectOptions{URLs: urls, TLS: tlsCfg})
 		if err != nil {
-			var uerr *redis.URLError
-			if errors.As(err, &uerr) { // a single URL whose server turned out to be a cluster node
+			if admin.IsURLError(err) { // a single URL whose server turned out to be a cluster node
 				return nil, nil, exitError{code: ExitInvalid, message: from + ": " + strings.TrimPrefix(connectionError(err, urls), "redis: ")}
 			}
 			msg := connectionError(err, urls)
@@ -184,7 +182,7 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 	if err != nil {
 		return nil, nil, exitError{code: ExitError, message: err.Error()}
 	}
-	c, err := redis.Open(ctx, redis.Options{URLs: []string{srv.URL()}})
+	c, err := admin.Connect(ctx, admin.ConnectOptions{URLs: []string{srv.URL()}})
 	if err != nil {
 		srv.Close()
 		return nil, nil, exitError{code: ExitError, message: "the embedded Redis: " + oneLine(err.Error())}
@@ -197,8 +195,8 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 // connectHint says what to do about a connection that failed for a reason waiting will not fix,
 // or may be a mix-up of TLS and plain ports; "" for the others (Redis down, a wrong address).
 func connectHint(err error, from string, tlsGiven []setting) string {
-	var cerr *redis.ConnectError
-	if !errors.As(err, &cerr) {
+	problem, user, ok := admin.ConnectFailure(err)
+	if !ok {
 		return ""
 	}
 	given := func(flag string) string {
@@ -209,34 +207,34 @@ func connectHint(err error, from string, tlsGiven []setting) string {
 		}
 		return ""
 	}
-	switch cerr.Problem() {
-	case redis.ConnectWrongPassword:
+	switch problem {
+	case admin.ConnectWrongPassword:
 		return "the server refused the user name and password of " + from + " (write them as USER:PASSWORD@ " +
 			"before the host, with special characters percent-encoded)"
-	case redis.ConnectNeedsPassword:
+	case admin.ConnectNeedsPassword:
 		return "the server requires a password: give it in the URL, redis://USER:PASSWORD@HOST:PORT " +
 			"(or redis://:PASSWORD@HOST:PORT for the default user)"
-	case redis.ConnectNoPermission:
-		return "the user may not run what connecting sends: grant it with ACL SETUSER " + cerr.User + " +hello +client|setname +ping +info"
-	case redis.ConnectUntrustedCertificate:
+	case admin.ConnectNoPermission:
+		return "the user may not run what connecting sends: grant it with ACL SETUSER " + user + " +hello +client|setname +ping +info"
+	case admin.ConnectUntrustedCertificate:
 		if ca := given("--redis-ca"); ca != "" {
 			return "the server's certificate is not signed by a CA of " + ca
 		}
 		return "the server's certificate is signed by a CA this machine does not trust: give the CA's certificate " +
 			"(PEM) with --redis-ca FILE"
-	case redis.ConnectWrongHost:
+	case admin.ConnectWrongHost:
 		return "the server's certificate is not valid for the host of the URL: connect by a name or address it lists"
-	case redis.ConnectBadCertificate:
+	case admin.ConnectBadCertificate:
 		return "the server's certificate is expired, not yet valid or not meant for a server"
-	case redis.ConnectClientCertificate:
+	case admin.ConnectClientCertificate:
 		if cert := given("--redis-cert"); cert != "" {
 			return "the server refused the client certificate of " + cert + ": is it signed by a CA the server trusts " +
 				"(its tls-ca-cert-file)?"
 		}
 		return "the server requires a client certificate: give it with --redis-cert FILE and --redis-key FILE"
-	case redis.ConnectNotTLS:
+	case admin.ConnectNotTLS:
 		return "no TLS answer: if the server does not serve TLS on that port, use redis://"
-	case redis.ConnectTLSOnly:
+	case admin.ConnectTLSOnly:
 		return "the server closed the connection at once: if it serves TLS on that port, use rediss://"
 	}
 	return ""

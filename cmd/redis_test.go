@@ -95,11 +95,11 @@ func TestConnectEmbedded(t *testing.T) {
 	if !strings.Contains(stderr.String(), "embedded in-memory Redis") || !strings.Contains(stderr.String(), "lost") {
 		t.Errorf("connect did not say it uses the embedded Redis: %q", stderr.String())
 	}
-	if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: "s", Values: []any{"payload", "{}"}}).Err(); err != nil {
+	if err := c.Client().Universal().XAdd(ctx, &goredis.XAddArgs{Stream: "s", Values: []any{"payload", "{}"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	closeRedis()
-	if err := c.Universal().Ping(ctx).Err(); err == nil {
+	if err := c.Client().Universal().Ping(ctx).Err(); err == nil {
 		t.Fatal("the client still works after the close function")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/telemetry"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
 )
 
 // ExitDeadLettered ends a job that finished with messages in dead-letter streams.
@@ -100,7 +101,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 				}
 			}()
 
-			opts.Redis = client
+			opts.Redis = client.Client()
 			opts.Logger = logger
 			opts.PipelinePath = args[0]
 			opts.TracerProvider, opts.MeterProvider = tel.TracerProvider, tel.MeterProvider
@@ -129,7 +130,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 				if embedded && summary.DeadLettered() > 0 {
 					// Listed now, while the embedded Redis still holds them.
 					ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context()), 10*time.Second)
-					list, listErr := rt.DeadLetters(ctx)
+					list, listErr := admin.ListDeadLetters(ctx, client.Client(), plan, summary.Nodes)
 					cancel()
 					if listErr != nil {
 						logger.Warn("listing the dead letters failed", "err", listErr)

@@ -5,32 +5,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
-	"github.com/sourcegraph/conc/pool"
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
-	redis "github.com/flowrun/flowrun/transport/redis"
-)
-
-// tail reads without a consumer group (transport/redis Client.Read, a plain XREAD), so that it
-// changes nothing that a stage sees: no group, no pending entry, no delivery count.
-
-const (
-	// tailPage is the COUNT of one XREAD.
-	tailPage = 1000
-	// tailBlock is how long one XREAD of --follow waits before it is sent again. Interrupting
-	// does not wait for it: the connections are closed, which ends the blocked reads.
-	tailBlock = 5 * time.Second
+	"github.com/flowrun/flowrun/runtime/admin"
 )
 
 // errTailCount stops every reader once --count entries are printed.
-var errTailCount = errors.New("count reached")
+var errTailCount = admin.ErrStop
 
 func newTailCommand(stdio IO) *cobra.Command {
 	var flags pipelineFlags
@@ -66,7 +52,7 @@ func newTailCommand(stdio IO) *cobra.Command {
 				return err
 			}
 			defer closeRedis()
-			err = tail(c.Context(), client, redis.Keys{Prefix: plan.KeyPrefix}, topic, opts, stdio.Out)
+			err = tail(c.Context(), client, plan, topic, opts, stdio.Out)
 			if err != nil {
 				return exitError{code: ExitError, message: fmt.Sprintf("tail %s: %v", topic.Name, err)}
 			}
@@ -93,138 +79,19 @@ func (o tailOptions) validate() error {
 		return exitError{code: ExitInvalid, message: fmt.Sprintf("--count %d is negative", o.count)}
 	}
 	if o.from != "$" {
-		if _, err := redis.CompareIDs(o.from, "0"); err != nil {
+		if !admin.IsStreamID(o.from) {
 			return exitError{code: ExitInvalid, message: fmt.Sprintf("--from %q is not a stream ID: use 0, $, <ms> or <ms>-<seq>", o.from)}
 		}
 	}
 	return nil
 }
 
-// tailCursor is where tail is in one partition.
-type tailCursor struct {
-	partition int
-	stream    string
-	last      string         // the ID after which to read next
-	buf       []redis.Record // read and not yet printed, in ID order
-	drained   bool           // a read returned nothing: the backlog of the partition is printed
-}
-
 // tail prints the topic's entries to out, as tailOptions say.
-func tail(ctx context.Context, c *redis.Client, keys redis.Keys, topic *flow.Topic, opts tailOptions, out io.Writer) error {
+func tail(ctx context.Context, conn *admin.Conn, plan *flow.Plan, topic *flow.Topic, opts tailOptions, out io.Writer) error {
 	w := &tailWriter{w: bufio.NewWriter(out), limit: opts.count}
-	cursors := make([]*tailCursor, topic.Partitions)
-	for p := range cursors {
-		cursors[p] = &tailCursor{partition: p, stream: keys.Stream(topic.Name, p), last: opts.from}
-		if opts.from == "$" {
-			// Resolved once, to the last entry now: XREAD $ in a loop would skip what arrives
-			// between two reads.
-			last, err := c.LastID(ctx, cursors[p].stream)
-			if err != nil {
-				return err
-			}
-			cursors[p].last = last
-		}
-	}
-	err := tailBacklog(ctx, c, cursors, w)
-	if err == nil && opts.follow {
-		if err = w.flush(); err == nil { // show the backlog before waiting for more
-			err = tailFollow(ctx, c, cursors, w)
-		}
-	}
-	if errors.Is(err, errTailCount) {
-		err = nil
-	}
-	if ferr := w.flush(); err == nil {
-		err = ferr
-	}
-	if err != nil && opts.follow && ctx.Err() != nil {
-		return nil // interrupted: the normal end of --follow
-	}
-	return err
-}
-
-// read fetches the next page of a partition after cur.last into cur.buf; block <= 0 does not wait.
-// A partition that does not exist yet reads as empty.
-func (cur *tailCursor) read(ctx context.Context, c *redis.Client, block time.Duration) error {
-	recs, err := c.Read(ctx, cur.stream, cur.last, tailPage, block)
-	if err != nil {
-		return err
-	}
-	cur.buf = append(cur.buf, recs...)
-	if n := len(cur.buf); n > 0 {
-		cur.last = cur.buf[n-1].ID
-	}
-	return nil
-}
-
-// tailBacklog prints the entries now in the partitions, merged in ID order. It pages through each
-// partition, keeping at most one page per partition in memory.
-func tailBacklog(ctx context.Context, c *redis.Client, cursors []*tailCursor, w *tailWriter) error {
-	for {
-		var next *tailCursor
-		for _, cur := range cursors {
-			if len(cur.buf) == 0 && !cur.drained {
-				if err := cur.read(ctx, c, 0); err != nil {
-					return err
-				}
-				cur.drained = len(cur.buf) == 0
-			}
-			if len(cur.buf) == 0 {
-				continue
-			}
-			if next == nil || idLess(cur.buf[0].ID, next.buf[0].ID) {
-				next = cur
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		if err := w.print(next.partition, next.buf[0]); err != nil {
-			return err
-		}
-		next.buf = next.buf[1:]
-	}
-}
-
-// idLess compares two stream IDs; an unparsable ID, which Redis never returns, sorts last.
-func idLess(a, b string) bool {
-	c, err := redis.CompareIDs(a, b)
-	return err == nil && c < 0
-}
-
-// tailFollow prints new entries of every partition until ctx ends or the count is reached: one
-// reader per partition, since partitions live in different cluster slots and one XREAD cannot
-// cover them.
-func tailFollow(ctx context.Context, c *redis.Client, cursors []*tailCursor, w *tailWriter) error {
-	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError()
-	// A blocked XREAD does not watch its context; closing the connections ends it at once.
-	p.Go(func(ctx context.Context) error {
-		<-ctx.Done()
-		_ = c.Close()
-		return nil
+	return admin.Tail(ctx, conn.Client(), plan, topic, admin.TailOptions{
+		From: opts.from, Follow: opts.follow, Print: w.print, Flush: w.flush,
 	})
-	for _, cur := range cursors {
-		p.Go(func(ctx context.Context) error {
-			for {
-				if err := cur.read(ctx, c, tailBlock); err != nil {
-					if ctx.Err() != nil {
-						return nil // interrupted, or another reader failed or reached the count
-					}
-					return err
-				}
-				for _, m := range cur.buf {
-					if err := w.print(cur.partition, m); err != nil {
-						return err
-					}
-				}
-				cur.buf = cur.buf[:0]
-				if err := w.flush(); err != nil {
-					return err
-				}
-			}
-		})
-	}
-	return p.Wait()
 }
 
 // tailLine is one line of tail's output.
@@ -252,13 +119,13 @@ type tailWriter struct {
 
 // print writes one entry as a line. It returns errTailCount once the limit is reached, and
 // prints nothing more after that.
-func (t *tailWriter) print(partition int, r redis.Record) error {
-	line := tailLine{Partition: partition, ID: r.ID}
-	if m := r.Malformed; m != nil {
-		line.Error, line.Fields = m.Reason, m.Fields
+func (t *tailWriter) print(partition int, e admin.Entry) error {
+	line := tailLine{Partition: partition, ID: e.ID}
+	if e.Malformed != "" {
+		line.Error, line.Fields = e.Malformed, e.Fields
 	} else {
-		line.Key, line.Payload, line.Headers = r.Key, r.Payload, r.Headers
-		line.TraceParent, line.TraceState = r.TraceParent, r.TraceState
+		line.Key, line.Payload, line.Headers = e.Key, e.Payload, e.Headers
+		line.TraceParent, line.TraceState = e.TraceParent, e.TraceState
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/runtime/admin"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -209,7 +210,7 @@ sink "out" {
 		t.Fatalf("inspect: exit %d\n%s", code, errOut)
 	}
 	r := parseInspect(t, out)
-	var in *sourceInputReport
+	var in *admin.SourceInputReport
 	for _, s := range r.Sources {
 		if s.Name == "ext" {
 			in = s.Input

@@ -39,6 +39,18 @@ type Envelope struct {
 	TraceState  string `json:"tracestate,omitempty"`
 }
 
+// DeadLetter is one dead letter as read back from its stream (package runtime/admin reads them).
+type DeadLetter struct {
+	// ID is the dead letter's entry ID in Stream.
+	ID       string
+	Stream   string
+	Envelope Envelope
+	// Malformed says why the entry is not a readable dead letter (someone else wrote it there).
+	Malformed string
+	// Replayed is when it was replayed; zero if it was not.
+	Replayed time.Time
+}
+
 // deadLetterMessage is the dead letter of a message that failed for good.
 func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
 	payload, perr := m.msg.Payload()

@@ -14,6 +14,9 @@
 //   - drain.go: job mode's test for "all work done".
 //   - source_*.go and sink_*.go: the source and sink kinds.
 //
+// What an operator does from outside a running pipeline (dead letters, inspect, tail, connecting
+// to Redis) is package runtime/admin; publishing into a pipeline's topics is publish.go here.
+//
 // It does not parse pipelines (package flow does), implement stage kinds (package stages does), or
 // issue Redis commands itself (package transport/redis does).
 package runtime

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -165,7 +166,7 @@ sink "print" {
 func deadLetterReasons(t *testing.T, c *redis.Client, plan *flow.Plan, stage string) (job, map[string]string) {
 	t.Helper()
 	j := runJob(t, c, plan, runtime.Options{})
-	dl, err := runtime.OpenDeadLetters(c, plan, stage)
+	dl, err := admin.OpenDeadLetters(c, plan, stage)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,32 +112,6 @@ func (r *runner) nodeSummaries() []NodeSummary {
 	return out
 }
 
-// DeadLetters lists the dead letters of every source, stage and sink that this runtime runs, node
-// by node, oldest first: all of them, not only this run's. It is meant for an embedded Redis,
-// whose dead letters are gone once the process exits.
-func (rt *Runtime) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
-	r := rt.r
-	var all []DeadLetter
-	for _, n := range r.nodes {
-		d, err := OpenDeadLetters(r.rdb, r.plan, n.name)
-		if err != nil {
-			return nil, err
-		}
-		list, err := d.List(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("listing the dead letters of %s %s: %w", n.typ, n.name, err)
-		}
-		for i := range list {
-			if list[i].Envelope.Node == "" { // not an envelope: someone else wrote it there
-				list[i].Envelope.Node, list[i].Envelope.NodeType = n.name, n.typ
-			}
-			list[i].Envelope.Error = r.plan.Redact(list[i].Envelope.Error)
-		}
-		all = append(all, list...)
-	}
-	return all, nil
-}
-
 // Write prints the summary as a table, followed, when messages were dead-lettered, by the first
 // reasons per node and the command that lists them (or, when they do not outlive the process, every
 // dead letter).

@@ -1,4 +1,4 @@
-package runtime
+package admin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -26,19 +27,8 @@ type DeadLetters struct {
 	streams []string
 }
 
-// DeadLetter is one dead letter.
-type DeadLetter struct {
-	// ID is the dead letter's entry ID in Stream.
-	ID       string
-	Stream   string
-	Envelope Envelope
-	// Malformed says why the entry is not a readable dead letter (someone else wrote it there).
-	Malformed string
-	// Replayed is when it was replayed; zero if it was not.
-	Replayed time.Time
-}
-
-// OpenDeadLetters returns the dead letters of the named source, stage or sink of the plan.
+// OpenDeadLetters returns the dead letters of the named source, stage or sink of the plan. It fails
+// when the plan has no such node.
 func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetters, error) {
 	d := &DeadLetters{rdb: c, keys: redis.Keys{Prefix: plan.KeyPrefix}, node: node}
 	var deadLetter *flow.Topic
@@ -63,7 +53,7 @@ func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetter
 	}
 	if d.nodeTyp == "" {
 		sort.Strings(names)
-		return nil, &ConfigError{fmt.Sprintf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, node, strings.Join(names, ", "))}
+		return nil, fmt.Errorf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, node, strings.Join(names, ", "))
 	}
 	d.streams = []string{d.keys.DeadLetter(node)}
 	if deadLetter != nil {
@@ -73,8 +63,8 @@ func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetter
 }
 
 // List returns every dead letter of the node, oldest first.
-func (d *DeadLetters) List(ctx context.Context) ([]DeadLetter, error) {
-	var out []DeadLetter
+func (d *DeadLetters) List(ctx context.Context) ([]runtime.DeadLetter, error) {
+	var out []runtime.DeadLetter
 	for _, stream := range d.streams {
 		replayed, err := d.rdb.ReplayedAt(ctx, d.keys.Replayed(stream))
 		if err != nil {
@@ -106,11 +96,11 @@ func (d *DeadLetters) List(ctx context.Context) ([]DeadLetter, error) {
 }
 
 // Get returns one dead letter by its ID.
-func (d *DeadLetters) Get(ctx context.Context, id string) (DeadLetter, error) {
+func (d *DeadLetters) Get(ctx context.Context, id string) (runtime.DeadLetter, error) {
 	for _, stream := range d.streams {
 		rec, ok, err := d.rdb.EntryByID(ctx, stream, id)
 		if err != nil {
-			return DeadLetter{}, err
+			return runtime.DeadLetter{}, err
 		}
 		if !ok {
 			continue
@@ -118,19 +108,19 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (DeadLetter, error) {
 		if dl, ok := d.deadLetter(stream, rec); ok {
 			replayed, err := d.rdb.ReplayedAt(ctx, d.keys.Replayed(stream))
 			if err != nil {
-				return DeadLetter{}, err
+				return runtime.DeadLetter{}, err
 			}
 			dl.Replayed = replayed[id]
 			return dl, nil
 		}
 	}
-	return DeadLetter{}, fmt.Errorf("%s %s has no dead letter %s", d.nodeTyp, d.node, id)
+	return runtime.DeadLetter{}, fmt.Errorf("%s %s has no dead letter %s", d.nodeTyp, d.node, id)
 }
 
 // deadLetter reads an entry of a dead-letter stream; entries of a dead_letter topic that another
 // node wrote are not this node's.
-func (d *DeadLetters) deadLetter(stream string, rec redis.Record) (DeadLetter, bool) {
-	dl := DeadLetter{ID: rec.ID, Stream: stream}
+func (d *DeadLetters) deadLetter(stream string, rec redis.Record) (runtime.DeadLetter, bool) {
+	dl := runtime.DeadLetter{ID: rec.ID, Stream: stream}
 	if rec.Malformed != nil {
 		dl.Malformed = rec.Malformed.Reason
 		return dl, stream == d.streams[0]
@@ -143,6 +133,31 @@ func (d *DeadLetters) deadLetter(stream string, rec redis.Record) (DeadLetter, b
 		dl.Envelope.TraceParent, dl.Envelope.TraceState = rec.TraceParent, rec.TraceState
 	}
 	return dl, dl.Envelope.Node == d.node
+}
+
+// ListDeadLetters lists the dead letters of the given nodes (a run's Summary.Nodes), node by node,
+// oldest first: all of them, not only that run's, with their errors redacted as the plan says. It
+// is meant for an embedded Redis, whose dead letters are gone once the process exits.
+func ListDeadLetters(ctx context.Context, c *redis.Client, plan *flow.Plan, nodes []runtime.NodeSummary) ([]runtime.DeadLetter, error) {
+	var all []runtime.DeadLetter
+	for _, n := range nodes {
+		d, err := OpenDeadLetters(c, plan, n.Name)
+		if err != nil {
+			return nil, err
+		}
+		list, err := d.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing the dead letters of %s %s: %w", n.Type, n.Name, err)
+		}
+		for i := range list {
+			if list[i].Envelope.Node == "" { // not an envelope: someone else wrote it there
+				list[i].Envelope.Node, list[i].Envelope.NodeType = n.Name, n.Type
+			}
+			list[i].Envelope.Error = plan.Redact(list[i].Envelope.Error)
+		}
+		all = append(all, list...)
+	}
+	return all, nil
 }
 
 // ReplayResult says what Replay did.
