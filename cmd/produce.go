@@ -4,16 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/spf13/cobra"
 
-	"github.com/flowrun/flowrun/flow/expr"
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
 )
@@ -55,7 +53,7 @@ func newProduceCommand(stdio IO) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var key *expr.Program
+			var key *flow.KeyExpr
 			if keyExpr != "" {
 				if key, err = compileKeyFlag(stdio, keyExpr); err != nil {
 					return err
@@ -131,11 +129,10 @@ func readLines(r io.Reader, done <-chan struct{}) <-chan stdinLine {
 }
 
 // produce publishes the JSON lines of standard input to topic and reports on standard error.
-func produce(ctx context.Context, stdio IO, pub *runtime.Publisher, topic string, key *expr.Program) error {
+func produce(ctx context.Context, stdio IO, pub *runtime.Publisher, topic string, key *flow.KeyExpr) error {
 	done := make(chan struct{})
 	defer close(done)
 	lines := readLines(stdio.In, done)
-	var env expr.Env
 	published, bad := 0, 0
 	interrupted := false
 	fail := func(format string, args ...any) error {
@@ -173,11 +170,10 @@ read:
 		m := stages.NewMessage("", text, nil)
 		m.Value = value // already decoded: the topic's key expression needs no second pass
 		if key != nil {
-			env.Msg = value
-			k, err := key.EvalString(&env)
+			k, err := key.Key(value)
 			if err != nil {
 				bad++
-				fmt.Fprintf(stdio.Err, "stdin:%d: --key: %s\n", l.n, evalMessage(err))
+				fmt.Fprintf(stdio.Err, "stdin:%d: --key: %s\n", l.n, flow.EvalMessage(err))
 				continue
 			}
 			m.Key = k
@@ -221,29 +217,12 @@ read:
 	return nil
 }
 
-// evalMessage returns an expression's evaluation error without the position, which for --key is
-// always the flag itself.
-func evalMessage(err error) string {
-	var e *expr.EvalError
-	if errors.As(err, &e) {
-		return e.Message
-	}
-	return err.Error()
-}
-
 // compileKeyFlag compiles --key, an expression over msg.
-func compileKeyFlag(stdio IO, src string) (*expr.Program, error) {
+func compileKeyFlag(stdio IO, src string) (*flow.KeyExpr, error) {
 	const name = "--key"
-	file := &hcl.File{Bytes: []byte(src)}
-	e, diags := hclsyntax.ParseExpression(file.Bytes, name, hcl.InitialPos)
+	key, file, diags := flow.CompileKeyExpr(name, src)
 	if !diags.HasErrors() {
-		var more hcl.Diagnostics
-		var p *expr.Program
-		p, more = expr.Compile(e, &expr.Scope{Roots: []string{"msg"}, Functions: expr.Functions(), Source: file.Bytes})
-		diags = append(diags, more...)
-		if !diags.HasErrors() {
-			return p, nil
-		}
+		return key, nil
 	}
 	printDiagnostics(stdio.Err, diags, map[string]*hcl.File{name: file})
 	return nil, exitError{code: ExitInvalid, message: "invalid --key expression"}
