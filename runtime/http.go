@@ -6,8 +6,6 @@ import (
 	"io/fs"
 	"net/http"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -422,109 +420,42 @@ const (
 	drawLaneTurn    = 14 // how far from a box such an edge turns to its lane
 )
 
+// newGraphView lays out the plan's graph (flow's Plan.Graph, which flowrun graph draws too).
 func newGraphView(p *flow.Plan) graphView {
 	var v graphView
+	g := p.Graph()
 	byID := map[string]*viewNode{}
-	add := func(n *viewNode) {
-		v.nodes = append(v.nodes, n)
-		byID[n.id] = n
+	for _, n := range g.Nodes {
+		vn := &viewNode{id: n.ID, typ: n.Type, name: n.Name, kind: n.Kind, detail: n.Detail,
+			deadLetterTopic: n.DeadLetterTopic, key: n.Key, partitions: n.Partitions}
+		v.nodes = append(v.nodes, vn)
+		byID[vn.id] = vn
 	}
-	deadLetterName := func(t *flow.Topic) string {
-		if t == nil {
-			return ""
-		}
-		return t.Name
-	}
-	for _, s := range p.Sources {
-		add(&viewNode{id: "source." + s.Name, typ: "source", name: s.Name, kind: s.Kind, detail: s.Kind + " source"})
-	}
-	for _, t := range p.Topics {
-		if t.Implicit {
-			continue
-		}
-		n := &viewNode{id: "topic." + t.Name, typ: "topic", name: t.Name, partitions: t.Partitions,
-			detail: partitionCount(t.Partitions)}
-		if t.Key != nil {
-			n.key = t.Key.String()
-		}
-		add(n)
-	}
-	for _, s := range p.Stages {
-		detail := s.Kind + " stage"
-		if s.Kind == "go" {
-			detail = "go stage: " + s.Config.String("func")
-		}
-		add(&viewNode{id: "stage." + s.Name, typ: "stage", name: s.Name, kind: s.Kind, detail: detail,
-			deadLetterTopic: deadLetterName(s.DeadLetter)})
-	}
-	for _, s := range p.Sinks {
-		add(&viewNode{id: "sink." + s.Name, typ: "sink", name: s.Name, kind: s.Kind, detail: s.Kind + " sink",
-			deadLetterTopic: deadLetterName(s.DeadLetter)})
-	}
-
-	// Edges, with implicit topics replaced by edges from their writer to each reader.
-	implicit := map[string]string{} // address -> topic name
-	for _, t := range p.Topics {
-		if t.Implicit {
-			implicit["topic."+t.Name] = t.Name
-		}
-	}
-	writers := map[string][]string{}
-	writes := map[string]int{} // node address -> edges that write its output
+	writes := map[string]int{} // node address -> edges that write its output, implicit topics included
 	for _, e := range p.Edges {
-		if _, ok := implicit[e.To]; ok {
-			writers[e.To] = append(writers[e.To], e.From)
-		}
 		if e.Kind == flow.EdgeWrites {
 			writes[e.From]++
 		}
 	}
-	nameOf := func(addr string) string { return addr[strings.IndexByte(addr, '.')+1:] }
-	for _, e := range p.Edges {
-		if _, ok := implicit[e.To]; ok {
-			continue
-		}
-		if topic, ok := implicit[e.From]; ok {
-			for _, w := range writers[e.From] {
-				v.edges = append(v.edges, &viewEdge{from: w, to: e.To, kind: string(flow.EdgeReads), topic: topic,
-					implicit: true, counted: nameOf(e.To), reader: nameOf(e.To)})
-			}
-			continue
-		}
-		ve := &viewEdge{from: e.From, to: e.To, kind: string(e.Kind), label: e.Label}
+	for _, e := range g.Edges {
+		ve := &viewEdge{from: e.From, to: e.To, kind: string(e.Kind), label: e.Label, topic: e.Topic, implicit: e.Implicit}
 		switch e.Kind {
 		case flow.EdgeReads:
-			ve.topic, ve.counted, ve.reader = nameOf(e.From), nameOf(e.To), nameOf(e.To)
+			ve.counted, ve.reader = byID[e.To].name, byID[e.To].name
 		case flow.EdgeWrites:
-			ve.topic = nameOf(e.To)
 			if writes[e.From] == 1 { // a route stage's outputs share its count
-				ve.counted = nameOf(e.From)
+				ve.counted = byID[e.From].name
 			}
 		default:
-			ve.topic, ve.counted = nameOf(e.To), nameOf(e.From)
+			ve.counted = byID[e.From].name
 		}
 		v.edges = append(v.edges, ve)
 	}
-	kept := v.edges[:0]
-	for _, e := range v.edges {
-		if byID[e.from] != nil && byID[e.to] != nil {
-			kept = append(kept, e)
-		}
-	}
-	v.edges = kept
 
 	v.assignLayers(byID)
 	v.place(byID)
 	v.route(byID)
 	return v
-}
-
-// partitionCount says how many partitions a topic has, in words.
-func partitionCount(n int) string {
-	if n == 1 {
-		return "1 partition"
-	}
-	return strconv.Itoa(n) + " partitions"
 }
 
 // assignLayers puts each node one layer after the deepest node that feeds it. Only dead-letter
