@@ -17,6 +17,7 @@ import (
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/telemetry"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/web"
 )
 
 // ExitDeadLettered ends a job that finished with messages in dead-letter streams.
@@ -184,14 +185,14 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("invalid --log-format %q: use text or json", format)
 }
 
-// serveHTTP serves runtime.NewHTTPHandler on addr until stop is called.
+// serveHTTP serves web.NewHandler on addr until stop is called.
 func serveHTTP(ctx context.Context, rt *runtime.Runtime, addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	addr = httpListenAddr(addr)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: runtime.NewHTTPHandler(rt, metrics), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: web.NewHandler(rt, metrics), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

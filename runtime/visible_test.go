@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/web"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -186,7 +187,7 @@ func TestRatesDoNotDependOnViewers(t *testing.T) {
 	plan := buildSource(t, passThrough)
 	// Samples every 20ms, each rate over every sample taken: the window covers the whole test.
 	s := startService(t, c, plan, runtime.Options{}, withRateSampling(20*time.Millisecond, 1<<20))
-	h := runtime.NewHTTPHandler(s.rt, nil)
+	h := web.NewHandler(s.rt, nil)
 
 	type seen struct {
 		since   string
@@ -309,7 +310,7 @@ sink "out" {
 		return false
 	})
 
-	g, _ := getGraph(t, runtime.NewHTTPHandler(s.rt, nil))
+	g, _ := getGraph(t, web.NewHandler(s.rt, nil))
 	var found bool
 	for _, n := range g.Nodes {
 		if n.ID == "source.feed" {
