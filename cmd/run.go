@@ -53,7 +53,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			terminal := opts.UntilDrained && !jsonLog && isTerminal(stdio.Err)
 			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
 			if terminal {
-				status := runtime.NewStatusLine(stdio.Err)
+				status := newStatusLine(stdio.Err)
 				stderr = status
 				if isTerminal(stdio.Out) {
 					opts.Stdout = status.Output(stdio.Out)
@@ -138,9 +138,9 @@ func newRunCommand(stdio IO) *cobra.Command {
 					summary.Ephemeral, summary.DeadLetters = true, list
 				}
 				if jsonLog {
-					_ = summary.WriteJSON(stdio.Err)
+					_ = writeSummaryJSON(stdio.Err, summary)
 				} else {
-					_ = summary.Write(stderr)
+					_ = writeSummary(stderr, summary)
 				}
 			}
 			switch {
@@ -149,7 +149,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			case err != nil:
 				return exitError{code: ExitError, message: plan.Redact(err.Error())}
 			case opts.UntilDrained && summary.DeadLettered() > 0:
-				return exitError{code: ExitDeadLettered, message: summary.DeadLetterNote()}
+				return exitError{code: ExitDeadLettered, message: deadLetterNote(summary)}
 			}
 			return nil
 		},
@@ -218,7 +218,7 @@ func reportProgress(ctx context.Context, rt *runtime.Runtime, w io.Writer, termi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runtime.ReportProgress(ctx, rt, runtime.ProgressOptions{Terminal: terminal, Out: w, Logger: log})
+		showProgress(ctx, rt, progressOptions{Terminal: terminal, Out: w, Logger: log})
 	}()
 	return func() { cancel(); <-done }
 }
