@@ -9,6 +9,11 @@
 //	)
 //
 //	func main() { cmd.Main() }
+//
+// What a run shows on a terminal is drawn here, from the data that package runtime gives (Snapshot,
+// Summary): a job's progress line (progress.go), the status line that keeps it below the log
+// (statusline.go), and the summary table or JSON record (summary.go). The HTTP endpoints and the
+// live page are package runtime/web's; run.go only wires them to --http.
 package cmd
 
 import (

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flowrun/internal/telemetry"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
+	"github.com/flowrun/flowrun/runtime/web"
 )
 
 // ExitDeadLettered ends a job that finished with messages in dead-letter streams.
@@ -53,7 +54,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			terminal := opts.UntilDrained && !jsonLog && isTerminal(stdio.Err)
 			opts.Stdin, opts.Stdout = stdio.In, stdio.Out
 			if terminal {
-				status := runtime.NewStatusLine(stdio.Err)
+				status := newStatusLine(stdio.Err)
 				stderr = status
 				if isTerminal(stdio.Out) {
 					opts.Stdout = status.Output(stdio.Out)
@@ -138,9 +139,9 @@ func newRunCommand(stdio IO) *cobra.Command {
 					summary.Ephemeral, summary.DeadLetters = true, list
 				}
 				if jsonLog {
-					_ = summary.WriteJSON(stdio.Err)
+					_ = writeSummaryJSON(stdio.Err, summary)
 				} else {
-					_ = summary.Write(stderr)
+					_ = writeSummary(stderr, summary)
 				}
 			}
 			switch {
@@ -149,7 +150,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			case err != nil:
 				return exitError{code: ExitError, message: plan.Redact(err.Error())}
 			case opts.UntilDrained && summary.DeadLettered() > 0:
-				return exitError{code: ExitDeadLettered, message: summary.DeadLetterNote()}
+				return exitError{code: ExitDeadLettered, message: deadLetterNote(summary)}
 			}
 			return nil
 		},
@@ -185,14 +186,14 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("invalid --log-format %q: use text or json", format)
 }
 
-// serveHTTP serves runtime.NewHTTPHandler on addr until stop is called.
+// serveHTTP serves web.NewHandler on addr until stop is called.
 func serveHTTP(ctx context.Context, rt *runtime.Runtime, addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	addr = httpListenAddr(addr)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: runtime.NewHTTPHandler(rt, metrics), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: web.NewHandler(rt, metrics), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -218,7 +219,7 @@ func reportProgress(ctx context.Context, rt *runtime.Runtime, w io.Writer, termi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runtime.ReportProgress(ctx, rt, runtime.ProgressOptions{Terminal: terminal, Out: w, Logger: log})
+		showProgress(ctx, rt, progressOptions{Terminal: terminal, Out: w, Logger: log})
 	}()
 	return func() { cancel(); <-done }
 }

@@ -12,7 +12,9 @@
 //     path, functions) once, references to other blocks by address, and per-message expressions
 //     (msg) compiled by package flow/expr into closures.
 //   - compile.go and dag.go assemble the Plan and check the graph: cycles, unused topics, stage order.
-//   - graph.go renders a Plan as DOT, Mermaid or JSON; format.go is flowrun fmt.
+//   - graph.go is the one graph view of a Plan (Plan.Graph: nodes, edges, implicit topics drawn as
+//     edges, labels) and renders it as DOT or Mermaid, or the Plan as JSON; the live page of package
+//     runtime/web lays out the same view. format.go is flowrun fmt.
 //
 // Every problem is an hcl.Diagnostic with a source range, and all of them are reported at once.
 //

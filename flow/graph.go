@@ -29,42 +29,130 @@ func WriteGraph(w io.Writer, p *Plan, format string) error {
 	return fmt.Errorf("unknown graph format %q; the formats are %s", format, strings.Join(GraphFormats, ", "))
 }
 
-// graphNode is a node of the rendered graph: a source, stage, sink or topic.
-type graphNode struct {
-	ID    string   // the address, such as stage.enrich
-	Shape string   // source, stage, sink or topic
-	Lines []string // the label, one line each
+// Graph is the plan's graph as every drawing of it shows it: flowrun graph's DOT and Mermaid, and
+// the live page of a running pipeline (package runtime/web), so that they agree on the nodes, the
+// edges and their labels. A stage read as stage.NAME writes an implicit topic, which is no node of
+// the graph: it is drawn as edges straight from the stage to each of its readers.
+type Graph struct {
+	Nodes []GraphNode // sources, declared topics, stages, sinks, each in the plan's order
+	Edges []GraphEdge // in the plan's order, each implicit topic's edges where its readers' were
 }
 
-// graphNodes lists the plan's nodes in a stable order: sources, topics, stages, sinks. Implicit
-// topics are left out: drawings show a stage read as stage.NAME as an edge to its reader.
-func graphNodes(p *Plan) []graphNode {
-	var nodes []graphNode
+// GraphNode is a source, a declared topic, a stage or a sink.
+type GraphNode struct {
+	ID     string // the address: source.NAME, topic.NAME, stage.NAME or sink.NAME
+	Type   string // source, topic, stage or sink
+	Name   string
+	Kind   string // the source's, stage's or sink's kind; "" for a topic
+	Detail string // a short description: "map stage", "go stage: enrich", "4 partitions"
+	// Partitions and Key (the key expression, "" without one) are a topic's.
+	Partitions int
+	Key        string
+	// Retry is a stage's or sink's retry policy in words; DeadLetterTopic the topic its dead
+	// letters go to, if it names one.
+	Retry           string
+	DeadLetterTopic string
+}
+
+// Label is the node's label, one line each: its name and detail, then a topic's key or a stage's or
+// sink's retry policy.
+func (n GraphNode) Label() []string {
+	lines := []string{n.Name, n.Detail}
+	switch {
+	case n.Type == "topic" && n.Key != "":
+		lines = append(lines, "key: "+n.Key)
+	case n.Type == "stage" || n.Type == "sink":
+		lines = append(lines, n.Retry)
+	}
+	return lines
+}
+
+// GraphEdge connects a node with a topic, or, for an implicit topic, the stage that writes it with
+// a node that reads it.
+type GraphEdge struct {
+	From, To string   // addresses
+	Kind     EdgeKind // an implicit topic's edges are reads: they stand for its readers' edges
+	Label    string   // a route case's condition, "default"; "" for most edges
+	Topic    string   // the name of the topic the edge carries
+	Implicit bool     // the edge stands for an implicit topic
+}
+
+// Graph returns the plan's graph.
+func (p *Plan) Graph() Graph {
+	var g Graph
+	ids := map[string]bool{}
+	add := func(n GraphNode) {
+		g.Nodes = append(g.Nodes, n)
+		ids[n.ID] = true
+	}
+	deadLetterName := func(t *Topic) string {
+		if t == nil {
+			return ""
+		}
+		return t.Name
+	}
 	for _, s := range p.Sources {
-		nodes = append(nodes, graphNode{ID: "source." + s.Name, Shape: "source", Lines: []string{s.Name, s.Kind + " source"}})
+		add(GraphNode{ID: "source." + s.Name, Type: "source", Name: s.Name, Kind: s.Kind, Detail: s.Kind + " source"})
 	}
 	for _, t := range p.Topics {
 		if t.Implicit {
 			continue
 		}
-		lines := []string{t.Name, fmt.Sprintf("%d partition%s", t.Partitions, plural(t.Partitions))}
+		n := GraphNode{ID: "topic." + t.Name, Type: "topic", Name: t.Name, Partitions: t.Partitions,
+			Detail: fmt.Sprintf("%d partition%s", t.Partitions, plural(t.Partitions))}
 		if t.Key != nil {
-			lines = append(lines, "key: "+t.Key.String())
+			n.Key = t.Key.String()
 		}
-		nodes = append(nodes, graphNode{ID: "topic." + t.Name, Shape: "topic", Lines: lines})
+		add(n)
 	}
 	for _, s := range p.Stages {
-		lines := []string{s.Name, s.Kind + " stage"}
+		detail := s.Kind + " stage"
 		if s.Kind == "go" {
-			lines[1] = fmt.Sprintf("go stage: %s", s.Config.String("func"))
+			detail = "go stage: " + s.Config.String("func")
 		}
-		lines = append(lines, retryLine(s.Retry))
-		nodes = append(nodes, graphNode{ID: "stage." + s.Name, Shape: "stage", Lines: lines})
+		add(GraphNode{ID: "stage." + s.Name, Type: "stage", Name: s.Name, Kind: s.Kind, Detail: detail,
+			Retry: retryLine(s.Retry), DeadLetterTopic: deadLetterName(s.DeadLetter)})
 	}
 	for _, s := range p.Sinks {
-		nodes = append(nodes, graphNode{ID: "sink." + s.Name, Shape: "sink", Lines: []string{s.Name, s.Kind + " sink", retryLine(s.Retry)}})
+		add(GraphNode{ID: "sink." + s.Name, Type: "sink", Name: s.Name, Kind: s.Kind, Detail: s.Kind + " sink",
+			Retry: retryLine(s.Retry), DeadLetterTopic: deadLetterName(s.DeadLetter)})
 	}
-	return nodes
+
+	implicit := map[string]string{} // address -> topic name
+	for _, t := range p.Topics {
+		if t.Implicit {
+			implicit["topic."+t.Name] = t.Name
+		}
+	}
+	writers := map[string][]string{}
+	for _, e := range p.Edges {
+		if _, ok := implicit[e.To]; ok {
+			writers[e.To] = append(writers[e.To], e.From)
+		}
+	}
+	nameOf := func(addr string) string { return addr[strings.IndexByte(addr, '.')+1:] }
+	edge := func(e GraphEdge) {
+		if ids[e.From] && ids[e.To] {
+			g.Edges = append(g.Edges, e)
+		}
+	}
+	for _, e := range p.Edges {
+		if _, ok := implicit[e.To]; ok {
+			continue
+		}
+		if topic, ok := implicit[e.From]; ok {
+			for _, w := range writers[e.From] {
+				edge(GraphEdge{From: w, To: e.To, Kind: EdgeReads, Topic: topic, Implicit: true})
+			}
+			continue
+		}
+		topic := nameOf(e.To)
+		if e.Kind == EdgeReads {
+			topic = nameOf(e.From)
+		}
+		edge(GraphEdge{From: e.From, To: e.To, Kind: e.Kind, Label: e.Label, Topic: topic})
+	}
+	return g
 }
 
 func retryLine(r RetryPolicy) string {
@@ -87,36 +175,6 @@ func retryLine(r RetryPolicy) string {
 	return fmt.Sprintf("retry %s: %s, %s", r.Name, limit, r.Backoff)
 }
 
-// graphEdges lists the plan's edges for drawing, with each implicit topic replaced by direct edges
-// from the stage that writes it to the nodes that read it.
-func graphEdges(p *Plan) []Edge {
-	implicit := map[string]bool{}
-	for _, t := range p.Topics {
-		if t.Implicit {
-			implicit["topic."+t.Name] = true
-		}
-	}
-	writers := map[string][]string{}
-	for _, e := range p.Edges {
-		if implicit[e.To] {
-			writers[e.To] = append(writers[e.To], e.From)
-		}
-	}
-	var out []Edge
-	for _, e := range p.Edges {
-		switch {
-		case implicit[e.To]:
-		case implicit[e.From]:
-			for _, w := range writers[e.From] {
-				out = append(out, Edge{From: w, To: e.To, Kind: EdgeWrites})
-			}
-		default:
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func writeDOT(w io.Writer, p *Plan) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "digraph %s {\n", dotQuote(p.Name))
@@ -127,10 +185,11 @@ func writeDOT(w io.Writer, p *Plan) error {
 		"stage":  `shape=box, style="rounded,filled", fillcolor="#fff7e0"`,
 		"sink":   `shape=house, style=filled, fillcolor="#f3e8f4"`,
 	}
-	for _, n := range graphNodes(p) {
-		fmt.Fprintf(&b, "  %s [%s, label=%s];\n", dotQuote(n.ID), shapes[n.Shape], dotQuote(strings.Join(n.Lines, "\n")))
+	g := p.Graph()
+	for _, n := range g.Nodes {
+		fmt.Fprintf(&b, "  %s [%s, label=%s];\n", dotQuote(n.ID), shapes[n.Type], dotQuote(strings.Join(n.Label(), "\n")))
 	}
-	for _, e := range graphEdges(p) {
+	for _, e := range g.Edges {
 		var attrs []string
 		if e.Kind == EdgeDeadLetter {
 			attrs = append(attrs, `style=dashed`, `color="#c0392b"`, `fontcolor="#c0392b"`, `label="dead letters"`)
@@ -159,10 +218,11 @@ func writeMermaid(w io.Writer, p *Plan) error {
 	b.WriteString("flowchart LR\n")
 	open := map[string]string{"source": `[/`, "topic": `[(`, "stage": `(`, "sink": `[[`}
 	closing := map[string]string{"source": `/]`, "topic": `)]`, "stage": `)`, "sink": `]]`}
-	for _, n := range graphNodes(p) {
-		fmt.Fprintf(&b, "  %s%s%s%s\n", mermaidID(n.ID), open[n.Shape], mermaidQuote(strings.Join(n.Lines, "<br/>")), closing[n.Shape])
+	g := p.Graph()
+	for _, n := range g.Nodes {
+		fmt.Fprintf(&b, "  %s%s%s%s\n", mermaidID(n.ID), open[n.Type], mermaidQuote(strings.Join(n.Label(), "<br/>")), closing[n.Type])
 	}
-	for _, e := range graphEdges(p) {
+	for _, e := range g.Edges {
 		switch {
 		case e.Kind == EdgeDeadLetter:
 			fmt.Fprintf(&b, "  %s -. dead letters .-> %s\n", mermaidID(e.From), mermaidID(e.To))

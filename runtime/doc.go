@@ -13,10 +13,14 @@
 //   - deadletter.go: failed and malformed messages go to dead-letter streams, never lost, never looped.
 //   - drain.go: job mode's test for "all work done".
 //   - source_*.go and sink_*.go: the source and sink kinds.
+//   - state.go, summary.go and rates.go: what a run is doing and did, as data (Snapshot, Ready,
+//     Summary, Rates) for the programs that show it.
 //
 // What an operator does from outside a running pipeline (dead letters, inspect, tail, connecting
 // to Redis) is package runtime/admin; publishing into a pipeline's topics is publish.go here.
 //
-// It does not parse pipelines (package flow does), implement stage kinds (package stages does), or
-// issue Redis commands itself (package transport/redis does).
+// It does not parse pipelines (package flow does), implement stage kinds (package stages does),
+// issue Redis commands itself (package transport/redis does), serve HTTP or the live page (package
+// runtime/web does, from Snapshot and Ready), or format anything for a terminal (package cmd draws
+// the progress line and prints the summary).
 package runtime

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/web"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -380,7 +381,7 @@ sink "slow" {
 		backlogs()
 		return summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "gen").HeldBackBy == "in"
 	})
-	if g, _ := getGraph(t, runtime.NewHTTPHandler(rt, nil)); g.node(t, "source.gen").HeldBackBy != "in" {
+	if g, _ := getGraph(t, web.NewHandler(rt, nil)); g.node(t, "source.gen").HeldBackBy != "in" {
 		t.Errorf("/api/graph does not show the source held back: %+v", g.node(t, "source.gen"))
 	}
 	if total := backlogs(); total != partitions*maxLag {
@@ -704,7 +705,7 @@ sink "hook" {
 	if !strings.Contains(during.PausedBy, "connection refused") {
 		t.Errorf("paused by %q, want the refused connection", during.PausedBy)
 	}
-	if g, _ := getGraph(t, runtime.NewHTTPHandler(rt, nil)); g.node(t, "sink.hook").Paused == nil ||
+	if g, _ := getGraph(t, web.NewHandler(rt, nil)); g.node(t, "sink.hook").Paused == nil ||
 		!strings.Contains(g.node(t, "sink.hook").Paused.Reason, "connection refused") {
 		t.Errorf("/api/graph does not show the sink paused: %+v", g.node(t, "sink.hook"))
 	}

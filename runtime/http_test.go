@@ -24,6 +24,7 @@ import (
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/web"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -126,7 +127,7 @@ func TestHTTPHealthAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := runtime.NewHTTPHandler(rt, nil)
+	h := web.NewHandler(rt, nil)
 	if code, body := get(t, h, "/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
@@ -143,7 +144,7 @@ func TestHTTPHealthAndReadiness(t *testing.T) {
 	}
 
 	s := startService(t, c, buildSource(t, passThrough), runtime.Options{})
-	h = runtime.NewHTTPHandler(s.rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h = web.NewHandler(s.rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "flowrun_messages_total 0\n")
 	}))
 	waitFor(t, "/readyz to answer 200", func() bool {
@@ -324,7 +325,7 @@ func TestHTTPGraph(t *testing.T) {
 	// One entry per read: the gate holds the first message, the rest wait unread behind it. Rates
 	// are sampled often, so that they fall back to 0 soon once the work is done.
 	s := startService(t, c, plan, runtime.Options{BatchSize: 1}, withRateSampling(20*time.Millisecond, 5))
-	h := runtime.NewHTTPHandler(s.rt, nil)
+	h := web.NewHandler(s.rt, nil)
 
 	// Rates come from the runtime's samples of its counters: every request answered from the same
 	// sample (the same window) shows the same rates, however many requests there are.
@@ -531,7 +532,7 @@ sink "done" {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, _ := getGraph(t, runtime.NewHTTPHandler(rt, nil))
+			g, _ := getGraph(t, web.NewHandler(rt, nil))
 			checkLayout(t, plan, g)
 			if name != "loop" {
 				for _, e := range g.Edges {
@@ -625,7 +626,7 @@ func TestHTTPPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := runtime.NewHTTPHandler(rt, nil)
+	h := web.NewHandler(rt, nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	page := rec.Body.String()

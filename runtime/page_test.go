@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/web"
 	"github.com/flowrun/flowrun/stages"
 )
 
@@ -119,9 +120,9 @@ sink "out" {
 		return lag == 4 && pending == 1 && s.rt.Ready() == nil
 	})
 
-	web := httptest.NewServer(runtime.NewHTTPHandler(s.rt, nil))
-	defer web.Close()
-	dom := parseDOM(dumpDOM(t, chromium, web.URL+"/"))
+	site := httptest.NewServer(web.NewHandler(s.rt, nil))
+	defer site.Close()
+	dom := parseDOM(dumpDOM(t, chromium, site.URL+"/"))
 	if state := dom.find("body", "").attrs["data-state"]; state != "ok" {
 		t.Fatalf("the page did not draw the graph (data-state %q):\n%s", state, dom.raw)
 	}

@@ -1,16 +1,6 @@
 package runtime
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
-	"math"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -22,7 +12,7 @@ type Summary struct {
 	// the summary suggests.
 	Path string
 	// Ephemeral says that the dead letters do not outlive the process (an embedded Redis), so that
-	// no command can list them later: Write then prints DeadLetters, one per line, instead.
+	// no command can list them later: flowrun run then prints DeadLetters, one per line, instead.
 	Ephemeral   bool
 	DeadLetters []DeadLetter
 }
@@ -60,28 +50,6 @@ func (s *Summary) DeadLettered() int64 {
 	return n
 }
 
-// DeadLetterNote says in one line how many messages were dead-lettered and where to find them: the
-// command that lists them, or, when they do not outlive the process, that they were printed.
-func (s *Summary) DeadLetterNote() string {
-	n := s.DeadLettered()
-	note := fmt.Sprintf("%d message%s dead-lettered", n, pluralS(n))
-	var nodes []string
-	for _, ns := range s.Nodes {
-		if ns.DeadLettered > 0 {
-			nodes = append(nodes, ns.Name)
-		}
-	}
-	switch {
-	case n == 0:
-		return note
-	case s.Ephemeral:
-		return note + "; the embedded Redis loses them at exit, so they are printed above"
-	case len(nodes) == 1:
-		return note + "; list them with " + DeadLetterCommand(s.Path, nodes[0])
-	}
-	return note + " by " + strings.Join(nodes, ", ") + "; list them with " + DeadLetterCommand(s.Path, "NAME")
-}
-
 // summary is taken once every worker has stopped, so the dead-letter warnings still held back by
 // the rate limit are logged first: nothing dead-lettered later could join them.
 func (r *runner) summary() *Summary {
@@ -110,172 +78,4 @@ func (r *runner) nodeSummaries() []NodeSummary {
 		out = append(out, ns)
 	}
 	return out
-}
-
-// Write prints the summary as a table, followed, when messages were dead-lettered, by the first
-// reasons per node and the command that lists them (or, when they do not outlive the process, every
-// dead letter).
-func (s *Summary) Write(w io.Writer) error {
-	secs := s.Elapsed.Seconds()
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "node\tkind\tin\tout\tfiltered\tfailed\tretried\tdead-lettered\tin/s\t\n")
-	for _, n := range s.Nodes {
-		rate := "-"
-		if secs > 0 {
-			rate = fmt.Sprintf("%.0f", float64(n.In)/secs)
-		}
-		fmt.Fprintf(tw, "%s.%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
-			n.Type, n.Name, n.Kind, n.In, n.Out, n.Filtered, n.Failed, n.Retried, n.DeadLettered, rate)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "elapsed %s; %d dead-lettered\n", s.Elapsed.Round(time.Millisecond), s.DeadLettered())
-	if s.DeadLettered() > 0 {
-		b.WriteString("\ndead letters by node, with the first reasons:\n")
-		for _, n := range s.Nodes {
-			if n.DeadLettered == 0 {
-				continue
-			}
-			fmt.Fprintf(&b, "  %s.%s: %d\n", n.Type, n.Name, n.DeadLettered)
-			var counted int64
-			for _, r := range n.Reasons {
-				fmt.Fprintf(&b, "    %dx %s\n", r.Count, oneLine(r.Reason))
-				counted += r.Count
-			}
-			if other := n.DeadLettered - counted; other > 0 {
-				fmt.Fprintf(&b, "    %dx other reasons\n", other)
-			}
-			if !s.Ephemeral {
-				fmt.Fprintf(&b, "    list them: %s\n", DeadLetterCommand(s.Path, n.Name))
-			}
-		}
-	}
-	if s.Ephemeral && len(s.DeadLetters) > 0 {
-		fmt.Fprintf(&b, "\nthe embedded Redis loses its dead letters when flowrun exits; here are all %d:\n", len(s.DeadLetters))
-		for _, dl := range s.DeadLetters {
-			b.WriteString("  " + deadLetterLine(dl) + "\n")
-		}
-	}
-	_, err := w.Write(b.Bytes())
-	return err
-}
-
-// WriteJSON writes the summary as one JSON log record, after one record per dead letter when they
-// do not outlive the process: the shape of flowrun run's log with --log-format json. It is written
-// whatever the log level, as the table is.
-func (s *Summary) WriteJSON(w io.Writer) error {
-	h := slog.NewJSONHandler(w, nil)
-	ctx := context.Background()
-	if s.Ephemeral {
-		for _, dl := range s.DeadLetters {
-			rec := slog.NewRecord(time.Now(), slog.LevelWarn, "dead letter, lost when the embedded Redis exits", 0)
-			rec.AddAttrs(deadLetterAttrs(dl)...)
-			if err := h.Handle(ctx, rec); err != nil {
-				return err
-			}
-		}
-	}
-	type nodeJSON struct {
-		Node         string             `json:"node"`
-		Type         string             `json:"type"`
-		Kind         string             `json:"kind"`
-		In           int64              `json:"in"`
-		Out          int64              `json:"out"`
-		Filtered     int64              `json:"filtered"`
-		Failed       int64              `json:"failed"`
-		Retried      int64              `json:"retried"`
-		DeadLettered int64              `json:"dead_lettered"`
-		InPerSecond  float64            `json:"in_per_second"`
-		Reasons      []DeadLetterReason `json:"reasons,omitempty"`
-		List         string             `json:"list,omitempty"` // the command that lists the dead letters
-	}
-	nodes := make([]nodeJSON, 0, len(s.Nodes))
-	for _, n := range s.Nodes {
-		nj := nodeJSON{Node: n.Name, Type: n.Type, Kind: n.Kind, In: n.In, Out: n.Out, Filtered: n.Filtered,
-			Failed: n.Failed, Retried: n.Retried, DeadLettered: n.DeadLettered, Reasons: n.Reasons}
-		if secs := s.Elapsed.Seconds(); secs > 0 {
-			nj.InPerSecond = math.Round(float64(n.In)/secs*10) / 10
-		}
-		if n.DeadLettered > 0 && !s.Ephemeral {
-			nj.List = DeadLetterCommand(s.Path, n.Name)
-		}
-		nodes = append(nodes, nj)
-	}
-	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "job summary", 0)
-	rec.AddAttrs(slog.Float64("elapsed_seconds", math.Round(s.Elapsed.Seconds()*1000)/1000),
-		slog.Int64("dead_lettered", s.DeadLettered()), slog.Any("nodes", nodes))
-	if s.Ephemeral {
-		rec.AddAttrs(slog.Bool("dead_letters_lost_at_exit", true))
-	}
-	return h.Handle(ctx, rec)
-}
-
-// deadLetterLine shows a dead letter on one line: the node, then key=value pairs.
-func deadLetterLine(dl DeadLetter) string {
-	attrs := deadLetterAttrs(dl)
-	var b strings.Builder
-	b.WriteString(attrs[0].Value.String())
-	for _, a := range attrs[1:] {
-		b.WriteString(" " + a.Key + "=")
-		switch v := a.Value.Any().(type) {
-		case json.RawMessage:
-			b.Write(v)
-		case string:
-			b.WriteString(strconv.Quote(v))
-		default:
-			fmt.Fprint(&b, v)
-		}
-	}
-	return b.String()
-}
-
-// deadLetterAttrs describes a dead letter: the node first ("stage.NAME"), then where the message
-// was, why it failed and what it carried.
-func deadLetterAttrs(dl DeadLetter) []slog.Attr {
-	env := dl.Envelope
-	id := env.ID
-	if id == "" {
-		id = dl.ID // a source's message had no entry of its own
-	}
-	attrs := []slog.Attr{
-		slog.String("node", env.NodeType+"."+env.Node),
-		slog.Int("partition", env.Partition), slog.String("id", id), slog.String("key", env.Key),
-		slog.Int("attempts", env.Attempts), slog.String("error", oneLine(env.Error)),
-	}
-	switch {
-	case dl.Malformed != "":
-		attrs = append(attrs, slog.String("malformed", dl.Malformed))
-	case len(env.Payload) > maxPrintedPayload:
-		// A line of many megabytes helps nobody: its start says which message it was.
-		attrs = append(attrs, slog.String("payload_start", string(env.Payload[:maxPrintedPayload])),
-			slog.Int("payload_bytes", len(env.Payload)))
-	case len(env.Payload) > 0:
-		attrs = append(attrs, slog.Any("payload", compactJSON(env.Payload)))
-	case len(env.RawFields) > 0:
-		fields, _ := json.Marshal(env.RawFields)
-		attrs = append(attrs, slog.Any("fields", json.RawMessage(fields)))
-	}
-	return attrs
-}
-
-// maxPrintedPayload is the most of a payload that a printed dead letter shows.
-const maxPrintedPayload = 4 << 10
-
-// compactJSON puts a JSON payload on one line.
-func compactJSON(raw json.RawMessage) json.RawMessage {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return raw
-	}
-	return b.Bytes()
-}
-
-// oneLine joins the lines of a message (errors.Join puts each error on a line of its own).
-func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\r\n") {
-		return s
-	}
-	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
 }

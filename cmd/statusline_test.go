@@ -1,4 +1,4 @@
-package runtime
+package cmd
 
 import (
 	"fmt"
@@ -62,7 +62,7 @@ func (f *fakeTerminal) screen() []string {
 // same screen: every log and output line ends up whole on a line of its own, above the progress.
 func TestStatusLineKeepsLinesWhole(t *testing.T) {
 	term := &fakeTerminal{}
-	status := NewStatusLine(term)
+	status := newStatusLine(term)
 	log := slog.New(slog.NewTextHandler(status, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
@@ -90,7 +90,7 @@ func TestStatusLineKeepsLinesWhole(t *testing.T) {
 
 	// The same, all at once.
 	term = &fakeTerminal{}
-	status = NewStatusLine(term)
+	status = newStatusLine(term)
 	log = slog.New(slog.NewTextHandler(status, nil))
 	stdout = status.Output(term)
 	const n = 300

@@ -1,17 +1,19 @@
-package runtime
+package cmd
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/runtime"
 )
 
 func TestProgressLine(t *testing.T) {
 	start := time.Unix(1000, 0)
 	var m rateMeter
-	snap := func(produced int64, at time.Time) Snapshot {
-		return Snapshot{Taken: at, Sources: []SourceProgress{{Name: "gen", Produced: produced, Total: 1000}},
-			Partitions: []PartitionState{{Lag: 30, Pending: 10, Retries: 2}}}
+	snap := func(produced int64, at time.Time) runtime.Snapshot {
+		return runtime.Snapshot{Taken: at, Sources: []runtime.SourceProgress{{Name: "gen", Produced: produced, Total: 1000}},
+			Partitions: []runtime.PartitionState{{Lag: 30, Pending: 10, Retries: 2}}}
 	}
 	progressOf(snap(0, start), &m)
 	p := progressOf(snap(250, start.Add(time.Second)), &m)
@@ -21,7 +23,7 @@ func TestProgressLine(t *testing.T) {
 	if got := p.line(); got != "[======                  ] 250/1000  25%  250 msg/s  ETA 3s  queued 42" {
 		t.Fatalf("line = %q", got)
 	}
-	unknown := Snapshot{Taken: start, Sources: []SourceProgress{{Name: "file", Produced: 7}}}
+	unknown := runtime.Snapshot{Taken: start, Sources: []runtime.SourceProgress{{Name: "file", Produced: 7}}}
 	if got := progressOf(unknown, &rateMeter{}).line(); !strings.HasPrefix(got, "7 messages") {
 		t.Fatalf("line without a total = %q", got)
 	}
@@ -31,7 +33,7 @@ func TestProgressLine(t *testing.T) {
 	}
 	waiting := snap(300, start.Add(2*time.Second))
 	waiting.RedisFailingSince = start
-	waiting.Nodes = []NodeSummary{
+	waiting.Nodes = []runtime.NodeSummary{
 		{Type: "sink", Name: "hook", PausedSince: start, PausedBy: "connection refused"},
 		{Type: "source", Name: "gen", HeldBackBy: "in"},
 		{Type: "stage", Name: "busy"},

@@ -1,4 +1,4 @@
-package runtime
+package cmd
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/flowrun/flowrun/runtime"
 )
 
-// ProgressOptions configure ReportProgress.
-type ProgressOptions struct {
+// progressOptions configure showProgress.
+type progressOptions struct {
 	// Terminal redraws one line in place on Out; otherwise a log line goes to Logger every Interval.
 	Terminal bool
-	// Out is where the terminal's line is drawn. Make it a *StatusLine that the log (and anything
+	// Out is where the terminal's line is drawn. Make it a *statusLine that the log (and anything
 	// else that writes on the terminal) writes through too, so that their lines go above the
 	// progress line instead of being glued to it.
 	Out    io.Writer
@@ -22,20 +24,20 @@ type ProgressOptions struct {
 	Interval time.Duration
 }
 
-// ReportProgress reports a job's progress until ctx ends: the messages its sources produced (of the
+// showProgress reports a job's progress until ctx ends: the messages its sources produced (of the
 // total, when they know it), the rate, the time left, and the work still queued in the stages.
-func ReportProgress(ctx context.Context, rt *Runtime, o ProgressOptions) {
+func showProgress(ctx context.Context, rt *runtime.Runtime, o progressOptions) {
 	if o.Interval <= 0 {
 		o.Interval = 5 * time.Second
 		if o.Terminal {
 			o.Interval = 200 * time.Millisecond
 		}
 	}
-	var line *StatusLine
+	var line *statusLine
 	if o.Terminal {
 		var ok bool
-		if line, ok = o.Out.(*StatusLine); !ok {
-			line = NewStatusLine(o.Out)
+		if line, ok = o.Out.(*statusLine); !ok {
+			line = newStatusLine(o.Out)
 		}
 	}
 	ticker := time.NewTicker(o.Interval)
@@ -93,7 +95,7 @@ func (m *rateMeter) update(n int64, now time.Time) float64 {
 	return m.value
 }
 
-func progressOf(s Snapshot, m *rateMeter) progress {
+func progressOf(s runtime.Snapshot, m *rateMeter) progress {
 	var p progress
 	known := true
 	for _, src := range s.Sources {

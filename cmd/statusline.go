@@ -1,4 +1,4 @@
-package runtime
+package cmd
 
 import (
 	"bytes"
@@ -6,12 +6,12 @@ import (
 	"sync"
 )
 
-// StatusLine shares a terminal between a status line redrawn in place (a job's progress) and
+// statusLine shares a terminal between a status line redrawn in place (a job's progress) and
 // ordinary lines of output (the log, stdout sinks). Every write goes through it: it clears the
 // status line first, writes the output, and draws the status line again below, so that a log line
 // is never glued to a half-erased progress line. Writes are serialized; a slog handler writes each
 // record with one call, so records are never split.
-type StatusLine struct {
+type statusLine struct {
 	mu      sync.Mutex
 	term    io.Writer // where the status line is drawn
 	status  string
@@ -23,12 +23,12 @@ type StatusLine struct {
 // clearLine moves to the start of the line and erases it.
 const clearLine = "\r\033[K"
 
-// NewStatusLine returns a StatusLine drawn on term. Use it as the writer of the output that goes to
+// newStatusLine returns a statusLine drawn on term. Use it as the writer of the output that goes to
 // term, and Output for other writers that show on the same screen.
-func NewStatusLine(term io.Writer) *StatusLine { return &StatusLine{term: term} }
+func newStatusLine(term io.Writer) *statusLine { return &statusLine{term: term} }
 
 // Write writes output lines to the terminal, above the status line.
-func (s *StatusLine) Write(p []byte) (int, error) {
+func (s *statusLine) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.write(s.term, p)
@@ -38,7 +38,7 @@ func (s *StatusLine) Write(p []byte) (int, error) {
 // on the same terminal): its writes clear the status line and draw it again too. It writes whole
 // lines only and holds a partial line back until its end comes (or Clear), since the status line
 // drawn after a partial line would overwrite it.
-func (s *StatusLine) Output(w io.Writer) io.Writer {
+func (s *statusLine) Output(w io.Writer) io.Writer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := &statusOutput{s: s, w: w}
@@ -50,7 +50,7 @@ func (s *StatusLine) Output(w io.Writer) io.Writer {
 const maxPartialLine = 64 << 10
 
 type statusOutput struct {
-	s       *StatusLine
+	s       *statusLine
 	w       io.Writer
 	partial []byte // the start of a line, not written yet
 }
@@ -75,7 +75,7 @@ func (o *statusOutput) Write(p []byte) (int, error) {
 }
 
 // write writes p to w with the status line out of the way; s.mu is held.
-func (s *StatusLine) write(w io.Writer, p []byte) (int, error) {
+func (s *statusLine) write(w io.Writer, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -94,7 +94,7 @@ func (s *StatusLine) write(w io.Writer, p []byte) (int, error) {
 }
 
 // Set shows status as the status line, in place of the previous one.
-func (s *StatusLine) Set(status string) {
+func (s *statusLine) Set(status string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.status = status
@@ -103,7 +103,7 @@ func (s *StatusLine) Set(status string) {
 
 // Clear removes the status line, leaving the cursor at the start of an empty line, and writes
 // what the outputs held back.
-func (s *StatusLine) Clear() {
+func (s *statusLine) Clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.status = ""
@@ -119,7 +119,7 @@ func (s *StatusLine) Clear() {
 
 // draw puts the status line on the screen, unless the last output left its line open; it is drawn
 // after the output that ends that line.
-func (s *StatusLine) draw() {
+func (s *statusLine) draw() {
 	if s.status == "" || s.midLine {
 		return
 	}

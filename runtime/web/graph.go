@@ -1,0 +1,303 @@
+package web
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime"
+)
+
+// The graph as /api/graph serves it. Its shape (nodes, edges, layout) comes from the plan and is
+// computed once; the numbers come from a Snapshot at each request.
+
+type graphJSON struct {
+	// Pipeline is the plan as Plan.Describe gives it.
+	Pipeline       map[string]any `json:"pipeline"`
+	Taken          time.Time      `json:"taken"`
+	ElapsedSeconds float64        `json:"elapsed_seconds"`
+	// Polled is when Redis was last read for lag, pending entries and dead letters; null before.
+	Polled    *time.Time `json:"polled"`
+	PollError string     `json:"poll_error,omitempty"`
+	// RedisFailingSince is when this process's calls to Redis began to fail, while they do.
+	RedisFailingSince *time.Time `json:"redis_failing_since,omitempty"`
+	Ready             bool       `json:"ready"`
+	NotReady          string     `json:"not_ready,omitempty"` // why not, when not ready
+	Leases            int        `json:"leases"`
+	Rates             rateWindow `json:"rates"`
+	Layout            layoutSize `json:"layout"`
+	Nodes             []nodeJSON `json:"nodes"`
+	Edges             []edgeJSON `json:"edges"`
+}
+
+// rateWindow is the interval that the edges' rates are measured over: between two of the samples
+// of the counters that the runtime takes every second, the last one and one about five seconds
+// before. Since and Until are null, and every rate 0, until there are two samples.
+type rateWindow struct {
+	Since   *time.Time `json:"since"`
+	Until   *time.Time `json:"until"`
+	Seconds float64    `json:"seconds"`
+}
+
+type layoutSize struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
+}
+
+type nodeJSON struct {
+	ID     string `json:"id"`   // the address: source.NAME, topic.NAME, stage.NAME or sink.NAME
+	Type   string `json:"type"` // source, topic, stage or sink
+	Name   string `json:"name"`
+	Kind   string `json:"kind,omitempty"` // the source's, stage's or sink's kind
+	Detail string `json:"detail"`         // a short description: "map stage", "4 partitions"
+	// Layer is the node's depth in the graph; X and Y (its top left corner), Width and Height place
+	// it in a drawing of Layout's size.
+	Layer  int `json:"layer"`
+	X      int `json:"x"`
+	Y      int `json:"y"`
+	Width  int `json:"width"`
+	Height int `json:"height"`
+
+	// Sources, stages and sinks: their counters since this process started (absent when this
+	// process does not run the node), the length of their own dead-letter stream, and the topic
+	// their dead letters go to instead, if they name one.
+	Counters        *countersJSON `json:"counters,omitempty"`
+	DeadLetters     *int64        `json:"dead_letters,omitempty"`
+	DeadLetterTopic string        `json:"dead_letter_topic,omitempty"`
+	// Progress is a producing source's (generate, file, stdin).
+	Progress *progressJSON `json:"progress,omitempty"`
+	// Stream is a redis_stream source's input, as of the last poll, when this process runs it.
+	Stream *streamJSON `json:"stream,omitempty"`
+	// Paused is set while the node's attempts fail transiently: it waits for its downstream.
+	Paused *pausedJSON `json:"paused,omitempty"`
+	// HeldBackBy names the topic at its max_lag that the node waits for, while it does;
+	// HeldBackSeconds is how long its writers waited for capped topics, in all.
+	HeldBackBy      string  `json:"held_back_by,omitempty"`
+	HeldBackSeconds float64 `json:"held_back_seconds,omitempty"`
+
+	// Topics: the partitions, the key expression and each partition's length as far as the nodes
+	// that this process runs read it.
+	Partitions       int               `json:"partitions,omitempty"`
+	Key              string            `json:"key,omitempty"`
+	PartitionLengths []partitionLength `json:"partition_lengths,omitempty"`
+}
+
+type countersJSON struct {
+	In           int64 `json:"in"`
+	Out          int64 `json:"out"`
+	Filtered     int64 `json:"filtered"`
+	Failed       int64 `json:"failed"`
+	Retried      int64 `json:"retried"`
+	DeadLettered int64 `json:"dead_lettered"`
+}
+
+type pausedJSON struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"` // the last transient failure
+}
+
+type progressJSON struct {
+	Produced int64 `json:"produced"`
+	Total    int64 `json:"total,omitempty"` // absent when the source cannot tell
+	Done     bool  `json:"done"`
+}
+
+// streamJSON is the stream a redis_stream source reads, with the lag and pending entries of the
+// source's consumer group.
+type streamJSON struct {
+	Stream  string `json:"stream"`
+	Length  int64  `json:"length"`
+	Lag     int64  `json:"lag"`
+	Pending int64  `json:"pending"`
+}
+
+type partitionLength struct {
+	Partition int   `json:"partition"`
+	Length    int64 `json:"length"`
+}
+
+type edgeJSON struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Kind  string `json:"kind"` // reads, writes or dead_letter
+	Label string `json:"label,omitempty"`
+	Topic string `json:"topic"` // the topic the edge carries
+	// Implicit marks an edge drawn straight from a stage to a reader of its implicit output topic.
+	Implicit bool `json:"implicit,omitempty"`
+	// Points is the line to draw, [x, y] pairs from the source's box to the target's: two for an
+	// edge between neighbouring layers (drawn as a curve), more for one that runs along a lane
+	// below the boxes. LabelAt is where its numbers go.
+	Points  [][2]int `json:"points"`
+	LabelAt [2]int   `json:"label_at"`
+	// Rate is messages per second over Rates: a reads edge counts what its reader read, a writes
+	// edge what its writer wrote, a dead_letter edge what its node dead-lettered. Null where this
+	// process cannot tell (it does not run the node; a route stage's outputs share one count).
+	Rate *float64 `json:"rate"`
+	// Lag, Pending and Retries are summed over the reading node's partitions (reads edges of
+	// nodes this process runs; null otherwise), and Partitions lists them one by one.
+	Lag        *int64          `json:"lag"`
+	Pending    *int64          `json:"pending"`
+	Retries    *int64          `json:"retries"`
+	Partitions []partitionJSON `json:"partitions"`
+}
+
+type partitionJSON struct {
+	Partition int   `json:"partition"`
+	Length    int64 `json:"length"`
+	Lag       int64 `json:"lag"`
+	Pending   int64 `json:"pending"`
+	Retries   int64 `json:"retries"`
+}
+
+// graphHandler serves /api/graph.
+type graphHandler struct {
+	rt       Pipeline
+	plan     *flow.Plan
+	pipeline map[string]any
+	view     graphView
+}
+
+func newGraphHandler(rt Pipeline) *graphHandler {
+	p := rt.Plan()
+	return &graphHandler{rt: rt, plan: p, pipeline: p.Describe(), view: newGraphView(p)}
+}
+
+func (g *graphHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	s := g.rt.Snapshot()
+	ready := g.rt.Ready()
+	body, err := json.Marshal(g.describe(s, ready))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(body)
+}
+
+// describe combines the graph's shape with a snapshot.
+func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
+	counters := map[string]runtime.NodeSummary{}
+	for _, n := range s.Nodes {
+		counters[n.Name] = n
+	}
+	progress := map[string]runtime.SourceProgress{}
+	for _, p := range s.Sources {
+		progress[p.Name] = p
+	}
+	partitions := map[string][]runtime.PartitionState{}  // by reading node
+	lengths := map[string]map[int]int64{}                // by topic, then partition
+	sourceStreams := map[string]runtime.PartitionState{} // by redis_stream source
+	for _, p := range s.Partitions {
+		if p.Topic == "" {
+			sourceStreams[p.Node] = p
+			continue
+		}
+		partitions[p.Node] = append(partitions[p.Node], p)
+		if lengths[p.Topic] == nil {
+			lengths[p.Topic] = map[int]int64{}
+		}
+		if _, seen := lengths[p.Topic][p.Partition]; !seen {
+			lengths[p.Topic][p.Partition] = p.Length
+		}
+	}
+	rates := s.Rates
+
+	out := graphJSON{
+		Pipeline:       g.pipeline,
+		Taken:          s.Taken,
+		ElapsedSeconds: s.Elapsed.Seconds(),
+		Ready:          ready == nil,
+		Leases:         s.Leases,
+		Layout:         layoutSize{Width: g.view.width, Height: g.view.height},
+		Nodes:          make([]nodeJSON, 0, len(g.view.nodes)),
+		Edges:          make([]edgeJSON, 0, len(g.view.edges)),
+	}
+	if !s.Polled.IsZero() {
+		out.Polled = &s.Polled
+	}
+	if s.PollErr != nil {
+		out.PollError = g.plan.Redact(s.PollErr.Error())
+	}
+	if !s.RedisFailingSince.IsZero() {
+		since := s.RedisFailingSince
+		out.RedisFailingSince = &since
+	}
+	if ready != nil {
+		out.NotReady = g.plan.Redact(ready.Error())
+	}
+	if !rates.Since.IsZero() {
+		out.Rates = rateWindow{Since: &rates.Since, Until: &rates.Until, Seconds: rates.Seconds()}
+	}
+
+	for _, vn := range g.view.nodes {
+		n := nodeJSON{
+			ID: vn.id, Type: vn.typ, Name: vn.name, Kind: vn.kind, Detail: vn.detail,
+			Layer: vn.layer, X: vn.x, Y: vn.y, Width: vn.width, Height: vn.height,
+			DeadLetterTopic: vn.deadLetterTopic, Partitions: vn.partitions, Key: vn.key,
+		}
+		if c, ok := counters[vn.name]; ok && vn.typ != "topic" {
+			n.Counters = &countersJSON{In: c.In, Out: c.Out, Filtered: c.Filtered, Failed: c.Failed,
+				Retried: c.Retried, DeadLettered: c.DeadLettered}
+			if !c.PausedSince.IsZero() {
+				n.Paused = &pausedJSON{Since: c.PausedSince, Reason: g.plan.Redact(c.PausedBy)}
+			}
+			n.HeldBackBy, n.HeldBackSeconds = c.HeldBackBy, c.HeldBack.Seconds()
+		}
+		if d, ok := s.DeadLetters[vn.name]; ok && vn.typ != "topic" {
+			n.DeadLetters = &d
+		}
+		if p, ok := progress[vn.name]; ok && vn.typ == "source" {
+			n.Progress = &progressJSON{Produced: p.Produced, Total: p.Total, Done: p.Done}
+		}
+		if p, ok := sourceStreams[vn.name]; ok && vn.typ == "source" {
+			n.Stream = &streamJSON{Stream: p.Stream, Length: p.Length, Lag: p.Lag, Pending: p.Pending}
+		}
+		if vn.typ == "topic" {
+			for part, length := range lengths[vn.name] {
+				n.PartitionLengths = append(n.PartitionLengths, partitionLength{Partition: part, Length: length})
+			}
+			sort.Slice(n.PartitionLengths, func(i, j int) bool {
+				return n.PartitionLengths[i].Partition < n.PartitionLengths[j].Partition
+			})
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+
+	for _, ve := range g.view.edges {
+		e := edgeJSON{From: ve.from, To: ve.to, Kind: ve.kind, Label: ve.label, Topic: ve.topic, Implicit: ve.implicit,
+			Points: ve.points, LabelAt: ve.labelAt}
+		if _, ok := counters[ve.counted]; ok && ve.counted != "" {
+			var r float64
+			switch nr := rates.Nodes[ve.counted]; ve.kind {
+			case string(flow.EdgeReads):
+				r = nr.In
+			case string(flow.EdgeWrites):
+				r = nr.Out
+			case string(flow.EdgeDeadLetter):
+				r = nr.DeadLettered
+			}
+			e.Rate = &r
+		}
+		if ve.reader != "" {
+			if parts, ok := partitions[ve.reader]; ok {
+				var lag, pending, retries int64
+				e.Partitions = make([]partitionJSON, 0, len(parts))
+				for _, p := range parts {
+					lag, pending, retries = lag+p.Lag, pending+p.Pending, retries+p.Retries
+					e.Partitions = append(e.Partitions, partitionJSON{
+						Partition: p.Partition, Length: p.Length, Lag: p.Lag, Pending: p.Pending, Retries: p.Retries,
+					})
+				}
+				sort.Slice(e.Partitions, func(i, j int) bool { return e.Partitions[i].Partition < e.Partitions[j].Partition })
+				e.Lag, e.Pending, e.Retries = &lag, &pending, &retries
+			}
+		}
+		out.Edges = append(out.Edges, e)
+	}
+	return out
+}

@@ -1,0 +1,256 @@
+package web
+
+import (
+	"sort"
+
+	"github.com/flowrun/flowrun/flow"
+)
+
+// graphView is the drawing of a plan: sources, declared topics, stages and sinks placed in layers by
+// their depth, left to right. A stage read as stage.NAME writes an implicit topic, which is drawn
+// as edges straight from the stage to its readers, as flowrun graph draws it.
+type graphView struct {
+	nodes         []*viewNode
+	edges         []*viewEdge
+	width, height int
+}
+
+type viewNode struct {
+	id, typ, name, kind, detail string
+	deadLetterTopic, key        string
+	partitions                  int
+	layer, x, y, width, height  int
+	order                       float64 // position within the layer, while ordering
+}
+
+type viewEdge struct {
+	from, to, kind, label, topic string
+	implicit                     bool
+	counted                      string // the node whose counter gives the rate; "" when none does
+	reader                       string // the node whose input partitions the edge shows
+	points                       [][2]int
+	labelAt                      [2]int
+}
+
+// The drawing's measures, in pixels. The page lays out a node's lines inside the box it is given:
+// a title and a detail line, then three rows of counters and a dead-letter line for sources, stages
+// and sinks, or rows of four partitions for topics.
+const (
+	drawMargin      = 24
+	drawNodeWidth   = 250
+	drawLayerGap    = 140 // room for the edges' labels between layers
+	drawRowGap      = 28
+	drawNodeHeight  = 128
+	drawTopicTop    = 48 // a topic's title and detail
+	drawTopicRow    = 18
+	drawCellsPerRow = 4
+	drawMaxCells    = 32 // more partitions are summed up in one line
+	drawLaneGap     = 40 // between the lanes of edges that skip layers
+	drawLaneTurn    = 14 // how far from a box such an edge turns to its lane
+)
+
+// newGraphView lays out the plan's graph (flow's Plan.Graph, which flowrun graph draws too).
+func newGraphView(p *flow.Plan) graphView {
+	var v graphView
+	g := p.Graph()
+	byID := map[string]*viewNode{}
+	for _, n := range g.Nodes {
+		vn := &viewNode{id: n.ID, typ: n.Type, name: n.Name, kind: n.Kind, detail: n.Detail,
+			deadLetterTopic: n.DeadLetterTopic, key: n.Key, partitions: n.Partitions}
+		v.nodes = append(v.nodes, vn)
+		byID[vn.id] = vn
+	}
+	writes := map[string]int{} // node address -> edges that write its output, implicit topics included
+	for _, e := range p.Edges {
+		if e.Kind == flow.EdgeWrites {
+			writes[e.From]++
+		}
+	}
+	for _, e := range g.Edges {
+		ve := &viewEdge{from: e.From, to: e.To, kind: string(e.Kind), label: e.Label, topic: e.Topic, implicit: e.Implicit}
+		switch e.Kind {
+		case flow.EdgeReads:
+			ve.counted, ve.reader = byID[e.To].name, byID[e.To].name
+		case flow.EdgeWrites:
+			if writes[e.From] == 1 { // a route stage's outputs share its count
+				ve.counted = byID[e.From].name
+			}
+		default:
+			ve.counted = byID[e.From].name
+		}
+		v.edges = append(v.edges, ve)
+	}
+
+	v.assignLayers(byID)
+	v.place(byID)
+	v.route(byID)
+	return v
+}
+
+// assignLayers puts each node one layer after the deepest node that feeds it. Only dead-letter
+// edges can close a loop (a stage that repairs dead letters and feeds them back). A depth-first walk
+// from the nodes without inputs finds the edges that go back along such a loop; they do not count,
+// so that the loop is drawn with the flow left to right and one edge going back.
+func (v *graphView) assignLayers(byID map[string]*viewNode) {
+	outs := map[*viewNode][]int{} // edges by source, in order
+	indeg := map[*viewNode]int{}
+	for i, e := range v.edges {
+		outs[byID[e.from]] = append(outs[byID[e.from]], i)
+		indeg[byID[e.to]]++
+	}
+	const (
+		unvisited = iota
+		onPath
+		done
+	)
+	state := map[*viewNode]int{}
+	back := make([]bool, len(v.edges))
+	var visit func(n *viewNode)
+	visit = func(n *viewNode) {
+		state[n] = onPath
+		for _, i := range outs[n] {
+			switch m := byID[v.edges[i].to]; state[m] {
+			case unvisited:
+				visit(m)
+			case onPath:
+				back[i] = true
+			}
+		}
+		state[n] = done
+	}
+	for _, roots := range []bool{true, false} {
+		for _, n := range v.nodes {
+			if state[n] == unvisited && (!roots || indeg[n] == 0) {
+				visit(n)
+			}
+		}
+	}
+
+	// Longest paths over the edges left, in topological order.
+	for i, e := range v.edges {
+		if back[i] {
+			indeg[byID[e.to]]--
+		}
+	}
+	var queue []*viewNode
+	for _, n := range v.nodes {
+		if indeg[n] == 0 {
+			queue = append(queue, n)
+		}
+	}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		for _, i := range outs[n] {
+			if back[i] {
+				continue
+			}
+			to := byID[v.edges[i].to]
+			to.layer = max(to.layer, n.layer+1)
+			if indeg[to]--; indeg[to] == 0 {
+				queue = append(queue, to)
+			}
+		}
+	}
+}
+
+// place orders the nodes within each layer to keep edges short and uncrossed (by the mean position
+// of their neighbours in the layers before, then after), and gives each node its box.
+func (v *graphView) place(byID map[string]*viewNode) {
+	var layers [][]*viewNode
+	for _, n := range v.nodes {
+		for len(layers) <= n.layer {
+			layers = append(layers, nil)
+		}
+		layers[n.layer] = append(layers[n.layer], n)
+		n.width, n.height = drawNodeWidth, drawNodeHeight
+		if n.typ == "topic" {
+			rows := 1
+			if n.partitions <= drawMaxCells {
+				rows = (n.partitions + drawCellsPerRow - 1) / drawCellsPerRow
+			}
+			n.height = drawTopicTop + rows*drawTopicRow + 10
+		}
+	}
+	number := func(layer []*viewNode) {
+		for i, n := range layer {
+			n.order = (float64(i) + 0.5) / float64(len(layer))
+		}
+	}
+	for _, l := range layers {
+		number(l)
+	}
+	// sweep sorts a layer by the mean position of each node's neighbours in the layers before it
+	// (or after it); a node without such neighbours keeps its place.
+	sweep := func(l int, before bool) {
+		key := map[*viewNode]float64{}
+		for _, n := range layers[l] {
+			sum, count := 0.0, 0
+			for _, e := range v.edges {
+				self, other := byID[e.to], byID[e.from]
+				if !before {
+					self, other = other, self
+				}
+				if self == n && (before && other.layer < l || !before && other.layer > l) {
+					sum, count = sum+other.order, count+1
+				}
+			}
+			key[n] = n.order
+			if count > 0 {
+				key[n] = sum / float64(count)
+			}
+		}
+		sort.SliceStable(layers[l], func(i, j int) bool { return key[layers[l][i]] < key[layers[l][j]] })
+		number(layers[l])
+	}
+	for l := 1; l < len(layers); l++ {
+		sweep(l, true)
+	}
+	for l := len(layers) - 2; l >= 0; l-- {
+		sweep(l, false)
+	}
+
+	tallest := 0
+	heights := make([]int, len(layers))
+	for l, layer := range layers {
+		for i, n := range layer {
+			if i > 0 {
+				heights[l] += drawRowGap
+			}
+			heights[l] += n.height
+		}
+		tallest = max(tallest, heights[l])
+	}
+	for l, layer := range layers {
+		y := drawMargin + (tallest-heights[l])/2
+		for _, n := range layer {
+			n.x, n.y = drawMargin+l*(drawNodeWidth+drawLayerGap), y
+			y += n.height + drawRowGap
+		}
+	}
+	v.width = 2*drawMargin + len(layers)*drawNodeWidth + max(0, len(layers)-1)*drawLayerGap
+	v.height = 2*drawMargin + tallest
+}
+
+// route draws each edge. One between neighbouring layers goes straight from the right side of its
+// source's box to the left side of its target's. One that skips layers (or goes back, in a
+// dead-letter loop) would cross the boxes between: it leaves into the gap after its source, runs
+// along a lane of its own below every box, and comes up in the gap before its target.
+func (v *graphView) route(byID map[string]*viewNode) {
+	lane := v.height - drawMargin + drawLaneGap/2
+	for _, e := range v.edges {
+		a, b := byID[e.from], byID[e.to]
+		start := [2]int{a.x + a.width, a.y + a.height/2}
+		end := [2]int{b.x, b.y + b.height/2}
+		if b.layer == a.layer+1 {
+			e.points = [][2]int{start, end}
+			e.labelAt = [2]int{(start[0] + end[0]) / 2, (start[1] + end[1]) / 2}
+			continue
+		}
+		out, in := start[0]+drawLaneTurn, end[0]-drawLaneTurn
+		e.points = [][2]int{start, {out, start[1]}, {out, lane}, {in, lane}, {in, end[1]}, end}
+		e.labelAt = [2]int{(out + in) / 2, lane}
+		lane += drawLaneGap
+	}
+	v.height = max(v.height, lane-drawLaneGap/2+drawMargin)
+}
