@@ -55,8 +55,8 @@ func graphNodes(p *Plan) []graphNode {
 	}
 	for _, s := range p.Stages {
 		lines := []string{s.Name, s.Kind + " stage"}
-		if s.Kind == "go" {
-			lines[1] = fmt.Sprintf("go stage: %s", s.Config.String("func"))
+		if s.Spec != nil && s.Spec.Detail != nil {
+			lines[1] = s.Spec.Detail(s.Config)
 		}
 		lines = append(lines, retryLine(s.Retry))
 		nodes = append(nodes, graphNode{ID: "stage." + s.Name, Shape: "stage", Lines: lines})

@@ -365,7 +365,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 {
 		return nil
 	}
-	if err := n.handler.flush(); err != nil {
+	if err := n.handler.flush(ctx); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
