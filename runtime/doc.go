@@ -12,8 +12,10 @@
 //   - lanes.go: parallel processing inside a batch that keeps the order of each key.
 //   - deadletter.go: failed and malformed messages go to dead-letter streams, never lost, never looped.
 //   - drain.go: job mode's test for "all work done".
-//   - source_*.go and sink_*.go: the source and sink kinds.
+//   - source_produce.go, source_write.go, source_stream.go and sinks.go: how the runtime runs the
+//     source and sink kinds of package stages (producing sources, their writer, sources that read a
+//     stream, sinks).
 //
-// It does not parse pipelines (package flow does), implement stage kinds (package stages does), or
+// It does not parse pipelines (package flow does), implement kinds (package stages does), or
 // issue Redis commands itself (package transport/redis does).
 package runtime

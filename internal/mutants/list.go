@@ -122,11 +122,11 @@ var mutations = []mutation{
 	},
 	{
 		name: "file-source-restarts", why: "a restarted file source reads its file from the top again",
-		file: "runtime/source_file.go", find: `	if !found {
-		return fresh, nil
+		file: "stages/source_file.go", find: `	if err != nil || !found {
+		return fresh, err
 	}`,
-		replace: `	if !found || true {
-		return fresh, nil
+		replace: `	if err != nil || !found || true {
+		return fresh, err
 	}`,
 		packages: []string{"./runtime"},
 	},
