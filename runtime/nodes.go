@@ -26,6 +26,7 @@ type node struct {
 	group    string      // consumer group on the input streams
 	input    *flow.Topic // nil for a redis_stream source, which reads an external stream
 	handler  handler
+	process  messageFunc // the handler inside the node's layers (layers.go)
 	ordering flow.Ordering
 	lanes    int // messages of one partition in flight at once
 	// readCount is the most entries a read takes: Options.BatchSize, or less for a node that writes

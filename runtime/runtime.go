@@ -259,6 +259,9 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 			n.transientRetry = flow.DefaultTransientRetry
 		}
 		n.breaker = newBreaker(n, n.transientRetry, plan.Redact)
+		if n.handler != nil { // producing sources process nothing
+			n.process = r.layers(n)
+		}
 		n.readCount = int64(opts.BatchSize)
 		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
 			n.readCount = limit

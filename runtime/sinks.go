@@ -60,12 +60,9 @@ type sinkHandler struct {
 
 func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
 	if h.where != nil {
-		if err := m.msg.Decode(); err != nil {
-			return outs, err
-		}
-		ok, err := h.where.EvalBool(&expr.Env{Msg: m.msg.Value})
+		ok, err := stages.Holds(h.where, &m.msg)
 		if err != nil {
-			return outs, stages.Permanent(err)
+			return outs, err
 		}
 		if !ok {
 			h.node.stats.filtered.Add(1)

@@ -37,15 +37,23 @@ type filterStage struct {
 }
 
 func (s *filterStage) Process(_ context.Context, m *Message, out []Output) ([]Output, error) {
-	if err := m.Decode(); err != nil {
+	ok, err := Holds(s.where, m)
+	if err != nil || !ok {
 		return out, err
 	}
-	ok, err := s.where.EvalBool(&expr.Env{Msg: m.Value})
-	if err != nil {
-		return out, evalError(err)
-	}
-	if !ok {
-		return out, nil
-	}
 	return append(out, Output{Topic: s.out, Message: *m}), nil
+}
+
+// Holds evaluates a where condition on a message, decoding it first: the filter stage's where and
+// a sink's. An expression that cannot evaluate on the message fails it for good (Permanent), as it
+// would on every attempt; so does a payload that is not a JSON object.
+func Holds(where *expr.Program, m *Message) (bool, error) {
+	if err := m.Decode(); err != nil {
+		return false, err
+	}
+	ok, err := where.EvalBool(&expr.Env{Msg: m.Value})
+	if err != nil {
+		return false, evalError(err)
+	}
+	return ok, nil
 }
