@@ -1,21 +1,37 @@
 package cmd
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
 )
 
 func newSchemaCommand(stdio IO) *cobra.Command {
-	return &cobra.Command{
+	var format string
+	c := &cobra.Command{
 		Use:   "schema",
-		Short: "Print the JSON Schema of pipeline files in JSON syntax",
-		Long: "Schema prints the JSON Schema (draft 2020-12) of *.hcl.json pipeline files, for editors. " +
-			"schema/flowrun.schema.json in the source tree holds the same document.",
+		Short: "Print the JSON Schema of pipeline files, or the language reference",
+		Long: "Schema prints the JSON Schema (draft 2020-12) of *.hcl.json pipeline files, for editors, or with " +
+			"--format markdown the language reference (docs/reference.md). Both describe the kinds compiled into " +
+			"this binary: a custom binary's own kinds too. schema/flowrun.schema.json and docs/reference.md in the " +
+			"source tree hold flowrun's.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			_, err := stdio.Out.Write(flow.JSONSchema())
+			var doc []byte
+			switch format {
+			case "json":
+				doc = flow.JSONSchema()
+			case "markdown":
+				doc = flow.ReferenceMarkdown()
+			default:
+				return exitError{code: ExitInvalid, message: fmt.Sprintf("--format must be json or markdown, not %q", format)}
+			}
+			_, err := stdio.Out.Write(doc)
 			return err
 		},
 	}
+	c.Flags().StringVar(&format, "format", "json", "json (the JSON Schema) or markdown (the language reference)")
+	return c
 }

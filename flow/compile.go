@@ -122,3 +122,11 @@ func (c *compiler) collectTopics() {
 	}
 	sort.Slice(c.plan.Topics, func(i, j int) bool { return c.plan.Topics[i].Name < c.plan.Topics[j].Name })
 }
+
+// checkKind runs the checks of a block's kind, if it has any.
+func (c *compiler) checkKind(b *Block, config *Attrs) {
+	if b.Kind == nil || b.Kind.Check == nil {
+		return
+	}
+	b.Kind.Check(&KindCheck{Pipeline: c.plan.Name, Name: b.Name, Config: config, GoFuncs: c.opts.GoFuncs, block: b, c: c})
+}

@@ -1,6 +1,8 @@
-package flow
+package flow_test
 
 import (
+	. "github.com/flowrun/flowrun/flow"
+	_ "github.com/flowrun/flowrun/stages"
 	"os"
 	"path/filepath"
 	"strings"
@@ -362,12 +364,12 @@ func TestKindExamples(t *testing.T) {
 				t.Errorf("%s kind %s: example does not parse: %s", spec.Type, k.Name, diags)
 				continue
 			}
-			content, diags := f.Body.Content(topLevelSchema)
+			content, diags := f.Body.Content(TopLevelSchema)
 			if diags.HasErrors() || len(content.Blocks) != 1 {
 				t.Errorf("%s kind %s: example is not one block: %s", spec.Type, k.Name, diags)
 				continue
 			}
-			b, diags := decodeBlock(content.Blocks[0], spec)
+			b, diags := DecodeBlock(content.Blocks[0], spec)
 			if diags.HasErrors() || b.Kind != k {
 				t.Errorf("%s kind %s: example does not decode: %s", spec.Type, k.Name, diags)
 			}

@@ -28,13 +28,10 @@ func (c *compiler) checkGraph(blocks map[*Stage]*Block) {
 		if s.Output != nil {
 			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + s.Output.Name, Kind: EdgeWrites})
 		}
-		for _, cs := range s.Config.Blocks("case") {
-			if t := cs.Topic("output"); t != nil {
-				p.Edges = append(p.Edges, Edge{From: from, To: "topic." + t.Name, Kind: EdgeWrites, Label: exprLabel(cs, "when")})
+		if s.Spec != nil && s.Spec.OwnOutputs != nil {
+			for _, o := range s.Spec.OwnOutputs(s.Config) {
+				p.Edges = append(p.Edges, Edge{From: from, To: "topic." + o.Topic.Name, Kind: EdgeWrites, Label: o.Label})
 			}
-		}
-		if t := s.Config.Topic("default"); t != nil {
-			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + t.Name, Kind: EdgeWrites, Label: "default"})
 		}
 		if s.DeadLetter != nil {
 			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + s.DeadLetter.Name, Kind: EdgeDeadLetter})
@@ -54,13 +51,6 @@ func (c *compiler) checkGraph(blocks map[*Stage]*Block) {
 	if !c.unresolved {
 		c.checkUnused()
 	}
-}
-
-func exprLabel(a Attrs, name string) string {
-	if e := a.Expr(name); e != nil {
-		return e.String()
-	}
-	return ""
 }
 
 // checkCycles reports every cycle of the data flow with its path. Dead-letter edges do not count:

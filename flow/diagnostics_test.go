@@ -1,8 +1,10 @@
-package flow
+package flow_test
 
 import (
 	"bytes"
 	"fmt"
+	. "github.com/flowrun/flowrun/flow"
+	_ "github.com/flowrun/flowrun/stages"
 	"os"
 	"path/filepath"
 	"regexp"

@@ -1,6 +1,8 @@
-package flow
+package flow_test
 
 import (
+	. "github.com/flowrun/flowrun/flow"
+	_ "github.com/flowrun/flowrun/stages"
 	"strings"
 	"testing"
 	"time"

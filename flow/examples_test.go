@@ -1,8 +1,10 @@
-package flow
+package flow_test
 
 import (
 	"bytes"
 	"flag"
+	. "github.com/flowrun/flowrun/flow"
+	_ "github.com/flowrun/flowrun/stages"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +25,7 @@ func examplePipelines(t *testing.T) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if e.IsDir() || isPipelineFile(e.Name()) {
+		if e.IsDir() || IsPipelineFile(e.Name()) {
 			out = append(out, filepath.Join(examplesDir, e.Name()))
 		}
 	}
@@ -36,7 +38,7 @@ func examplePipelines(t *testing.T) []string {
 // exampleName is an example's name for golden files: its directory or file name without extension.
 func exampleName(path string) string {
 	base := filepath.Base(path)
-	return strings.TrimSuffix(strings.TrimSuffix(base, jsonExt), nativeExt)
+	return strings.TrimSuffix(strings.TrimSuffix(base, JSONExt), NativeExt)
 }
 
 func TestExamplesAreValidWithoutWarnings(t *testing.T) {

@@ -1,6 +1,8 @@
-package flow
+package flow_test
 
 import (
+	. "github.com/flowrun/flowrun/flow"
+	_ "github.com/flowrun/flowrun/stages"
 	"testing"
 )
 
@@ -16,7 +18,7 @@ func FuzzLoad(f *testing.F) {
 			name = "fuzz.hcl.json"
 		}
 		cfg, diags := LoadSource(map[string][]byte{name: src})
-		if cfg.syntaxErrors {
+		if cfg.SyntaxErrors() {
 			return
 		}
 		plan, more := Compile(cfg, Options{

@@ -107,8 +107,8 @@ func (p *Plan) Graph() Graph {
 	}
 	for _, s := range p.Stages {
 		detail := s.Kind + " stage"
-		if s.Kind == "go" {
-			detail = "go stage: " + s.Config.String("func")
+		if s.Spec != nil && s.Spec.Detail != nil {
+			detail = s.Spec.Detail(s.Config)
 		}
 		add(GraphNode{ID: "stage." + s.Name, Type: "stage", Name: s.Name, Kind: s.Kind, Detail: detail,
 			Retry: retryLine(s.Retry), DeadLetterTopic: deadLetterName(s.DeadLetter)})

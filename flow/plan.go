@@ -130,6 +130,7 @@ func (r RetryPolicy) Delay(retry int) time.Duration {
 type Source struct {
 	Name   string
 	Kind   string
+	Spec   *Kind // the kind's declaration; nil when the kind is unknown
 	Output *Topic
 	Config Attrs // the kind's own attributes
 	Range  hcl.Range
@@ -139,8 +140,9 @@ type Source struct {
 type Stage struct {
 	Name  string
 	Kind  string
+	Spec  *Kind // the kind's declaration; nil when the kind is unknown
 	Input *Topic
-	// Output is where results go; nil for a route stage, whose outputs are in its Config.
+	// Output is where results go; nil for a kind with its own outputs (Kind.OwnOutputs), which are in its Config.
 	Output *Topic
 	Retry  RetryPolicy
 	// RetryInPlace makes a failed message wait for its retry in the process, holding back the
@@ -168,6 +170,7 @@ func (s *Stage) Outputs() []*Topic {
 type Sink struct {
 	Name         string
 	Kind         string
+	Spec         *Kind // the kind's declaration; nil when the kind is unknown
 	Input        *Topic
 	Where        *expr.Program // nil: every message
 	Retry        RetryPolicy

@@ -168,7 +168,7 @@ func (c *compiler) stageOutput(ref reference) *Topic {
 		c.errorf(ref.Range, "Reference to undeclared stage", detail)
 		return nil
 	}
-	if b.Kind != nil && b.Kind.OwnOutputs {
+	if b.Kind != nil && b.Kind.OwnOutputs != nil {
 		c.unresolved = true
 		c.errorf(ref.Range, "Ambiguous stage output",
 			fmt.Sprintf("The %s stage %q writes to several topics; read one of them by its topic reference.", b.Kind.Name, b.Name))

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
@@ -8,8 +9,8 @@ import (
 
 // The language is declared once, as data: every block type, every kind of source, stage and sink, and
 // every attribute with its type, default and constraints. Decoding, validation, the JSON Schema and the
-// reference documentation are all derived from these declarations, so adding a kind means adding one
-// Kind value (and its runtime implementation in package stages).
+// reference documentation are all derived from these declarations. The kinds of sources, stages and
+// sinks are declared where they are implemented (package stages) and added with RegisterKind.
 
 // Type is an attribute's type as the language sees it.
 type Type int
@@ -73,17 +74,101 @@ type NestedBlock struct {
 	Min, Max int
 }
 
-// Kind declares one kind of source, stage or sink: the attributes and blocks it adds to its block type.
+// Kind declares one kind of source, stage or sink: the attributes and blocks it adds to its block
+// type, and the few checks and graph facts that only the kind knows. Kinds are not declared in this
+// package: each registers itself, once, from the file that implements it (package stages), and
+// reaches the language through RegisterKind.
 type Kind struct {
 	Name       string
 	Doc        string
 	Attributes []Attribute
 	Blocks     []NestedBlock
-	// OwnOutputs marks a stage kind (route) that writes to the topics its own attributes name, in
-	// place of the output attribute.
-	OwnOutputs bool
 	// Example is a complete block in HCL, shown in the reference docs and checked by the tests.
 	Example string
+
+	// OwnOutputs, for a stage kind that writes to the topics its own attributes name (route) in
+	// place of the output attribute, lists those topics with a label for graphs.
+	OwnOutputs func(config Attrs) []KindOutput
+	// OutputsDoc says in words where such a kind writes: "the outputs of its case blocks and its default".
+	OutputsDoc string
+	// Check, when set, runs once the kind's attributes are decoded: it reports mistakes that span
+	// attributes and settles defaults that depend on the plan.
+	Check func(c *KindCheck)
+	// Detail, when set, says in a few words what a node of this kind does, for graphs ("go stage:
+	// acme.score"); without it the graph shows the kind's name.
+	Detail func(config Attrs) string
+}
+
+// KindOutput is one of the topics a stage kind with OwnOutputs writes to.
+type KindOutput struct {
+	Topic *Topic
+	Label string // why messages go there, for graphs: a condition, or "default"
+}
+
+// KindCheck is what a kind's Check sees of its block, and how it reports.
+type KindCheck struct {
+	Pipeline string // the pipeline's name
+	Name     string // the block's name
+	Config   *Attrs // the kind's decoded attributes; Check may set defaults with SetDefault
+	// GoFuncs are the Go stage functions of this binary (Options.GoFuncs).
+	GoFuncs []string
+
+	block *Block
+	c     *compiler
+}
+
+// Has reports whether the block sets the attribute itself.
+func (k *KindCheck) Has(name string) bool { _, ok := k.block.Attributes[name]; return ok }
+
+// Errorf reports an error at the attribute (or, when the block does not set it, at the block).
+func (k *KindCheck) Errorf(attribute, summary, format string, args ...any) {
+	k.c.errorf(k.rangeOf(attribute), summary, fmt.Sprintf(format, args...))
+}
+
+// Warnf reports a warning at the attribute (or, when the block does not set it, at the block).
+func (k *KindCheck) Warnf(attribute, summary, format string, args ...any) {
+	k.c.warnf(k.rangeOf(attribute), summary, fmt.Sprintf(format, args...))
+}
+
+func (k *KindCheck) rangeOf(attribute string) hcl.Range {
+	if a, ok := k.block.Attributes[attribute]; ok {
+		return a.Expr.Range()
+	}
+	return k.block.DeclRange
+}
+
+// RegisterKind adds a kind to a block type ("source", "stage" or "sink"). It is meant for init
+// functions (package stages calls it for every kind it registers) and panics on an unknown block
+// type, an empty name or a name registered twice: each is a programming error.
+func RegisterKind(blockType string, k *Kind) {
+	b := BlockSpecFor(blockType)
+	if b == nil || (b != sourceSpec && b != stageSpec && b != sinkSpec) {
+		panic(fmt.Sprintf("flow.RegisterKind: %q is not a block type with kinds", blockType))
+	}
+	if k == nil || k.Name == "" {
+		panic("flow.RegisterKind: a kind needs a name")
+	}
+	if b.Kind(k.Name) != nil {
+		panic(fmt.Sprintf("flow.RegisterKind: %s kind %q registered twice", blockType, k.Name))
+	}
+	for _, a := range k.Attributes {
+		if a.Name == "kind" || b.attribute(a.Name) != nil {
+			panic(fmt.Sprintf("flow.RegisterKind: %s kind %q redeclares the block's attribute %q", blockType, k.Name, a.Name))
+		}
+	}
+	// Sorted by name, so that the docs and the schema do not depend on the order of registration.
+	i := sort.Search(len(b.Kinds), func(i int) bool { return b.Kinds[i].Name > k.Name })
+	b.Kinds = append(b.Kinds[:i], append([]*Kind{k}, b.Kinds[i:]...)...)
+}
+
+// attribute returns the block's own attribute of that name, or nil.
+func (b *BlockSpec) attribute(name string) *Attribute {
+	for i := range b.Attributes {
+		if b.Attributes[i].Name == name {
+			return &b.Attributes[i]
+		}
+	}
+	return nil
 }
 
 // Language is every top-level block type, in the order the reference docs present them.
@@ -167,4 +252,5 @@ func findAttribute(attrs []Attribute, name string) (Attribute, bool) {
 	return Attribute{}, false
 }
 
-func bound(f float64) *float64 { return &f }
+// Bound makes a number a bound of an attribute (Attribute.Min, Attribute.Max).
+func Bound(f float64) *float64 { return &f }

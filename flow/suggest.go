@@ -26,3 +26,9 @@ func didYouMean(given string, candidates []string) string {
 	}
 	return ""
 }
+
+// DidYouMean is didYouMean for the checks of kinds declared outside this package.
+func DidYouMean(given string, candidates []string) string { return didYouMean(given, candidates) }
+
+// QuotedList is quotedList for the checks of kinds declared outside this package.
+func QuotedList(names []string) string { return quotedList(names) }

@@ -26,7 +26,7 @@ var pipelineSpec = &BlockSpec{
 		},
 		{
 			Name: "max_message_size", Type: TypeSize, Default: DefaultMaxMessageSize,
-			Min: bound(1 << 10), Max: bound(512 << 20),
+			Min: Bound(1 << 10), Max: Bound(512 << 20),
 			Doc: "The largest entry a node reads: its fields' names and values, payload, key, headers and " +
 				"trace context, in bytes. A larger entry is dead-lettered as malformed, with its size and the " +
 				"limit, without being decoded (its dead letter keeps the first KiB of each field); the " +

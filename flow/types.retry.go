@@ -38,7 +38,7 @@ var retrySpec = &BlockSpec{
 		"every 5 seconds at most, and other failures by this block's defaults.",
 	Attributes: []Attribute{
 		{
-			Name: "max_attempts", Type: TypeInteger, Default: int64(DefaultRetry.MaxAttempts), Min: bound(0),
+			Name: "max_attempts", Type: TypeInteger, Default: int64(DefaultRetry.MaxAttempts), Min: Bound(0),
 			Doc: "Attempts in all, the first one included; 1 means no retry, 0 no limit (up to max_elapsed, if set).",
 		},
 		{
@@ -54,7 +54,7 @@ var retrySpec = &BlockSpec{
 		{Name: "initial", Type: TypeDuration, Default: DefaultRetry.Initial, Doc: "The delay before the first retry."},
 		{Name: "max", Type: TypeDuration, Default: DefaultRetry.Max, Doc: "No delay is longer than this."},
 		{
-			Name: "jitter", Type: TypeNumber, Default: DefaultRetry.Jitter, Min: bound(0), Max: bound(1),
+			Name: "jitter", Type: TypeNumber, Default: DefaultRetry.Jitter, Min: Bound(0), Max: Bound(1),
 			Doc: "The fraction of each delay that is randomised, so that retries of many messages spread out.",
 		},
 	},

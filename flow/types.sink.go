@@ -1,7 +1,5 @@
 package flow
 
-import "time"
-
 var sinkSpec = &BlockSpec{
 	Type:   "sink",
 	Labels: []string{"name"},
@@ -26,69 +24,6 @@ var sinkSpec = &BlockSpec{
 				"or less are always waited in place.",
 		},
 	},
-	Kinds: []*Kind{
-		{
-			Name: "stdout",
-			Doc:  "Prints each message as a line of JSON on standard output.",
-			Example: `sink "console" {
-  kind  = "stdout"
-  input = topic.alerts
-}`,
-		},
-		{
-			Name: "file",
-			Doc: "Appends each message as a line of JSON to a file, and syncs the file before it acknowledges " +
-				"a batch. The file and the directories above it are created when missing.",
-			Attributes: []Attribute{
-				{Name: "path", Type: TypeString, Required: true, Doc: "The file to write to; a relative path is relative to the working directory."},
-				{
-					Name: "mode", Type: TypeString, Default: "append", Enum: []string{"append", "truncate"},
-					Doc: "append adds to what the file holds; truncate empties it once, when the run starts, for a " +
-						"job whose output replaces the last run's. Every process that runs the sink empties it " +
-						"when it starts, so a pipeline shared by processes on one machine appends.",
-				},
-			},
-			Example: `sink "archive" {
-  kind  = "file"
-  input = topic.clean
-  path  = var.output_path
-  mode  = "truncate"
-}`,
-		},
-		{
-			Name: "redis_stream",
-			Doc:  "Appends each message to a Redis stream that other applications read.",
-			Attributes: []Attribute{
-				{Name: "stream", Type: TypeString, Required: true, Doc: "The stream's key, used as it is (the pipeline's key_prefix does not apply)."},
-				{Name: "max_len", Type: TypeInteger, Min: bound(1), Doc: "Caps the stream at about this many entries (XADD MAXLEN ~)."},
-			},
-			Example: `sink "to_billing" {
-  kind   = "redis_stream"
-  input  = topic.invoices
-  stream = "billing:invoices"
-}`,
-		},
-		{
-			Name: "http",
-			Doc: "Sends each message as a JSON request body. 2xx is success; 408, 429 and 5xx are retried; " +
-				"other 4xx fail for good.",
-			Attributes: []Attribute{
-				{Name: "url", Type: TypeString, Required: true, Doc: "The URL to send to."},
-				{
-					Name: "method", Type: TypeString, Default: "POST",
-					Enum: []string{"POST", "PUT", "PATCH"}, Doc: "The request method.",
-				},
-				{Name: "headers", Type: TypeStringMap, Doc: "Request headers, such as { Authorization = \"Bearer ${var.token}\" }."},
-				{Name: "timeout", Type: TypeDuration, Default: 10 * time.Second, Doc: "How long one request may take."},
-			},
-			Example: `sink "webhook" {
-  kind    = "http"
-  input   = topic.alerts
-  url     = var.webhook_url
-  headers = { Authorization = "Bearer ${var.webhook_token}" }
-}`,
-		},
-	},
 }
 
 // compileSink compiles a sink block.
@@ -111,8 +46,9 @@ func (c *compiler) compileSink(b *Block) *Sink {
 	}
 	s.RetryInPlace = attrs.Bool("retry_in_place")
 	if b.Kind != nil {
-		s.Kind = b.Kind.Name
+		s.Kind, s.Spec = b.Kind.Name, b.Kind
 		s.Config = c.decodeAttributes(b.Kind.Attributes, b.Attributes)
+		c.checkKind(b, &s.Config)
 	}
 	return s
 }

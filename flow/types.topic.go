@@ -10,7 +10,7 @@ var retentionSpec = &BlockSpec{
 	Doc: "Bounds the topic's streams. Trimming runs on a timer and never removes an entry that some " +
 		"consumer group has not yet read or acknowledged.",
 	Attributes: []Attribute{
-		{Name: "max_len", Type: TypeInteger, Min: bound(1), Doc: "Keep at most this many entries per partition."},
+		{Name: "max_len", Type: TypeInteger, Min: Bound(1), Doc: "Keep at most this many entries per partition."},
 		{Name: "max_age", Type: TypeDuration, Doc: `Drop entries older than this, such as "24h" or "7d".`},
 	},
 }
@@ -22,7 +22,7 @@ var topicSpec = &BlockSpec{
 		"read it with input = topic.NAME; sources and stages write it with output = topic.NAME.",
 	Attributes: []Attribute{
 		{
-			Name: "partitions", Type: TypeInteger, Default: int64(1), Min: bound(1),
+			Name: "partitions", Type: TypeInteger, Default: int64(1), Min: Bound(1),
 			Doc: "How many streams the topic spreads over: the unit of parallelism across processes. " +
 				"A message goes to partition hash(key) mod partitions.",
 		},
@@ -32,7 +32,7 @@ var topicSpec = &BlockSpec{
 				"per-key order. Without it, a message keeps the key it arrived with.",
 		},
 		{
-			Name: "max_lag", Type: TypeInteger, Min: bound(1),
+			Name: "max_lag", Type: TypeInteger, Min: Bound(1),
 			Doc: "Caps each partition's backlog: the messages its slowest reader (a stage or sink of the " +
 				"pipeline) has not yet processed, read or not. While a partition is at the cap, whatever " +
 				"writes into it (sources, upstream stages, flowrun produce, the Publisher API) waits, so " +

@@ -18,8 +18,9 @@ import (
 // resolved, and defaults fill in what is absent. Attributes that fail are left out, so that the
 // caller can go on and report every error of the pipeline at once.
 func (c *compiler) decodeAttributes(specs []Attribute, attrs hcl.Attributes) Attrs {
-	var out Attrs
+	out := Attrs{declared: make(map[string]Type, len(specs))}
 	for _, spec := range specs {
+		out.declared[spec.Name] = spec.Type
 		a, ok := attrs[spec.Name]
 		if !ok {
 			if spec.Default != nil {

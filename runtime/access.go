@@ -218,10 +218,10 @@ func (r *runner) committedOutputs(n *node) []accessOutput {
 	}
 	if n.typ == "sink" {
 		if h, ok := n.handler.(*sinkHandler); ok {
-			if s, ok := h.sink.(*streamSink); ok {
-				o := accessOutput{stream: s.stream}
+			for _, stream := range h.streams {
+				o := accessOutput{stream: stream}
 				if once {
-					o.dedup = r.keys.StreamDedup(s.stream, n.name, n.input.Name, 0, "0-0")
+					o.dedup = r.keys.StreamDedup(stream, n.name, n.input.Name, 0, "0-0")
 				}
 				outs = append(outs, o)
 			}

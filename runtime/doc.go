@@ -12,15 +12,19 @@
 //   - lanes.go: parallel processing inside a batch that keeps the order of each key.
 //   - deadletter.go: failed and malformed messages go to dead-letter streams, never lost, never looped.
 //   - drain.go: job mode's test for "all work done".
-//   - source_*.go and sink_*.go: the source and sink kinds.
+//   - layers.go and layer_*.go: the policies around a node's handler, one file each: metrics,
+//     tracing, dead letters, poison messages, retries, timeouts.
+//   - source_produce.go, source_write.go, source_stream.go and sinks.go: how the runtime runs the
+//     source and sink kinds of package stages (producing sources, their writer, sources that read a
+//     stream, sinks).
 //   - state.go, summary.go and rates.go: what a run is doing and did, as data (Snapshot, Ready,
 //     Summary, Rates) for the programs that show it.
 //
 // What an operator does from outside a running pipeline (dead letters, inspect, tail, connecting
 // to Redis) is package runtime/admin; publishing into a pipeline's topics is publish.go here.
 //
-// It does not parse pipelines (package flow does), implement stage kinds (package stages does),
-// issue Redis commands itself (package transport/redis does), serve HTTP or the live page (package
+// It does not parse pipelines (package flow does), implement kinds (package stages does), issue
+// Redis commands itself (package transport/redis does), serve HTTP or the live page (package
 // runtime/web does, from Snapshot and Ready), or format anything for a terminal (package cmd draws
 // the progress line and prints the summary).
 package runtime

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/flowrun/flowrun/flow"
-	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -73,43 +72,3 @@ func (n *node) inputName() string {
 	}
 	return n.name
 }
-
-// sink is a sink kind's delivery.
-type sink interface {
-	// deliver sends m on; a sink that writes to Redis appends its entry to outs instead, to be
-	// written with the batch's acks.
-	deliver(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error)
-	flush() error
-	open() error
-	close() error
-	// inline reports that delivering is quick and local, so that lanes would not help.
-	inline() bool
-}
-
-// sinkHandler applies a sink's where and delivers what passes.
-type sinkHandler struct {
-	node  *node
-	where *expr.Program
-	sink  sink
-}
-
-func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	if h.where != nil {
-		if err := m.msg.Decode(); err != nil {
-			return outs, err
-		}
-		ok, err := h.where.EvalBool(&expr.Env{Msg: m.msg.Value})
-		if err != nil {
-			return outs, stages.Permanent(err)
-		}
-		if !ok {
-			h.node.stats.filtered.Add(1)
-			return outs, nil
-		}
-	}
-	return h.deliver(ctx, m, outs)
-}
-
-func (h *sinkHandler) flush() error { return h.sink.flush() }
-func (h *sinkHandler) open() error  { return h.sink.open() }
-func (h *sinkHandler) close() error { return h.sink.close() }

@@ -50,7 +50,7 @@ func hopAllocations(t *testing.T, stage string) float64 {
 	raw := goredis.NewClient(&goredis.Options{Addr: redistest.Shared(t).Addr()})
 	defer raw.Close()
 	plan := buildSource(t, largePayloadStages)
-	proc, err := stages.Compile(plan.Stage(stage))
+	proc, err := stages.Compile(plan.Stage(stage), stages.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

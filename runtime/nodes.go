@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
@@ -25,6 +26,7 @@ type node struct {
 	group    string      // consumer group on the input streams
 	input    *flow.Topic // nil for a redis_stream source, which reads an external stream
 	handler  handler
+	process  messageFunc // the handler inside the node's layers (layers.go)
 	ordering flow.Ordering
 	lanes    int // messages of one partition in flight at once
 	// readCount is the most entries a read takes: Options.BatchSize, or less for a node that writes
@@ -62,24 +64,24 @@ type handler interface {
 	// stages.Permanent is not retried.
 	handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error)
 	// flush makes what handle delivered durable; it runs before a batch is acknowledged.
-	flush() error
+	flush(ctx context.Context) error
 	// open and close bracket the run (a file sink opens its file).
-	open() error
+	open(ctx context.Context) error
 	close() error
 }
 
 // noLifecycle is the open, close and flush of handlers without resources.
 type noLifecycle struct{}
 
-func (noLifecycle) open() error  { return nil }
-func (noLifecycle) close() error { return nil }
-func (noLifecycle) flush() error { return nil }
+func (noLifecycle) open(context.Context) error  { return nil }
+func (noLifecycle) close() error                { return nil }
+func (noLifecycle) flush(context.Context) error { return nil }
 
-func (n *node) open() error {
+func (n *node) open(ctx context.Context) error {
 	if n.handler == nil {
 		return nil
 	}
-	return n.handler.open()
+	return n.handler.open(ctx)
 }
 
 func (n *node) close() error {
@@ -159,20 +161,21 @@ func (r *runner) addUnits(n *node) {
 	}
 }
 
-// cheapKinds only compute; their messages are processed one after another in the goroutine that
-// reads them, as extra goroutines would cost more than they save.
-var cheapKinds = map[string]bool{"map": true, "filter": true, "route": true}
-
 func (r *runner) addStage(s *flow.Stage) error {
-	proc, err := stages.Compile(s)
+	kind, err := stages.StageKindOf(s)
 	if err != nil {
 		return &ConfigError{err.Error()}
 	}
 	n := &node{
 		name: s.Name, typ: "stage", kind: s.Kind,
 		group: redis.Group(s.Name), input: s.Input,
-		ordering: s.Ordering, lanes: s.Concurrency, inline: cheapKinds[s.Kind],
+		ordering: s.Ordering, lanes: s.Concurrency, inline: kind.Traits.Inline,
 		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
+	}
+	n.log = r.log.With(n.typ, n.name)
+	proc, err := kind.New(s, r.env(n))
+	if err != nil {
+		return &ConfigError{err.Error()}
 	}
 	n.handler = &stageHandler{r: r, node: n, proc: proc}
 	r.nodes = append(r.nodes, n)
@@ -180,39 +183,47 @@ func (r *runner) addStage(s *flow.Stage) error {
 	return nil
 }
 
-func (r *runner) addSink(s *flow.Sink) error {
-	n := &node{
-		name: s.Name, typ: "sink", kind: s.Kind,
-		group: redis.Group(s.Name), input: s.Input,
-		ordering: flow.OrderByKey, lanes: sinkLanes, retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: sinkTimeout,
-		deadLetter: s.DeadLetter, delivery: s.Delivery,
+// kindMeter is the meter of the kinds' own metrics.
+func (r *runner) kindMeter() metric.Meter {
+	if r.opts.MeterProvider == nil {
+		return noop.NewMeterProvider().Meter("")
 	}
-	h, err := r.newSink(n, s)
-	if err != nil {
-		return err
-	}
-	n.handler = &sinkHandler{where: s.Where, sink: h, node: n}
-	n.inline = h.inline()
-	r.nodes = append(r.nodes, n)
-	r.addUnits(n)
-	return nil
+	return r.opts.MeterProvider.Meter("github.com/flowrun/flowrun/stages")
 }
 
-// Sinks keep the order of each key and work on up to sinkLanes messages of a partition at once;
-// an attempt may take sinkTimeout, or the sink's own timeout when it has one.
-const (
-	sinkLanes   = 4
-	sinkTimeout = 30 * time.Second
-)
+// stdout returns the runner's standard output, shared by its stdout sinks.
+func (r *runner) stdout() *stages.LineWriter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.out == nil {
+		r.out = stages.NewLineWriter(r.opts.Stdout, 4<<10)
+	}
+	return r.out
+}
+
+// env is what the kinds' constructors get for node n.
+func (r *runner) env(n *node) stages.Env {
+	return stages.Env{
+		Pipeline: r.plan.Name, Node: n.name, Logger: n.log, Clock: stages.SystemClock{},
+		Meter: r.kindMeter(), HTTPClient: r.opts.HTTPClient, Stdin: r.opts.Stdin, Stdout: r.stdout(),
+		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact,
+	}
+}
 
 func (r *runner) addSource(s *flow.Source) error {
-	n := &node{name: s.Name, typ: "source", kind: s.Kind, retry: flow.DefaultRetry, timeout: sinkTimeout}
-	r.nodes = append(r.nodes, n)
-	if s.Kind == "redis_stream" {
-		return r.addStreamSource(n, s)
+	kind, err := stages.SourceKindOf(s)
+	if err != nil {
+		return &ConfigError{err.Error()}
 	}
-	n.delivery = r.plan.Delivery
-	p, err := r.newProducingSource(n, s)
+	n := &node{name: s.Name, typ: "source", kind: s.Kind, retry: flow.DefaultRetry, timeout: stages.DefaultSinkTimeout,
+		delivery: r.plan.Delivery}
+	n.log = r.log.With(n.typ, n.name)
+	r.nodes = append(r.nodes, n)
+	if kind.Stream != nil {
+		r.addStreamSource(n, s, kind.Stream(s))
+		return nil
+	}
+	p, err := r.newProducingSource(n, s, kind)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -200,8 +201,8 @@ type runner struct {
 	obs observations
 
 	mu       sync.Mutex
-	fatalErr error         // the first error that stops the run
-	out      *lockedWriter // the stdout sinks' shared output
+	fatalErr error              // the first error that stops the run
+	out      *stages.LineWriter // the stdout sinks' shared output
 	stopRun  context.CancelFunc
 }
 
@@ -253,12 +254,14 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	written := writtenTopics(plan)
 	readLimits := cappedReads(plan)
 	for _, n := range r.nodes {
-		n.log = r.log.With(n.typ, n.name)
 		n.transientRetry = n.retry
 		if n.retry.Name == "" {
 			n.transientRetry = flow.DefaultTransientRetry
 		}
 		n.breaker = newBreaker(n, n.transientRetry, plan.Redact)
+		if n.handler != nil { // producing sources process nothing
+			n.process = r.layers(n)
+		}
 		n.readCount = int64(opts.BatchSize)
 		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
 			n.readCount = limit
@@ -356,7 +359,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	r.hard = hard
 
 	for _, n := range r.nodes {
-		if err := n.open(); err != nil {
+		if err := n.open(runCtx); err != nil {
 			r.closeNodes()
 			return nil, fmt.Errorf("%s %s: %w", n.typ, n.name, err)
 		}
@@ -398,7 +401,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	own.shutdown(hard)
 	r.closeNodes()
 	if r.out != nil {
-		if err := r.out.flush(); err != nil {
+		if err := r.out.Flush(); err != nil {
 			r.fail(fmt.Errorf("writing to standard output: %w", err))
 		}
 	}

@@ -1,281 +1,142 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// newSink builds a sink kind's delivery.
-func (r *runner) newSink(n *node, s *flow.Sink) (sink, error) {
-	switch s.Kind {
-	case "stdout":
-		return &stdoutSink{w: r.stdout()}, nil
-	case "file":
-		return &fileSink{path: s.Config.String("path"), truncate: s.Config.String("mode") == "truncate"}, nil
-	case "redis_stream":
-		return &streamSink{r: r, node: n, stream: s.Config.String("stream"), maxLen: s.Config.Int("max_len")}, nil
-	case "http":
-		n.timeout = s.Config.Duration("timeout")
-		n.lanes = httpLanes
-		return &httpSink{
-			client: r.opts.HTTPClient, url: s.Config.String("url"), method: s.Config.String("method"),
-			headers: s.Config.StringMap("headers"), redact: r.plan.Redact,
-		}, nil
+// A sink is a consuming node that hands each message to its kind's stages.Sink. Sinks keep the order
+// of each key and work on up to their kind's lanes of a partition at once; an attempt may take
+// stages.DefaultSinkTimeout, or the sink's own timeout when it has one (stages.Timeouter).
+
+func (r *runner) addSink(s *flow.Sink) error {
+	kind, err := stages.SinkKindOf(s)
+	if err != nil {
+		return &ConfigError{err.Error()}
 	}
-	return nil, &ConfigError{fmt.Sprintf("sink %s: unknown kind %q", s.Name, s.Kind)}
-}
-
-// httpLanes is how many requests an http sink has in flight per partition, keeping each key's order.
-const httpLanes = 8
-
-// lockedWriter is a buffered writer shared by the stdout sinks, so that lines never interleave.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  lineBuffer
-}
-
-// stdout returns the runner's shared standard output.
-func (r *runner) stdout() *lockedWriter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.out == nil {
-		r.out = &lockedWriter{w: lineBuffer{w: r.opts.Stdout, size: 4 << 10}}
+	n := &node{
+		name: s.Name, typ: "sink", kind: s.Kind,
+		group: redis.Group(s.Name), input: s.Input,
+		ordering: flow.OrderByKey, lanes: kind.Traits.Lanes, inline: kind.Traits.Inline,
+		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: stages.DefaultSinkTimeout,
+		deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
-	return r.out
+	if n.lanes == 0 {
+		n.lanes = stages.DefaultSinkLanes
+	}
+	n.log = r.log.With("node", n.name)
+	impl, err := kind.New(s, r.env(n))
+	if err != nil {
+		return &ConfigError{"sink " + s.Name + ": " + err.Error()}
+	}
+	if t, ok := impl.(stages.Timeouter); ok && t.Timeout() > 0 {
+		n.timeout = t.Timeout()
+	}
+	h := &sinkHandler{r: r, node: n, where: s.Where, sink: impl}
+	if kind.Streams != nil {
+		h.streams = kind.Streams(s)
+	}
+	n.handler = h
+	r.nodes = append(r.nodes, n)
+	r.addUnits(n)
+	return nil
 }
 
-func (l *lockedWriter) writeLine(b []byte) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.writeLine(b)
+// sinkHandler applies a sink's where and delivers what passes.
+type sinkHandler struct {
+	r       *runner
+	node    *node
+	where   *expr.Program
+	sink    stages.Sink
+	streams []string // the streams its writes go to (SinkKind.Streams), for the access check
 }
 
-func (l *lockedWriter) flush() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.flush()
-}
-
-// lineBuffer buffers lines for a writer. Unlike a bufio.Writer, whose first error sticks and fails
-// every later write, it keeps what a failed write did not take and writes it with the next flush:
-// a sink whose output failed for a while (a full disk) goes on once it works again, and the lines
-// that other batches (other partitions, other stdout sinks) left in the buffer are never dropped.
-// The batch whose flush failed is delivered again, so its lines may come out twice.
-type lineBuffer struct {
-	w    io.Writer
-	buf  []byte
-	size int // the buffer is written out before it grows past size
-}
-
-// writeLine adds a line and its newline. When the buffer is full and cannot be written out, the
-// line is not added: its delivery failed.
-func (b *lineBuffer) writeLine(line []byte) error {
-	if len(b.buf) > 0 && len(b.buf)+len(line)+1 > b.size {
-		if err := b.flush(); err != nil {
-			return err
+func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	if h.where != nil {
+		ok, err := stages.Holds(h.where, &m.msg)
+		if err != nil {
+			return outs, err
+		}
+		if !ok {
+			h.node.stats.filtered.Add(1)
+			return outs, nil
 		}
 	}
-	b.buf = append(b.buf, line...)
-	b.buf = append(b.buf, '\n')
-	return nil
+	return h.deliver(ctx, m, outs)
 }
 
-// flush writes out what the buffer holds; what a failed write did not take stays for the next.
-func (b *lineBuffer) flush() error {
-	if len(b.buf) == 0 {
-		return nil
-	}
-	n, err := b.w.Write(b.buf)
-	n = min(max(n, 0), len(b.buf))
-	if err == nil && n < len(b.buf) {
-		err = io.ErrShortWrite
-	}
-	b.buf = b.buf[:copy(b.buf, b.buf[n:])]
-	if err == nil && cap(b.buf) > 4*b.size {
-		b.buf = nil // a very long line passed: do not keep its memory
-	}
-	return err
-}
-
-// stdoutSink prints each message's payload as a line of JSON.
-type stdoutSink struct {
-	noLifecycle
-	w *lockedWriter
-}
-
-func (s *stdoutSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	payload, err := m.msg.Payload()
-	if err != nil {
-		return outs, err
-	}
-	return outs, s.w.writeLine(payload)
-}
-
-func (s *stdoutSink) flush() error { return s.w.flush() }
-func (s *stdoutSink) inline() bool { return true }
-
-// fileSink appends each message's payload as a line of JSON to a file, and syncs the file before the
-// batch is acknowledged, so that an acknowledged message is on disk.
-type fileSink struct {
-	path     string
-	truncate bool // empty the file when the run opens it (mode = "truncate")
-	mu       sync.Mutex
-	f        *os.File
-	w        lineBuffer
-}
-
-func (s *fileSink) open() error {
-	// A job's output often goes to a directory of its own that nothing has made yet.
-	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
-		return err
-	}
-	flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
-	if s.truncate {
-		flags |= os.O_TRUNC
-	}
-	f, err := os.OpenFile(s.path, flags, 0o644)
-	if err != nil {
-		return err
-	}
-	s.f, s.w = f, lineBuffer{w: f, size: 64 << 10}
-	return nil
-}
-
-func (s *fileSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	payload, err := m.msg.Payload()
-	if err != nil {
-		return outs, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return outs, s.w.writeLine(payload)
-}
-
-func (s *fileSink) flush() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.w.flush(); err != nil {
-		return err
-	}
-	return s.f.Sync()
-}
-
-func (s *fileSink) close() error {
-	if s.f == nil {
-		return nil
-	}
-	err := s.flush()
-	return errors.Join(err, s.f.Close())
-}
-
-func (s *fileSink) inline() bool { return true }
-
-// streamSink appends each message to a stream that other applications read, in the same round trip
-// that acknowledges the batch.
-type streamSink struct {
-	noLifecycle
-	r      *runner
-	node   *node
-	stream string
-	maxLen int64
-}
-
-func (s *streamSink) deliver(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	e, err := entryOf(m.msg.Key, &m.msg, m.out)
-	if err != nil {
-		return outs, err
-	}
-	out := redis.Output{Stream: s.stream, Entry: e, MaxLen: s.maxLen}
-	if s.node.delivery == flow.EffectivelyOnce {
-		out.DedupKey = s.r.keys.StreamDedup(s.stream, s.node.name, s.node.input.Name, m.partition, m.id)
-	}
-	return append(outs, out), nil
-}
-
-func (s *streamSink) inline() bool { return true }
-
-// httpSink sends each message as a JSON request body. 2xx is success; 408, 429, 5xx and network
-// errors are worth retrying; any other status fails the message for good.
-type httpSink struct {
-	noLifecycle
-	client  *http.Client
-	url     string
-	method  string
-	headers map[string]string
-	redact  func(string) string // hides secrets (a token in the URL) in errors
-}
-
-func (s *httpSink) deliver(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	payload, err := m.msg.Payload()
-	if err != nil {
-		return outs, err
-	}
-	req, err := http.NewRequestWithContext(ctx, s.method, s.url, bytes.NewReader(payload))
-	if err != nil {
-		return outs, stages.Permanent(errors.New(s.redact(err.Error())))
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range s.headers {
-		req.Header.Set(k, v)
-	}
+// deliver delivers a message through the sink and counts the delivery as the sink's out, so that
+// a stdout, file or http sink reports what it delivered like a stage reports what it wrote. The
+// writes of a sink that writes to Redis go to outs instead, which the batch's commit counts when
+// it is written: counting them here too would count them twice.
+//
+// A delivery is counted when it succeeds, before its batch is acknowledged: a batch that must be
+// delivered again (its flush or its commit failed) delivers, and counts, its messages again, as
+// the outside world sees them twice.
+func (h *sinkHandler) deliver(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
 	if m.out.parent != "" {
-		req.Header.Set("traceparent", m.out.parent)
-		if m.out.state != "" {
-			req.Header.Set("tracestate", m.out.state)
-		}
+		ctx = stages.ContextWithTrace(ctx, m.out.parent, m.out.state)
 	}
-	resp, err := s.client.Do(req)
+	scratch := sinkWrites.Get().(*[]stages.Write)
+	defer func() {
+		clear(*scratch)
+		*scratch = (*scratch)[:0]
+		sinkWrites.Put(scratch)
+	}()
+	writes, err := h.sink.Deliver(ctx, &m.msg, *scratch)
+	*scratch = writes
 	if err != nil {
-		// Redacted, as the URL may hold a secret, and kept transient when it was (connection refused,
-		// a timeout, DNS): the sink then pauses until the service is back.
-		if stages.IsTransient(err) {
-			return outs, stages.Transient(errors.New(s.redact(err.Error())))
-		}
-		return outs, errors.New(s.redact(err.Error()))
+		return outs, err
 	}
-	// Read a little of the body, so that the connection can be reused and the error can say why.
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+	if len(writes) == 0 {
+		h.node.stats.out.Add(1)
 		return outs, nil
 	}
-	err = errors.New(s.redact(fmt.Sprintf("%s %s: %s: %s", s.method, s.url, resp.Status, bytes.TrimSpace(body))))
-	switch {
-	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-		return outs, stages.TransientAfter(err, retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+	for i, w := range writes {
+		e, err := entryOf(w.Message.Key, w.Message, m.out)
+		if err != nil {
+			return outs, err
+		}
+		out := redis.Output{Stream: w.Stream, Entry: e, MaxLen: w.MaxLen}
+		if h.node.delivery == flow.EffectivelyOnce {
+			id := m.id
+			if i > 0 {
+				id += "/" + strconv.Itoa(i)
+			}
+			out.DedupKey = h.r.keys.StreamDedup(w.Stream, h.node.name, h.node.input.Name, m.partition, id)
+		}
+		outs = append(outs, out)
 	}
-	return outs, stages.Permanent(err)
+	return outs, nil
 }
 
-// maxRetryAfter bounds what a service's Retry-After can make a sink wait.
-const maxRetryAfter = 5 * time.Minute
+// sinkWrites recycles the slices that sinks append their writes to.
+var sinkWrites = sync.Pool{New: func() any { s := make([]stages.Write, 0, 1); return &s }}
 
-// retryAfter reads an HTTP Retry-After header: seconds, or an HTTP date; 0 when absent or invalid.
-func retryAfter(h string, now time.Time) time.Duration {
-	if h == "" {
-		return 0
+func (h *sinkHandler) open(ctx context.Context) error {
+	if o, ok := h.sink.(stages.Opener); ok {
+		return o.Open(ctx)
 	}
-	if secs, err := strconv.Atoi(h); err == nil {
-		return min(time.Duration(max(secs, 0))*time.Second, maxRetryAfter)
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		return min(max(t.Sub(now), 0), maxRetryAfter)
-	}
-	return 0
+	return nil
 }
 
-func (s *httpSink) inline() bool { return false }
+func (h *sinkHandler) flush(ctx context.Context) error {
+	if f, ok := h.sink.(stages.Flusher); ok {
+		return f.Flush(ctx)
+	}
+	return nil
+}
+
+func (h *sinkHandler) close() error {
+	if c, ok := h.sink.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}

@@ -4,14 +4,15 @@ import (
 	"context"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// A redis_stream source reads a stream that other applications write, through a consumer group of its
-// own, and passes each entry to its output topic. It is a consuming node with a single unit, leased so
-// that one process reads the stream in order; the group remembers where it stopped, so a restart
-// resumes there. An entry with a payload field is that JSON; any other entry is an object of its
-// fields (transport/redis DecodeEntry).
+// A source whose kind reads a Redis stream that other applications write (a stages.StreamSource)
+// reads it through a consumer group of its own, and passes each entry to its output topic. It is a
+// consuming node with a single unit, leased so that one process reads the stream in order; the group
+// remembers where it stopped, so a restart resumes there. An entry with a payload field is that
+// JSON; any other entry is an object of its fields (transport/redis DecodeEntry).
 
 // streamSourceHandler passes entries of an external stream to the source's output topic.
 type streamSourceHandler struct {
@@ -22,17 +23,13 @@ type streamSourceHandler struct {
 	spread roundRobin
 }
 
-func (r *runner) addStreamSource(n *node, s *flow.Source) error {
-	stream := s.Config.String("stream")
-	n.group = s.Config.String("group")
+func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource) {
+	n.group = in.Group
 	n.ordering, n.lanes, n.inline = flow.OrderByPartition, 1, true
-	n.delivery = r.plan.Delivery
 	n.handler = &streamSourceHandler{r: r, node: n, out: s.Output}
 	r.units = append(r.units, &unit{
-		node: n, stream: stream, leaseKey: r.keys.StreamLease(stream, s.Name),
-		startLatest: s.Config.String("start") == "latest",
+		node: n, stream: in.Stream, leaseKey: r.keys.StreamLease(in.Stream, s.Name), startLatest: in.StartLatest,
 	})
-	return nil
 }
 
 func (h *streamSourceHandler) handle(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -21,10 +20,6 @@ var (
 // retryPoll is how often a unit looks for due retries it was not told about (a dead letter replayed
 // with flowrun dlq replay, retries scheduled by a previous owner).
 const retryPoll = time.Second
-
-// poisonDeliveries is how many deliveries of one entry a node tolerates: an entry delivered more often
-// kept killing the processes that took it, so it goes to the dead-letter stream instead of looping.
-const poisonDeliveries = 5
 
 // worker runs one unit (a node on one partition) while this process owns it.
 type worker struct {
@@ -365,7 +360,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 {
 		return nil
 	}
-	if err := n.handler.flush(); err != nil {
+	if err := n.handler.flush(ctx); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
@@ -445,127 +440,6 @@ func (w *worker) admit(ctx context.Context, gates []*partitionGate) error {
 		admitted[g] = n
 	}
 	return nil
-}
-
-// result is what processing one message came to.
-type result struct {
-	outs         []redis.Output
-	deadLettered bool         // outs is the message's dead letter
-	retry        *redis.Retry // the message waits in the retry set for its next attempt
-	abandoned    bool         // shutdown interrupted it: not acked, not dead-lettered
-}
-
-// processMessage runs a message through the node's handler, retrying by the node's policy, and
-// dead-letters it when it fails for good. With durable, a retry due later than RetryInPlaceUpTo is
-// scheduled in the unit's retry set instead of waited for.
-//
-// The message's outputs are appended to buf, and the result's outs is the appended part, so that a
-// lane of messages shares one buffer.
-func (r *runner) processMessage(n *node, m *message, buf []redis.Output, durable bool, stopping <-chan struct{}) (result, []redis.Output) {
-	var started time.Time
-	if r.metrics.duration != nil {
-		started = time.Now()
-	}
-	ctx, span := r.tracing.startProcess(r.hard, n, m)
-	res, buf, err := r.attempt(ctx, n, m, buf, durable, stopping)
-	r.tracing.endProcess(span, res, err)
-	r.recordMessage(n, m, started)
-	return res, buf
-}
-
-// attempt makes the attempts at a message that processMessage describes, and returns the last error.
-func (r *runner) attempt(base context.Context, n *node, m *message, buf []redis.Output, durable bool, stopping <-chan struct{}) (result, []redis.Output, error) {
-	if m.deliveries > poisonDeliveries {
-		err := stages.Permanent(errors.New("delivered " + itoa(m.deliveries) +
-			" times without being acknowledged: every process that took it died or lost it (a poison message)"))
-		return r.deadLettered(n, m, err, m.attempts, time.Now()), buf, err
-	}
-	// A retry starts again from the payload as it arrived, whatever the failed attempt changed.
-	payload, _ := m.msg.Payload()
-	key, headers := m.msg.Key, m.msg.Headers
-	firstFailure := m.firstFailure
-	for attempt := m.attempts + 1; ; attempt++ {
-		if attempt > m.attempts+1 {
-			m.msg = stages.NewMessage(key, payload, headers)
-		}
-		probe, ok := n.breaker.pass(stopping)
-		if !ok {
-			return result{abandoned: true}, buf, nil // redelivered after the restart
-		}
-		start := len(buf)
-		var err error
-		timedOut := false
-		if n.inline {
-			// Nodes that only compute or write locally do not wait on anything: no timer for them.
-			buf, err = n.handler.handle(base, m, buf)
-		} else {
-			ctx, cancel := context.WithTimeout(base, n.timeout)
-			buf, err = n.handler.handle(ctx, m, buf)
-			timedOut = ctx.Err() == context.DeadlineExceeded
-			cancel()
-		}
-		transient := err != nil && stages.IsTransient(err)
-		if !transient {
-			n.breaker.succeeded(probe) // the attempt got an answer, good or bad
-		}
-		if err == nil {
-			return result{outs: buf[start:len(buf):len(buf)]}, buf, nil
-		}
-		buf = buf[:start]
-		if r.hard.Err() != nil {
-			n.breaker.released(probe)
-			return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
-		}
-		if timedOut {
-			err = errors.Join(err, errors.New("the attempt took longer than the timeout of "+flow.FormatDuration(n.timeout)))
-		}
-		n.stats.failed.Add(1)
-		now := time.Now()
-		if firstFailure.IsZero() {
-			firstFailure = now
-		}
-		policy := n.retry
-		if transient {
-			policy = n.transientRetry
-		}
-		if stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {
-			n.breaker.released(probe)
-			return r.deadLettered(n, m, err, attempt, firstFailure), buf, err
-		}
-		n.stats.retried.Add(1)
-		if transient {
-			// The node pauses: the next attempt waits at the breaker for its turn to probe.
-			after, _ := stages.RetryAfter(err)
-			n.breaker.failed(probe, err, after)
-			r.log.Debug("attempt failed transiently; waiting for the node's next probe", "node", n.name, "id", m.id, "attempt", attempt, "err", err)
-			continue
-		}
-		delay := jittered(policy.Delay(attempt), policy.Jitter)
-		if durable && delay > r.opts.RetryInPlaceUpTo {
-			r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
-			return result{retry: &redis.Retry{
-				Entry: redis.Entry{
-					ID: m.id, Key: key, Payload: payload, Headers: headers,
-					TraceParent: m.trace.parent, TraceState: m.trace.state,
-				},
-				Attempts: attempt, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
-				Due: time.Now().Add(delay),
-			}}, buf, err
-		}
-		r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempt, "delay", delay, "err", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-stopping:
-			t.Stop()
-			return result{abandoned: true}, buf, nil // redelivered after the restart, retry count and all
-		}
-	}
-}
-
-func (r *runner) deadLettered(n *node, m *message, err error, attempts int, first time.Time) result {
-	out := r.deadLetterMessage(n, m, err, attempts, first)
-	return result{outs: []redis.Output{out}, deadLettered: true}
 }
 
 // maxID returns the greatest of stream IDs.

@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/flowrun/flowrun/flow"
+	_ "github.com/flowrun/flowrun/stages" // the built-in kinds
 )
 
 var update = flag.Bool("update", false, "rewrite flowrun.schema.json")

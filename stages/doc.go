@@ -1,7 +1,16 @@
-// Package stages holds flowrun's stage functions: the public registry through which Go code adds
-// stage functions to a flowrun binary ("Go plugins"), and the built-in kinds.
+// Package stages is what a pipeline is built from: every kind of source, stage and sink, and the
+// public API through which Go code adds its own (Go stage functions, and whole kinds).
 //
-// A team's package registers its functions in init:
+// Each kind is one file, named by its family and its name: source_file.go is the file source,
+// sink_http.go the http sink, stage_map.go the map stage. The file registers the kind once, in
+// init, with its spec (attributes and docs, which the language, the JSON Schema and the reference
+// docs are made from), its traits (what the runtime must know to run it) and its constructor:
+// RegisterSource, RegisterStage, RegisterSink (kinds.go). The contracts a constructor returns are
+// in component.go: a Source produces through an Emitter, a Processor turns a message into outputs,
+// a Sink delivers; each gets an Env (logger, clock, meter, HTTP client). jsonlines.go holds what
+// the file and stdin sources share; message.go, json.go and errors.go the message and its errors.
+//
+// A team's package registers its Go stage functions in init:
 //
 //	func init() {
 //		stages.Register("acme.score", func(ctx context.Context, m stages.Message) ([]stages.Message, error) {
@@ -10,10 +19,12 @@
 //		})
 //	}
 //
-// and a custom binary blank-imports that package and calls cmd.Main (see examples/plugins). A
-// pipeline then uses the function with kind = "go" and func = "acme.score".
+// and a custom binary blank-imports that package and calls cmd.Main (see examples/plugins, which
+// also registers a sink kind of its own). A pipeline then uses the function with kind = "go" and
+// func = "acme.score".
 //
 // This package does not load code at run time: Go's plugin package is deliberately not used, as
 // version skew between host and plugin breaks loading, it needs cgo, and plugins cannot be unloaded.
-// It never speaks to Redis either; the runtime feeds functions messages and writes what they return.
+// It never speaks to Redis either, nor schedules anything: the runtime reads, batches, retries,
+// dead-letters, acknowledges, and writes what kinds return (a sink's Writes included).
 package stages

@@ -36,7 +36,7 @@ source "s" {
 
 func processor(t testing.TB, p *flow.Plan, name string) Processor {
 	t.Helper()
-	proc, err := Compile(p.Stage(name))
+	proc, err := Compile(p.Stage(name), Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

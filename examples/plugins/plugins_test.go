@@ -3,10 +3,12 @@ package plugins_test
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,7 +18,7 @@ import (
 )
 
 // TestCustomBinary builds the example's custom flowrun and runs the pipeline that uses its Go stage
-// function, on a real Redis.
+// function and its sink kind, on a real Redis.
 func TestCustomBinary(t *testing.T) {
 	dir := t.TempDir()
 	custom := filepath.Join(dir, "flowrun-acme")
@@ -35,13 +37,25 @@ func TestCustomBinary(t *testing.T) {
 	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `No Go stage function "acme.score"`) {
 		t.Fatalf("stock flowrun validate: exit %d\n%s", code, out)
 	}
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `"acme_csv"`) {
+		t.Fatalf("stock flowrun validate accepts the acme_csv kind: exit %d\n%s", code, out)
+	}
 	if out, err := run(t, custom, "version"); err != nil || !strings.Contains(string(out), "acme.score") {
 		t.Fatalf("flowrun-acme version: %v\n%s", err, out)
+	}
+	// The custom kind is documented like a built-in one, and only by the binary that has it.
+	stockKinds, customKinds := sinkKinds(t, stock), sinkKinds(t, custom)
+	if len(customKinds) != len(stockKinds)+1 || !slices.Contains(customKinds, "acme_csv") || slices.Contains(stockKinds, "acme_csv") {
+		t.Fatalf("sink kinds in the schema: flowrun %v, flowrun-acme %v", stockKinds, customKinds)
+	}
+	if out, err := run(t, custom, "schema", "--format", "markdown"); err != nil || !strings.Contains(string(out), "Appends chosen fields of each message as a CSV row") {
+		t.Fatalf("flowrun-acme schema --format markdown does not document acme_csv: %v\n%s", err, out)
 	}
 
 	srv := redistest.Start(t)
 	result := filepath.Join(dir, "risky.jsonl")
-	out, err = run(t, custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result)
+	sheet := filepath.Join(dir, "risky.csv")
+	out, err = run(t, custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result, "--var", "sheet="+sheet)
 	// Order 5 has no numeric amount: acme.score fails it for good, so the job ends with exit status 3.
 	if code := exitCode(err); code != 3 {
 		t.Fatalf("flowrun-acme run: exit %d, want 3\n%s", code, out)
@@ -66,6 +80,63 @@ func TestCustomBinary(t *testing.T) {
 	if got := strings.Join(ids, ","); got != "2,3,4,6" {
 		t.Fatalf("risky orders %s, want 2,3,4,6\n%s", got, out)
 	}
+	rows, err := csv.NewReader(bytes.NewReader(must(os.ReadFile(sheet)))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) == 0 || strings.Join(rows[0], ",") != "id,customer,risk" {
+		t.Fatalf("the sheet has no header row: %q", rows)
+	}
+	var sheetIDs []string
+	for _, r := range rows[1:] {
+		sheetIDs = append(sheetIDs, r[0])
+	}
+	sort.Strings(sheetIDs)
+	if got := strings.Join(sheetIDs, ","); got != "2,3,4,6" {
+		t.Fatalf("rows of the sheet %s, want 2,3,4,6: %q", got, rows)
+	}
+}
+
+// sinkKinds lists the sink kinds of a binary's JSON Schema.
+func sinkKinds(t *testing.T, bin string) []string {
+	t.Helper()
+	out, err := run(t, bin, "schema")
+	if err != nil {
+		t.Fatalf("%s schema: %v\n%s", bin, err, out)
+	}
+	// properties.sink.anyOf[0] is the object of sink blocks by name: one if/then per kind.
+	var schema struct {
+		Properties struct {
+			Sink struct {
+				AnyOf []struct {
+					AdditionalProperties struct {
+						AllOf []struct {
+							If struct {
+								Properties struct {
+									Kind struct{ Const string }
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &schema); err != nil || len(schema.Properties.Sink.AnyOf) == 0 {
+		t.Fatalf("%s schema: %v\n%s", bin, err, out)
+	}
+	var kinds []string
+	for _, k := range schema.Properties.Sink.AnyOf[0].AdditionalProperties.AllOf {
+		kinds = append(kinds, k.If.Properties.Kind.Const)
+	}
+	return kinds
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // run runs a command and returns its output. It fails the test when the command is still running

@@ -67,7 +67,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "no-poison-check", why: "an entry that kills every process that takes it loops forever",
-		file: "runtime/worker.go", find: `if m.deliveries > poisonDeliveries {`, replace: `if false {`,
+		file: "runtime/layer_poison.go", find: `if m.deliveries > poisonDeliveries {`, replace: `if false {`,
 		packages: []string{"./runtime"},
 	},
 
@@ -122,11 +122,11 @@ var mutations = []mutation{
 	},
 	{
 		name: "file-source-restarts", why: "a restarted file source reads its file from the top again",
-		file: "runtime/source_file.go", find: `	if !found {
-		return fresh, nil
+		file: "stages/source_file.go", find: `	if err != nil || !found {
+		return fresh, err
 	}`,
-		replace: `	if !found || true {
-		return fresh, nil
+		replace: `	if err != nil || !found || true {
+		return fresh, err
 	}`,
 		packages: []string{"./runtime"},
 	},
@@ -134,8 +134,8 @@ var mutations = []mutation{
 	// Downstream failures.
 	{
 		name: "transient-is-permanent", why: "a downstream outage empties the topic into the dead letters",
-		file: "runtime/worker.go", find: `		if stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
-		replace:  `		if transient || stages.IsPermanent(err) || policy.GivesUp(attempt, firstFailure, now) {`,
+		file: "runtime/layer_retry.go", find: `			if stages.IsPermanent(err) || policy.GivesUp(attempts, firstFailure, now) {`,
+		replace:  `			if transient || stages.IsPermanent(err) || policy.GivesUp(attempts, firstFailure, now) {`,
 		packages: []string{"./runtime"},
 	},
 	{

@@ -10,6 +10,7 @@
 //	go run ./internal/mutants                # every mutation
 //	go run ./internal/mutants -run fence     # those whose name matches
 //	go run ./internal/mutants -list          # the list
+//	go run ./internal/mutants -check         # only whether each still applies (after moving code)
 package main
 
 import (
@@ -30,6 +31,7 @@ func main() {
 	run := flag.String("run", "", "only the mutations whose name matches this regular expression")
 	list := flag.Bool("list", false, "print the mutations and exit")
 	race := flag.Bool("race", true, "run the tests with the race detector, as make test does")
+	check := flag.Bool("check", false, "only check that every mutation applies and compiles (after moving code), without running tests")
 	flag.Parse()
 	if *list {
 		for _, m := range mutations {
@@ -51,7 +53,7 @@ func main() {
 			continue
 		}
 		start := time.Now()
-		res := m.try(root, *race)
+		res := m.try(root, *race, *check)
 		fmt.Printf("%-28s %-9s %6s  %s\n", m.name, res.verdict, time.Since(start).Round(time.Second), res.detail)
 		switch res.verdict {
 		case "SURVIVED":
@@ -64,6 +66,10 @@ func main() {
 		fmt.Printf("\n%d survived (%s), %d stale (%s)\n", len(survivors), strings.Join(survivors, ", "),
 			len(stale), strings.Join(stale, ", "))
 		os.Exit(1)
+	}
+	if *check {
+		fmt.Println("\nevery mutation applies")
+		return
 	}
 	fmt.Println("\nevery mutation was caught")
 }
@@ -80,11 +86,11 @@ type mutation struct {
 
 // result is what a mutation's test run came to.
 type result struct {
-	verdict string // KILLED, SURVIVED or STALE
+	verdict string // KILLED, SURVIVED or STALE; APPLIES with -check
 	detail  string
 }
 
-func (m mutation) try(root string, race bool) result {
+func (m mutation) try(root string, race, checkOnly bool) result {
 	dir, err := os.MkdirTemp("", "flowrun-mutant-")
 	if err != nil {
 		fatal(err)
@@ -109,6 +115,9 @@ func (m mutation) try(root string, race bool) result {
 	vet.Dir = dir
 	if out, err := vet.CombinedOutput(); err != nil {
 		return result{"STALE", "the mutated code does not compile: " + firstLine(string(out))}
+	}
+	if checkOnly {
+		return result{"APPLIES", "its code is found once and the mutant compiles"}
 	}
 	args := []string{"test", "-count=1", "-failfast", "-timeout", "20m"}
 	if race {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -158,12 +159,16 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 		if s.Output != nil {
 			sr.Output = s.Output.Name
 		}
-		if key, ok := sourceLeaseKey(keys, s); ok {
+		kind, err := stages.SourceKindOf(s)
+		if err != nil {
+			return nil, err
+		}
+		if key, ok := sourceLeaseKey(keys, s, kind); ok {
 			sr.LeaseKey = key
 			sr.Lease, sr.LeaseError = leaseOf(ctx, c, key)
 		}
-		if s.Kind == "redis_stream" {
-			in, err := sourceInput(ctx, c, s, now)
+		if kind.Stream != nil {
+			in, err := sourceInput(ctx, c, s, kind.Stream(s), now)
 			if err != nil {
 				return nil, err
 			}
@@ -253,35 +258,35 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 }
 
 // sourceLeaseKey returns the key of the lease that a process takes to run source s, as the runtime
-// does: a redis_stream source's lease lives in its stream's hash slot (Keys.StreamLease), a stdin
-// source has none (every process reads its own standard input), and any other source, which
-// produces messages (generate, file), takes Keys.SourceLease.
-func sourceLeaseKey(keys redis.Keys, s *flow.Source) (string, bool) {
-	switch s.Kind {
-	case "stdin":
+// does: a source that reads a stream has its lease in the stream's hash slot (Keys.StreamLease), a
+// Shared source has none (every process reads its own standard input), and any other source, which
+// produces messages, takes Keys.SourceLease.
+func sourceLeaseKey(keys redis.Keys, s *flow.Source, kind stages.SourceKind) (string, bool) {
+	switch {
+	case kind.Stream != nil:
+		return keys.StreamLease(kind.Stream(s).Stream, s.Name), true
+	case kind.Traits.Shared:
 		return "", false
-	case "redis_stream":
-		return keys.StreamLease(s.Config.String("stream"), s.Name), true
 	}
 	return keys.SourceLease(s.Name), true
 }
 
-// sourceInput reads a redis_stream source's stream and the source's consumer group on it.
-func sourceInput(ctx context.Context, c *redis.Client, s *flow.Source, now time.Time) (*SourceInputReport, error) {
-	stream, group := s.Config.String("stream"), s.Config.String("group")
+// sourceInput reads the stream of a source that reads one, and the source's consumer group on it.
+func sourceInput(ctx context.Context, c *redis.Client, s *flow.Source, in stages.StreamSource, now time.Time) (*SourceInputReport, error) {
+	stream, group := in.Stream, in.Group
 	info, err := c.StreamStats(ctx, stream)
 	if err != nil {
 		return nil, err
 	}
-	in := &SourceInputReport{Stream: stream, Exists: info.Exists, Length: info.Length,
+	report := &SourceInputReport{Stream: stream, Exists: info.Exists, Length: info.Length,
 		Group: GroupReport{Group: group, Reader: "source." + s.Name}}
 	for _, g := range info.Groups {
 		if g.Name == group {
-			in.Group = groupOf(g, now)
-			in.Group.Reader = "source." + s.Name
+			report.Group = groupOf(g, now)
+			report.Group.Reader = "source." + s.Name
 		}
 	}
-	return in, nil
+	return report, nil
 }
 
 // leaseOf reads who holds the lease at key: nil when nobody does; an unreadable lease is reported,

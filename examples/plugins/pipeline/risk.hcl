@@ -1,5 +1,6 @@
-# Scores orders with ACME's Go function acme.score and keeps the risky ones. Only a flowrun binary
-# with that function compiled in (examples/plugins/flowrun-acme) can validate or run it:
+# Scores orders with ACME's Go function acme.score, keeps the risky ones, and writes them as JSON
+# lines and, through ACME's own sink kind acme_csv, as a CSV sheet. Only a flowrun binary with the
+# function and the kind compiled in (examples/plugins/flowrun-acme) can validate or run it:
 #
 #   go build -o bin/flowrun-acme ./examples/plugins/flowrun-acme
 #   bin/flowrun-acme run examples/plugins/pipeline --until-drained
@@ -16,6 +17,11 @@ variable "input" {
 variable "output" {
   type    = string
   default = "risky-orders.jsonl"
+}
+
+variable "sheet" {
+  type    = string
+  default = "risky-orders.csv"
 }
 
 topic "orders" {
@@ -46,4 +52,11 @@ sink "review" {
   kind  = "file"
   input = stage.risky
   path  = var.output
+}
+
+sink "review_sheet" {
+  kind    = "acme_csv"
+  input   = stage.risky
+  path    = var.sheet
+  columns = ["id", "customer", "risk"]
 }

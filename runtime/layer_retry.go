@@ -1,0 +1,90 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// withRetries makes the attempts at a message. A failed attempt is retried by the node's retry
+// policy: after a delay in the process, or, with a durable pass and a delay longer than
+// Options.RetryInPlaceUpTo, parked in the unit's retry set (the result's retry) while later
+// messages go on. A transient failure (the downstream is away) pauses the node instead: the next
+// attempt waits at the node's breaker for its turn to probe, by the transient retry policy, which
+// by default never gives up. A permanent failure, or a policy that gives up, fails the message for
+// good (failedForGood). A shutdown abandons the message wherever it waits.
+//
+// Each retry starts again from the payload as it arrived, whatever the failed attempt changed.
+func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
+	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
+		payload, _ := m.msg.Payload()
+		key, headers := m.msg.Key, m.msg.Headers
+		firstFailure := m.firstFailure
+		for attempts := m.attempts + 1; ; attempts++ {
+			if attempts > m.attempts+1 {
+				m.msg = stages.NewMessage(key, payload, headers)
+			}
+			probe, ok := n.breaker.pass(p.stopping)
+			if !ok {
+				return result{abandoned: true}, buf, nil // redelivered after the restart
+			}
+			start := len(buf)
+			var err error
+			buf, err = attempt(ctx, m, buf)
+			transient := err != nil && stages.IsTransient(err)
+			if !transient {
+				n.breaker.succeeded(probe) // the attempt got an answer, good or bad
+			}
+			if err == nil {
+				return result{outs: buf[start:len(buf):len(buf)]}, buf, nil
+			}
+			buf = buf[:start]
+			if r.hard.Err() != nil {
+				n.breaker.released(probe)
+				return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
+			}
+			n.stats.failed.Add(1)
+			now := time.Now()
+			if firstFailure.IsZero() {
+				firstFailure = now
+			}
+			policy := n.retry
+			if transient {
+				policy = n.transientRetry
+			}
+			if stages.IsPermanent(err) || policy.GivesUp(attempts, firstFailure, now) {
+				n.breaker.released(probe)
+				return result{}, buf, &failedForGood{err: err, attempts: attempts, firstFailure: firstFailure}
+			}
+			n.stats.retried.Add(1)
+			if transient {
+				after, _ := stages.RetryAfter(err)
+				n.breaker.failed(probe, err, after)
+				r.log.Debug("attempt failed transiently; waiting for the node's next probe", "node", n.name, "id", m.id, "attempt", attempts, "err", err)
+				continue
+			}
+			delay := jittered(policy.Delay(attempts), policy.Jitter)
+			if p.durable && delay > r.opts.RetryInPlaceUpTo {
+				r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
+				return result{retry: &redis.Retry{
+					Entry: redis.Entry{
+						ID: m.id, Key: key, Payload: payload, Headers: headers,
+						TraceParent: m.trace.parent, TraceState: m.trace.state,
+					},
+					Attempts: attempts, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
+					Due: time.Now().Add(delay),
+				}}, buf, err
+			}
+			r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-p.stopping:
+				t.Stop()
+				return result{abandoned: true}, buf, nil // redelivered after the restart, retry count and all
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package stages
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// The contracts between a kind and the runtime that runs it. A kind's constructor gets an Env and
+// returns a Source, a Processor or a Sink; the runtime calls it message by message and takes care
+// of everything around it (reading, batching, retries, dead letters, acknowledgements, tracing).
+//
+// Lifecycles are optional interfaces, implemented where they apply: Opener (called once before the
+// first message), Flusher (before a batch is acknowledged: what Deliver did must then be durable)
+// and io.Closer (once, when the run ends).
+
+// Processor is a compiled stage: it turns one input message into the messages it passes on.
+type Processor interface {
+	// Process appends the outputs of m to out and returns the extended slice, so that a caller can
+	// reuse one slice for a whole batch. It may modify m. An error fails this attempt at m; an error
+	// marked Permanent (an expression that cannot evaluate on this message, say) is not retried.
+	Process(ctx context.Context, m *Message, out []Output) ([]Output, error)
+}
+
+// Sink delivers messages out of the pipeline.
+type Sink interface {
+	// Deliver delivers m. An error fails this attempt: Transient ones (the service is away) pause
+	// the sink and are retried without limit by default, Permanent ones go to the dead letters at
+	// once, others follow the sink's retry policy. A sink that writes to Redis appends what it
+	// writes to out instead, and the runtime writes it in the same step that acknowledges the
+	// batch (see Write).
+	Deliver(ctx context.Context, m *Message, out []Write) ([]Write, error)
+}
+
+// Write is an entry a sink adds to a stream of its choosing, written atomically with the
+// acknowledgement of the batch it came from (exactly once with delivery = "effectively_once").
+type Write struct {
+	Stream  string // the stream's key, used as it is
+	MaxLen  int64  // caps the stream at about this many entries; 0: no cap
+	Message *Message
+}
+
+// Source produces messages into the pipeline from outside.
+type Source interface {
+	// Produce produces messages through out until it is done (a finite source returns nil) or ctx
+	// ends (it returns ctx's error). Any other error ends the run.
+	Produce(ctx context.Context, out Emitter) error
+}
+
+// Emitter takes what a source produces. It writes messages in batches and, while Redis is
+// unreachable or the output topic is full, holds the source back in Emit: a source never buffers
+// on its own, and nothing it emitted is lost.
+type Emitter interface {
+	// Emit passes m on to the source's output topic.
+	Emit(ctx context.Context, m Message, at Origin) error
+	// Reject dead-letters what cannot become a message (a line that is not JSON), with why.
+	Reject(ctx context.Context, reason error, m Message, at Origin) error
+	// Resume returns the position the source recorded with the last message written (Origin's
+	// Position), and false when it has none. Only sources whose traits say Resumes record one.
+	Resume(ctx context.Context) (position string, found bool, err error)
+}
+
+// Origin is where an emitted message comes from.
+type Origin struct {
+	// ID names the message within the source, the same on every attempt to produce it (such as
+	// "<run>-<line number>"): effectively-once delivery drops a message whose ID was written.
+	ID string
+	// Position is what a resuming source records once this message (and those before it) are
+	// written, returned by Resume after a restart; "" for sources that keep none.
+	Position string
+	// File and Line say where the message was read, for its dead letter; empty when not from a file.
+	File string
+	Line int64
+}
+
+// StreamSource is what a source kind that reads a Redis stream other applications write returns
+// (SourceKind.Stream): the runtime reads the stream itself, through a consumer group, like a stage.
+type StreamSource struct {
+	Stream string // the stream's key, used as it is
+	Group  string // the consumer group the source reads through
+	// StartLatest makes a new consumer group start at the end of the stream instead of its start.
+	StartLatest bool
+}
+
+// Opener is implemented by kinds that acquire something before their first message.
+type Opener interface {
+	Open(ctx context.Context) error
+}
+
+// Flusher is implemented by sinks that buffer: Flush makes what Deliver delivered durable, and runs
+// before the batch is acknowledged. An error delivers the batch again.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// Timeouter is implemented by kinds whose attempts have a timeout of their own (an http sink's
+// request timeout), in place of the block's or the runtime's.
+type Timeouter interface {
+	Timeout() time.Duration
+}
+
+// Env is what a kind's constructor gets from the runtime.
+type Env struct {
+	Pipeline string // the pipeline's name
+	Node     string // the source's, stage's or sink's name
+	Logger   *slog.Logger
+	Clock    Clock
+	Meter    metric.Meter
+	// HTTPClient is the client for kinds that call HTTP services; its timeout is the kind's own.
+	HTTPClient *http.Client
+	// Stdin is the process's standard input; Stdout its standard output, shared by every kind that
+	// writes to it so that lines never interleave.
+	Stdin  io.Reader
+	Stdout *LineWriter
+	// MaxMessageSize is the pipeline's max_message_size in bytes: a source rejects larger messages.
+	MaxMessageSize int64
+	// Redact hides the pipeline's secrets (sensitive variables) in text, such as errors that may
+	// quote a URL with a token in it.
+	Redact func(string) string
+}
+
+// Clock is the kinds' source of time, so that a test can drive a pipeline on a virtual clock.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a timer that fires once after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a Clock's timer.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+func (SystemClock) Now() time.Time                 { return time.Now() }
+func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (t systemTimer) C() <-chan time.Time        { return t.t.C }
+func (t systemTimer) Stop() bool                 { return t.t.Stop() }
+func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }

@@ -1,0 +1,164 @@
+package stages
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+)
+
+// A kind is registered once, in the file that implements it, with its spec (the attributes and docs
+// the language shows for it, a flow.Kind), its traits (what the runtime must know to run it) and
+// its constructor. Registration hands the spec to flow, so that validation, the JSON Schema and the
+// reference docs know the kind, and keeps the constructor for the runtime. Packages outside
+// flowrun register their kinds the same way, from init functions.
+
+// StageKind registers a kind of stage.
+type StageKind struct {
+	Spec   *flow.Kind
+	Traits StageTraits
+	New    func(s *flow.Stage, env Env) (Processor, error)
+}
+
+// StageTraits are what the runtime must know of a stage kind besides its constructor.
+type StageTraits struct {
+	// Inline kinds only compute, quickly: the runtime processes their messages one after another
+	// in the goroutine that reads them, as more goroutines would cost more than they save. Kinds
+	// with side effects or waits (a Go function may call a service) run in lanes (concurrency).
+	Inline bool
+}
+
+// SinkKind registers a kind of sink.
+type SinkKind struct {
+	Spec   *flow.Kind
+	Traits SinkTraits
+	New    func(s *flow.Sink, env Env) (Sink, error)
+	// Streams, for a sink that writes to Redis (Write), lists the streams it writes to, so that
+	// the runtime checks its permissions on them before the run starts.
+	Streams func(s *flow.Sink) []string
+}
+
+// SinkTraits are what the runtime must know of a sink kind besides its constructor.
+type SinkTraits struct {
+	// Inline sinks deliver quickly and locally (a file, the batch's own Redis round trip): they
+	// deliver in the reading goroutine, as lanes would not help.
+	Inline bool
+	// Lanes is how many messages of a partition a sink has in flight at once, keeping each key's
+	// order; 0 means DefaultSinkLanes.
+	Lanes int
+}
+
+// SourceKind registers a kind of source: one that produces messages (New), or one that names a
+// Redis stream for the runtime to read (Stream). Exactly one of the two is set.
+type SourceKind struct {
+	Spec   *flow.Kind
+	Traits SourceTraits
+	New    func(s *flow.Source, env Env) (Source, error)
+	Stream func(s *flow.Source) StreamSource
+}
+
+// SourceTraits are what the runtime must know of a producing source kind besides its constructor.
+type SourceTraits struct {
+	// Shared sources run in every process that runs the pipeline (each reads its own standard
+	// input); others in one process at a time, which holds the source's lease.
+	Shared bool
+	// Resumes marks a source that records a position with its writes (Origin.Position) and
+	// resumes there after a restart; others start from their first message again.
+	Resumes bool
+	// Finite reports whether the source ends by itself, and how many messages it will produce
+	// when it can tell (total < 0: it cannot); nil means finite, total unknown.
+	Finite func(config flow.Attrs) (finite bool, total int64)
+}
+
+// Defaults of the runtime for kinds that do not say otherwise.
+const (
+	DefaultSinkLanes   = 4                // SinkTraits.Lanes
+	DefaultSinkTimeout = 30 * time.Second // how long one delivery may take (see Timeouter)
+)
+
+var kinds = struct {
+	sync.RWMutex
+	stages  map[string]StageKind
+	sinks   map[string]SinkKind
+	sources map[string]SourceKind
+}{stages: map[string]StageKind{}, sinks: map[string]SinkKind{}, sources: map[string]SourceKind{}}
+
+// RegisterStage registers a stage kind. Like Register it is meant for init functions, and panics on
+// a spec without a name, a missing constructor or a kind registered twice.
+func RegisterStage(k StageKind) {
+	checkRegistration("stage", k.Spec, k.New != nil)
+	kinds.Lock()
+	defer kinds.Unlock()
+	flow.RegisterKind("stage", k.Spec)
+	kinds.stages[k.Spec.Name] = k
+}
+
+// RegisterSink registers a sink kind; see RegisterStage.
+func RegisterSink(k SinkKind) {
+	checkRegistration("sink", k.Spec, k.New != nil)
+	kinds.Lock()
+	defer kinds.Unlock()
+	flow.RegisterKind("sink", k.Spec)
+	kinds.sinks[k.Spec.Name] = k
+}
+
+// RegisterSource registers a source kind; see RegisterStage.
+func RegisterSource(k SourceKind) {
+	checkRegistration("source", k.Spec, (k.New != nil) != (k.Stream != nil))
+	kinds.Lock()
+	defer kinds.Unlock()
+	flow.RegisterKind("source", k.Spec)
+	kinds.sources[k.Spec.Name] = k
+}
+
+func checkRegistration(family string, spec *flow.Kind, built bool) {
+	if spec == nil || spec.Name == "" {
+		panic(fmt.Sprintf("stages: a %s kind needs a spec with a name", family))
+	}
+	if !built {
+		panic(fmt.Sprintf("stages: %s kind %q needs one constructor", family, spec.Name))
+	}
+}
+
+// StageKindOf returns the registration of a stage's kind.
+func StageKindOf(s *flow.Stage) (StageKind, error) {
+	kinds.RLock()
+	defer kinds.RUnlock()
+	k, ok := kinds.stages[s.Kind]
+	if !ok {
+		return k, fmt.Errorf("stage %s: unknown kind %q", s.Name, s.Kind)
+	}
+	return k, nil
+}
+
+// SinkKindOf returns the registration of a sink's kind.
+func SinkKindOf(s *flow.Sink) (SinkKind, error) {
+	kinds.RLock()
+	defer kinds.RUnlock()
+	k, ok := kinds.sinks[s.Kind]
+	if !ok {
+		return k, fmt.Errorf("sink %s: unknown kind %q", s.Name, s.Kind)
+	}
+	return k, nil
+}
+
+// SourceKindOf returns the registration of a source's kind.
+func SourceKindOf(s *flow.Source) (SourceKind, error) {
+	kinds.RLock()
+	defer kinds.RUnlock()
+	k, ok := kinds.sources[s.Kind]
+	if !ok {
+		return k, fmt.Errorf("source %s: unknown kind %q", s.Name, s.Kind)
+	}
+	return k, nil
+}
+
+// Compile builds the processor of a stage of the plan.
+func Compile(s *flow.Stage, env Env) (Processor, error) {
+	k, err := StageKindOf(s)
+	if err != nil {
+		return nil, err
+	}
+	return k.New(s, env)
+}

@@ -1,0 +1,88 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/flowrun/flowrun/flow"
+)
+
+// The file sink appends each message's payload as a line of JSON to a file, and syncs the file
+// before the batch is acknowledged, so that an acknowledged message is on disk.
+func init() {
+	RegisterSink(SinkKind{
+		Spec: &flow.Kind{
+			Name: "file",
+			Doc: "Appends each message as a line of JSON to a file, and syncs the file before it acknowledges " +
+				"a batch. The file and the directories above it are created when missing.",
+			Attributes: []flow.Attribute{
+				{Name: "path", Type: flow.TypeString, Required: true, Doc: "The file to write to; a relative path is relative to the working directory."},
+				{
+					Name: "mode", Type: flow.TypeString, Default: "append", Enum: []string{"append", "truncate"},
+					Doc: "append adds to what the file holds; truncate empties it once, when the run starts, for a " +
+						"job whose output replaces the last run's. Every process that runs the sink empties it " +
+						"when it starts, so a pipeline shared by processes on one machine appends.",
+				},
+			},
+			Example: `sink "archive" {
+  kind  = "file"
+  input = topic.clean
+  path  = var.output_path
+  mode  = "truncate"
+}`,
+		},
+		Traits: SinkTraits{Inline: true},
+		New: func(s *flow.Sink, _ Env) (Sink, error) {
+			return &fileSink{path: s.Config.String("path"), truncate: s.Config.String("mode") == "truncate"}, nil
+		},
+	})
+}
+
+type fileSink struct {
+	path     string
+	truncate bool // empty the file when the run opens it (mode = "truncate")
+	f        *os.File
+	w        *LineWriter
+}
+
+func (s *fileSink) Open(context.Context) error {
+	// A job's output often goes to a directory of its own that nothing has made yet.
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return err
+	}
+	flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
+	if s.truncate {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(s.path, flags, 0o644)
+	if err != nil {
+		return err
+	}
+	s.f, s.w = f, NewLineWriter(f, 64<<10)
+	return nil
+}
+
+func (s *fileSink) Deliver(_ context.Context, m *Message, out []Write) ([]Write, error) {
+	payload, err := m.Payload()
+	if err != nil {
+		return out, err
+	}
+	return out, s.w.WriteLine(payload)
+}
+
+func (s *fileSink) Flush(context.Context) error {
+	if err := s.w.Flush(); err != nil {
+		return err
+	}
+	return s.f.Sync()
+}
+
+func (s *fileSink) Close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.Flush(context.Background())
+	return errors.Join(err, s.f.Close())
+}

@@ -1,0 +1,150 @@
+package stages
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/flowrun/flowrun/flow"
+)
+
+// The file source reads a file of JSON lines (see jsonlines.go), one message per line, and ends at
+// the end of the file.
+//
+// It records with every batch it writes where the next line starts (its position), together with a
+// fingerprint of the file's first bytes. A process that starts the source again seeks to that
+// position and goes on from there, so that nothing is lost and nothing read twice. It starts from
+// the top instead when the file is no longer the one it was reading: shorter than the position
+// (truncated or replaced), or with other first bytes, or at another path.
+func init() {
+	RegisterSource(SourceKind{
+		Spec: &flow.Kind{
+			Name: "file",
+			Doc:  "Reads a file of JSON lines, one message per line, and ends at the end of the file.",
+			Attributes: []flow.Attribute{
+				{Name: "path", Type: flow.TypeString, Required: true, Doc: "The file to read; a relative path is relative to the working directory (use path.pipeline for files next to the pipeline)."},
+			},
+			Example: `source "orders_file" {
+  kind   = "file"
+  path   = "${path.pipeline}/data/orders.jsonl"
+  output = topic.orders
+}`,
+		},
+		Traits: SourceTraits{Resumes: true},
+		New: func(s *flow.Source, env Env) (Source, error) {
+			return &fileSource{path: s.Config.String("path"), env: env}, nil
+		},
+	})
+}
+
+type fileSource struct {
+	path string
+	env  Env
+}
+
+// filePosition is a file source's position.
+type filePosition struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset"` // where the next line starts
+	Line   int64  `json:"line"`   // lines read so far
+	// Epoch names this reading of the file from its top (see NewRunID).
+	Epoch string `json:"epoch"`
+	// Head is a hash of the first HeadLen bytes of the file (fingerprintLen at most, and never
+	// past Offset: only what was read is known not to change).
+	Head    string `json:"head"`
+	HeadLen int    `json:"head_len"`
+}
+
+// fingerprintLen is how much of a file's beginning identifies it.
+const fingerprintLen = 1024
+
+// headHash returns the fingerprint of a file's first bytes.
+func headHash(b []byte) string {
+	h := fnv.New64a()
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	head := make([]byte, fingerprintLen)
+	nh, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("reading %s: %w", s.path, err)
+	}
+	head = head[:nh]
+	pos, err := s.resume(ctx, out, f, head)
+	if err != nil {
+		return err
+	}
+	// The head was read already: a fresh start reads it again from memory (the file may be a
+	// pipe, which cannot seek), a resumption seeks past it.
+	var in io.Reader = io.MultiReader(bytes.NewReader(head), f)
+	if pos.Offset > 0 {
+		if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
+			return fmt.Errorf("reading %s: %w", s.path, err)
+		}
+		in = f
+	}
+	lr := lineReader{name: s.path, maxSize: s.env.MaxMessageSize, offset: pos.Offset, line: pos.Line, run: pos.Epoch}
+	lr.position = func(offset, line int64) string {
+		pos.Offset, pos.Line = offset, line
+		pos.HeadLen = int(min(int64(len(head)), offset))
+		pos.Head = headHash(head[:pos.HeadLen])
+		b, _ := json.Marshal(pos) // strings and numbers only
+		return string(b)
+	}
+	return readJSONLines(ctx, in, lr, out)
+}
+
+// resume returns where the source starts: its recorded position, if it has one for this file.
+func (s *fileSource) resume(ctx context.Context, out Emitter, f *os.File, head []byte) (filePosition, error) {
+	fresh := filePosition{Path: s.path, Epoch: NewRunID()}
+	raw, found, err := out.Resume(ctx)
+	if err != nil || !found {
+		return fresh, err
+	}
+	log := s.env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("path", s.path)
+	var pos filePosition
+	if err := json.Unmarshal([]byte(raw), &pos); err != nil {
+		log.Warn("the source's recorded position cannot be read; reading the file from the start", "err", err)
+		return fresh, nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fresh, fmt.Errorf("reading %s: %w", s.path, err)
+	}
+	switch {
+	case pos.Path != s.path:
+		log.Info("the source read another file before; reading this one from the start", "before", pos.Path)
+		return fresh, nil
+	case st.Size() < pos.Offset:
+		log.Info("the file is shorter than where the source stopped (it was truncated or replaced); reading it from the start",
+			"size", st.Size(), "stopped_at", pos.Offset)
+		return fresh, nil
+	case pos.HeadLen > len(head) || headHash(head[:pos.HeadLen]) != pos.Head:
+		log.Info("the file's first bytes changed since the source read it (it was replaced); reading it from the start")
+		return fresh, nil
+	}
+	if pos.Offset == st.Size() {
+		log.Info("the source read the whole file before; resuming at its end", "line", pos.Line, "offset", pos.Offset)
+	} else {
+		log.Info("resuming where the source stopped", "line", pos.Line+1, "offset", pos.Offset)
+	}
+	return pos, nil
+}
