@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -15,14 +17,14 @@ const (
 	backoffMax = 5 * time.Second
 )
 
-func (b *backoff) wait(ctx context.Context) {
+func (b *backoff) wait(ctx context.Context, clock stages.Clock) {
 	if b.next < backoffMin {
 		b.next = backoffMin
 	}
-	t := time.NewTimer(jittered(b.next, 0.2))
+	t := clock.NewTimer(jittered(b.next, 0.2))
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 	case <-ctx.Done():
 	}
 	b.next = min(2*b.next, backoffMax)
@@ -39,3 +41,8 @@ func jittered(d time.Duration, jitter float64) time.Duration {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// redisClock gives transport/redis the run's clock.
+type redisClock struct{ stages.Clock }
+
+func (c redisClock) NewTimer(d time.Duration) redis.Timer { return c.Clock.NewTimer(d) }

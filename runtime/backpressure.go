@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/flowrun/flowrun/stages"
 	"sync"
 	"time"
 
@@ -40,13 +41,14 @@ const (
 // backpressure holds the gates of the capped topics' partitions, by stream key.
 type backpressure struct {
 	rdb   *redis.Client
+	clock stages.Clock
 	gates map[string]*partitionGate
 }
 
 // newBackpressure makes a gate for every partition of every topic of the plan that has a max_lag
 // and a reader to wait for.
-func newBackpressure(rdb *redis.Client, plan *flow.Plan, keys redis.Keys) *backpressure {
-	b := &backpressure{rdb: rdb, gates: map[string]*partitionGate{}}
+func newBackpressure(rdb *redis.Client, plan *flow.Plan, keys redis.Keys, clock stages.Clock) *backpressure {
+	b := &backpressure{rdb: rdb, clock: clock, gates: map[string]*partitionGate{}}
 	for _, t := range plan.Topics {
 		if t.MaxLag <= 0 {
 			continue
@@ -67,7 +69,7 @@ func newBackpressure(rdb *redis.Client, plan *flow.Plan, keys redis.Keys) *backp
 		}
 		for p := range t.Partitions {
 			stream := keys.Stream(t.Name, p)
-			b.gates[stream] = &partitionGate{topic: t.Name, partition: p, stream: stream, limit: t.MaxLag, groups: groups}
+			b.gates[stream] = &partitionGate{clock: clock, topic: t.Name, partition: p, stream: stream, limit: t.MaxLag, groups: groups}
 		}
 	}
 	return b
@@ -83,6 +85,7 @@ func (b *backpressure) gate(stream string) *partitionGate {
 
 // partitionGate is the cap of one partition.
 type partitionGate struct {
+	clock     stages.Clock
 	topic     string
 	partition int
 	stream    string
@@ -117,7 +120,7 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 		ok, err := b.tryAdmit(ctx, g, n)
 		if err != nil {
 			if w != nil && !started.IsZero() {
-				w.released(g, time.Since(started))
+				w.released(g, b.clock.Now().Sub(started))
 			}
 			return err
 		}
@@ -125,25 +128,25 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 			break
 		}
 		if started.IsZero() {
-			started = time.Now()
+			started = b.clock.Now()
 			if w != nil {
 				w.heldBack(g)
 			}
 		}
-		t := time.NewTimer(wait)
+		t := b.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			if w != nil {
-				w.released(g, time.Since(started))
+				w.released(g, b.clock.Now().Sub(started))
 			}
 			return ctx.Err()
-		case <-t.C:
+		case <-t.C():
 		}
 		wait = min(2*wait, gateWaitMax)
 	}
 	if !started.IsZero() && w != nil {
-		w.released(g, time.Since(started))
+		w.released(g, b.clock.Now().Sub(started))
 	}
 	return nil
 }
@@ -172,7 +175,7 @@ func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) 
 	}
 	g.mu.Lock()
 	// What was written while the measurement ran may or may not be in it: keep counting it.
-	g.measured, g.measuredAt, g.since = backlog, time.Now(), g.since-before
+	g.measured, g.measuredAt, g.since = backlog, b.clock.Now(), g.since-before
 	g.mu.Unlock()
 	return g.take(n, true), nil
 }
@@ -181,7 +184,7 @@ func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) 
 func (g *partitionGate) take(n int64, fresh bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !fresh && (g.measuredAt.IsZero() || time.Since(g.measuredAt) > gateFreshness) {
+	if !fresh && (g.measuredAt.IsZero() || g.clock.Now().Sub(g.measuredAt) > gateFreshness) {
 		return false
 	}
 	if g.measured+g.since+g.unwritten >= g.limit {

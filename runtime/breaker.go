@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"github.com/flowrun/flowrun/stages"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ import (
 // breaker is a node's circuit breaker.
 type breaker struct {
 	node   *node
+	clock  stages.Clock
 	policy flow.RetryPolicy // spaces the probes
 	redact func(string) string
 
@@ -43,8 +45,8 @@ type breaker struct {
 	waiting map[uint64]bool
 }
 
-func newBreaker(n *node, policy flow.RetryPolicy, redact func(string) string) *breaker {
-	return &breaker{node: n, policy: policy, redact: redact, changed: make(chan struct{}), waiting: map[uint64]bool{}}
+func newBreaker(n *node, policy flow.RetryPolicy, redact func(string) string, clock stages.Clock) *breaker {
+	return &breaker{node: n, clock: clock, policy: policy, redact: redact, changed: make(chan struct{}), waiting: map[uint64]bool{}}
 }
 
 // pass waits until a message may be attempted: at once while the breaker is closed; while it is
@@ -54,7 +56,7 @@ func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
 	if !b.isOpen.Load() {
 		return false, true
 	}
-	var timer *time.Timer
+	var timer stages.Timer
 	var ticket uint64
 	defer func() {
 		if timer != nil {
@@ -80,7 +82,7 @@ func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
 			ticket = b.last
 			b.waiting[ticket] = true
 		}
-		now := time.Now()
+		now := b.clock.Now()
 		first := !b.probing && b.first() == ticket
 		if first && !now.Before(b.nextProbe) {
 			b.probing = true
@@ -92,11 +94,11 @@ func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
 		var due <-chan time.Time
 		if first {
 			if timer == nil {
-				timer = time.NewTimer(b.nextProbe.Sub(now))
+				timer = b.clock.NewTimer(b.nextProbe.Sub(now))
 			} else {
 				timer.Reset(b.nextProbe.Sub(now))
 			}
-			due = timer.C
+			due = timer.C()
 		}
 		b.mu.Unlock()
 		select {
@@ -123,7 +125,7 @@ func (b *breaker) succeeded(probe bool) {
 	}
 	b.open, b.probes = false, 0
 	b.isOpen.Store(false)
-	b.node.log.Info("attempts succeed again; the node goes on", "paused", time.Since(b.since).Round(time.Millisecond))
+	b.node.log.Info("attempts succeed again; the node goes on", "paused", b.clock.Now().Sub(b.since).Round(time.Millisecond))
 	b.wake()
 }
 
@@ -132,7 +134,7 @@ func (b *breaker) succeeded(probe bool) {
 func (b *breaker) failed(probe bool, err error, after time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
+	now := b.clock.Now()
 	b.lastErr = b.redact(err.Error())
 	if !b.open {
 		b.open, b.since, b.probes = true, now, 0

@@ -55,7 +55,7 @@ type DeadLetter struct {
 func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
 	payload, perr := m.msg.Payload()
 	env := Envelope{
-		Error: r.plan.Redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: time.Now(),
+		Error: r.plan.Redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: r.clock.Now(),
 		Partition: m.partition, ID: m.id, Key: m.msg.Key, Headers: m.msg.Headers,
 	}
 	if perr == nil && json.Valid(payload) {
@@ -68,7 +68,7 @@ func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int,
 
 // deadLetterMalformed is the dead letter of an entry that cannot be decoded.
 func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntryError) redis.Output {
-	now := time.Now()
+	now := r.clock.Now()
 	env := Envelope{
 		Error: "malformed entry: " + bad.Reason, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
 		Stream: u.stream, Partition: u.partition, ID: bad.ID, RawFields: bad.Fields,
@@ -79,7 +79,7 @@ func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntry
 // deadLetterDeleted records an entry that retention trimmed while it was pending: its contents are
 // gone, but its ID and the fact are kept.
 func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
-	now := time.Now()
+	now := r.clock.Now()
 	env := Envelope{
 		Error:    "the entry was deleted from the stream (trimmed by retention) before it was processed; its contents are lost",
 		Attempts: 0, FirstFailedAt: now, LastFailedAt: now, Stream: u.stream, Partition: u.partition, ID: id,
@@ -103,7 +103,7 @@ func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceCon
 	}
 	n.stats.deadLettered.Add(1)
 	// Logged (rate-limited) as it is made, with the counter: see deadletter_log.go.
-	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, time.Now())
+	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())
 	msg := stages.NewMessage(env.Key, body, env.Headers)
 	stream := r.keys.DeadLetter(n.name)
 	key := env.Key

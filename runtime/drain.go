@@ -23,14 +23,14 @@ const drainInterval = 100 * time.Millisecond
 // watchDrain ends the run once all work is done.
 func (r *runner) watchDrain(ctx context.Context) {
 	starts := r.streamSourceStarts(ctx)
-	ticker := time.NewTicker(drainInterval)
+	ticker := r.clock.NewTicker(drainInterval)
 	defer ticker.Stop()
 	previous := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		state, done, err := r.drainState(ctx, starts)
 		switch {
@@ -69,7 +69,7 @@ func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
 				return starts
 			}
 			var b backoff
-			b.wait(ctx)
+			b.wait(ctx, r.clock)
 		}
 	}
 	return starts

@@ -24,7 +24,16 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 		*scratch = (*scratch)[:0]
 		stageOutputs.Put(scratch)
 	}()
-	results, err := h.proc.Process(ctx, &m.msg, *scratch)
+	var results []stages.Output
+	var err error
+	if h.node.stateful {
+		err = withAttemptState(ctx, m.state, func(ctx context.Context) error {
+			results, err = h.proc.Process(ctx, &m.msg, *scratch)
+			return err
+		})
+	} else {
+		results, err = h.proc.Process(ctx, &m.msg, *scratch)
+	}
 	*scratch = results
 	if err != nil {
 		return outs, err

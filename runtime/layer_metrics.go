@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"time"
 
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -15,7 +14,7 @@ func (r *runner) withMetrics(n *node, next messageFunc) messageFunc {
 		if r.metrics.duration == nil {
 			return next(ctx, m, buf, p)
 		}
-		started := time.Now()
+		started := r.clock.Now()
 		res, buf, err := next(ctx, m, buf, p)
 		r.recordMessage(n, m, started)
 		return res, buf, err

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -20,7 +19,7 @@ func (r *runner) withPoisonCheck(_ *node, next messageFunc) messageFunc {
 		if m.deliveries > poisonDeliveries {
 			err := stages.Permanent(errors.New("delivered " + itoa(m.deliveries) +
 				" times without being acknowledged: every process that took it died or lost it (a poison message)"))
-			return result{}, buf, &failedForGood{err: err, attempts: m.attempts, firstFailure: time.Now()}
+			return result{}, buf, &failedForGood{err: err, attempts: m.attempts, firstFailure: r.clock.Now()}
 		}
 		return next(ctx, m, buf, p)
 	}

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"time"
 
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -46,7 +45,7 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
 			}
 			n.stats.failed.Add(1)
-			now := time.Now()
+			now := r.clock.Now()
 			if firstFailure.IsZero() {
 				firstFailure = now
 			}
@@ -74,13 +73,13 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 						TraceParent: m.trace.parent, TraceState: m.trace.state,
 					},
 					Attempts: attempts, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
-					Due: time.Now().Add(delay),
+					Due: r.clock.Now().Add(delay),
 				}}, buf, err
 			}
 			r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
-			t := time.NewTimer(delay)
+			t := r.clock.NewTimer(delay)
 			select {
-			case <-t.C:
+			case <-t.C():
 			case <-p.stopping:
 				t.Stop()
 				return result{abandoned: true}, buf, nil // redelivered after the restart, retry count and all

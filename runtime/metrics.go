@@ -168,7 +168,7 @@ func (r *runner) recordMessage(n *node, m *message, started time.Time) {
 		return
 	}
 	ctx := context.Background()
-	r.metrics.duration.Record(ctx, time.Since(started).Seconds(), n.metricAttrs)
+	r.metrics.duration.Record(ctx, r.clock.Now().Sub(started).Seconds(), n.metricAttrs)
 	if written, ok := entryTime(m.id); ok {
 		r.metrics.age.Record(ctx, started.Sub(written).Seconds(), n.metricAttrs)
 	}

@@ -33,6 +33,7 @@ type node struct {
 	// to a topic with a smaller max_lag.
 	readCount int64
 	inline    bool // process in the reading goroutine: the kind only computes
+	stateful  bool // the kind keeps per-key state (keyed_state.go)
 	retry     flow.RetryPolicy
 	// transientRetry is the policy for transient failures: retry's, when the node has a retry
 	// block, else flow.DefaultTransientRetry (no limit).
@@ -104,6 +105,7 @@ type message struct {
 	attempts     int
 	firstFailure time.Time
 	retry        *redis.Retry
+	state        *batchState // its batch's state writes, for a stateful node
 }
 
 // nodeStats counts what a node did, for the summary.
@@ -169,11 +171,18 @@ func (r *runner) addStage(s *flow.Stage) error {
 	n := &node{
 		name: s.Name, typ: "stage", kind: s.Kind,
 		group: redis.Group(s.Name), input: s.Input,
-		ordering: s.Ordering, lanes: s.Concurrency, inline: kind.Traits.Inline,
+		ordering: s.Ordering, lanes: s.Concurrency, inline: kind.Traits.Inline, stateful: kind.Traits.Stateful,
 		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
+	if n.stateful && n.ordering == flow.OrderNone {
+		return &ConfigError{"stage " + s.Name + ": a " + s.Kind + " stage keeps state per partition, which needs ordering = \"key\" or \"partition\", not \"none\""}
+	}
 	n.log = r.log.With(n.typ, n.name)
-	proc, err := kind.New(s, r.env(n))
+	env := r.env(n)
+	if n.stateful {
+		env.State = stateHandle{}
+	}
+	proc, err := kind.New(s, env)
 	if err != nil {
 		return &ConfigError{err.Error()}
 	}

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"time"
 )
 
 // observations is what a run keeps to tell its operators what happens beyond the counters: the
@@ -16,16 +15,16 @@ type observations struct {
 // on a timer of its own: neither depends on who reads them, or how often.
 func (r *runner) observeLoop(ctx context.Context) {
 	every := r.obs.rates.interval()
-	ticker := time.NewTicker(every)
+	ticker := r.clock.NewTicker(every)
 	defer ticker.Stop()
 	for {
-		now := time.Now()
+		now := r.clock.Now()
 		r.obs.rates.add(now, r.nodes)
 		r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, now, false)
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 	}
 }

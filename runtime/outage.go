@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"github.com/flowrun/flowrun/stages"
 	"log/slog"
 	"strings"
 	"sync"
@@ -23,8 +24,9 @@ const outageSettle = time.Second
 
 // outage tracks whether Redis answers this process.
 type outage struct {
-	log  *slog.Logger
-	down atomic.Bool // read on every successful call, so kept apart from the lock
+	log   *slog.Logger
+	clock stages.Clock
+	down  atomic.Bool // read on every successful call, so kept apart from the lock
 
 	mu          sync.Mutex
 	since       time.Time
@@ -47,12 +49,12 @@ func (o *outage) failed(what string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
-	o.lastFailure = time.Now()
+	o.lastFailure = o.clock.Now()
 	if !o.since.IsZero() {
 		o.log.Debug("Redis is still failing", "while", what, "err", err)
 		return
 	}
-	o.since = time.Now()
+	o.since = o.clock.Now()
 	o.down.Store(true)
 	o.log.Warn("Redis is failing: every part of the pipeline waits and retries until it answers again; nothing is lost meanwhile",
 		"while", what, "err", err)
@@ -66,10 +68,10 @@ func (o *outage) ok() {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.since.IsZero() || time.Since(o.lastFailure) < outageSettle {
+	if o.since.IsZero() || o.clock.Now().Sub(o.lastFailure) < outageSettle {
 		return
 	}
-	o.log.Info("Redis answers again", "after", time.Since(o.since).Round(time.Millisecond), "failed_calls", o.failures)
+	o.log.Info("Redis answers again", "after", o.clock.Now().Sub(o.since).Round(time.Millisecond), "failed_calls", o.failures)
 	o.since, o.failures, o.rechecked = time.Time{}, 0, false
 	o.down.Store(false)
 }

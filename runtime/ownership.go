@@ -118,14 +118,14 @@ func (o *ownership) run(ctx context.Context) {
 	for _, u := range o.free {
 		o.startWorker(u, nil)
 	}
-	ticker := time.NewTicker(o.interval)
+	ticker := o.r.clock.NewTicker(o.interval)
 	defer ticker.Stop()
 	for {
 		o.step(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 	}
 }
@@ -292,7 +292,7 @@ func (o *ownership) startWorkerLocked(u *unit, lease *redis.Lease) {
 // holdSource takes the lease of a producing source, waiting while another process holds it. The
 // returned context ends when ctx does or the lease is lost.
 func (o *ownership) holdSource(ctx context.Context, key string) (context.Context, bool) {
-	t := time.NewTicker(o.interval)
+	t := o.r.clock.NewTicker(o.interval)
 	defer t.Stop()
 	for {
 		lease, ok, err := o.r.rdb.AcquireLease(ctx, key, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
@@ -309,7 +309,7 @@ func (o *ownership) holdSource(ctx context.Context, key string) (context.Context
 		select {
 		case <-ctx.Done():
 			return ctx, false
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

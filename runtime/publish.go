@@ -47,6 +47,8 @@ type PublisherOptions struct {
 	// HeldBack, when set, is called the first time a write waits for a partition of a topic that
 	// is at its max_lag, so that the caller can say why it is slow. Default: nothing is said.
 	HeldBack func(topic string, partition int, maxLag int64)
+	// Clock is the publisher's source of time. Default: the wall clock.
+	Clock stages.Clock
 }
 
 // NewPublisher returns a publisher for the plan's topics, with the default options.
@@ -57,7 +59,11 @@ func NewPublisher(c *redis.Client, plan *flow.Plan) (*Publisher, error) {
 // NewPublisherWith returns a publisher for the plan's topics.
 func NewPublisherWith(c *redis.Client, plan *flow.Plan, opts PublisherOptions) (*Publisher, error) {
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
-	gates := newBackpressure(c, plan, keys)
+	if opts.Clock == nil {
+		opts.Clock = stages.SystemClock{}
+	}
+	c = c.WithClock(redisClock{opts.Clock})
+	gates := newBackpressure(c, plan, keys, opts.Clock)
 	p, err := c.NewProducer(redis.ProducerOptions{Written: func(counts map[string]int, err error) {
 		// What Publish let through at a capped partition is in Redis now, or never will be.
 		for stream, n := range counts {

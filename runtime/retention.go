@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"time"
 
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -13,7 +12,7 @@ import (
 // in whichever process trims: a reader that has not started yet must not lose what was written for
 // it.
 func (r *runner) trimLoop(ctx context.Context) {
-	ticker := time.NewTicker(r.opts.TrimInterval)
+	ticker := r.clock.NewTicker(r.opts.TrimInterval)
 	defer ticker.Stop()
 	readers := r.readers()
 	grouped := map[string]bool{}
@@ -31,7 +30,7 @@ func (r *runner) trimLoop(ctx context.Context) {
 					}
 					grouped[stream] = true
 				}
-				res, err := r.rdb.Trim(ctx, stream, redis.Retention{MaxLen: t.Retention.MaxLen, MaxAge: t.Retention.MaxAge}, time.Now())
+				res, err := r.rdb.Trim(ctx, stream, redis.Retention{MaxLen: t.Retention.MaxLen, MaxAge: t.Retention.MaxAge}, r.clock.Now())
 				switch {
 				case err != nil && ctx.Err() == nil:
 					r.log.Warn("trimming failed", "stream", stream, "err", err)
@@ -46,7 +45,7 @@ func (r *runner) trimLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 	}
 }

@@ -29,6 +29,9 @@ import (
 type Options struct {
 	// Redis is the connection to run on; the caller opens and closes it.
 	Redis *redis.Client
+	// Clock is the run's only source of time: its timers, tickers, timestamps and the kinds' Env.
+	// Default: the wall clock (stages.SystemClock).
+	Clock stages.Clock
 	// Nodes limits this process to the named sources, stages and sinks; empty runs them all. Several
 	// processes can split a pipeline this way, or run all of it and share the partitions.
 	Nodes []string
@@ -110,6 +113,9 @@ func (o *Options) applyDefaults() {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
 	}
+	if o.Clock == nil {
+		o.Clock = stages.SystemClock{}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -190,6 +196,7 @@ type runner struct {
 	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
 	hard context.Context
 
+	clock        stages.Clock              // Options.Clock
 	own          atomic.Pointer[ownership] // set when the run starts
 	outage       outage
 	backpressure *backpressure
@@ -208,14 +215,15 @@ type runner struct {
 
 func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r := &runner{
-		plan: plan,
-		opts: opts,
-		rdb:  opts.Redis.WithMaxEntrySize(plan.MaxMessageSize), // larger entries are dead-lettered unread
-		keys: redis.Keys{Prefix: plan.KeyPrefix},
-		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
+		plan:  plan,
+		opts:  opts,
+		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
+		clock: opts.Clock,
+		keys:  redis.Keys{Prefix: plan.KeyPrefix},
+		log:   redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
 	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
-	r.outage.log = r.log
+	r.outage.log, r.outage.clock = r.log, r.clock
 	r.streams = map[string][]string{}
 	for _, t := range plan.Topics {
 		r.streams[t.Name] = r.keys.Streams(t.Name, t.Partitions)
@@ -250,7 +258,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		}
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
-	r.backpressure = newBackpressure(r.rdb, plan, r.keys)
+	r.backpressure = newBackpressure(r.rdb, plan, r.keys, r.clock)
 	written := writtenTopics(plan)
 	readLimits := cappedReads(plan)
 	for _, n := range r.nodes {
@@ -258,7 +266,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		if n.retry.Name == "" {
 			n.transientRetry = flow.DefaultTransientRetry
 		}
-		n.breaker = newBreaker(n, n.transientRetry, plan.Redact)
+		n.breaker = newBreaker(n, n.transientRetry, plan.Redact, r.clock)
 		if n.handler != nil { // producing sources process nothing
 			n.process = r.layers(n)
 		}
@@ -350,7 +358,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	if err := r.checkAccess(ctx); err != nil {
 		return nil, err
 	}
-	r.started.Store(time.Now().UnixNano())
+	r.started.Store(r.clock.Now().UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	r.stopRun = stopRun
@@ -392,11 +400,17 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		r.log.Info("stopping: reading nothing new, finishing the work in flight", "drain_timeout", r.opts.DrainTimeout)
 	}
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
-	drainTimer := time.AfterFunc(r.opts.DrainTimeout, func() {
-		r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
-		stopHard()
-	})
-	defer drainTimer.Stop()
+	drainTimer := r.clock.NewTimer(r.opts.DrainTimeout)
+	drained := make(chan struct{})
+	go func() {
+		select {
+		case <-drainTimer.C():
+			r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
+			stopHard()
+		case <-drained:
+		}
+	}()
+	defer func() { drainTimer.Stop(); close(drained) }()
 	wg.Wait()
 	own.shutdown(hard)
 	r.closeNodes()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
@@ -132,7 +131,7 @@ func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) 
 func (e *emitter) Reject(ctx context.Context, reason error, m stages.Message, at stages.Origin) error {
 	n := e.src.node
 	n.stats.failed.Add(1)
-	now := time.Now()
+	now := e.r.clock.Now()
 	env := Envelope{File: at.File, Line: at.Line}
 	env.Error, env.Attempts, env.FirstFailedAt, env.LastFailedAt = e.r.plan.Redact(reason.Error()), 1, now, now
 	env.Key, env.Headers = m.Key, m.Headers
@@ -163,6 +162,6 @@ func (e *emitter) Resume(ctx context.Context) (string, bool, error) {
 			return "", false, err
 		}
 		e.r.outage.failed("source "+e.src.node.name+" reading its position", err)
-		b.wait(ctx)
+		b.wait(ctx, e.r.clock)
 	}
 }

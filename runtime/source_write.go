@@ -84,7 +84,7 @@ func (w *sourceWriter) close() error {
 
 func (w *sourceWriter) run() error {
 	batch := make([]sourceItem, 0, sourceBatch)
-	linger := time.NewTimer(time.Hour)
+	linger := w.r.clock.NewTimer(time.Hour)
 	linger.Stop()
 	for {
 		it, ok := <-w.items
@@ -106,7 +106,7 @@ func (w *sourceWriter) run() error {
 				if batch, err = w.append(batch, it); err != nil {
 					return err
 				}
-			case <-linger.C:
+			case <-linger.C():
 				break fill
 			}
 		}
@@ -205,6 +205,6 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
 		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard)
+		b.wait(r.hard, r.clock)
 	}
 }

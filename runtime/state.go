@@ -81,14 +81,14 @@ func (r *runner) pollLoop(ctx context.Context) {
 	var wg conc.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.observeLoop(ctx) })
-	ticker := time.NewTicker(r.opts.PollInterval)
+	ticker := r.clock.NewTicker(r.opts.PollInterval)
 	defer ticker.Stop()
 	for {
 		r.pollOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 	}
 }
@@ -133,7 +133,7 @@ func (r *runner) pollOnce(ctx context.Context) {
 	}
 	r.poll.mu.Lock()
 	defer r.poll.mu.Unlock()
-	r.poll.at, r.poll.err = time.Now(), firstErr
+	r.poll.at, r.poll.err = r.clock.Now(), firstErr
 	r.poll.partitions, r.poll.deadLetters = parts, dead
 	if firstErr != nil && ctx.Err() == nil {
 		r.log.Debug("polling the streams failed", "err", firstErr)
@@ -158,7 +158,7 @@ func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) 
 // Snapshot returns what the pipeline is doing now.
 func (rt *Runtime) Snapshot() Snapshot {
 	r := rt.r
-	s := Snapshot{Taken: time.Now()}
+	s := Snapshot{Taken: rt.r.clock.Now()}
 	if start := r.started.Load(); start != 0 {
 		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
 	}
@@ -193,7 +193,7 @@ func (rt *Runtime) Ready() error {
 		return errNotStarted
 	case s.PollErr != nil:
 		return s.PollErr
-	case time.Since(s.Polled) > 3*rt.r.opts.PollInterval+time.Second:
+	case rt.r.clock.Now().Sub(s.Polled) > 3*rt.r.opts.PollInterval+time.Second:
 		return errStalePoll
 	case !s.Balanced:
 		return errUnbalanced

@@ -53,8 +53,8 @@ func (s *Summary) DeadLettered() int64 {
 // summary is taken once every worker has stopped, so the dead-letter warnings still held back by
 // the rate limit are logged first: nothing dead-lettered later could join them.
 func (r *runner) summary() *Summary {
-	r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, time.Now(), true)
-	return &Summary{Elapsed: time.Since(time.Unix(0, r.started.Load())), Nodes: r.nodeSummaries(), Path: r.opts.PipelinePath}
+	r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, r.clock.Now(), true)
+	return &Summary{Elapsed: r.clock.Now().Sub(time.Unix(0, r.started.Load())), Nodes: r.nodeSummaries(), Path: r.opts.PipelinePath}
 }
 
 // nodeSummaries reads every node's counters.

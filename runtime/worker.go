@@ -50,12 +50,12 @@ func (w *worker) run(ctx context.Context) error {
 			return err
 		}
 	}
-	lastReclaim := time.Now()
+	lastReclaim := w.r.clock.Now()
 	args := redis.ReadArgs{Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID,
 		Count: n.readCount, Block: w.r.opts.Block}
 	var ahead *readResult // the next batch, read while the last one was committed
 	for ctx.Err() == nil {
-		if w.u.retryKey != "" && !time.Now().Before(w.nextRetries) {
+		if w.u.retryKey != "" && !w.r.clock.Now().Before(w.nextRetries) {
 			handled, err := w.retryDue(ctx)
 			if err != nil {
 				return err
@@ -97,7 +97,7 @@ func (w *worker) run(ctx context.Context) error {
 			// The read may have delivered entries whose reply was lost with the connection: they
 			// are in this consumer's pending list, so read that again before anything new.
 			w.recover, w.recovery = true, ""
-			w.backoff.wait(ctx)
+			w.backoff.wait(ctx, w.r.clock)
 			continue
 		}
 		w.r.outage.ok()
@@ -107,14 +107,14 @@ func (w *worker) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if time.Since(lastReclaim) > n.claimIdle {
+		if w.r.clock.Now().Sub(lastReclaim) > n.claimIdle {
 			// Take over what another consumer left pending, once it has been idle long enough that
 			// nobody is still working on it: a dead consumer of a partition without leases, or a
 			// process that read a batch just before it noticed it had lost this partition's lease.
 			if err := w.reclaim(ctx, n.claimIdle); err != nil {
 				return err
 			}
-			lastReclaim = time.Now()
+			lastReclaim = w.r.clock.Now()
 		}
 	}
 	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
@@ -128,7 +128,7 @@ func (w *worker) run(ctx context.Context) error {
 // until the next retry is due.
 func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
 	if w.u.retryKey != "" {
-		if until := time.Until(w.nextRetries); until < args.Block {
+		if until := w.nextRetries.Sub(w.r.clock.Now()); until < args.Block {
 			args.Block = max(until, time.Millisecond)
 		}
 	}
@@ -192,7 +192,7 @@ func (w *worker) ensureGroup(ctx context.Context) bool {
 		if ctx.Err() != nil || !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" creating its consumer group on "+w.u.stream, err) {
 			return false
 		}
-		w.backoff.wait(ctx)
+		w.backoff.wait(ctx, w.r.clock)
 	}
 	return false
 }
@@ -214,7 +214,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 				return nil
 			}
 			w.recover, w.recovery = true, "" // a lost reply may have claimed entries for this consumer
-			w.backoff.wait(ctx)
+			w.backoff.wait(ctx, w.r.clock)
 			continue
 		}
 		if res.Batch.Len() > 0 {
@@ -233,16 +233,16 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 
 // retryDue processes the retries of the unit that are due, and reports whether there were any.
 func (w *worker) retryDue(ctx context.Context) (bool, error) {
-	due, bad, err := w.r.rdb.ClaimRetries(ctx, w.u.retryKey, time.Now(), int64(w.r.opts.BatchSize), w.u.node.claimIdle)
+	due, bad, err := w.r.rdb.ClaimRetries(ctx, w.u.retryKey, w.r.clock.Now(), int64(w.r.opts.BatchSize), w.u.node.claimIdle)
 	if err != nil {
 		if ctx.Err() == nil && !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" reading its due retries "+w.u.retryKey, err) {
 			return false, errStopped
 		}
-		w.nextRetries = time.Now().Add(retryPoll)
+		w.nextRetries = w.r.clock.Now().Add(retryPoll)
 		return false, nil
 	}
 	if len(due)+len(bad) == 0 {
-		w.nextRetries = time.Now().Add(retryPoll)
+		w.nextRetries = w.r.clock.Now().Add(retryPoll)
 		return false, nil
 	}
 	return true, w.process(ctx, redis.Batch{}, due, bad)
@@ -320,8 +320,13 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			retry:        rt,
 		})
 	}
+	var state *batchState
+	if n.stateful {
+		state = r.newBatchState(w.u)
+	}
 	msgs := make([]*message, len(backing))
 	for i := range backing {
+		backing[i].state = state
 		msgs[i] = &backing[i]
 	}
 	durable := w.u.retryKey != "" && !n.retryInPlace
@@ -357,18 +362,20 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			acks = append(acks, m.id)
 		}
 	}
-	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 {
+	writes := state.writes()
+	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 && writes == nil {
 		return nil
 	}
 	if err := n.handler.flush(ctx); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx)
+		w.backoff.wait(ctx, w.r.clock)
 		return nil
 	}
 	c := &batchCommit{written: written, abandoned: abandoned, admits: admits}
-	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL}
+	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL,
+		State: writes}
 	if len(retryDone)+len(retries) > 0 {
 		c.args.RetryKey, c.args.RetryDone, c.args.Retries = w.u.retryKey, retryDone, retries
 	}
@@ -403,7 +410,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		}
 		r.log.Debug("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
 		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx)
+		w.backoff.wait(ctx, w.r.clock)
 		return nil
 	}
 	r.outage.ok()

@@ -118,16 +118,48 @@ type Env struct {
 	Stdout *LineWriter
 	// MaxMessageSize is the pipeline's max_message_size in bytes: a source rejects larger messages.
 	MaxMessageSize int64
+	// State is the kind's per-key state (see State); nil unless the kind is Stateful.
+	State State
 	// Redact hides the pipeline's secrets (sensitive variables) in text, such as errors that may
 	// quote a URL with a token in it.
 	Redact func(string) string
 }
 
-// Clock is the kinds' source of time, so that a test can drive a pipeline on a virtual clock.
+// State is a stateful kind's handle on its per-key state and durable timers (Env.State, for kinds
+// whose StageTraits say Stateful). State lives in Redis, in the hash slot of the input partition,
+// and moves with the partition's lease: nothing is restored when another process takes over.
+//
+// Every call takes the context that Process got, which names the partition and the batch. Reads
+// see the partition's committed state with the batch's own earlier writes; writes are committed
+// together with the acknowledgement of the batch's input entries, in one step fenced by the
+// partition's lease, and are discarded with the attempt when it fails. So a crash at any point
+// neither loses nor repeats a state change.
+//
+// Timers are stored durably with the state; calling the kind back when one is due comes with the
+// kinds that need it (windows).
+type State interface {
+	Get(ctx context.Context, key string) (value []byte, found bool, err error)
+	Put(ctx context.Context, key string, value []byte) error
+	Delete(ctx context.Context, key string) error
+	SetTimer(ctx context.Context, name string, at time.Time) error
+	CancelTimer(ctx context.Context, name string) error
+}
+
+// Clock is the source of time of the kinds and of the runtime that runs them, so that a test can
+// drive a whole pipeline on a virtual clock.
 type Clock interface {
 	Now() time.Time
 	// NewTimer returns a timer that fires once after d.
 	NewTimer(d time.Duration) Timer
+	// NewTicker returns a ticker that fires every d.
+	NewTicker(d time.Duration) Ticker
+}
+
+// Ticker is a Clock's ticker.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+	Reset(d time.Duration)
 }
 
 // Timer is a Clock's timer.
@@ -143,8 +175,16 @@ type SystemClock struct{}
 func (SystemClock) Now() time.Time                 { return time.Now() }
 func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
 
+func (SystemClock) NewTicker(d time.Duration) Ticker { return systemTicker{time.NewTicker(d)} }
+
 type systemTimer struct{ t *time.Timer }
 
 func (t systemTimer) C() <-chan time.Time        { return t.t.C }
 func (t systemTimer) Stop() bool                 { return t.t.Stop() }
 func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+
+type systemTicker struct{ t *time.Ticker }
+
+func (t systemTicker) C() <-chan time.Time   { return t.t.C }
+func (t systemTicker) Stop()                 { t.t.Stop() }
+func (t systemTicker) Reset(d time.Duration) { t.t.Reset(d) }

@@ -27,6 +27,9 @@ type StageTraits struct {
 	// in the goroutine that reads them, as more goroutines would cost more than they save. Kinds
 	// with side effects or waits (a Go function may call a service) run in lanes (concurrency).
 	Inline bool
+	// Stateful kinds keep per-key state and timers through Env.State. Their stages need a lease
+	// per partition (an ordering other than "none"), so that one process at a time owns the state.
+	Stateful bool
 }
 
 // SinkKind registers a kind of sink.

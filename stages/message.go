@@ -99,8 +99,10 @@ func (m *Message) Payload() ([]byte, error) {
 	return b, nil
 }
 
-// changed records that Value may differ from the payload the message arrived with.
-func (m *Message) changed() {
+// Changed records that Value may differ from the payload the message arrived with, so that Payload
+// encodes Value again. A kind that modifies a decoded message calls it (a Go stage function need not:
+// its results are taken as changed).
+func (m *Message) Changed() {
 	if m.raw != nil {
 		m.sizeHint = len(m.raw)
 	}

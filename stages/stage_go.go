@@ -73,7 +73,7 @@ func (s *goStage) Process(ctx context.Context, m *Message, out []Output) (outs [
 		return out, err
 	}
 	for _, r := range results {
-		r.changed() // the function may have changed anything
+		r.Changed() // the function may have changed anything
 		out = append(out, Output{Topic: s.out, Message: r})
 	}
 	return out, nil

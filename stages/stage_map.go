@@ -73,6 +73,6 @@ func (s *mapStage) Process(_ context.Context, m *Message, out []Output) ([]Outpu
 	for _, name := range s.drop {
 		delete(m.Value, name)
 	}
-	m.changed()
+	m.Changed()
 	return append(out, Output{Topic: s.out, Message: *m}), nil
 }

@@ -89,7 +89,7 @@ var mutations = []mutation{
 	{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
 		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard)`,
+		b.wait(r.hard, r.clock)`,
 		replace: `		_ = b
 		return nil`,
 		packages: []string{"./runtime"},
@@ -157,8 +157,8 @@ var mutations = []mutation{
 	// Visible failures.
 	{
 		name: "silent-dead-letters", why: "dead letters are neither logged nor summed up",
-		file: "runtime/deadletter.go", find: `	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, time.Now())`,
-		replace:  `	_ = time.Now`,
+		file: "runtime/deadletter.go", find: `	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())`,
+		replace:  `	_ = r.clock`,
 		packages: []string{"./runtime", "./cmd"},
 	},
 
@@ -209,6 +209,24 @@ var mutations = []mutation{
 		r.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
+		packages: []string{"./runtime"},
+	},
+
+	// State of stateful stages (the fence of its commit is unfenced-ack's).
+	{
+		name: "state-of-failed-attempt", why: "a failed attempt's state writes are kept, so a retried message counts twice",
+		file: "runtime/keyed_state.go", find: `	if err := attempt(context.WithValue(ctx, attemptStateKey{}, a)); err != nil {
+		return err
+	}`,
+		replace: `	if err := attempt(context.WithValue(ctx, attemptStateKey{}, a)); err != nil {
+		a.join()
+		return err
+	}`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "state-not-with-acks", why: "a batch's state is not written with its acks: state falls behind its inputs",
+		file: "runtime/worker.go", find: `		State: writes}`, replace: `		State: nil}`,
 		packages: []string{"./runtime"},
 	},
 }

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -25,6 +25,10 @@ type DeadLetters struct {
 	nodeTyp string
 	input   *flow.Topic // nil for a source
 	streams []string
+
+	// Clock says when "now" is for Replay, which makes the replayed messages due now. Default: the
+	// wall clock.
+	Clock stages.Clock
 }
 
 // OpenDeadLetters returns the dead letters of the named source, stage or sink of the plan. It fails
@@ -176,7 +180,11 @@ func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, e
 		return res, fmt.Errorf("source %s: a source's dead letters cannot be replayed, since nothing reads them; "+
 			"publish their payloads again with flowrun produce", d.node)
 	}
-	now := time.Now()
+	clock := d.Clock
+	if clock == nil {
+		clock = stages.SystemClock{}
+	}
+	now := clock.Now()
 	for _, id := range ids {
 		dl, err := d.Get(ctx, id)
 		if err != nil {

@@ -91,6 +91,7 @@ type Client struct {
 	user    string // the ACL user the connections log in as
 	// maxEntrySize bounds the entries that reads decode (0: no bound); see WithMaxEntrySize.
 	maxEntrySize int64
+	clock        Clock // see WithClock; nil: the wall clock
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -58,11 +59,43 @@ type CommitArgs struct {
 	RetryDone []Retry
 	Retries   []Retry
 
+	// State, when set, are a stateful stage's writes for the batch: per-key state and durable
+	// timers, applied in the same atomic step as the acks and fenced by the lease like them, so
+	// that state never runs ahead of or behind the inputs it was computed from.
+	State *StateWrites
+
 	// Checkpoint, when set, records how far a source that produces the outputs has got (a file
 	// source's position), in place of acks: a source commit has no input stream. It is written
 	// after the outputs, in the same MULTI/EXEC where they share a server, and fenced by Lease,
 	// which must then be the source's lease in the checkpoint key's slot.
 	Checkpoint *Checkpoint
+}
+
+// StateWrites are the state changes of one batch of a stateful stage on one partition. Its keys
+// (Keys.State, Keys.Timers) must share the input stream's hash tag.
+type StateWrites struct {
+	Key       string            // the state hash
+	Set       map[string][]byte // per-key values to set
+	Delete    []string          // keys whose state to remove
+	TimersKey string            // the timer set
+	Timers    map[string]int64  // timers to set: name -> due time in Unix ms
+	Cancel    []string          // timers to remove
+}
+
+func (s *StateWrites) empty() bool {
+	return s == nil || len(s.Set)+len(s.Delete)+len(s.Timers)+len(s.Cancel) == 0
+}
+
+// ReadState returns a key's state in a state hash, and false when it has none.
+func (c *Client) ReadState(ctx context.Context, hash, key string) ([]byte, bool, error) {
+	v, err := c.rdb.HGet(ctx, hash, key).Bytes()
+	if isNil(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, wrap(classify(err), "reading state in", hash)
+	}
+	return v, true, nil
 }
 
 // Checkpoint is a value that Commit sets at a key together with a batch's outputs.
@@ -85,7 +118,7 @@ func (c *Client) ReadCheckpoint(ctx context.Context, key string) (string, bool, 
 
 // settles reports whether the commit acks inputs, moves retries or records a checkpoint.
 func (a CommitArgs) settles() bool {
-	return len(a.IDs) > 0 || len(a.RetryDone) > 0 || len(a.Retries) > 0 || a.Checkpoint != nil
+	return len(a.IDs) > 0 || len(a.RetryDone) > 0 || len(a.Retries) > 0 || a.Checkpoint != nil || !a.State.empty()
 }
 
 // Commit writes a batch's outputs and acks its inputs, and returns the IDs of the outputs in
@@ -364,7 +397,7 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		}
 		return checkpointScript.Eval(ctx, pipe, append([]string{c.Key, leaseKey}, guards...), leaseValue, c.Value)
 	}
-	if a.Lease == nil && a.RetryKey == "" && len(guards) == 0 {
+	if a.Lease == nil && a.RetryKey == "" && len(guards) == 0 && a.State.empty() {
 		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
 	}
 	keys, args, err := settleArgs(a)
@@ -405,7 +438,32 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		}
 		args = append(args, r.Due.UnixMilli(), member)
 	}
-	return []string{a.Stream, retryKey, leaseKey}, args, nil
+	stateKey, timersKey := a.Stream, a.Stream
+	if s := a.State; !s.empty() {
+		stateKey, timersKey = s.Key, s.TimersKey
+		if timersKey == "" {
+			timersKey = a.Stream
+		}
+		args = append(args, 2*len(s.Set))
+		for _, k := range sortedKeys(s.Set) {
+			args = append(args, k, s.Set[k])
+		}
+		args = append(args, len(s.Delete))
+		for _, k := range s.Delete {
+			args = append(args, k)
+		}
+		args = append(args, 2*len(s.Timers))
+		for _, k := range sortedKeys(s.Timers) {
+			args = append(args, s.Timers[k], k)
+		}
+		args = append(args, len(s.Cancel))
+		for _, k := range s.Cancel {
+			args = append(args, k)
+		}
+	} else {
+		args = append(args, 0, 0, 0, 0)
+	}
+	return []string{a.Stream, retryKey, leaseKey, stateKey, timersKey}, args, nil
 }
 
 // settle acks a batch and moves its retries, or records its checkpoint, on its own.
@@ -416,7 +474,7 @@ func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 		err = c.rdb.Set(ctx, cp.Key, cp.Value, 0).Err()
 	case cp != nil:
 		err = checkpointScript.Run(ctx, c.rdb, []string{cp.Key, a.Lease.Key}, a.Lease.Value(), cp.Value).Err()
-	case a.Lease == nil && a.RetryKey == "":
+	case a.Lease == nil && a.RetryKey == "" && a.State.empty():
 		err = c.rdb.XAck(ctx, a.Stream, a.Group, a.IDs...).Err()
 	default:
 		keys, args, aerr := settleArgs(a)
@@ -435,4 +493,14 @@ func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 func (c *Client) Ack(ctx context.Context, stream, group string, lease *Lease, ids ...string) error {
 	_, err := c.Commit(ctx, CommitArgs{Stream: stream, Group: group, IDs: ids, Lease: lease})
 	return err
+}
+
+// sortedKeys returns a map's keys in order, so that a commit's arguments do not depend on map order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

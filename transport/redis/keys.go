@@ -100,6 +100,19 @@ func (k Keys) Retry(topic string, partition int, stage string) string {
 	return k.Stream(topic, partition) + ":retry:" + stage
 }
 
+// State returns the key of the hash that holds a stateful stage's per-key state for one partition of
+// its input, and Timers that of the sorted set of its durable timers (by due time in ms). Both share
+// the input stream's hash tag, so that the commit that acks a batch writes its state in the same
+// fenced step (CommitArgs.State), and both move with the partition's lease.
+func (k Keys) State(topic string, partition int, stage string) string {
+	return k.Stream(topic, partition) + ":state:" + stage
+}
+
+// Timers: see State.
+func (k Keys) Timers(topic string, partition int, stage string) string {
+	return k.Stream(topic, partition) + ":timers:" + stage
+}
+
 // Dedup returns the key of an effectively-once marker: the marker that stage's output number n
 // for input entry id of partition inPartition of topic inTopic was written to partition p of
 // topic outTopic. It carries the OUTPUT partition's tag, so a script can write the marker and

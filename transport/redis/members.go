@@ -14,7 +14,7 @@ import (
 // partitions fairly. All of it is one pipeline (the sets may live on different nodes of a cluster),
 // each set's commands in order.
 func (c *Client) Heartbeat(ctx context.Context, keys []string, member string, ttl time.Duration) ([]int, error) {
-	now := time.Now()
+	now := c.now()
 	cards := make([]*goredis.IntCmd, len(keys))
 	_, err := c.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, key := range keys {

@@ -217,7 +217,7 @@ func (p *producerLane) run() {
 	defer close(p.done)
 	pending := make([]produceItem, 0, p.batch)
 	var firstErr error
-	timer := time.NewTimer(time.Hour)
+	timer := p.c.newTimer(time.Hour)
 	timer.Stop()
 	timerOn := false
 	flush := func() {
@@ -253,7 +253,7 @@ func (p *producerLane) run() {
 		select {
 		case it := <-p.in:
 			handle(it)
-		case <-timer.C:
+		case <-timer.C():
 			timerOn = false
 			flush()
 		case <-p.stop:

@@ -58,8 +58,8 @@ return 0
 `)
 
 // settleScript settles a batch on its input partition in one atomic step: it checks the lease,
-// acks the entries, removes finished retries from the retry set and schedules new ones. One call
-// per batch.
+// acks the entries, removes finished retries from the retry set and schedules new ones, and writes
+// a stateful stage's state and timers. One call per batch.
 //
 // In a transaction that also writes effectively-once outputs it checks first that they were
 // written: the effectively-once script (xaddOnceScript) runs before it in the same EXEC, and a
@@ -68,17 +68,21 @@ return 0
 // marker exists only if every output of the call was written (now or by an earlier commit).
 //
 //	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
-//	(the stream again when not fenced), KEYS[4..] the last marker of each effectively-once call
+//	(the stream again when not fenced), KEYS[4] state hash and KEYS[5] timer set (the stream
+//	again when unused), KEYS[6..] the last marker of each effectively-once call
 //	ARGV[1] group, ARGV[2] expected lease value ("" when not fenced), then the number of IDs to
 //	ack and the IDs, the number of retry members to remove and them, the number of retries to
-//	add and their (due ms, member) pairs. Lua's unpack has a stack limit, so each command takes
+//	add and their (due ms, member) pairs; then the state: twice the number of keys to set and their
+//	(key, value) pairs, the number of keys to delete and them, twice the number of timers to set
+//	and their (due ms, name) pairs, the number of timers to cancel and them. Lua's unpack has a
+//	stack limit, so each command takes
 //	at most 1000 arguments.
 //	returns the number acked, or a LEASELOST or UNWRITTEN error
 var settleScript = goredis.NewScript(`
 if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
-for g = 4, #KEYS do
+for g = 6, #KEYS do
   if not redis.call('GET', KEYS[g]) then
     return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
   end
@@ -101,6 +105,16 @@ local k = 2 * tonumber(ARGV[i])
 i = i + 1
 for j = i, i + k - 1, 1000 do
   redis.call('ZADD', KEYS[2], unpack(ARGV, j, math.min(j + 999, i + k - 1)))
+end
+i = i + k
+local ops = {{'HSET', 4}, {'HDEL', 4}, {'ZADD', 5}, {'ZREM', 5}}
+for _, op in ipairs(ops) do
+  local c = tonumber(ARGV[i])
+  i = i + 1
+  for j = i, i + c - 1, 1000 do
+    redis.call(op[1], KEYS[op[2]], unpack(ARGV, j, math.min(j + 999, i + c - 1)))
+  end
+  i = i + c
 end
 return acked
 `)

@@ -1,0 +1,187 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A stateful stage (StageTraits.Stateful) keeps per-key state and timers in its input partition's
+// hash slot (Keys.State, Keys.Timers). Each attempt at a message writes into a view of its own
+// (attemptState); a successful attempt's writes join its batch's (batchState), and the batch's
+// commit writes them with the acks in one fenced step (CommitArgs.State). A failed attempt's writes
+// are dropped with it; a batch that is not committed (a lost lease, a crash) drops all of them, and
+// the partition's next owner processes the batch again from the committed state.
+
+// batchState collects the state writes of one batch of one partition.
+type batchState struct {
+	rdb          *redis.Client
+	hash, timers string
+
+	mu      sync.Mutex // lanes of the batch write concurrently (different keys)
+	set     map[string][]byte
+	del     map[string]bool
+	timerAt map[string]int64
+	cancel  map[string]bool
+}
+
+func (r *runner) newBatchState(u *unit) *batchState {
+	return &batchState{rdb: r.rdb, hash: r.keys.State(u.node.input.Name, u.partition, u.node.name),
+		timers: r.keys.Timers(u.node.input.Name, u.partition, u.node.name)}
+}
+
+// writes are the batch's state changes for its commit; nil when it changed nothing.
+func (b *batchState) writes() *redis.StateWrites {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.set)+len(b.del)+len(b.timerAt)+len(b.cancel) == 0 {
+		return nil
+	}
+	w := &redis.StateWrites{Key: b.hash, TimersKey: b.timers, Set: b.set, Timers: b.timerAt}
+	for k := range b.del {
+		w.Delete = append(w.Delete, k)
+	}
+	for k := range b.cancel {
+		w.Cancel = append(w.Cancel, k)
+	}
+	return w
+}
+
+// attemptState is one attempt's writes, over its batch's.
+type attemptState struct {
+	batch   *batchState
+	set     map[string][]byte
+	del     map[string]bool
+	timerAt map[string]int64
+	cancel  map[string]bool
+}
+
+// join adds a successful attempt's writes to its batch.
+func (a *attemptState) join() {
+	b := a.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, v := range a.set {
+		b.set = put(b.set, k, v)
+		delete(b.del, k)
+	}
+	for k := range a.del {
+		delete(b.set, k)
+		b.del = put(b.del, k, true)
+	}
+	for k, at := range a.timerAt {
+		b.timerAt = put(b.timerAt, k, at)
+		delete(b.cancel, k)
+	}
+	for k := range a.cancel {
+		delete(b.timerAt, k)
+		b.cancel = put(b.cancel, k, true)
+	}
+}
+
+func put[V any](m map[string]V, k string, v V) map[string]V {
+	if m == nil {
+		m = map[string]V{}
+	}
+	m[k] = v
+	return m
+}
+
+type attemptStateKey struct{}
+
+// withAttemptState runs one attempt of a stateful stage with a fresh view of its batch's state, and
+// joins the view's writes to the batch when the attempt succeeds.
+func withAttemptState(ctx context.Context, b *batchState, attempt func(context.Context) error) error {
+	a := &attemptState{batch: b}
+	if err := attempt(context.WithValue(ctx, attemptStateKey{}, a)); err != nil {
+		return err
+	}
+	a.join()
+	return nil
+}
+
+// stateHandle is the stages.State of a stateful node: it finds the attempt's view in the context.
+type stateHandle struct{}
+
+var errNoState = errors.New("stages.State used outside the Process call of a stateful stage")
+
+func attemptOf(ctx context.Context) (*attemptState, error) {
+	a, ok := ctx.Value(attemptStateKey{}).(*attemptState)
+	if !ok {
+		return nil, errNoState
+	}
+	return a, nil
+}
+
+func (stateHandle) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if v, ok := a.set[key]; ok {
+		return v, true, nil
+	}
+	if a.del[key] {
+		return nil, false, nil
+	}
+	b := a.batch
+	b.mu.Lock()
+	v, set := b.set[key]
+	deleted := b.del[key]
+	b.mu.Unlock()
+	switch {
+	case set:
+		return v, true, nil
+	case deleted:
+		return nil, false, nil
+	}
+	return b.rdb.ReadState(ctx, b.hash, key)
+}
+
+func (stateHandle) Put(ctx context.Context, key string, value []byte) error {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return err
+	}
+	a.set = put(a.set, key, append([]byte(nil), value...))
+	delete(a.del, key)
+	return nil
+}
+
+func (stateHandle) Delete(ctx context.Context, key string) error {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return err
+	}
+	delete(a.set, key)
+	a.del = put(a.del, key, true)
+	return nil
+}
+
+func (stateHandle) SetTimer(ctx context.Context, name string, at time.Time) error {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return err
+	}
+	a.timerAt = put(a.timerAt, name, at.UnixMilli())
+	delete(a.cancel, name)
+	return nil
+}
+
+func (stateHandle) CancelTimer(ctx context.Context, name string) error {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return err
+	}
+	delete(a.timerAt, name)
+	a.cancel = put(a.cancel, name, true)
+	return nil
+}
+var _ stages.State = stateHandle{}
