@@ -184,4 +184,5 @@ func (stateHandle) CancelTimer(ctx context.Context, name string) error {
 	a.cancel = put(a.cancel, name, true)
 	return nil
 }
+
 var _ stages.State = stateHandle{}
