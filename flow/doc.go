@@ -5,9 +5,11 @@
 //
 //   - load.go and config.go parse the files (native .hcl and JSON .hcl.json) and decode each block
 //     against its declaration into a Config, the source representation, without evaluating anything.
-//   - spec.go and the types.*.go files declare the language: every block type, every kind of source,
-//     stage and sink, and every attribute. Validation, the JSON Schema (jsonschema.go) and the
-//     reference docs (refdocs.go) are generated from these declarations.
+//   - spec.go and the types.*.go files declare the language: every block type and its attributes.
+//     The kinds of sources, stages and sinks are declared by the files that implement them (package
+//     stages, or a package of the user's) and reach the language through RegisterKind. Validation,
+//     the JSON Schema (jsonschema.go) and the reference docs (refdocs.go) are generated from these
+//     declarations, so a binary's schema and docs show the kinds compiled into it.
 //   - eval.go, values.go and references.go evaluate attributes: config-time expressions (var, local,
 //     path, functions) once, references to other blocks by address, and per-message expressions
 //     (msg) compiled by package flow/expr into closures.
@@ -19,5 +21,6 @@
 // Every problem is an hcl.Diagnostic with a source range, and all of them are reported at once.
 //
 // This package does not run anything and does not know Redis: key layout, partition hashing and
-// delivery belong to packages runtime and transport/redis.
+// delivery belong to packages runtime and transport/redis. It implements no kind either: without
+// package stages linked in, it knows no source, stage or sink kind.
 package flow

@@ -24,6 +24,9 @@ func (f *failedForGood) Unwrap() error { return f.err }
 func (r *runner) withDeadLetters(n *node, next messageFunc) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		res, buf, err := next(ctx, m, buf, p)
+		if err == nil {
+			return res, buf, nil
+		}
 		var f *failedForGood
 		if errors.As(err, &f) {
 			out := r.deadLetterMessage(n, m, f.err, f.attempts, f.firstFailure)
