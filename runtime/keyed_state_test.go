@@ -9,35 +9,42 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // test_count is a stateful stage kind of the tests: it counts the messages of each key in its state,
-// and passes each message on with the count so far. Its first attempt at every message whose seq ends
-// in 3 fails after it wrote the new count, once per run: the failed attempt's write must not count.
+// and passes each message on with the count so far. It keeps a timer per key, due a minute after the
+// key's latest message (its created field, Unix ms), and forgets the key and its timer at the count
+// given by the forget_at attribute. Its first attempt at every message whose seq ends in 3 fails
+// after it wrote the new count, once per run: the failed attempt's writes must not count.
 func init() {
 	stages.RegisterStage(stages.StageKind{
 		Spec: &flow.Kind{
-			Name: "test_count",
-			Doc:  "Counts the messages of each key (a stateful stage of the tests).",
+			Name:       "test_count",
+			Doc:        "Counts the messages of each key (a stateful stage of the tests).",
+			Attributes: []flow.Attribute{{Name: "forget_at", Type: flow.TypeInteger, Required: true, Doc: "The count at which a key is forgotten."}},
 			Example: `stage "count" {
-  kind  = "test_count"
-  input = topic.in
+  kind      = "test_count"
+  input     = topic.in
+  forget_at = 20
 }`,
 		},
 		Traits: stages.StageTraits{Stateful: true},
 		New: func(s *flow.Stage, env stages.Env) (stages.Processor, error) {
-			return &countStage{out: s.Output, state: env.State}, nil
+			return &countStage{out: s.Output, state: env.State, forgetAt: int(s.Config.Int("forget_at"))}, nil
 		},
 	})
 }
 
 type countStage struct {
-	out   *flow.Topic
-	state stages.State
+	out      *flow.Topic
+	state    stages.State
+	forgetAt int
 }
 
 // countFailed holds the messages whose first attempt test_count failed, by run and seq.
@@ -53,7 +60,13 @@ func (s *countStage) Process(ctx context.Context, m *stages.Message, out []stage
 	}
 	n, _ := strconv.Atoi(string(v))
 	n++
-	if err := s.state.Put(ctx, m.Key, []byte(strconv.Itoa(n))); err != nil {
+	if n == s.forgetAt {
+		err = errors.Join(s.state.Delete(ctx, m.Key), s.state.CancelTimer(ctx, "close:"+m.Key))
+	} else {
+		err = errors.Join(s.state.Put(ctx, m.Key, []byte(strconv.Itoa(n))),
+			s.state.SetTimer(ctx, "close:"+m.Key, time.UnixMilli(60_000+int64(n))))
+	}
+	if err != nil {
 		return out, err
 	}
 	seq := fmt.Sprint(m.Value["seq"])
@@ -93,9 +106,10 @@ source "gen" {
   template = { key = "k${index % ` + strconv.Itoa(keys) + `}", seq = index + tonumber(var.from), run = var.run }
 }
 stage "count" {
-  kind  = "test_count"
-  input = topic.in
-  retry = retry.fast
+  kind      = "test_count"
+  input     = topic.in
+  retry     = retry.fast
+  forget_at = ` + strconv.Itoa(2*perRun/keys) + `
 }
 sink "out" {
   kind  = "file"
@@ -112,6 +126,23 @@ sink "out" {
 			j := runJob(t, c, first, runtime.Options{})
 			if n := j.node(t, "count"); n.Failed != perRun/10 || n.DeadLettered != 0 {
 				t.Fatalf("count, first run: %+v", n)
+			}
+			// Every key has its count and its timer, in its partition's slot.
+			keysOf := redis.Keys{Prefix: first.KeyPrefix}
+			stateKeys, timers := 0, 0
+			for p := 0; p < 3; p++ {
+				h, err := c.Universal().HLen(context.Background(), keysOf.State("in", p, "count")).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				z, err := c.Universal().ZCard(context.Background(), keysOf.Timers("in", p, "count")).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				stateKeys, timers = stateKeys+int(h), timers+int(z)
+			}
+			if stateKeys != keys || timers != keys {
+				t.Fatalf("after the first run: state of %d keys and %d timers, want %d of each", stateKeys, timers, keys)
 			}
 			second := buildSource(t, src, "out="+out, "from="+strconv.Itoa(perRun), "run="+run)
 			second.KeyPrefix = first.KeyPrefix // the same pipeline again
@@ -137,6 +168,14 @@ sink "out" {
 				}
 				if len(seen) != 2*perRun/keys {
 					t.Fatalf("key %s: %d counts, want %d", k, len(seen), 2*perRun/keys)
+				}
+			}
+			// At the last count every key and its timer were forgotten.
+			for p := 0; p < 3; p++ {
+				h, _ := c.Universal().HLen(context.Background(), keysOf.State("in", p, "count")).Result()
+				z, _ := c.Universal().ZCard(context.Background(), keysOf.Timers("in", p, "count")).Result()
+				if h != 0 || z != 0 {
+					t.Fatalf("partition %d keeps the state of %d keys and %d timers after they were forgotten", p, h, z)
 				}
 			}
 		})
