@@ -56,6 +56,13 @@ func (a Attrs) want(name string, types ...Type) {
 	panic(fmt.Sprintf("flow: attribute %q is a %s, not read that way", name, describeType(t)))
 }
 
+// get reads an attribute declared with one of the types; the zero T when it has no value.
+func get[T any](a Attrs, name string, types ...Type) T {
+	a.want(name, types...)
+	v, _ := a.values[name].(T)
+	return v
+}
+
 // SetDefault gives an attribute a value when it has none, for a kind's Check that derives a
 // default from the plan.
 func (a *Attrs) SetDefault(name string, v any) {
@@ -68,81 +75,41 @@ func (a *Attrs) SetDefault(name string, v any) {
 func (a Attrs) Has(name string) bool { a.want(name); _, ok := a.values[name]; return ok }
 
 // String returns a string attribute.
-func (a Attrs) String(name string) string {
-	a.want(name, TypeString)
-	v, _ := a.values[name].(string)
-	return v
-}
+func (a Attrs) String(name string) string { return get[string](a, name, TypeString) }
 
 // Int returns an integer attribute.
-func (a Attrs) Int(name string) int64 {
-	a.want(name, TypeInteger)
-	v, _ := a.values[name].(int64)
-	return v
-}
+func (a Attrs) Int(name string) int64 { return get[int64](a, name, TypeInteger) }
 
 // Float returns a number attribute.
-func (a Attrs) Float(name string) float64 {
-	a.want(name, TypeNumber)
-	v, _ := a.values[name].(float64)
-	return v
-}
+func (a Attrs) Float(name string) float64 { return get[float64](a, name, TypeNumber) }
 
 // Bool returns a bool attribute.
-func (a Attrs) Bool(name string) bool {
-	a.want(name, TypeBool)
-	v, _ := a.values[name].(bool)
-	return v
-}
+func (a Attrs) Bool(name string) bool { return get[bool](a, name, TypeBool) }
 
 // Duration returns a duration attribute.
-func (a Attrs) Duration(name string) time.Duration {
-	a.want(name, TypeDuration)
-	v, _ := a.values[name].(time.Duration)
-	return v
-}
+func (a Attrs) Duration(name string) time.Duration { return get[time.Duration](a, name, TypeDuration) }
 
 // Size returns a size attribute, in bytes.
-func (a Attrs) Size(name string) Size {
-	a.want(name, TypeSize)
-	v, _ := a.values[name].(Size)
-	return v
-}
+func (a Attrs) Size(name string) Size { return get[Size](a, name, TypeSize) }
 
 // Strings returns a list-of-strings attribute.
-func (a Attrs) Strings(name string) []string {
-	a.want(name, TypeStringList)
-	v, _ := a.values[name].([]string)
-	return v
-}
+func (a Attrs) Strings(name string) []string { return get[[]string](a, name, TypeStringList) }
 
 // StringMap returns a map-of-strings attribute.
 func (a Attrs) StringMap(name string) map[string]string {
-	a.want(name, TypeStringMap)
-	v, _ := a.values[name].(map[string]string)
-	return v
+	return get[map[string]string](a, name, TypeStringMap)
 }
 
 // Expr returns a per-message expression attribute.
 func (a Attrs) Expr(name string) *expr.Program {
-	a.want(name, TypeMessageExpr, TypeMessageBool)
-	v, _ := a.values[name].(*expr.Program)
-	return v
+	return get[*expr.Program](a, name, TypeMessageExpr, TypeMessageBool)
 }
 
 // Fields returns an object-of-expressions attribute, in source order.
-func (a Attrs) Fields(name string) []Field {
-	a.want(name, TypeMessageFields)
-	v, _ := a.values[name].([]Field)
-	return v
-}
+func (a Attrs) Fields(name string) []Field { return get[[]Field](a, name, TypeMessageFields) }
 
 // Topic returns a topic reference attribute.
-func (a Attrs) Topic(name string) *Topic {
-	a.want(name, TypeTopicRef, TypeInputRef)
-	v, _ := a.values[name].(*Topic)
-	return v
-}
+func (a Attrs) Topic(name string) *Topic { return get[*Topic](a, name, TypeTopicRef, TypeInputRef) }
 
 // retry returns a retry reference attribute; only block attributes have one.
 func (a Attrs) retry(name string) (RetryPolicy, bool) {

@@ -126,33 +126,23 @@ func checkRegistration(family string, spec *flow.Kind, built bool) {
 
 // StageKindOf returns the registration of a stage's kind.
 func StageKindOf(s *flow.Stage) (StageKind, error) {
-	kinds.RLock()
-	defer kinds.RUnlock()
-	k, ok := kinds.stages[s.Kind]
-	if !ok {
-		return k, fmt.Errorf("stage %s: unknown kind %q", s.Name, s.Kind)
-	}
-	return k, nil
+	return lookup(kinds.stages, "stage", s.Name, s.Kind)
 }
 
 // SinkKindOf returns the registration of a sink's kind.
-func SinkKindOf(s *flow.Sink) (SinkKind, error) {
-	kinds.RLock()
-	defer kinds.RUnlock()
-	k, ok := kinds.sinks[s.Kind]
-	if !ok {
-		return k, fmt.Errorf("sink %s: unknown kind %q", s.Name, s.Kind)
-	}
-	return k, nil
-}
+func SinkKindOf(s *flow.Sink) (SinkKind, error) { return lookup(kinds.sinks, "sink", s.Name, s.Kind) }
 
 // SourceKindOf returns the registration of a source's kind.
 func SourceKindOf(s *flow.Source) (SourceKind, error) {
+	return lookup(kinds.sources, "source", s.Name, s.Kind)
+}
+
+func lookup[K any](registered map[string]K, family, name, kind string) (K, error) {
 	kinds.RLock()
 	defer kinds.RUnlock()
-	k, ok := kinds.sources[s.Kind]
+	k, ok := registered[kind]
 	if !ok {
-		return k, fmt.Errorf("source %s: unknown kind %q", s.Name, s.Kind)
+		return k, fmt.Errorf("%s %s: unknown kind %q", family, name, kind)
 	}
 	return k, nil
 }

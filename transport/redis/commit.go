@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -445,7 +446,7 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 			timersKey = a.Stream
 		}
 		args = append(args, 2*len(s.Set))
-		for _, k := range sortedKeys(s.Set) {
+		for _, k := range slices.Sorted(maps.Keys(s.Set)) {
 			args = append(args, k, s.Set[k])
 		}
 		args = append(args, len(s.Delete))
@@ -453,7 +454,7 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 			args = append(args, k)
 		}
 		args = append(args, 2*len(s.Timers))
-		for _, k := range sortedKeys(s.Timers) {
+		for _, k := range slices.Sorted(maps.Keys(s.Timers)) {
 			args = append(args, s.Timers[k], k)
 		}
 		args = append(args, len(s.Cancel))
@@ -493,14 +494,4 @@ func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 func (c *Client) Ack(ctx context.Context, stream, group string, lease *Lease, ids ...string) error {
 	_, err := c.Commit(ctx, CommitArgs{Stream: stream, Group: group, IDs: ids, Lease: lease})
 	return err
-}
-
-// sortedKeys returns a map's keys in order, so that a commit's arguments do not depend on map order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
