@@ -1,10 +1,11 @@
-// Command flowrun-acme is flowrun with ACME's stage functions built in: the whole of a custom binary.
+// Command flowrun-acme is flowrun with ACME's stage functions and sink kind built in: the whole of a
+// custom binary.
 package main
 
 import (
 	"github.com/flowrun/flowrun/cmd"
 
-	_ "github.com/flowrun/flowrun/examples/plugins/acme" // registers acme.score
+	_ "github.com/flowrun/flowrun/examples/plugins/acme" // registers acme.score and the acme_csv sink
 )
 
 func main() { cmd.Main() }
