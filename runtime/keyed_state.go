@@ -142,7 +142,13 @@ func (stateHandle) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	case deleted:
 		return nil, false, nil
 	}
-	return b.rdb.ReadState(ctx, b.hash, key)
+	v, found, err := b.rdb.ReadState(ctx, b.hash, key)
+	if err != nil && !redis.Unrecoverable(err) {
+		// Redis is away: the node pauses and tries again, as for a downstream service, rather than
+		// spending the message's attempts (or dead-lettering it) on an outage.
+		err = stages.Transient(err)
+	}
+	return v, found, err
 }
 
 func (stateHandle) Put(ctx context.Context, key string, value []byte) error {
