@@ -144,7 +144,7 @@ func newRootCommand(stdio IO) *cobra.Command {
 		newFmtCommand(stdio),
 		newGraphCommand(stdio),
 		newProduceCommand(stdio), newTailCommand(stdio), newInspectCommand(stdio),
-		newSchemaCommand(stdio),
+		newSchemaCommand(stdio), newEvalCommand(stdio),
 		newVersionCommand(stdio),
 		newRunCommand(stdio),
 		newDLQCommand(stdio),

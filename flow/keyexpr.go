@@ -9,17 +9,18 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
-// KeyExpr is an expression over msg that computes a message's key, given outside a pipeline (the
-// --key of flowrun produce). It has the functions of per-message expressions.
-type KeyExpr struct {
+// MessageExpr is an expression over msg given outside a pipeline (flowrun eval, the --key of
+// flowrun produce), compiled as a stage compiles its per-message expressions, with their functions.
+// It is for one goroutine at a time.
+type MessageExpr struct {
 	program *expr.Program
-	env     expr.Env // reused by Key: a KeyExpr is for one goroutine
+	env     expr.Env
 }
 
-// CompileKeyExpr parses and compiles src, an expression over msg; name is where it came from
+// CompileMessageExpr parses and compiles src, an expression over msg; name is where it came from
 // (a flag, for example), for diagnostics. It returns the file that the diagnostics refer to, to
 // print them with their source.
-func CompileKeyExpr(name, src string) (*KeyExpr, *hcl.File, hcl.Diagnostics) {
+func CompileMessageExpr(name, src string) (*MessageExpr, *hcl.File, hcl.Diagnostics) {
 	file := &hcl.File{Bytes: []byte(src)}
 	e, diags := hclsyntax.ParseExpression(file.Bytes, name, hcl.InitialPos)
 	if diags.HasErrors() {
@@ -30,11 +31,33 @@ func CompileKeyExpr(name, src string) (*KeyExpr, *hcl.File, hcl.Diagnostics) {
 	if diags.HasErrors() {
 		return nil, file, diags
 	}
-	return &KeyExpr{program: p}, file, diags
+	return &MessageExpr{program: p}, file, diags
 }
 
-// Key evaluates the expression on a decoded payload (stages.DecodePayload) and returns the key.
-// It is not safe for concurrent use.
+// Eval evaluates the expression on a decoded payload (stages.DecodePayload) and returns its value
+// as a JSON-ready Go value, as a map stage's set would write it.
+func (m *MessageExpr) Eval(msg any) (any, error) {
+	m.env.Msg = msg
+	v, err := m.program.Eval(&m.env)
+	if err != nil {
+		return nil, err
+	}
+	return v.Interface(), nil
+}
+
+// KeyExpr is a MessageExpr that computes a message's key.
+type KeyExpr struct{ MessageExpr }
+
+// CompileKeyExpr compiles a key expression: see CompileMessageExpr.
+func CompileKeyExpr(name, src string) (*KeyExpr, *hcl.File, hcl.Diagnostics) {
+	m, file, diags := CompileMessageExpr(name, src)
+	if m == nil {
+		return nil, file, diags
+	}
+	return &KeyExpr{*m}, file, diags
+}
+
+// Key evaluates the expression on a decoded payload and returns the key, which must be a string.
 func (k *KeyExpr) Key(msg any) (string, error) {
 	k.env.Msg = msg
 	return k.program.EvalString(&k.env)
@@ -48,4 +71,15 @@ func EvalMessage(err error) string {
 		return e.Message
 	}
 	return err.Error()
+}
+
+// EvalDiagnostics turns an expression's evaluation error into a diagnostic located at the
+// sub-expression that failed, to print with its snippet.
+func EvalDiagnostics(err error) hcl.Diagnostics {
+	var e *expr.EvalError
+	if errors.As(err, &e) && e.Range.Filename != "" {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Expression failed on this message",
+			Detail: e.Message + ".", Subject: e.Range.Ptr()}}
+	}
+	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Expression failed on this message", Detail: err.Error()}}
 }
