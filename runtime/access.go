@@ -100,13 +100,16 @@ func (r *runner) accessChecks() *redis.Access {
 		n := u.node
 		who := n.typ + " " + n.name
 		a.Consume(who, u.stream, n.group)
-		var markers []string // checked before the ack of effectively-once outputs
+		// Checked before the ack: the markers of effectively-once outputs, the types of the others.
+		var markers, streams []string
 		for _, o := range r.committedOutputs(n) {
 			if o.dedup != "" {
 				markers = append(markers, o.dedup)
+			} else {
+				streams = append(streams, o.stream)
 			}
 		}
-		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, markers...)
+		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, markers, streams)
 		a.Stats(who, u.stream)
 		if u.leaseKey != "" {
 			a.Lease(who, u.leaseKey)
@@ -131,17 +134,20 @@ func (r *runner) accessChecks() *redis.Access {
 			a.Lease(who, p.leaseKey)
 		}
 		var markers []string
+		streams := []string{r.keys.DeadLetter(p.node.name)}
 		for i, s := range r.streams[p.output.Name] {
 			dedup := ""
 			if p.node.delivery == flow.EffectivelyOnce {
 				dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
 				markers = append(markers, dedup)
+			} else {
+				streams = append(streams, s)
 			}
 			a.Output(who, s, dedup)
 		}
 		a.Output(who, r.keys.DeadLetter(p.node.name), "")
 		if p.positionKey != "" {
-			a.Checkpoint(who, p.positionKey, p.leaseKey, markers...)
+			a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
 		}
 	}
 	for _, n := range r.nodes {

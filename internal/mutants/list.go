@@ -71,6 +71,17 @@ var mutations = []mutation{
 		packages: []string{"./runtime"},
 	},
 
+	{
+		name: "ack-despite-failed-xadd", why: "an XADD that failed inside the transaction (WRONGTYPE) leaves its inputs acked, and lost",
+		file: "transport/redis/scripts.go", find: "  if redis.call('TYPE', KEYS[g]).ok ~= 'stream' then\n" +
+			"    return redis.error_reply('` + unwrittenPrefix + ` ' .. KEYS[g] .. ' is not a stream: the outputs were not written')\n" +
+			"  end\nend\nlocal i = 3",
+		replace: "  if false then\n" +
+			"    return redis.error_reply('` + unwrittenPrefix + ` ' .. KEYS[g] .. ' is not a stream: the outputs were not written')\n" +
+			"  end\nend\nlocal i = 3",
+		packages: []string{"./transport/redis", "./runtime"},
+	},
+
 	// Retention.
 	{
 		name: "trim-past-groups", why: "retention trims entries a group has not read or acknowledged",

@@ -137,25 +137,23 @@ func (a *Access) Group(who, stream, group string) {
 }
 
 // Settle adds the acknowledgement part of Commit (and Ack) on a stream's group, with the unit's
-// retry set and lease ("" for none). dedupKeys are a marker of each effectively-once output
-// stream that the unit writes: the settle script of a commit with such outputs checks their
-// markers, all of them at once in the check.
-func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, dedupKeys ...string) {
-	if retryKey == "" && leaseKey == "" && len(dedupKeys) == 0 {
+// retry set and lease ("" for none). The settle script checks, before it acks, what the unit's
+// outputs wrote in the same transaction: markers are a marker of each effectively-once output
+// stream, streams the streams of its other outputs; all of them at once in the check.
+func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, markers, streams []string) {
+	if retryKey == "" && leaseKey == "" && len(markers)+len(streams) == 0 {
 		a.add(who, stream, 1, "xack", stream, group, "0-1")
 		return
 	}
-	keys := []string{stream, stream, stream}
+	keys := []string{stream, stream, stream, stream, stream}
 	if retryKey != "" {
 		keys[1] = retryKey
 	}
 	if leaseKey != "" {
 		keys[2] = leaseKey
 	}
-	a.script(who, settleScript, true, append(keys, dedupKeys...)...)
-	for _, k := range dedupKeys {
-		a.add(who, k, 1, "get", k)
-	}
+	a.script(who, settleScript, true, append(append(keys, markers...), streams...)...)
+	a.guards(who, markers, streams)
 	a.add(who, stream, 1, "xack", stream, group, "0-1")
 	if leaseKey != "" {
 		a.add(who, leaseKey, 1, "get", leaseKey)
@@ -182,16 +180,25 @@ func (a *Access) Output(who, stream, dedupKey string) {
 }
 
 // Checkpoint adds the checkpoint Commit records for a source (Keys.SourcePosition), fenced by the
-// source's lease, and ReadCheckpoint. dedupKeys are a marker of each effectively-once output
-// stream of the source, which the checkpoint script checks (see Settle).
-func (a *Access) Checkpoint(who, key, leaseKey string, dedupKeys ...string) {
+// source's lease, and ReadCheckpoint. markers and streams are what the checkpoint script checks
+// of the source's outputs (see Settle).
+func (a *Access) Checkpoint(who, key, leaseKey string, markers, streams []string) {
 	a.add(who, key, 1, "get", key)
-	a.script(who, checkpointScript, true, append([]string{key, leaseKey}, dedupKeys...)...)
+	a.script(who, checkpointScript, true, append(append([]string{key, leaseKey}, markers...), streams...)...)
 	a.add(who, leaseKey, 1, "get", leaseKey)
-	for _, k := range dedupKeys {
+	a.guards(who, markers, streams)
+	a.add(who, key, 1, "set", key, "position")
+}
+
+// guards adds the checks of the settle and checkpoint scripts: GET of the markers, TYPE of the
+// streams.
+func (a *Access) guards(who string, markers, streams []string) {
+	for _, k := range markers {
 		a.add(who, k, 1, "get", k)
 	}
-	a.add(who, key, 1, "set", key, "position")
+	for _, k := range streams {
+		a.add(who, k, 1, "type", k)
+	}
 }
 
 // Backlog adds Backlog on a stream (which falls back on StreamStats).

@@ -129,10 +129,10 @@ func (a CommitArgs) settles() bool {
 // round trip: a MULTI/EXEC pipeline of the XADDs followed by the ack (a fencing script when
 // a.Lease is set). Redis rejects a transaction whose commands cannot be queued, out-of-memory
 // included, as a whole, so a failed XADD does not leave its input acked. An XADD that fails at
-// run time inside EXEC (WRONGTYPE: a non-stream key at an output name) does not stop the ack;
-// Commit then returns that error. Effectively-once outputs are written by a script that can fail
-// at run time too (WRONGTYPE, OOM); the ack checks their markers first and, when one is missing,
-// acks nothing.
+// run time inside EXEC (WRONGTYPE: a non-stream key at an output name) does not stop the
+// commands after it, so the ack checks first that every output's key is a stream and acks
+// nothing when one is not. Effectively-once outputs are written by a script that can fail at run
+// time too (WRONGTYPE, OOM); the ack checks their markers first, likewise.
 //
 // On a cluster with outputs in other slots it is two steps: the outputs (go-redis sends one
 // pipeline per node, in parallel), then, only if every output was written, the ack. A cluster
@@ -173,8 +173,11 @@ type commitPlan struct {
 	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
 	order  []string              // streams of dedup calls, in first-use order
 	guards []string              // the last marker of each dedup call: see settleScript
-	n      int                   // number of outputs
-	ttlMS  int64
+	// streams are the streams of the plain outputs, which the settle checks are streams: see
+	// settleScript.
+	streams []string
+	n       int // number of outputs
+	ttlMS   int64
 }
 
 type plainOutput struct {
@@ -264,6 +267,13 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		d := p.dedup[s]
 		p.guards = append(p.guards, d.keys[len(d.keys)-1])
 	}
+	seen := map[string]bool{}
+	for _, o := range p.plain {
+		if !seen[o.stream] {
+			seen[o.stream] = true
+			p.streams = append(p.streams, o.stream)
+		}
+	}
 	p.atomic = !c.cluster || sameSlot
 	return p, nil
 }
@@ -331,7 +341,7 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 	collect := p.queueOutputs(ctx, pipe)
 	var ack goredis.Cmder
 	if a.settles() {
-		ack = queueSettle(ctx, pipe, a, p.guards)
+		ack = queueSettle(ctx, pipe, a, p.guards, p.streams)
 	}
 	_, execErr := pipe.Exec(ctx)
 	ids, err := collect()
@@ -343,14 +353,6 @@ func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) 
 			// Redis refused to queue the ack (NOPERM on its script, say) and discarded the whole
 			// transaction: the outputs only say EXECABORT, the ack says why.
 			return ids, settleError(ack.Err(), a)
-		}
-		if ack != nil && ack.Err() == nil {
-			// Only a failure at run time inside EXEC gets here (WRONGTYPE: another application's
-			// key at an output's name), and it is unrecoverable: the run stops and says so.
-			if a.Checkpoint != nil {
-				return ids, fmt.Errorf("%w (the checkpoint was recorded: the XADD failed inside the transaction)", err)
-			}
-			return ids, fmt.Errorf("%w (the inputs were acked: the XADD failed inside the transaction)", err)
 		}
 		return ids, err
 	}
@@ -387,18 +389,19 @@ func settleError(err error, a CommitArgs) error {
 // plain XACK or SET when that is all, else the settle or checkpoint script. guards are markers of
 // effectively-once outputs in the same transaction: without them, nothing is acked (see
 // settleScript).
-func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guards []string) goredis.Cmder {
+func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guards, streams []string) goredis.Cmder {
 	if c := a.Checkpoint; c != nil {
-		if a.Lease == nil && len(guards) == 0 {
+		if a.Lease == nil && len(guards)+len(streams) == 0 {
 			return pipe.Set(ctx, c.Key, c.Value, 0)
 		}
 		leaseKey, leaseValue := c.Key, ""
 		if a.Lease != nil {
 			leaseKey, leaseValue = a.Lease.Key, a.Lease.Value()
 		}
-		return checkpointScript.Eval(ctx, pipe, append([]string{c.Key, leaseKey}, guards...), leaseValue, c.Value)
+		keys := append(append([]string{c.Key, leaseKey}, guards...), streams...)
+		return checkpointScript.Eval(ctx, pipe, keys, leaseValue, c.Value, len(streams))
 	}
-	if a.Lease == nil && a.RetryKey == "" && len(guards) == 0 && a.State.empty() {
+	if a.Lease == nil && a.RetryKey == "" && len(guards)+len(streams) == 0 && a.State.empty() {
 		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
 	}
 	keys, args, err := settleArgs(a)
@@ -407,7 +410,7 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		cmd.SetErr(err)
 		return cmd
 	}
-	return settleScript.Eval(ctx, pipe, append(keys, guards...), args...)
+	return settleScript.Eval(ctx, pipe, append(append(keys, guards...), streams...), append(args, len(streams))...)
 }
 
 // settleArgs encodes the settle script's keys and arguments.
@@ -474,7 +477,7 @@ func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 	case cp != nil && a.Lease == nil:
 		err = c.rdb.Set(ctx, cp.Key, cp.Value, 0).Err()
 	case cp != nil:
-		err = checkpointScript.Run(ctx, c.rdb, []string{cp.Key, a.Lease.Key}, a.Lease.Value(), cp.Value).Err()
+		err = checkpointScript.Run(ctx, c.rdb, []string{cp.Key, a.Lease.Key}, a.Lease.Value(), cp.Value, 0).Err()
 	case a.Lease == nil && a.RetryKey == "" && a.State.empty():
 		err = c.rdb.XAck(ctx, a.Stream, a.Group, a.IDs...).Err()
 	default:
@@ -482,7 +485,7 @@ func (c *Client) settle(ctx context.Context, a CommitArgs) error {
 		if aerr != nil {
 			return aerr
 		}
-		err = settleScript.Run(ctx, c.rdb, keys, args...).Err()
+		err = settleScript.Run(ctx, c.rdb, keys, append(args, 0)...).Err()
 	}
 	if err != nil {
 		return settleError(err, a)

@@ -67,9 +67,14 @@ return 0
 // call of that script writes its markers in order and stops at the first failure, so its last
 // marker exists only if every output of the call was written (now or by an earlier commit).
 //
+// Plain outputs (without markers) are checked too: each stream they were written to must be a
+// stream now, or an XADD failed at run time (WRONGTYPE: another application's key at an output's
+// name) and acking would lose the inputs.
+//
 //	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
 //	(the stream again when not fenced), KEYS[4] state hash and KEYS[5] timer set (the stream
-//	again when unused), KEYS[6..] the last marker of each effectively-once call
+//	again when unused), then the last marker of each effectively-once call, then the streams of
+//	the plain outputs, as many as the last ARGV says
 //	ARGV[1] group, ARGV[2] expected lease value ("" when not fenced), then the number of IDs to
 //	ack and the IDs, the number of retry members to remove and them, the number of retries to
 //	add and their (due ms, member) pairs; then the state: twice the number of keys to set and their
@@ -82,9 +87,15 @@ var settleScript = goredis.NewScript(`
 if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
-for g = 6, #KEYS do
+local guarded = #KEYS - tonumber(ARGV[#ARGV])
+for g = 6, guarded do
   if not redis.call('GET', KEYS[g]) then
     return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
+  end
+end
+for g = guarded + 1, #KEYS do
+  if redis.call('TYPE', KEYS[g]).ok ~= 'stream' then
+    return redis.error_reply('` + unwrittenPrefix + ` ' .. KEYS[g] .. ' is not a stream: the outputs were not written')
   end
 end
 local i = 3
@@ -121,20 +132,26 @@ return acked
 
 // checkpointScript records a source's checkpoint only if the source's lease still holds the
 // caller's owner and token, so that a process that lost the source to another never moves its
-// position, and only if the effectively-once outputs of its transaction were written (see
-// settleScript).
+// position, and only if the outputs of its transaction were written (see settleScript).
 //
 //	KEYS[1] checkpoint key, KEYS[2] lease key (the checkpoint key again when not fenced),
-//	KEYS[3..] the last marker of each effectively-once call
-//	ARGV[1] expected lease value ("" when not fenced), ARGV[2] checkpoint
+//	then the last marker of each effectively-once call, then the streams of the plain outputs
+//	ARGV[1] expected lease value ("" when not fenced), ARGV[2] checkpoint, ARGV[3] the number of
+//	plain output streams
 //	returns 1, or a LEASELOST or UNWRITTEN error
 var checkpointScript = goredis.NewScript(`
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[2] .. ' is not held by ' .. ARGV[1])
 end
-for g = 3, #KEYS do
+local guarded = #KEYS - tonumber(ARGV[3])
+for g = 3, guarded do
   if not redis.call('GET', KEYS[g]) then
     return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
+  end
+end
+for g = guarded + 1, #KEYS do
+  if redis.call('TYPE', KEYS[g]).ok ~= 'stream' then
+    return redis.error_reply('` + unwrittenPrefix + ` ' .. KEYS[g] .. ' is not a stream: the outputs were not written')
   end
 end
 redis.call('SET', KEYS[1], ARGV[2])
