@@ -11,10 +11,10 @@ import (
 
 // stageHandler runs a stage's processor and routes its outputs to their topics' partitions.
 type stageHandler struct {
-	noLifecycle
-	r    *runner
-	node *node
-	proc stages.Processor
+	lifecycle // the processor's, if it has one
+	r         *runner
+	node      *node
+	proc      stages.Processor
 }
 
 func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {

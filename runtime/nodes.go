@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,31 @@ type handler interface {
 	// open and close bracket the run (a file sink opens its file).
 	open(ctx context.Context) error
 	close() error
+}
+
+// lifecycle is the open, flush and close of a handler whose kind implements them (the optional
+// stages.Opener, stages.Flusher and io.Closer).
+type lifecycle struct{ impl any }
+
+func (l lifecycle) open(ctx context.Context) error {
+	if o, ok := l.impl.(stages.Opener); ok {
+		return o.Open(ctx)
+	}
+	return nil
+}
+
+func (l lifecycle) flush(ctx context.Context) error {
+	if f, ok := l.impl.(stages.Flusher); ok {
+		return f.Flush(ctx)
+	}
+	return nil
+}
+
+func (l lifecycle) close() error {
+	if c, ok := l.impl.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // noLifecycle is the open, close and flush of handlers without resources.
@@ -186,7 +212,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 	if err != nil {
 		return &ConfigError{err.Error()}
 	}
-	n.handler = &stageHandler{r: r, node: n, proc: proc}
+	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
 	r.nodes = append(r.nodes, n)
 	r.addUnits(n)
 	return nil

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"io"
 	"strconv"
 	"sync"
 
@@ -39,7 +38,7 @@ func (r *runner) addSink(s *flow.Sink) error {
 	if t, ok := impl.(stages.Timeouter); ok && t.Timeout() > 0 {
 		n.timeout = t.Timeout()
 	}
-	h := &sinkHandler{r: r, node: n, where: s.Where, sink: impl}
+	h := &sinkHandler{lifecycle: lifecycle{impl}, r: r, node: n, where: s.Where, sink: impl}
 	if kind.Streams != nil {
 		h.streams = kind.Streams(s)
 	}
@@ -51,11 +50,12 @@ func (r *runner) addSink(s *flow.Sink) error {
 
 // sinkHandler applies a sink's where and delivers what passes.
 type sinkHandler struct {
-	r       *runner
-	node    *node
-	where   *expr.Program
-	sink    stages.Sink
-	streams []string // the streams its writes go to (SinkKind.Streams), for the access check
+	lifecycle // the sink's
+	r         *runner
+	node      *node
+	where     *expr.Program
+	sink      stages.Sink
+	streams   []string // the streams its writes go to (SinkKind.Streams), for the access check
 }
 
 func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
@@ -119,24 +119,3 @@ func (h *sinkHandler) deliver(ctx context.Context, m *message, outs []redis.Outp
 
 // sinkWrites recycles the slices that sinks append their writes to.
 var sinkWrites = sync.Pool{New: func() any { s := make([]stages.Write, 0, 1); return &s }}
-
-func (h *sinkHandler) open(ctx context.Context) error {
-	if o, ok := h.sink.(stages.Opener); ok {
-		return o.Open(ctx)
-	}
-	return nil
-}
-
-func (h *sinkHandler) flush(ctx context.Context) error {
-	if f, ok := h.sink.(stages.Flusher); ok {
-		return f.Flush(ctx)
-	}
-	return nil
-}
-
-func (h *sinkHandler) close() error {
-	if c, ok := h.sink.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}

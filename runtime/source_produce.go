@@ -69,9 +69,16 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 	}
 	w := r.startSourceWriter(sctx, p, own)
 	e := &emitter{r: r, src: p, w: w}
-	err := p.impl.Produce(sctx, e)
+	kind := lifecycle{p.impl}
+	err := kind.open(sctx)
+	if err == nil {
+		err = p.impl.Produce(sctx, e)
+	}
 	if werr := w.close(); werr != nil && (err == nil || errors.Is(err, errWriterStopped)) {
 		err = werr
+	}
+	if cerr := kind.close(); cerr != nil {
+		r.log.Error("closing", "source", p.node.name, "err", cerr)
 	}
 	switch {
 	case err == nil:

@@ -14,9 +14,10 @@ import (
 // returns a Source, a Processor or a Sink; the runtime calls it message by message and takes care
 // of everything around it (reading, batching, retries, dead letters, acknowledgements, tracing).
 //
-// Lifecycles are optional interfaces, implemented where they apply: Opener (called once before the
-// first message), Flusher (before a batch is acknowledged: what Deliver did must then be durable)
-// and io.Closer (once, when the run ends).
+// Lifecycles are optional interfaces, implemented where they apply, by sources, processors and
+// sinks alike: Opener (called once before the first message, or before Produce), Flusher (before a
+// batch is acknowledged: what Deliver did must then be durable) and io.Closer (once, when the run,
+// or the source, ends).
 
 // Processor is a compiled stage: it turns one input message into the messages it passes on.
 type Processor interface {
