@@ -70,7 +70,7 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				return result{retry: &redis.Retry{
 					Entry: redis.Entry{
 						ID: m.id, Key: key, Payload: payload, Headers: headers,
-						TraceParent: m.trace.parent, TraceState: m.trace.state,
+						TraceParent: m.trace.parent, TraceState: m.trace.state, TraceDropped: m.trace.dropped,
 					},
 					Attempts: attempts, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
 					Due: r.clock.Now().Add(delay),

@@ -48,15 +48,18 @@ type Retry struct {
 // retryRecord is a retry's stored form, a JSON object: the member of the sorted set. It holds the
 // ID and the attempt number, so no two members are equal.
 type retryRecord struct {
-	ID           string            `json:"id"`
-	Key          string            `json:"key,omitempty"`
-	Payload      json.RawMessage   `json:"payload"`
-	Headers      map[string]string `json:"headers,omitempty"`
-	TraceParent  string            `json:"traceparent,omitempty"`
-	TraceState   string            `json:"tracestate,omitempty"`
-	Attempts     int               `json:"attempts"`
-	FirstFailure int64             `json:"first_failure_ms"`
-	LastError    string            `json:"last_error,omitempty"`
+	ID          string            `json:"id"`
+	Key         string            `json:"key,omitempty"`
+	Payload     json.RawMessage   `json:"payload"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	TraceParent string            `json:"traceparent,omitempty"`
+	TraceState  string            `json:"tracestate,omitempty"`
+	// TraceDropped keeps Entry.TraceDropped: the message arrived with an invalid traceparent, so a
+	// traced node starts a trace for it on every attempt, as it did on the first.
+	TraceDropped bool   `json:"trace_dropped,omitempty"`
+	Attempts     int    `json:"attempts"`
+	FirstFailure int64  `json:"first_failure_ms"`
+	LastError    string `json:"last_error,omitempty"`
 }
 
 func (r Retry) encode() (string, error) {
@@ -65,7 +68,7 @@ func (r Retry) encode() (string, error) {
 	}
 	b, err := json.Marshal(retryRecord{
 		ID: r.Entry.ID, Key: r.Entry.Key, Payload: r.Entry.Payload, Headers: r.Entry.Headers,
-		TraceParent: r.Entry.TraceParent, TraceState: r.Entry.TraceState, Attempts: r.Attempts,
+		TraceParent: r.Entry.TraceParent, TraceState: r.Entry.TraceState, TraceDropped: r.Entry.TraceDropped, Attempts: r.Attempts,
 		FirstFailure: r.FirstFailure.UnixMilli(), LastError: r.LastError,
 	})
 	return string(b), err
@@ -79,7 +82,7 @@ func decodeRetry(member string, score float64) (Retry, error) {
 	return Retry{
 		Entry: Entry{
 			ID: rec.ID, Key: rec.Key, Payload: rec.Payload, Headers: rec.Headers,
-			TraceParent: rec.TraceParent, TraceState: rec.TraceState,
+			TraceParent: rec.TraceParent, TraceState: rec.TraceState, TraceDropped: rec.TraceDropped,
 		},
 		Attempts: rec.Attempts, FirstFailure: time.UnixMilli(rec.FirstFailure), LastError: rec.LastError,
 		Due: time.UnixMilli(int64(score)), member: member,

@@ -114,3 +114,40 @@ func TestMalformedRetryMembersAreReported(t *testing.T) {
 }
 
 func zMember(score float64, member string) goredis.Z { return goredis.Z{Score: score, Member: member} }
+
+// A retry keeps what its entry said of its trace context: that its traceparent was invalid and
+// dropped (so that its next attempt starts a trace, as the first did), or the context itself.
+func TestRetriesKeepTheirTraceContext(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in := k.Stream("in", 0)
+		retryKey := k.Retry("in", 0, "stage")
+		b := readN(t, c, in, 2)
+		now := time.Now()
+		dropped, traced := b.Entries[0], b.Entries[1]
+		dropped.TraceDropped = true
+		traced.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		traced.TraceState = "vendor=1"
+		retries := []Retry{
+			{Entry: dropped, Attempts: 1, FirstFailure: now, Due: now},
+			{Entry: traced, Attempts: 1, FirstFailure: now, Due: now},
+		}
+		if _, err := c.Commit(ctx, CommitArgs{Stream: in, Group: "stage", IDs: b.IDs(), RetryKey: retryKey, Retries: retries}); err != nil {
+			t.Fatal(err)
+		}
+		due, bad, err := c.ClaimRetries(ctx, retryKey, now.Add(time.Minute), 100, time.Minute)
+		if err != nil || len(bad) != 0 || len(due) != 2 {
+			t.Fatalf("ClaimRetries = %d due, %d malformed, %v", len(due), len(bad), err)
+		}
+		byID := map[string]Entry{}
+		for _, r := range due {
+			byID[r.Entry.ID] = r.Entry
+		}
+		if e := byID[dropped.ID]; !e.TraceDropped || e.TraceParent != "" {
+			t.Errorf("the retry of an entry whose traceparent was dropped: %+v", e)
+		}
+		if e := byID[traced.ID]; e.TraceDropped || e.TraceParent != traced.TraceParent || e.TraceState != "vendor=1" {
+			t.Errorf("the retry of a traced entry: %+v", e)
+		}
+	})
+}
