@@ -3,8 +3,9 @@
 // and gjson accept them inside strings, and the first encoder to touch them turns them into
 // U+FFFD, so the message would change on its way), and nesting deeper than MaxDepth.
 //
-// It is a leaf of the standard library so that transport/redis (which imports nothing else of
-// flowrun's) and stages share one definition of what a payload may be.
+// Package stages uses it for payloads that do not come through Redis (a file source's lines,
+// flowrun produce and eval). transport/redis, which imports nothing of flowrun's, writes the same
+// rule out for itself (CheckPayload); runtime's TestPayloadRulesAgree checks that the two agree.
 package jsonscan
 
 import (

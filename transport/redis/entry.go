@@ -11,8 +11,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
-
-	"github.com/flowrun/flowrun/internal/jsonscan"
 )
 
 // The field names of a stream entry. Any client can write and read them, for example:
@@ -162,9 +160,6 @@ func marshalStrings(m map[string]string) ([]byte, error) {
 // says so); the entry is not malformed for it. It never panics.
 func DecodeEntry(msg goredis.XMessage) (Entry, error) { return decodeEntry(msg, 0) }
 
-// MaxDepth is how deeply objects and arrays may nest in a payload; see jsonscan.MaxDepth for why.
-const MaxDepth = jsonscan.MaxDepth
-
 // decodeEntry is DecodeEntry for entries of at most maxSize bytes (0: any size; see EntrySize).
 // A bigger entry is reported as malformed before anything of it is decoded.
 func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
@@ -207,7 +202,7 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	p := viewBytes(payload)
 	// Checked first: gjson's validator recurses once per level of nesting, and a payload of
 	// millions of brackets would overflow the goroutine's stack.
-	if err := jsonscan.Check(p); err != nil {
+	if err := CheckPayload(p); err != nil {
 		return Entry{}, malformed(msg, "payload is "+err.Error())
 	}
 	// Every entry of every hop is checked: gjson's validator accepts what encoding/json.Valid
