@@ -4,7 +4,6 @@ import (
 	"context"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
-	"math/rand/v2"
 	"strconv"
 	"time"
 )
@@ -17,11 +16,11 @@ const (
 	backoffMax = 5 * time.Second
 )
 
-func (b *backoff) wait(ctx context.Context, clock stages.Clock) {
+func (b *backoff) wait(ctx context.Context, r *runner) {
 	if b.next < backoffMin {
 		b.next = backoffMin
 	}
-	t := clock.NewTimer(jittered(b.next, 0.2))
+	t := r.clock.NewTimer(r.jittered(b.next, 0.2))
 	defer t.Stop()
 	select {
 	case <-t.C():
@@ -33,11 +32,14 @@ func (b *backoff) wait(ctx context.Context, clock stages.Clock) {
 func (b *backoff) reset() { b.next = 0 }
 
 // jittered shortens d by a random fraction of up to jitter, so that retries of many messages spread.
-func jittered(d time.Duration, jitter float64) time.Duration {
+func (r *runner) jittered(d time.Duration, jitter float64) time.Duration {
 	if jitter <= 0 || d <= 0 {
 		return d
 	}
-	return d - time.Duration(float64(d)*jitter*rand.Float64())
+	r.randMu.Lock()
+	f := r.opts.Rand.Float64()
+	r.randMu.Unlock()
+	return d - time.Duration(float64(d)*jitter*f)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -23,10 +23,12 @@ import (
 
 // breaker is a node's circuit breaker.
 type breaker struct {
-	node   *node
-	clock  stages.Clock
-	policy flow.RetryPolicy // spaces the probes
-	redact func(string) string
+	node     *node
+	clock    stages.Clock
+	policy   flow.RetryPolicy // spaces the probes
+	redact   func(string) string
+	jittered func(d time.Duration, jitter float64) time.Duration
+	activity *Activity // the run's: a waiter is not at work
 
 	// isOpen mirrors open, so that the attempts of a node whose breaker is closed (nearly all of
 	// them) take no lock.
@@ -45,8 +47,9 @@ type breaker struct {
 	waiting map[uint64]bool
 }
 
-func newBreaker(n *node, policy flow.RetryPolicy, redact func(string) string, clock stages.Clock) *breaker {
-	return &breaker{node: n, clock: clock, policy: policy, redact: redact, changed: make(chan struct{}), waiting: map[uint64]bool{}}
+func newBreaker(n *node, policy flow.RetryPolicy, r *runner) *breaker {
+	return &breaker{node: n, clock: r.clock, policy: policy, redact: r.plan.Redact, jittered: r.jittered, activity: r.activity,
+		changed: make(chan struct{}), waiting: map[uint64]bool{}}
 }
 
 // pass waits until a message may be attempted: at once while the breaker is closed; while it is
@@ -101,12 +104,15 @@ func (b *breaker) pass(stopping <-chan struct{}) (probe, ok bool) {
 			due = timer.C()
 		}
 		b.mu.Unlock()
+		working := b.activity.waiting()
 		select {
 		case <-changed:
 		case <-due:
 		case <-stopping:
+			working()
 			return false, false
 		}
+		working()
 	}
 }
 
@@ -139,14 +145,14 @@ func (b *breaker) failed(probe bool, err error, after time.Duration) {
 	if !b.open {
 		b.open, b.since, b.probes = true, now, 0
 		b.isOpen.Store(true)
-		b.nextProbe = now.Add(max(jittered(b.policy.Delay(1), b.policy.Jitter), after))
+		b.nextProbe = now.Add(max(b.jittered(b.policy.Delay(1), b.policy.Jitter), after))
 		b.node.log.Warn("attempts fail transiently: the node pauses and tries one message at a time until they succeed; nothing is dead-lettered meanwhile",
 			"err", b.lastErr, "retry_policy", policyName(b.policy))
 	}
 	if probe {
 		b.probing = false
 		b.probes++
-		b.nextProbe = now.Add(max(jittered(b.policy.Delay(b.probes+1), b.policy.Jitter), after))
+		b.nextProbe = now.Add(max(b.jittered(b.policy.Delay(b.probes+1), b.policy.Jitter), after))
 		b.wake()
 	}
 }

@@ -69,7 +69,7 @@ func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
 				return starts
 			}
 			var b backoff
-			b.wait(ctx, r.clock)
+			b.wait(ctx, r)
 		}
 	}
 	return starts

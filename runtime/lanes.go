@@ -31,13 +31,20 @@ func (r *runner) processAll(n *node, msgs []*message, durable bool, stopping <-c
 		}
 		lanes[lane] = append(lanes[lane], i)
 	}
+	// Each lane's goroutine is at work in its own right; the caller's waits for them (Activity).
 	var wg conc.WaitGroup
 	for _, lane := range lanes {
 		if len(lane) > 0 {
-			wg.Go(func() { r.processLane(n, msgs, lane, results, durable, stopping) })
+			r.activity.add(1)
+			wg.Go(func() {
+				defer r.activity.add(-1)
+				r.processLane(n, msgs, lane, results, durable, stopping)
+			})
 		}
 	}
+	done := r.activity.waiting()
 	wg.Wait()
+	done()
 	return results
 }
 

@@ -64,7 +64,7 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				r.log.Debug("attempt failed transiently; waiting for the node's next probe", "node", n.name, "id", m.id, "attempt", attempts, "err", err)
 				continue
 			}
-			delay := jittered(policy.Delay(attempts), policy.Jitter)
+			delay := r.jittered(policy.Delay(attempts), policy.Jitter)
 			if p.durable && delay > r.opts.RetryInPlaceUpTo {
 				r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
 				return result{retry: &redis.Retry{
@@ -78,9 +78,12 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 			}
 			r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
 			t := r.clock.NewTimer(delay)
+			working := r.activity.waiting()
 			select {
 			case <-t.C():
+				working()
 			case <-p.stopping:
+				working()
 				t.Stop()
 				return result{abandoned: true}, buf, nil // redelivered after the restart, retry count and all
 			}

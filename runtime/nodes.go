@@ -238,11 +238,15 @@ func (r *runner) stdout() *stages.LineWriter {
 
 // env is what the kinds' constructors get for node n.
 func (r *runner) env(n *node) stages.Env {
-	return stages.Env{
-		Pipeline: r.plan.Name, Node: n.name, Logger: n.log, Clock: stages.SystemClock{},
+	env := stages.Env{
+		Pipeline: r.plan.Name, Node: n.name, Logger: n.log, Clock: r.clock,
 		Meter: r.kindMeter(), HTTPClient: r.opts.HTTPClient, Stdin: r.opts.Stdin, Stdout: r.stdout(),
-		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact,
+		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact, Functions: stages.Lookup,
 	}
+	if r.opts.NodeEnv != nil {
+		r.opts.NodeEnv(n.typ, n.name, &env)
+	}
+	return env
 }
 
 func (r *runner) addSource(s *flow.Source) error {

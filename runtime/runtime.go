@@ -2,12 +2,13 @@ package runtime
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"sort"
@@ -74,6 +75,20 @@ type Options struct {
 	// ProcessID names this process as a consumer and lease owner. Default: host name, process ID and
 	// a random suffix, unique per start.
 	ProcessID string
+	// Rand draws the jitter of retry and backoff delays. Default: a generator with a random seed. A
+	// test seeds it, so that a failing run can be replayed. The runtime draws from it under a lock.
+	Rand *rand.Rand
+	// Activity, when set, counts the run's goroutines at work (see Activity): a test on a virtual
+	// Clock moves time on only when none is.
+	Activity *Activity
+	// NodeEnv, when set, may change the environment each node's kind is made with (a test points an
+	// http sink at canned answers, replaces Go stage functions with mocks). It gets the node's type
+	// ("source", "stage" or "sink") and name.
+	NodeEnv func(typ, name string, env *stages.Env)
+	// WrapSink, when set, returns the sink to use in place of the one the kind made for the sink
+	// named name (a test captures what sinks receive). The replacement's optional lifecycle
+	// (stages.Opener, stages.Flusher, io.Closer) is the one that runs.
+	WrapSink func(name string, made stages.Sink) stages.Sink
 	// PipelinePath is the pipeline's path as the user gave it, for the commands that the log and the
 	// summary suggest (flowrun dlq list PATH --stage NAME). Default "PATH".
 	PipelinePath string
@@ -119,6 +134,9 @@ func (o *Options) applyDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Rand == nil {
+		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
 	if o.ProcessID == "" {
 		o.ProcessID = newProcessID()
 	}
@@ -130,7 +148,7 @@ func newProcessID() string {
 		host = "flowrun"
 	}
 	var b [3]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported platforms
+	_, _ = crand.Read(b[:]) // crypto/rand does not fail on supported platforms
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
@@ -197,6 +215,8 @@ type runner struct {
 	hard context.Context
 
 	clock        stages.Clock              // Options.Clock
+	activity     *Activity                 // Options.Activity; nil counts nothing
+	randMu       sync.Mutex                // guards opts.Rand
 	own          atomic.Pointer[ownership] // set when the run starts
 	outage       outage
 	backpressure *backpressure
@@ -218,9 +238,9 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		plan:  plan,
 		opts:  opts,
 		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
-		clock: opts.Clock,
-		keys:  redis.Keys{Prefix: plan.KeyPrefix},
-		log:   redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
+		clock: opts.Clock, activity: opts.Activity,
+		keys: redis.Keys{Prefix: plan.KeyPrefix},
+		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
 	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
 	r.outage.log, r.outage.clock = r.log, r.clock
@@ -266,7 +286,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		if n.retry.Name == "" {
 			n.transientRetry = flow.DefaultTransientRetry
 		}
-		n.breaker = newBreaker(n, n.transientRetry, plan.Redact, r.clock)
+		n.breaker = newBreaker(n, n.transientRetry, r)
 		if n.handler != nil { // producing sources process nothing
 			n.process = r.layers(n)
 		}

@@ -38,6 +38,9 @@ func (r *runner) addSink(s *flow.Sink) error {
 	if t, ok := impl.(stages.Timeouter); ok && t.Timeout() > 0 {
 		n.timeout = t.Timeout()
 	}
+	if r.opts.WrapSink != nil {
+		impl = r.opts.WrapSink(s.Name, impl)
+	}
 	h := &sinkHandler{lifecycle: lifecycle{impl}, r: r, node: n, where: s.Where, sink: impl}
 	if kind.Streams != nil {
 		h.streams = kind.Streams(s)

@@ -169,6 +169,6 @@ func (e *emitter) Resume(ctx context.Context) (string, bool, error) {
 			return "", false, err
 		}
 		e.r.outage.failed("source "+e.src.node.name+" reading its position", err)
-		b.wait(ctx, e.r.clock)
+		b.wait(ctx, e.r)
 	}
 }

@@ -97,7 +97,7 @@ func (w *worker) run(ctx context.Context) error {
 			// The read may have delivered entries whose reply was lost with the connection: they
 			// are in this consumer's pending list, so read that again before anything new.
 			w.recover, w.recovery = true, ""
-			w.backoff.wait(ctx, w.r.clock)
+			w.backoff.wait(ctx, w.r)
 			continue
 		}
 		w.r.outage.ok()
@@ -148,6 +148,8 @@ type readResult struct {
 // read delivered are then pending for this consumer, and the recovery the failed commit started
 // (or, when the partition is lost, its new owner) reads them again.
 func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args redis.ReadArgs) (*readResult, error) {
+	w.r.activity.add(1)
+	defer w.r.activity.add(-1)
 	c := w.prepare(ctx, b, nil, nil)
 	if c == nil {
 		return nil, nil
@@ -162,7 +164,9 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 		ahead <- readResult{b, err}
 	}()
 	err := w.commit(ctx, c)
+	done := w.r.activity.waiting() // the read ahead may wait on the clock for entries
 	next := <-ahead
+	done()
 	if err != nil || w.recover {
 		return nil, err
 	}
@@ -192,7 +196,7 @@ func (w *worker) ensureGroup(ctx context.Context) bool {
 		if ctx.Err() != nil || !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" creating its consumer group on "+w.u.stream, err) {
 			return false
 		}
-		w.backoff.wait(ctx, w.r.clock)
+		w.backoff.wait(ctx, w.r)
 	}
 	return false
 }
@@ -214,7 +218,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 				return nil
 			}
 			w.recover, w.recovery = true, "" // a lost reply may have claimed entries for this consumer
-			w.backoff.wait(ctx, w.r.clock)
+			w.backoff.wait(ctx, w.r)
 			continue
 		}
 		if res.Batch.Len() > 0 {
@@ -253,6 +257,8 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 // decoded go to the dead-letter stream; messages that wait for a later retry go to the retry set;
 // messages abandoned by a shutdown stay where they were for another process.
 func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
+	w.r.activity.add(1)
+	defer w.r.activity.add(-1)
 	c := w.prepare(ctx, b, due, badRetries)
 	if c == nil {
 		return nil
@@ -370,7 +376,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx, w.r.clock)
+		w.backoff.wait(ctx, w.r)
 		return nil
 	}
 	c := &batchCommit{written: written, abandoned: abandoned, admits: admits}
@@ -410,7 +416,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		}
 		r.log.Debug("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
 		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx, w.r.clock)
+		w.backoff.wait(ctx, w.r)
 		return nil
 	}
 	r.outage.ok()
@@ -428,6 +434,7 @@ func (w *worker) admit(ctx context.Context, gates []*partitionGate) error {
 	if len(gates) == 0 {
 		return nil
 	}
+	defer w.r.activity.waiting()() // waiting for room is not work: a virtual clock may move on meanwhile
 	counts := make(map[*partitionGate]int64, len(gates))
 	for _, g := range gates {
 		counts[g]++

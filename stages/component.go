@@ -121,6 +121,9 @@ type Env struct {
 	MaxMessageSize int64
 	// State is the kind's per-key state (see State); nil unless the kind is Stateful.
 	State State
+	// Functions looks up the Go stage functions (stages.Register) by name; a test replaces some
+	// with mocks. nil means Lookup.
+	Functions func(name string) (Func, bool)
 	// Redact hides the pipeline's secrets (sensitive variables) in text, such as errors that may
 	// quote a URL with a token in it.
 	Redact func(string) string

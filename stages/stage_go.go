@@ -27,9 +27,13 @@ func init() {
 			Check:  checkGoFunc,
 			Detail: func(config flow.Attrs) string { return "go stage: " + config.String("func") },
 		},
-		New: func(s *flow.Stage, _ Env) (Processor, error) {
+		New: func(s *flow.Stage, env Env) (Processor, error) {
 			name := s.Config.String("func")
-			fn, ok := Lookup(name)
+			lookup := env.Functions
+			if lookup == nil {
+				lookup = Lookup
+			}
+			fn, ok := lookup(name)
 			if !ok {
 				return nil, fmt.Errorf("stage %s: no Go stage function %q is registered in this binary", s.Name, name)
 			}

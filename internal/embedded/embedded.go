@@ -5,7 +5,9 @@
 // protocol like it would to a real server, through transport/redis.
 //
 // Keys with a time to live (leases, dedup markers) expire by the wall clock, as on a real
-// server; miniredis's default is to expire them only when told to.
+// server; miniredis's default is to expire them only when told to. A server started with StartAt
+// follows a virtual clock instead (`flowrun test`): its TIME, entry IDs, idle times and TTLs move
+// only when SetTime moves them.
 //
 // What it deliberately does not do:
 //
@@ -24,6 +26,7 @@ package embedded
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 )
@@ -35,14 +38,30 @@ type Server struct {
 }
 
 // Start starts an embedded Redis on a free port of 127.0.0.1. Close stops it.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return startServer(time.Time{}) }
+
+// StartAt starts an embedded Redis like Start, whose time stands at now until SetTime moves it.
+func StartAt(now time.Time) (*Server, error) { return startServer(now) }
+
+func startServer(now time.Time) (*Server, error) {
 	m := miniredis.NewMiniRedis()
-	m.ClockTTL(true) // leases and dedup markers expire by the wall clock, as on a real server
+	if !now.IsZero() {
+		m.SetTime(now) // before ClockTTL, which counts TTLs from the time it is enabled at
+	}
+	m.ClockTTL(true) // leases and dedup markers expire as the clock moves, as on a real server
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("starting the embedded Redis: %w", err)
 	}
 	return &Server{m: m, addr: m.Addr()}, nil
 }
+
+// SetTime moves the time of a server started with StartAt: keys whose time to live has passed
+// expire, and new entry IDs, idle times and TIME take the new time.
+func (s *Server) SetTime(t time.Time) { s.m.SetTime(t) }
+
+// CommandCount returns the number of commands the server has processed: a test that waits for a
+// pipeline to be idle watches it stand still.
+func (s *Server) CommandCount() int { return s.m.CommandCount() }
 
 // Addr returns the "127.0.0.1:port" the server listens on.
 func (s *Server) Addr() string { return s.addr }

@@ -91,7 +91,8 @@ type Client struct {
 	user    string // the ACL user the connections log in as
 	// maxEntrySize bounds the entries that reads decode (0: no bound); see WithMaxEntrySize.
 	maxEntrySize int64
-	clock        Clock // see WithClock; nil: the wall clock
+	clock        Clock         // see WithClock; nil: the wall clock
+	clocked      *clockedReads // see WithClockedReads; nil: reads block in Redis
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,

@@ -124,6 +124,13 @@ func (c *Client) ReadPending(ctx context.Context, a ReadArgs, after string) (Bat
 }
 
 func (c *Client) readGroup(ctx context.Context, a ReadArgs, id string, block time.Duration) (Batch, error) {
+	if c.clocked != nil && block >= 0 {
+		return c.clockedRead(ctx, a, id, block)
+	}
+	return c.readGroupOnce(ctx, a, id, block)
+}
+
+func (c *Client) readGroupOnce(ctx context.Context, a ReadArgs, id string, block time.Duration) (Batch, error) {
 	if block < 0 {
 		block = -1 // go-redis: a negative Block sends no BLOCK argument
 	}
