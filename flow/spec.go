@@ -37,7 +37,8 @@ const (
 	TypeReference       // a block reference whose root is one of Attribute.Refs, such as sink.NAME
 	TypeMessages        // a list of message objects
 	TypeIntegerList     // a list of whole numbers
-	TypeMessageExprList // a list of per-message expressions
+	TypeMessageObject   // a per-message expression whose value is a message: *MessageExpr
+	TypeMessageExprList // a list of TypeMessageObject
 	TypeCondition       // a bool expression over what a test run saw
 )
 
@@ -75,6 +76,9 @@ type BlockSpec struct {
 	Kinds []*Kind
 	// Unique blocks (pipeline) may appear at most once.
 	Unique bool
+	// AnyLabel blocks take any non-empty string as their label (a test's run name), not only an
+	// identifier that a reference could name.
+	AnyLabel bool
 }
 
 // NestedBlock allows a block inside another, between Min and Max times (Max 0: no limit).

@@ -24,15 +24,16 @@ var testMockResultSpec = &BlockSpec{
 		{Name: "error", Type: TypeString, Doc: "The call fails with this error; it is retried unless permanent is set."},
 		{Name: "permanent", Type: TypeBool, Default: false, Doc: "With error: the message is dead-lettered without a retry."},
 		{Name: "drop", Type: TypeBool, Default: false, Doc: "The call returns no message."},
-		{Name: "output", Type: TypeMessageExpr, Roots: []string{"msg"}, Doc: "The one message the call returns, computed from the input's payload msg."},
+		{Name: "output", Type: TypeMessageObject, Roots: []string{"msg"}, Doc: "The one message the call returns, computed from the input's payload msg."},
 		{Name: "outputs", Type: TypeMessageExprList, Roots: []string{"msg"}, Doc: "The messages the call returns, each computed from the input's payload msg."},
 		{Name: "times", Type: TypeInteger, Default: int64(1), Min: Bound(1), Doc: "How many consecutive calls get this result."},
 	},
 }
 
 var testMockSpec = &BlockSpec{
-	Type:   "mock",
-	Labels: []string{"func"},
+	Type:     "mock",
+	Labels:   []string{"func"},
+	AnyLabel: true,
 	Doc: "Replaces a Go stage function (the func of go stages, such as \"acme.score\") in every stage " +
 		"that calls it. Each call takes the next result; the calls after the last result get the last one again.",
 	Blocks: []NestedBlock{{Spec: testMockResultSpec, Min: 1}},
@@ -125,7 +126,8 @@ var testAdvanceAttribute = Attribute{
 
 var testStepSpec = &BlockSpec{
 	Type: "step",
-	Doc:  "One phase of a run, in order: crash if asked, send, run for advance (or until drained), then check the step's expectations.",
+	Doc: "One phase of a run, in order: crash if asked, send, run for advance (or until drained), then check the " +
+		"step's expectations. A step holds send, expect, expect_dead_letters and assert blocks as a run does.",
 	Attributes: []Attribute{
 		{
 			Name: "crash", Type: TypeBool, Default: false,
@@ -137,8 +139,9 @@ var testStepSpec = &BlockSpec{
 }
 
 var testRunSpec = &BlockSpec{
-	Type:   "run",
-	Labels: []string{"name"},
+	Type:     "run",
+	Labels:   []string{"name"},
+	AnyLabel: true,
 	Doc: "A test: its own sends and advance, then its steps in order, then its expectations over the whole run. " +
 		"Runs execute in file order and share Redis, the clock and the running pipeline unless reset is set.",
 	Attributes: []Attribute{

@@ -369,8 +369,10 @@ func describeType(t Type) string {
 		return "a list of messages"
 	case TypeIntegerList:
 		return "a list of whole numbers"
+	case TypeMessageObject:
+		return "a message expression"
 	case TypeMessageExprList:
-		return "a list of per-message expressions"
+		return "a list of message expressions"
 	case TypeCondition:
 		return "a condition"
 	}
