@@ -243,4 +243,10 @@ sink "o" {
 	if d := report.Diagnostics[0]; d.Snippet == nil || !strings.Contains(d.Snippet.Code, "sink.oo") {
 		t.Fatalf("diagnostic = %+v", d)
 	}
+
+	// The test file itself: validated with its pipeline, the directory it is in.
+	code, _, errOut = run(t, "validate", "--var", "parts=1", test)
+	if code != ExitInvalid || !strings.Contains(errOut, `There is no sink named "oo"`) {
+		t.Fatalf("validate %s: exit %d\n%s", test, code, errOut)
+	}
 }

@@ -24,7 +24,11 @@ func newValidateCommand(stdio IO) *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			report := validateReport{Valid: true, Diagnostics: []flow.JSONDiagnostic{}}
 			for _, path := range args {
-				plan, cfg, diags := flags.build(path)
+				pipeline := path // a test file is validated with its pipeline
+				if flow.IsTestFile(path) {
+					pipeline = flow.TestFilePipeline(path)
+				}
+				plan, cfg, diags := flags.build(pipeline)
 				files := cfg.Files()
 				var tests []*flow.TestFile
 				if !diags.HasErrors() {

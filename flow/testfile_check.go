@@ -9,13 +9,17 @@ import (
 )
 
 // CheckTests loads the test files of the pipeline at path (FindTestFiles) and checks each against
-// the pipeline compiled with opts and the file's variables (Options.Values). It returns the test
+// the pipeline compiled with opts and the file's variables (Options.Values). A test file's path
+// checks that file against its pipeline (TestFilePipeline). It returns the test
 // files, with their Plan set when the pipeline compiled; the parsed files of the pipeline and the
 // tests, for diagnostics with snippets; and the diagnostics. Warnings located in the pipeline's
 // own files are left out, since building the pipeline reports them once; its errors are kept, as
 // a test's variables may cause them. `flowrun validate` and `flowrun test` both use it.
 func CheckTests(path string, opts Options) ([]*TestFile, map[string]*hcl.File, hcl.Diagnostics) {
 	paths, diags := FindTestFiles(path)
+	if isTestFile(path) {
+		path = TestFilePipeline(path)
+	}
 	files := map[string]*hcl.File{}
 	var tests []*TestFile
 	for _, p := range paths {

@@ -58,6 +58,10 @@ func TestFilePipeline(testPath string) string {
 	return dir
 }
 
+// IsTestFile reports whether a path names a test file (.flowtest.hcl or .flowtest.hcl.json), which
+// the pipeline loader skips.
+func IsTestFile(path string) bool { return isTestFile(path) }
+
 // testFilesIn lists the test files of dir and dir/tests, sorted; with base, only those named
 // base.flowtest.hcl[.json].
 func testFilesIn(dir, base string) []string {

@@ -292,3 +292,11 @@ func TestCheckTestsFindsAndChecksEveryFile(t *testing.T) {
 		t.Errorf("count = %d without variables", n)
 	}
 }
+
+func TestCheckTestsOfOneTestFile(t *testing.T) {
+	path := filepath.Join(testPipeline, "tests", "shop.flowtest.hcl.json")
+	tests, _, diags := CheckTests(path, testOptions)
+	if len(diags) > 0 || len(tests) != 1 || tests[0].Path != path || tests[0].Plan == nil {
+		t.Fatalf("tests %+v, diagnostics %s", tests, listDiagnostics(diags))
+	}
+}
