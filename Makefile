@@ -69,6 +69,7 @@ bench-expr:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./flow -run '^$$' -fuzz '^FuzzLoadTestFile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzEval$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)

@@ -187,3 +187,66 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateChecksTestFiles: validate checks a valid pipeline's test files against it, with their
+// own variables, and shows their mistakes with snippets.
+func TestValidateChecksTestFiles(t *testing.T) {
+	path := writePipeline(t, `pipeline "v" {}
+variable "parts" { type = number }
+topic "t" { partitions = var.parts }
+source "s" {
+  kind   = "stdin"
+  output = topic.t
+}
+sink "o" {
+  kind  = "stdout"
+  input = topic.t
+}
+`)
+	test := filepath.Join(filepath.Dir(path), "p.flowtest.hcl")
+	write := func(src string) {
+		if err := os.WriteFile(test, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("variables {\n  parts = 2\n}\n\nrun \"r\" {\n  expect {\n    sink  = sink.o\n    count = 0\n  }\n}\n")
+	code, out, errOut := run(t, "validate", "--var", "parts=1", path)
+	if code != ExitOK || !strings.Contains(out, "1 test file") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+
+	write("variables {\n  parts = 2\n}\n\nrun \"r\" {\n  expect {\n    sink  = sink.oo\n    count = 0\n  }\n}\n")
+	code, _, errOut = run(t, "validate", "--var", "parts=1", path)
+	if code != ExitInvalid {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{
+		"Error: Reference to undeclared sink",
+		"on " + test + " line 7",
+		"7:     sink  = sink.oo",
+		`There is no sink named "oo". Did you mean "o"?`,
+		"1 error",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+
+	code, out, _ = run(t, "validate", "--json", "--var", "parts=1", path)
+	var report validateReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil || code != ExitInvalid {
+		t.Fatalf("exit %d, %v:\n%s", code, err, out)
+	}
+	if report.Valid || report.ErrorCount != 1 || len(report.Pipelines[0].Tests) != 1 || report.Pipelines[0].Tests[0] != test {
+		t.Fatalf("report = %+v", report)
+	}
+	if d := report.Diagnostics[0]; d.Snippet == nil || !strings.Contains(d.Snippet.Code, "sink.oo") {
+		t.Fatalf("diagnostic = %+v", d)
+	}
+
+	// The test file itself: validated with its pipeline, the directory it is in.
+	code, _, errOut = run(t, "validate", "--var", "parts=1", test)
+	if code != ExitInvalid || !strings.Contains(errOut, `There is no sink named "oo"`) {
+		t.Fatalf("validate %s: exit %d\n%s", test, code, errOut)
+	}
+}

@@ -26,11 +26,12 @@ func (f *pipelineFlags) register(c *cobra.Command) {
 // build loads and compiles the pipeline at path with the flags' variables and this binary's Go
 // stage functions.
 func (f *pipelineFlags) build(path string) (*flow.Plan, *flow.Config, hcl.Diagnostics) {
-	return flow.Build(path, flow.Options{
-		Vars:     f.vars,
-		VarFiles: f.varFiles,
-		GoFuncs:  stages.Names(),
-	})
+	return flow.Build(path, f.options())
+}
+
+// options are the compile options of the flags' variables and this binary's Go stage functions.
+func (f *pipelineFlags) options() flow.Options {
+	return flow.Options{Vars: f.vars, VarFiles: f.varFiles, GoFuncs: stages.Names()}
 }
 
 // buildPlan compiles the pipeline at path for a command that runs against Redis. It prints the

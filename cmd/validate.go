@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
@@ -16,29 +17,46 @@ func newValidateCommand(stdio IO) *cobra.Command {
 		Use:   "validate PATH...",
 		Short: "Check pipelines without running them",
 		Long: "Validate parses and compiles each pipeline (a file, or a directory of .hcl and .hcl.json files) " +
-			"and reports every error and warning with its location.\n\nExit status: 0 when every pipeline is " +
-			"valid, 2 when any is invalid.",
+			"and reports every error and warning with its location. A valid pipeline's test files (.flowtest.hcl " +
+			"beside it or in its tests directory) are checked against it too, with their own variables.\n\n" +
+			"Exit status: 0 when every pipeline and test file is valid, 2 when any is invalid.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			report := validateReport{Valid: true, Diagnostics: []flow.JSONDiagnostic{}}
 			for _, path := range args {
-				plan, cfg, diags := flags.build(path)
+				pipeline := path // a test file is validated with its pipeline
+				if flow.IsTestFile(path) {
+					pipeline = flow.TestFilePipeline(path)
+				}
+				plan, cfg, diags := flags.build(pipeline)
+				files := cfg.Files()
+				var tests []*flow.TestFile
+				if !diags.HasErrors() {
+					var testFiles map[string]*hcl.File
+					var testDiags hcl.Diagnostics
+					tests, testFiles, testDiags = flow.CheckTests(path, flags.options())
+					diags = append(diags, testDiags...)
+					files = mergeFiles(files, testFiles)
+				}
 				errs, warnings := countDiagnostics(diags)
 				report.ErrorCount += errs
 				report.WarningCount += warnings
 				entry := validatedPipeline{Path: path, Valid: errs == 0}
+				for _, t := range tests {
+					entry.Tests = append(entry.Tests, t.Path)
+				}
 				if cfg.Pipeline != nil {
 					entry.Name = cfg.Pipeline.Name
 				}
 				report.Pipelines = append(report.Pipelines, entry)
 				report.Valid = report.Valid && errs == 0
 				if asJSON {
-					report.Diagnostics = append(report.Diagnostics, flow.DiagnosticsJSON(diags, cfg.Files())...)
+					report.Diagnostics = append(report.Diagnostics, flow.DiagnosticsJSON(diags, files)...)
 					continue
 				}
-				printDiagnostics(stdio.Err, diags, cfg.Files())
+				printDiagnostics(stdio.Err, diags, files)
 				if errs == 0 {
-					fmt.Fprintf(stdio.Out, "%s: pipeline %q is valid (%s)%s\n", path, plan.Name, summarize(plan), warningNote(warnings))
+					fmt.Fprintf(stdio.Out, "%s: pipeline %q is valid (%s%s)%s\n", path, plan.Name, summarize(plan), testsNote(len(tests)), warningNote(warnings))
 				} else {
 					fmt.Fprintf(stdio.Err, "%s: %d error%s%s\n", path, errs, plural(errs), warningNote(warnings))
 				}
@@ -71,9 +89,28 @@ type validateReport struct {
 }
 
 type validatedPipeline struct {
-	Path  string `json:"path"`
-	Name  string `json:"name,omitempty"`
-	Valid bool   `json:"valid"`
+	Path  string   `json:"path"`
+	Name  string   `json:"name,omitempty"`
+	Valid bool     `json:"valid"`
+	Tests []string `json:"tests,omitempty"` // the test files checked with it
+}
+
+// mergeFiles returns the parsed files of both maps, for diagnostics that span a pipeline and its tests.
+func mergeFiles(a, b map[string]*hcl.File) map[string]*hcl.File {
+	out := make(map[string]*hcl.File, len(a)+len(b))
+	for _, m := range []map[string]*hcl.File{a, b} {
+		for name, f := range m {
+			out[name] = f
+		}
+	}
+	return out
+}
+
+func testsNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d test file%s", n, plural(n))
 }
 
 // summarize counts a plan's parts for a one-line report.

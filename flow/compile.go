@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // Options are the inputs of a compilation besides the pipeline's files.
@@ -12,6 +13,11 @@ type Options struct {
 	Vars []string
 	// VarFiles are --var-file paths, in order; a later one wins.
 	VarFiles []string
+	// Values are variable values given as values (a test file's variables block); they win over
+	// Vars, VarFiles and the environment, and convert to each variable's type as those do.
+	Values map[string]cty.Value
+	// ValueRanges are where each of Values is written, to locate their diagnostics; optional.
+	ValueRanges map[string]hcl.Range
 	// LookupEnv reads environment variables for env() and FLOWRUN_VAR_NAME; nil means os.LookupEnv.
 	LookupEnv func(name string) (string, bool)
 	// GoFuncs are the names of the Go stage functions registered in this binary (stages.Names()).

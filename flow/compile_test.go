@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/flowrun/flowrun/flow/expr"
 )
@@ -491,6 +492,37 @@ func TestETLExampleExpressions(t *testing.T) {
 		}
 		if got := v.Interface(); got != want[f.Name] {
 			t.Errorf("%s = %#v, want %#v", f.Name, got, want[f.Name])
+		}
+	}
+}
+
+func TestOptionsValuesWinAndAreChecked(t *testing.T) {
+	plan := compileSource(t, varsPipeline, Options{
+		Vars:   []string{"n=2", "name=flag"},
+		Values: map[string]cty.Value{"n": cty.StringVal("3")}, // converts to number, as --var does
+	})
+	if plan.Topics[0].Partitions != 3 {
+		t.Errorf("partitions = %d, want the value's 3 over --var's 2", plan.Topics[0].Partitions)
+	}
+	if plan.Variables[1].Name != "name" || plan.Variables[1].Value.AsString() != "flag" {
+		t.Errorf("variables = %+v", plan.Variables)
+	}
+	rng := hcl.Range{Filename: "x.flowtest.hcl", Start: hcl.Pos{Line: 2, Column: 3, Byte: 10}, End: hcl.Pos{Line: 2, Column: 5, Byte: 12}}
+	_, diags := compileDiags(t, varsPipeline, Options{
+		Values:      map[string]cty.Value{"n": cty.StringVal("many"), "nn": cty.NumberIntVal(1)},
+		ValueRanges: map[string]hcl.Range{"n": rng, "nn": rng},
+	})
+	var texts []string
+	for _, d := range diags {
+		if d.Subject == nil || *d.Subject != rng {
+			t.Errorf("diagnostic not at the value: %s: %s at %v", d.Summary, d.Detail, d.Subject)
+		}
+		texts = append(texts, d.Summary+": "+d.Detail)
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{`does not suit variable "n"`, `A value is given for "nn", but the pipeline declares no such variable. Did you mean "n"?`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, all)
 		}
 	}
 }

@@ -133,6 +133,10 @@ func TestReferenceDocsGenerated(t *testing.T) {
 	compareGolden(t, "../docs/reference.md", ReferenceMarkdown())
 }
 
+func TestTestReferenceDocsGenerated(t *testing.T) {
+	compareGolden(t, "../docs/testing-reference.md", TestReferenceMarkdown())
+}
+
 // compareGolden compares got with a golden file, or rewrites the file with -update.
 func compareGolden(t *testing.T, path string, got []byte) {
 	t.Helper()

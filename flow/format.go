@@ -25,9 +25,17 @@ func Formattable(filename string) bool {
 	return strings.HasSuffix(filename, nativeExt)
 }
 
-// FormatFiles lists the files of the pipeline at path that fmt would format.
+// FormatFiles lists the files of the pipeline at path that fmt would format: its own and its test
+// files (FindTestFiles). A test file's path gives that file.
 func FormatFiles(path string) ([]string, hcl.Diagnostics) {
+	if isTestFile(path) {
+		return []string{path}, nil
+	}
 	files, diags := pipelineFiles(path)
+	if !diags.HasErrors() {
+		tests, moreDiags := FindTestFiles(path)
+		files, diags = append(files, tests...), append(diags, moreDiags...)
+	}
 	var out []string
 	for _, f := range files {
 		if Formattable(f) {

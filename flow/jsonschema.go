@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -14,15 +15,33 @@ const JSONSchemaID = "https://github.com/flowrun/flowrun/schema/flowrun.schema.j
 // syntax are strings ("${msg.amount > 100}"), so wherever a value may be an expression a string is
 // accepted too; the schema checks structure and names, and flowrun validate checks the rest.
 func JSONSchema() []byte {
+	return languageSchema(JSONSchemaID, "flowrun pipeline",
+		"A flowrun pipeline in HCL's JSON syntax. Generated from flowrun's language registry by `flowrun schema`; do not edit.",
+		Language)
+}
+
+// TestJSONSchemaID identifies the schema of test files; schema/flowtest.schema.json holds the generated file.
+const TestJSONSchemaID = "https://github.com/flowrun/flowrun/schema/flowtest.schema.json"
+
+// TestJSONSchema returns the JSON Schema of test files in JSON syntax (*.flowtest.hcl.json), derived
+// from TestLanguage as JSONSchema is from Language.
+func TestJSONSchema() []byte {
+	return languageSchema(TestJSONSchemaID, "flowrun pipeline test",
+		"A flowrun test file in HCL's JSON syntax. Generated from flowrun's test language (flow.TestLanguage) by `flowrun schema --tests`; do not edit.",
+		TestLanguage)
+}
+
+// languageSchema is the JSON Schema of a file whose top-level blocks are language.
+func languageSchema(id, title, description string, language []*BlockSpec) []byte {
 	props := map[string]any{"//": commentSchema}
-	for _, b := range Language {
+	for _, b := range language {
 		props[b.Type] = blockTypeSchema(b)
 	}
 	root := map[string]any{
 		"$schema":              "https://json-schema.org/draft/2020-12/schema",
-		"$id":                  JSONSchemaID,
-		"title":                "flowrun pipeline",
-		"description":          "A flowrun pipeline in HCL's JSON syntax. Generated from flowrun's language registry by `flowrun schema`; do not edit.",
+		"$id":                  id,
+		"title":                title,
+		"description":          description,
 		"type":                 "object",
 		"properties":           props,
 		"additionalProperties": false,
@@ -42,10 +61,14 @@ func blockTypeSchema(b *BlockSpec) map[string]any {
 	if len(b.Labels) == 0 {
 		one = body
 	} else {
+		names := map[string]any{"pattern": identifierPattern}
+		if b.AnyLabel {
+			names = map[string]any{"minLength": 1}
+		}
 		one = map[string]any{
 			"type":                 "object",
 			"description":          fmt.Sprintf("%s blocks by %s.", b.Type, b.Labels[0]),
-			"propertyNames":        map[string]any{"pattern": identifierPattern},
+			"propertyNames":        names,
 			"additionalProperties": body,
 		}
 	}
@@ -171,8 +194,21 @@ func attributeSchema(a Attribute) map[string]any {
 		s = map[string]any{"type": "string", "pattern": `^(topic|stage)\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeRetryRef:
 		s = map[string]any{"type": "string", "pattern": `^retry\.[A-Za-z_][A-Za-z0-9_-]*$`}
-	case TypeTypeConstraint:
+	case TypeTypeConstraint, TypeCondition:
 		s = map[string]any{"type": "string"}
+	case TypeReference:
+		s = map[string]any{"type": "string", "pattern": `^(` + strings.Join(a.Refs, "|") + `)\.[A-Za-z_][A-Za-z0-9_-]*$`}
+	case TypeMessages:
+		s = map[string]any{"anyOf": []any{map[string]any{"type": "array", "items": map[string]any{"type": "object"}}, expressionString}}
+	case TypeIntegerList:
+		s = map[string]any{"anyOf": []any{map[string]any{"type": "array", "items": map[string]any{"type": "integer"}}, expressionString}}
+	case TypeMessageObject:
+		s = map[string]any{"type": []string{"object", "string"}}
+	case TypeMessageExprList:
+		s = map[string]any{"anyOf": []any{
+			map[string]any{"type": "array", "items": map[string]any{"type": []string{"object", "string"}}},
+			expressionString,
+		}}
 	default:
 		s = map[string]any{}
 	}

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"errors"
+	"os"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -34,8 +35,20 @@ func CompileMessageExpr(name, src string) (*MessageExpr, *hcl.File, hcl.Diagnost
 	return &MessageExpr{program: p}, file, diags
 }
 
+// CompileHCLMessageExpr compiles an expression over msg that a file holds (a test file's mock
+// output, in native or JSON syntax), with the functions of pipelines; src is the file's text, which
+// diagnostics and evaluation errors quote. The diagnostics are located in that file.
+func CompileHCLMessageExpr(e hcl.Expression, src []byte) (*MessageExpr, hcl.Diagnostics) {
+	p, diags := expr.Compile(e, &expr.Scope{Roots: []string{"msg"}, Functions: functions(os.LookupEnv), Source: src})
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return &MessageExpr{program: p}, diags
+}
+
 // Eval evaluates the expression on a decoded payload (stages.DecodePayload) and returns its value
-// as a JSON-ready Go value, as a map stage's set would write it.
+// as a JSON-ready Go value, as a map stage's set would write it. It reuses scratch space of m: one
+// goroutine at a time (give each goroutine its own MessageExpr).
 func (m *MessageExpr) Eval(msg any) (any, error) {
 	m.env.Msg = msg
 	v, err := m.program.Eval(&m.env)
@@ -44,6 +57,10 @@ func (m *MessageExpr) Eval(msg any) (any, error) {
 	}
 	return v.Interface(), nil
 }
+
+// Clone returns a MessageExpr of the same compiled expression for another goroutine: the compiled
+// program is shared, the scratch space is not.
+func (m *MessageExpr) Clone() *MessageExpr { return &MessageExpr{program: m.program} }
 
 // KeyExpr is a MessageExpr that computes a message's key.
 type KeyExpr struct{ MessageExpr }

@@ -70,6 +70,13 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 		}}
 	}
 	if !info.IsDir() {
+		if isTestFile(path) {
+			return nil, hcl.Diagnostics{{
+				Severity: hcl.DiagError,
+				Summary:  "Not a pipeline file",
+				Detail:   fmt.Sprintf("%s is a test file; run it with flowrun test.", path),
+			}}
+		}
 		if !isPipelineFile(path) {
 			return nil, hcl.Diagnostics{{
 				Severity: hcl.DiagError,
@@ -103,8 +110,15 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 	return files, nil
 }
 
+// isPipelineFile reports whether a file name is a pipeline file's. Test files end in .hcl too
+// (x.flowtest.hcl), but are no part of the pipeline.
 func isPipelineFile(name string) bool {
-	return strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)
+	return (strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)) && !isTestFile(name)
+}
+
+// isTestFile reports whether a file name is a test file's.
+func isTestFile(name string) bool {
+	return strings.HasSuffix(name, TestFileExt) || strings.HasSuffix(name, TestFileJSONExt)
 }
 
 func describeFSError(err error) string {

@@ -99,7 +99,14 @@ func docType(a Attribute) string {
 	switch {
 	case len(a.Enum) > 0:
 		return "one of " + backquotedList(a.Enum)
-	case a.Type == TypeMessageExpr, a.Type == TypeMessageBool, a.Type == TypeMessageFields:
+	case a.Type == TypeReference:
+		refs := make([]string, len(a.Refs))
+		for i, r := range a.Refs {
+			refs[i] = r + ".NAME"
+		}
+		return "reference: " + backquotedList(refs)
+	case a.Type == TypeMessageExpr, a.Type == TypeMessageBool, a.Type == TypeMessageFields,
+		a.Type == TypeMessageObject, a.Type == TypeMessageExprList:
 		roots := backquotedList(a.Roots)
 		return fmt.Sprintf("%s, per message (%s)", strings.TrimPrefix(describeType(a.Type), "a "), roots)
 	}
@@ -166,4 +173,29 @@ func writeFunctionDocs(b *strings.Builder) {
 		fmt.Fprintf(b, "| `%s(%s)` | %s |\n", name, strings.Join(params, ", "), desc)
 	}
 	b.WriteString("\n")
+}
+
+// TestReferenceMarkdown returns the reference of the test language, generated from TestLanguage;
+// docs/testing-reference.md holds it, and a test fails when that file is stale.
+func TestReferenceMarkdown() []byte {
+	var b strings.Builder
+	b.WriteString("# Test language reference\n\n")
+	b.WriteString("<!-- Generated from flowrun's test language (flow.TestLanguage). Do not edit; run `make generate`. -->\n\n")
+	fmt.Fprintf(&b, "A test file ends in `%s` (or `%s` in HCL's JSON syntax). For a pipeline directory D, its test files are ", TestFileExt, TestFileJSONExt)
+	fmt.Fprintf(&b, "`D/*%s` and `D/%s/*%s`; for a pipeline file `D/x.hcl`, they are `D/x%s` and `D/%s/x%s`, ", TestFileExt, TestDir, TestFileExt, TestFileExt, TestDir, TestFileExt)
+	b.WriteString("and every test file of D and D/tests when x.hcl is D's only pipeline file. `flowrun validate` checks them ")
+	b.WriteString("and `flowrun test` runs them.\n\n")
+	b.WriteString("References name the pipeline's blocks without quotes: `topic.orders`, `source.orders`, `stage.score` ")
+	b.WriteString("(a stage's implicit output, where a topic is expected), `sink.out`. An assert's condition may use ")
+	b.WriteString("`output`, `dead_letters`, `metrics` and the pipeline language's [functions](reference.md#functions); ")
+	b.WriteString("`output.NAME` is the sink named NAME if there is one, else the topic (`output[\"score.out\"]` for an implicit output).\n\n")
+	b.WriteString("## Blocks\n\n")
+	for _, spec := range TestLanguage {
+		fmt.Fprintf(&b, "- [`%s`](#%s)\n", spec.Type, spec.Type)
+	}
+	b.WriteString("\n")
+	for _, spec := range TestLanguage {
+		writeBlockDoc(&b, spec)
+	}
+	return []byte(b.String())
 }

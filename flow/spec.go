@@ -32,6 +32,14 @@ const (
 	TypeTypeConstraint      // a type expression such as number or list(string): cty.Type
 	TypeAny                 // any constant value: cty.Value
 	TypeSize                // a string such as "64MiB": Size
+
+	// The types below occur only in the test language (TestLanguage).
+	TypeReference       // a block reference whose root is one of Attribute.Refs, such as sink.NAME
+	TypeMessages        // a list of message objects
+	TypeIntegerList     // a list of whole numbers
+	TypeMessageObject   // a per-message expression whose value is a message: *MessageExpr
+	TypeMessageExprList // a list of TypeMessageObject
+	TypeCondition       // a bool expression over what a test run saw
 )
 
 // Attribute declares one attribute of a block or kind.
@@ -49,7 +57,9 @@ type Attribute struct {
 	Max        *float64
 	// Roots are the per-message variables a message expression may use, such as "msg" or "index".
 	Roots []string
-	Doc   string
+	// Refs are the block types a TypeReference may name, such as "topic" and "stage".
+	Refs []string
+	Doc  string
 }
 
 // BlockSpec declares a block type: its labels, attributes, nested blocks and, for sources, stages
@@ -66,6 +76,9 @@ type BlockSpec struct {
 	Kinds []*Kind
 	// Unique blocks (pipeline) may appear at most once.
 	Unique bool
+	// AnyLabel blocks take any non-empty string as their label (a test's run name), not only an
+	// identifier that a reference could name.
+	AnyLabel bool
 }
 
 // NestedBlock allows a block inside another, between Min and Max times (Max 0: no limit).

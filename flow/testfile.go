@@ -36,9 +36,13 @@ type TestFile struct {
 	// Variables set the pipeline's variables for every run of the file (compile the plan with
 	// Options.Values); nil when the file has no variables block.
 	Variables map[string]cty.Value
-	Mocks     []*TestMock
-	Overrides []*TestSinkOverride
-	Runs      []*TestRun
+	// VariableRanges are where each variable is set, for Options.ValueRanges.
+	VariableRanges map[string]hcl.Range
+	Mocks          []*TestMock
+	Overrides      []*TestSinkOverride
+	Runs           []*TestRun
+	// Plan is the plan that Check resolved the file against: the pipeline compiled with Variables.
+	Plan *Plan
 
 	files map[string]*hcl.File // for diagnostics with snippets; see Files
 }
@@ -116,6 +120,8 @@ type TestSend struct {
 	Messages []TestMessage
 	File     string // the JSON-lines file the messages came from, resolved against the test file's directory; "" when inline
 	Range    hcl.Range
+
+	ref testRef // topic.NAME, stage.NAME or source.NAME as written, for Check
 }
 
 // TestMessage is a message that a test sends or expects.
@@ -144,6 +150,8 @@ type TestExpect struct {
 	Count       int    // HasCount: exactly this many messages arrived
 	HasCount    bool
 	Range       hcl.Range
+
+	ref testRef // sink.NAME, topic.NAME or stage.NAME as written, for Check
 }
 
 // TestExpectDeadLetters checks the dead letters of a node during the run.
@@ -154,6 +162,8 @@ type TestExpectDeadLetters struct {
 	HasCount bool
 	Messages []TestDeadLetter // each must match a distinct dead letter of the node
 	Range    hcl.Range
+
+	ref testRef
 }
 
 // TestDeadLetter is an expected dead letter; its zero fields match anything.

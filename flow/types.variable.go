@@ -83,6 +83,7 @@ func (c *compiler) compileVariables() cty.Value {
 		}
 		c.assignRaw(v, raw, "--var "+name)
 	}
+	c.assignValues(vars, names)
 
 	values := map[string]cty.Value{}
 	for _, name := range names {
@@ -162,6 +163,29 @@ func (c *compiler) assignRaw(v *declaredVariable, raw, from string) {
 		return
 	}
 	c.convertVariable(v, val, nil, from)
+}
+
+// assignValues assigns Options.Values, which a test file's variables block gives.
+func (c *compiler) assignValues(vars map[string]*declaredVariable, names []string) {
+	for _, name := range sortedKeys(c.opts.Values) {
+		var subject *hcl.Range
+		from := "the given values"
+		if rng, ok := c.opts.ValueRanges[name]; ok {
+			subject, from = rng.Ptr(), "the variables block"
+		}
+		v, declared := vars[name]
+		if !declared {
+			c.diags = c.diags.Append(&hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Undeclared variable",
+				Detail: fmt.Sprintf("A value is given for %q, but the pipeline declares no such variable.%s",
+					name, didYouMean(name, names)),
+				Subject: subject,
+			})
+			continue
+		}
+		c.convertVariable(v, c.opts.Values[name], subject, from)
+	}
 }
 
 // assignVarFile assigns the variables set in a --var-file, an .hcl or .hcl.json file of NAME = VALUE.

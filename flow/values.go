@@ -363,6 +363,18 @@ func describeType(t Type) string {
 		return "a retry reference"
 	case TypeTypeConstraint:
 		return "a type"
+	case TypeReference:
+		return "a reference"
+	case TypeMessages:
+		return "a list of messages"
+	case TypeIntegerList:
+		return "a list of whole numbers"
+	case TypeMessageObject:
+		return "a message expression"
+	case TypeMessageExprList:
+		return "a list of message expressions"
+	case TypeCondition:
+		return "a condition"
 	}
 	return "a value"
 }

@@ -1,6 +1,7 @@
-// Package schema holds the JSON Schema of flowrun pipeline files in JSON syntax (*.hcl.json), for
-// editors and tools that generate pipelines. The file is generated from the language registry in
-// package flow (flowrun schema prints the same document); a test fails when it is stale.
+// Package schema holds the JSON Schemas of flowrun pipeline files in JSON syntax (*.hcl.json) and of
+// test files in JSON syntax (*.flowtest.hcl.json), for editors and tools that generate them. The
+// files are generated from the language registries in package flow (flowrun schema and flowrun
+// schema --tests print the same documents); a test fails when one is stale.
 package schema
 
 import _ "embed"
@@ -9,3 +10,8 @@ import _ "embed"
 //
 //go:embed flowrun.schema.json
 var JSON []byte
+
+// TestJSON is the schema document of test files, flowtest.schema.json.
+//
+//go:embed flowtest.schema.json
+var TestJSON []byte

@@ -14,33 +14,48 @@ import (
 	_ "github.com/flowrun/flowrun/stages" // the built-in kinds
 )
 
-var update = flag.Bool("update", false, "rewrite flowrun.schema.json")
+var update = flag.Bool("update", false, "rewrite flowrun.schema.json and flowtest.schema.json")
 
 func TestGeneratedSchemaIsCurrent(t *testing.T) {
-	got := flow.JSONSchema()
+	checkGenerated(t, "flowrun.schema.json", flow.JSONSchema(), JSON)
+}
+
+func TestGeneratedTestSchemaIsCurrent(t *testing.T) {
+	checkGenerated(t, "flowtest.schema.json", flow.TestJSONSchema(), TestJSON)
+}
+
+// checkGenerated compares a generated schema with its embedded file, or rewrites the file with -update.
+func checkGenerated(t *testing.T, file string, got, embedded []byte) {
+	t.Helper()
 	if *update {
-		if err := os.WriteFile("flowrun.schema.json", got, 0o644); err != nil {
+		if err := os.WriteFile(file, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	if !bytes.Equal(got, JSON) {
-		t.Fatal("schema/flowrun.schema.json is stale: run make generate")
+	if !bytes.Equal(got, embedded) {
+		t.Fatalf("schema/%s is stale: run make generate", file)
 	}
 }
 
-// compiled compiles the schema document with a draft 2020-12 validator.
+// compiled compiles the pipeline schema with a draft 2020-12 validator.
 func compiled(t *testing.T) *jsonschema.Schema {
 	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(flow.JSONSchema()))
+	return compile(t, flow.JSONSchemaID, flow.JSONSchema())
+}
+
+// compile compiles a schema document with a draft 2020-12 validator.
+func compile(t *testing.T, id string, src []byte) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := jsonschema.NewCompiler()
-	if err := c.AddResource(flow.JSONSchemaID, doc); err != nil {
+	if err := c.AddResource(id, doc); err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.Compile(flow.JSONSchemaID)
+	s, err := c.Compile(id)
 	if err != nil {
 		t.Fatalf("the schema does not compile: %v", err)
 	}
@@ -105,5 +120,44 @@ func TestSchemaIsJSON(t *testing.T) {
 	}
 	if v["$id"] != flow.JSONSchemaID {
 		t.Fatalf("$id = %v", v["$id"])
+	}
+}
+
+func TestTestSchemaAcceptsTheJSONFixture(t *testing.T) {
+	src, err := os.ReadFile("../flow/testdata/testfiles/pipeline/tests/shop.flowtest.hcl.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, compile(t, flow.TestJSONSchemaID, flow.TestJSONSchema()), string(src)); err != nil {
+		t.Fatalf("the JSON test fixture does not validate: %v", err)
+	}
+}
+
+func TestTestSchemaRejectsMistakes(t *testing.T) {
+	s := compile(t, flow.TestJSONSchemaID, flow.TestJSONSchema())
+	cases := map[string]string{
+		"unknown block type":      `{"rnu": {"x": {}}}`,
+		"unknown attribute":       `{"run": {"x": {"advnce": "1s"}}}`,
+		"crash outside a step":    `{"run": {"x": {"crash": true}}}`,
+		"bad reference":           `{"run": {"x": {"expect": {"sink": "topic.out", "count": 1}}}}`,
+		"unknown match":           `{"run": {"x": {"expect": {"sink": "sink.out", "match": "some"}}}}`,
+		"responses not integers":  `{"override_sink": {"hook": {"responses": [1.5]}}}`,
+		"missing responses":       `{"override_sink": {"hook": {}}}`,
+		"mock result unknown arg": `{"mock": {"acme.score": {"result": {"eror": "x"}}}}`,
+	}
+	for name, src := range cases {
+		if err := validate(t, s, src); err == nil {
+			t.Errorf("%s: the schema accepts %s", name, src)
+		}
+	}
+	valid := map[string]string{
+		"steps as an array": `{"run": {"x": {"step": [{"crash": true}, {"advance": "1s"}]}}}`,
+		"variables":         `{"variables": {"events": 3, "name": "x"}}`,
+		"dead letters":      `{"run": {"x": {"expect_dead_letters": {"stage": "stage.score", "count": 1}}}}`,
+	}
+	for name, src := range valid {
+		if err := validate(t, s, src); err != nil {
+			t.Errorf("%s: the schema rejects %s: %v", name, src, err)
+		}
 	}
 }

@@ -1,0 +1,889 @@
+package flow
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+)
+
+// LoadTestFile reads and decodes a test file (native syntax, or JSON syntax when it ends in
+// .flowtest.hcl.json) as far as it can without the pipeline: every block, attribute and message is
+// checked here, and references to the pipeline's blocks are kept for Check. It always returns a
+// TestFile, possibly partial, whose Files print the diagnostics with snippets.
+func LoadTestFile(path string) (*TestFile, hcl.Diagnostics) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return &TestFile{Path: path}, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Cannot read test file",
+			Detail:   fmt.Sprintf("%s: %s.", path, describeFSError(err)),
+		}}
+	}
+	return LoadTestSource(path, src)
+}
+
+// LoadTestSource decodes a test file from memory; name says its syntax, as in LoadTestFile, and
+// is the directory that its fixture and golden files are relative to.
+func LoadTestSource(name string, src []byte) (*TestFile, hcl.Diagnostics) {
+	d := &testDecoder{
+		file:  &TestFile{Path: name},
+		dir:   filepath.Dir(name),
+		src:   src,
+		ctx:   &hcl.EvalContext{Functions: functions(os.LookupEnv)},
+		names: map[string]map[string]hcl.Range{},
+	}
+	p := hclparse.NewParser()
+	f, diags := parseFile(p, name, src)
+	d.file.files = p.Files()
+	d.diags = diags
+	if f == nil || f.Body == nil || diags.HasErrors() {
+		return d.file, diags
+	}
+	d.decodeFile(f.Body)
+	return d.file, sortDiagnostics(d.diags)
+}
+
+// testDecoder holds the state of decoding one test file.
+type testDecoder struct {
+	file  *TestFile
+	dir   string           // the test file's directory, for fixture and golden files
+	src   []byte           // the test file, for the source text of compiled expressions
+	ctx   *hcl.EvalContext // for constant values: functions, no variables
+	diags hcl.Diagnostics
+	names map[string]map[string]hcl.Range // by block type, the names declared so far
+}
+
+// testRef is a reference to a pipeline's block as written, such as sink.out; Check resolves it.
+type testRef struct {
+	Type, Name string
+	Range      hcl.Range
+}
+
+func (d *testDecoder) errorf(rng hcl.Range, summary, format string, args ...any) {
+	d.diags = d.diags.Append(&hcl.Diagnostic{
+		Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(format, args...), Subject: rng.Ptr(),
+	})
+}
+
+// content decodes a body by its spec: an argument or block that the spec does not declare is an
+// error with hcl's suggestion, and so is a missing required argument. extra are attributes that
+// the body may hold only to be reported with a better message than hcl's.
+func (d *testDecoder) content(hb *hcl.Block, body hcl.Body, spec *BlockSpec, extra ...string) *hcl.BodyContent {
+	schema := bodySchema(spec.Attributes, spec.Blocks)
+	for _, name := range extra {
+		schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: name})
+	}
+	content, diags := body.Content(schema)
+	d.diags = append(d.diags, diags...)
+	if hb != nil {
+		d.diags = append(d.diags, checkRequired(hb, spec.Attributes, content)...)
+	}
+	return content
+}
+
+// declare records a block's name, or reports where the same name was declared before.
+func (d *testDecoder) declare(what, name string, rng hcl.Range) bool {
+	names := d.names[what]
+	if names == nil {
+		names = map[string]hcl.Range{}
+		d.names[what] = names
+	}
+	if prev, ok := names[name]; ok {
+		d.errorf(rng, fmt.Sprintf("Duplicate %s %q", what, name),
+			"A %s %q is already declared at %s; each must be declared once in a test file.", what, name, prev)
+		return false
+	}
+	names[name] = rng
+	return true
+}
+
+// decodeFile decodes the top-level blocks, in source order.
+func (d *testDecoder) decodeFile(body hcl.Body) {
+	top := &BlockSpec{}
+	for _, spec := range TestLanguage {
+		top.Blocks = append(top.Blocks, NestedBlock{Spec: spec})
+	}
+	content := d.content(nil, body, top)
+	for _, hb := range content.Blocks {
+		switch hb.Type {
+		case "variables":
+			d.decodeVariables(hb)
+		case "mock":
+			if m := d.decodeMock(hb); m != nil {
+				d.file.Mocks = append(d.file.Mocks, m)
+			}
+		case "override_sink":
+			if o := d.decodeOverride(hb); o != nil {
+				d.file.Overrides = append(d.file.Overrides, o)
+			}
+		case "run":
+			if r := d.decodeRun(hb); r != nil {
+				d.file.Runs = append(d.file.Runs, r)
+			}
+		}
+	}
+}
+
+// decodeVariables reads a variables block; several blocks add up, each variable set once.
+func (d *testDecoder) decodeVariables(hb *hcl.Block) {
+	attrs, diags := hb.Body.JustAttributes()
+	d.diags = append(d.diags, diags...)
+	if d.file.Variables == nil {
+		d.file.Variables, d.file.VariableRanges = map[string]cty.Value{}, map[string]hcl.Range{}
+	}
+	for _, a := range sortedAttributes(attrs) {
+		if !d.declare("variable", a.Name, a.NameRange) {
+			continue
+		}
+		v, diags := a.Expr.Value(d.ctx)
+		d.diags = append(d.diags, diags...)
+		if diags.HasErrors() {
+			continue
+		}
+		d.file.Variables[a.Name] = v
+		d.file.VariableRanges[a.Name] = a.Expr.Range()
+	}
+}
+
+func (d *testDecoder) decodeMock(hb *hcl.Block) *TestMock {
+	m := &TestMock{Func: hb.Labels[0], Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testMockSpec)
+	if !d.declare("mock", m.Func, hb.LabelRanges[0]) {
+		return nil
+	}
+	for _, rb := range content.Blocks {
+		if r := d.decodeMockResult(rb); r != nil {
+			m.Results = append(m.Results, r)
+		}
+	}
+	if len(content.Blocks) == 0 {
+		d.errorf(hb.DefRange, "Missing result block",
+			"A mock needs at least one result block: %s", testMockResultSpec.Doc)
+	}
+	return m
+}
+
+func (d *testDecoder) decodeMockResult(hb *hcl.Block) *TestMockResult {
+	content := d.content(hb, hb.Body, testMockResultSpec)
+	attrs := content.Attributes
+	r := &TestMockResult{Times: 1, Range: hb.DefRange}
+	if a, ok := attrs["error"]; ok {
+		r.Error, _ = d.string(a)
+		if r.Error == "" {
+			d.errorf(a.Expr.Range(), "Invalid error", "A mocked error needs a message.")
+		}
+	}
+	if a, ok := attrs["permanent"]; ok {
+		r.Permanent, _ = d.bool(a)
+		if _, hasError := attrs["error"]; !hasError {
+			d.errorf(a.NameRange, "Permanent without error", "permanent says that the result's error is not retried; set error too.")
+		}
+	}
+	if a, ok := attrs["drop"]; ok {
+		r.Drop, _ = d.bool(a)
+	}
+	if a, ok := attrs["times"]; ok {
+		if n, ok := d.integer(a, 1); ok {
+			r.Times = n
+		}
+	}
+	output, hasOutput := attrs["output"]
+	outputs, hasOutputs := attrs["outputs"]
+	switch {
+	case hasOutput && hasOutputs:
+		d.errorf(outputs.NameRange, "Conflicting arguments", "A result has output (one message) or outputs (a list), not both.")
+	case hasOutput:
+		if e := d.messageExpr(output.Expr); e != nil {
+			r.Outputs = []*MessageExpr{e}
+		}
+	case hasOutputs:
+		elems, diags := hcl.ExprList(outputs.Expr)
+		if diags.HasErrors() {
+			d.errorf(outputs.Expr.Range(), "Invalid outputs", "outputs takes a list of expressions over msg, such as [msg, { copy = true }].")
+			break
+		}
+		r.Outputs = []*MessageExpr{} // an empty list returns no message, as drop does
+		for _, e := range elems {
+			if m := d.messageExpr(e); m != nil {
+				r.Outputs = append(r.Outputs, m)
+			}
+		}
+	}
+	// Say which two of the kinds of result a block mixes, pointing at the second.
+	var kinds []*hcl.Attribute
+	for _, name := range []string{"error", "drop", "output", "outputs"} {
+		if a, ok := attrs[name]; ok && !(name == "outputs" && hasOutput) && !(name == "drop" && !r.Drop) {
+			kinds = append(kinds, a)
+		}
+	}
+	sort.Slice(kinds, func(i, j int) bool { return rangeLess(kinds[i].Range, kinds[j].Range) })
+	if len(kinds) > 1 {
+		d.errorf(kinds[1].NameRange, "Conflicting arguments",
+			"A result fails (error), drops (drop) or returns messages (output, outputs); this one has both %s and %s.",
+			kinds[0].Name, kinds[1].Name)
+	}
+	return r
+}
+
+// messageExpr compiles an expression over msg as a stage's per-message expressions compile.
+func (d *testDecoder) messageExpr(e hcl.Expression) *MessageExpr {
+	m, diags := CompileHCLMessageExpr(e, d.src)
+	d.diags = append(d.diags, diags...)
+	return m
+}
+
+func (d *testDecoder) decodeOverride(hb *hcl.Block) *TestSinkOverride {
+	o := &TestSinkOverride{Sink: hb.Labels[0], Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testOverrideSinkSpec)
+	if !d.declare("override_sink", o.Sink, hb.LabelRanges[0]) {
+		return nil
+	}
+	a, ok := content.Attributes["responses"]
+	if !ok {
+		return o
+	}
+	v, ok := d.constant(a)
+	if !ok {
+		return o
+	}
+	list, err := convert.Convert(v, cty.List(cty.Number))
+	if err != nil || list.IsNull() || list.LengthInt() == 0 {
+		d.errorf(a.Expr.Range(), "Invalid responses", "responses takes a non-empty list of HTTP status codes, such as [503, 200].")
+		return o
+	}
+	for _, e := range list.AsValueSlice() {
+		code, ok := wholeNumber(e)
+		if !ok || code < 100 || code > 599 {
+			d.errorf(a.Expr.Range(), "Invalid responses", "Each response is an HTTP status code, a whole number from 100 to 599.")
+			return o
+		}
+		o.Responses = append(o.Responses, code)
+	}
+	return o
+}
+
+// decodeRun decodes a run block: its own sends and advance become Steps[0], its step blocks the
+// steps after it, and its own expectations the run's.
+func (d *testDecoder) decodeRun(hb *hcl.Block) *TestRun {
+	r := &TestRun{Name: hb.Labels[0], Range: hb.DefRange}
+	first := &TestStep{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testRunSpec, "crash")
+	if r.Name == "" {
+		d.errorf(hb.LabelRanges[0], "Invalid run name", "A run needs a name, which reports show.")
+	}
+	if !d.declare("run", r.Name, hb.LabelRanges[0]) {
+		return nil
+	}
+	if a, ok := content.Attributes["crash"]; ok {
+		d.errorf(a.NameRange, "Unsupported argument",
+			"A run cannot crash before it starts; put crash = true in a step block, which crashes the pipeline at its start.")
+	}
+	if a, ok := content.Attributes["reset"]; ok {
+		r.Reset, _ = d.bool(a)
+	}
+	if a, ok := content.Attributes["advance"]; ok {
+		first.Advance, _ = d.duration(a)
+	}
+	r.Steps = []*TestStep{first}
+	for _, b := range content.Blocks {
+		switch b.Type {
+		case "send":
+			if s := d.decodeSend(b, first.Advance); s != nil {
+				first.Sends = append(first.Sends, s)
+			}
+		case "expect":
+			if e := d.decodeExpect(b); e != nil {
+				r.Expect = append(r.Expect, e)
+			}
+		case "expect_dead_letters":
+			if e := d.decodeExpectDeadLetters(b); e != nil {
+				r.ExpectDeadLetters = append(r.ExpectDeadLetters, e)
+			}
+		case "assert":
+			if a := d.decodeAssert(b); a != nil {
+				r.Asserts = append(r.Asserts, a)
+			}
+		case "step":
+			r.Steps = append(r.Steps, d.decodeStep(b))
+		}
+	}
+	return r
+}
+
+func (d *testDecoder) decodeStep(hb *hcl.Block) *TestStep {
+	s := &TestStep{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testStepSpec)
+	if a, ok := content.Attributes["crash"]; ok {
+		s.Crash, _ = d.bool(a)
+	}
+	if a, ok := content.Attributes["advance"]; ok {
+		s.Advance, _ = d.duration(a)
+	}
+	for _, b := range content.Blocks {
+		switch b.Type {
+		case "send":
+			if send := d.decodeSend(b, s.Advance); send != nil {
+				s.Sends = append(s.Sends, send)
+			}
+		case "expect":
+			if e := d.decodeExpect(b); e != nil {
+				s.Expect = append(s.Expect, e)
+			}
+		case "expect_dead_letters":
+			if e := d.decodeExpectDeadLetters(b); e != nil {
+				s.ExpectDeadLetters = append(s.ExpectDeadLetters, e)
+			}
+		case "assert":
+			if a := d.decodeAssert(b); a != nil {
+				s.Asserts = append(s.Asserts, a)
+			}
+		}
+	}
+	return s
+}
+
+// decodeSend decodes a send block of a step that runs for advance (0: until drained), which a
+// message's at may not exceed.
+func (d *testDecoder) decodeSend(hb *hcl.Block, advance time.Duration) *TestSend {
+	s := &TestSend{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testSendSpec)
+	a := d.oneOf(hb, content, true, "topic", "source")
+	if a != nil {
+		allowed := testSendSpec.attribute(a.Name).Refs
+		if ref, ok := d.reference(a, allowed...); ok {
+			s.ref = ref
+			switch ref.Type {
+			case "topic":
+				s.Topic = ref.Name
+			case "source":
+				s.Source = ref.Name
+			}
+		}
+	}
+	switch a := d.oneOf(hb, content, true, "messages", "file"); {
+	case a == nil:
+	case a.Name == "messages":
+		s.Messages = d.messages(a, true)
+	default:
+		s.Messages, s.File, _ = d.messagesFile(a, true, true)
+	}
+	if advance > 0 {
+		for _, m := range s.Messages {
+			if m.At > advance {
+				d.errorf(m.Range, "Message after the step's end",
+					"This message is sent at %s, after the step's advance of %s ends: it would never be sent.",
+					FormatDuration(m.At), FormatDuration(advance))
+			}
+		}
+	}
+	return s
+}
+
+func (d *testDecoder) decodeExpect(hb *hcl.Block) *TestExpect {
+	e := &TestExpect{Match: MatchExact, Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testExpectSpec)
+	attrs := content.Attributes
+	if a := d.oneOf(hb, content, true, "sink", "topic"); a != nil {
+		if ref, ok := d.reference(a, testExpectSpec.attribute(a.Name).Refs...); ok {
+			e.ref = ref
+			switch ref.Type {
+			case "sink":
+				e.Sink = ref.Name
+			case "topic":
+				e.Topic = ref.Name
+			}
+		}
+	}
+	switch a := d.oneOf(hb, content, false, "messages", "file"); {
+	case a == nil:
+	case a.Name == "messages":
+		e.Messages, e.HasMessages = d.messages(a, false), true
+	default:
+		// A golden file that does not exist yet is the runner's to report, or to write with -update.
+		e.Messages, e.File, e.HasMessages = d.messagesFile(a, false, false)
+	}
+	if a, ok := attrs["count"]; ok {
+		e.Count, e.HasCount = d.integer(a, 0)
+	}
+	if a, ok := attrs["match"]; ok {
+		if m, ok := d.enum(a, testExpectSpec.attribute("match").Enum); ok {
+			e.Match = m
+		}
+		if _, ok := attrs["count"]; ok && attrs["messages"] == nil && attrs["file"] == nil {
+			d.errorf(a.NameRange, "Match without messages", "match says how messages compare; a count alone has none to compare.")
+		}
+	}
+	if attrs["messages"] == nil && attrs["file"] == nil && attrs["count"] == nil {
+		d.errorf(hb.DefRange, "Nothing to expect", "An expect block needs messages, a file or a count.")
+	}
+	return e
+}
+
+func (d *testDecoder) decodeExpectDeadLetters(hb *hcl.Block) *TestExpectDeadLetters {
+	e := &TestExpectDeadLetters{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, testExpectDeadLettersSpec)
+	if a := d.oneOf(hb, content, true, "source", "stage", "sink"); a != nil {
+		if ref, ok := d.reference(a, a.Name); ok {
+			e.ref, e.NodeType, e.Node = ref, ref.Type, ref.Name
+		}
+	}
+	if a, ok := content.Attributes["count"]; ok {
+		e.Count, e.HasCount = d.integer(a, 0)
+	}
+	if a, ok := content.Attributes["messages"]; ok {
+		e.Messages = d.deadLetters(a)
+	}
+	if content.Attributes["count"] == nil && content.Attributes["messages"] == nil {
+		d.errorf(hb.DefRange, "Nothing to expect", "An expect_dead_letters block needs a count or messages.")
+	}
+	return e
+}
+
+// assertRoots are the variables of an assert's condition.
+var assertRoots = []string{"output", "dead_letters", "metrics"}
+
+func (d *testDecoder) decodeAssert(hb *hcl.Block) *TestAssert {
+	content := d.content(hb, hb.Body, testAssertSpec)
+	a := &TestAssert{Range: hb.DefRange}
+	if attr, ok := content.Attributes["error_message"]; ok {
+		a.ErrorMessage, _ = d.string(attr)
+	}
+	attr, ok := content.Attributes["condition"]
+	if !ok {
+		return nil
+	}
+	a.Condition = attr.Expr
+	for _, t := range attr.Expr.Variables() {
+		if root := t.RootName(); !contains(assertRoots, root) {
+			d.errorf(t[0].SourceRange(), "Unknown variable", "There is no variable named %q. A condition can use %s.%s",
+				root, joinOr(assertRoots), didYouMean(root, assertRoots))
+		}
+	}
+	d.checkFunctions(attr.Expr)
+	return a
+}
+
+// checkFunctions reports calls to functions that do not exist now rather than when the run is over.
+// Only native syntax is walked: a JSON template is parsed only when evaluated.
+func (d *testDecoder) checkFunctions(e hcl.Expression) {
+	sx, ok := e.(hclsyntax.Expression)
+	if !ok {
+		return
+	}
+	names := sortedKeys(d.ctx.Functions)
+	hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
+		if call, ok := n.(*hclsyntax.FunctionCallExpr); ok {
+			if _, ok := d.ctx.Functions[call.Name]; !ok {
+				d.errorf(call.NameRange, "Call to unknown function", "There is no function named %q.%s", call.Name, didYouMean(call.Name, names))
+			}
+		}
+		return nil
+	})
+}
+
+// oneOf returns the one attribute of names that the block sets, or nil after reporting that it
+// sets none (when required) or more than one.
+func (d *testDecoder) oneOf(hb *hcl.Block, content *hcl.BodyContent, required bool, names ...string) *hcl.Attribute {
+	var set []*hcl.Attribute
+	for _, n := range names {
+		if a, ok := content.Attributes[n]; ok {
+			set = append(set, a)
+		}
+	}
+	sort.Slice(set, func(i, j int) bool { return rangeLess(set[i].Range, set[j].Range) })
+	switch {
+	case len(set) == 0 && required:
+		d.errorf(hb.DefRange, "Missing argument", "A %s block needs one of %s.", hb.Type, joinOr(names))
+	case len(set) > 1:
+		d.errorf(set[1].NameRange, "Conflicting arguments", "A %s block takes one of %s; this one has both %s and %s.",
+			hb.Type, joinOr(names), set[0].Name, set[1].Name)
+	case len(set) == 1:
+		return set[0]
+	}
+	return nil
+}
+
+// reference reads a bare reference such as sink.out whose block type is one of allowed.
+func (d *testDecoder) reference(a *hcl.Attribute, allowed ...string) (testRef, bool) {
+	examples := make([]string, len(allowed))
+	for i, r := range allowed {
+		examples[i] = r + ".NAME"
+	}
+	t, diags := hcl.AbsTraversalForExpr(a.Expr)
+	name, ok := traversalAttr(t)
+	if diags.HasErrors() || len(t) != 2 || !ok {
+		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference written without quotes, %s.", a.Name, joinOr(examples))
+		return testRef{}, false
+	}
+	if root := t.RootName(); !contains(allowed, root) {
+		hint := ""
+		if s := suggest(root, allowed); s != "" {
+			hint = fmt.Sprintf(" Did you mean %s.%s?", s, name)
+		}
+		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference to a %s, written as %s.%s", a.Name, joinOr(allowed), joinOr(examples), hint)
+		return testRef{}, false
+	}
+	return testRef{Type: t.RootName(), Name: name, Range: a.Expr.Range()}, true
+}
+
+// constant evaluates an attribute's constant value; false when it has an error (reported) or is null.
+func (d *testDecoder) constant(a *hcl.Attribute) (cty.Value, bool) {
+	v, diags := a.Expr.Value(d.ctx)
+	d.diags = append(d.diags, diags...)
+	if diags.HasErrors() || v.IsNull() {
+		return cty.NilVal, false
+	}
+	return v, true
+}
+
+func (d *testDecoder) convert(a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
+	v, ok := d.constant(a)
+	if !ok {
+		return cty.NilVal, false
+	}
+	out, err := convert.Convert(v, ty)
+	if err != nil || !out.IsKnown() || out.IsNull() {
+		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%s takes %s.",
+			a.Name, describeType(map[cty.Type]Type{cty.String: TypeString, cty.Bool: TypeBool, cty.Number: TypeInteger}[ty]))
+		return cty.NilVal, false
+	}
+	return out, true
+}
+
+func (d *testDecoder) string(a *hcl.Attribute) (string, bool) {
+	v, ok := d.convert(a, cty.String)
+	if !ok {
+		return "", false
+	}
+	return v.AsString(), true
+}
+
+func (d *testDecoder) bool(a *hcl.Attribute) (bool, bool) {
+	v, ok := d.convert(a, cty.Bool)
+	return ok && v.True(), ok
+}
+
+// integer reads a whole number of at least min.
+func (d *testDecoder) integer(a *hcl.Attribute, min int) (int, bool) {
+	v, ok := d.convert(a, cty.Number)
+	if !ok {
+		return 0, false
+	}
+	n, ok := wholeNumber(v)
+	if !ok || n < min {
+		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%s takes a whole number of at least %d.", a.Name, min)
+		return 0, false
+	}
+	return n, true
+}
+
+func (d *testDecoder) duration(a *hcl.Attribute) (time.Duration, bool) {
+	s, ok := d.string(a)
+	if !ok {
+		return 0, false
+	}
+	dur, err := ParseDuration(s)
+	if err != nil {
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s: %s.", a.Name, err)
+		return 0, false
+	}
+	return dur, true
+}
+
+func (d *testDecoder) enum(a *hcl.Attribute, values []string) (string, bool) {
+	s, ok := d.string(a)
+	if !ok {
+		return "", false
+	}
+	if !contains(values, s) {
+		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%q is not one of %s.%s", s, quotedList(values), didYouMean(s, values))
+		return "", false
+	}
+	return s, true
+}
+
+// wholeNumber returns a number that fits an int, or false.
+func wholeNumber(v cty.Value) (int, bool) {
+	if v.IsNull() || !v.IsKnown() || v.Type() != cty.Number {
+		return 0, false
+	}
+	bf := v.AsBigFloat()
+	i, acc := bf.Int64()
+	if !bf.IsInt() || acc != 0 || i != int64(int(i)) {
+		return 0, false
+	}
+	return int(i), true
+}
+
+// messageFields are the attributes of a message's wrapped form.
+var messageFields = []string{"key", "payload", "at"}
+
+// messages decodes an inline list of messages; at is allowed in sends only.
+func (d *testDecoder) messages(a *hcl.Attribute, allowAt bool) []TestMessage {
+	elems, diags := hcl.ExprList(a.Expr)
+	if diags.HasErrors() {
+		d.errorf(a.Expr.Range(), "Invalid messages", "messages takes a list of objects, such as [{ id = 1 }, { id = 2 }].")
+		return nil
+	}
+	out := []TestMessage{}
+	for _, e := range elems {
+		v, diags := e.Value(d.ctx)
+		d.diags = append(d.diags, diags...)
+		if diags.HasErrors() {
+			continue
+		}
+		m, ok := d.message(v, e.Range(), fieldRanges(e), allowAt)
+		if ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// fieldRanges returns where each field of an object constructor is written, for diagnostics
+// about one field; other expressions have none.
+func fieldRanges(e hcl.Expression) map[string]hcl.Range {
+	pairs, diags := hcl.ExprMap(e)
+	if diags.HasErrors() {
+		return nil
+	}
+	out := map[string]hcl.Range{}
+	for _, p := range pairs {
+		k, diags := p.Key.Value(nil)
+		if !diags.HasErrors() && k.Type() == cty.String && k.IsKnown() && !k.IsNull() {
+			out[k.AsString()] = p.Value.Range()
+		}
+	}
+	return out
+}
+
+// message decodes one message value written at rng: a payload, or the wrapped form.
+func (d *testDecoder) message(v cty.Value, rng hcl.Range, fields map[string]hcl.Range, allowAt bool) (TestMessage, bool) {
+	at := func(name string) hcl.Range {
+		if r, ok := fields[name]; ok {
+			return r
+		}
+		return rng
+	}
+	m := TestMessage{Range: rng}
+	if !isObject(v) {
+		d.errorf(rng, "Invalid message", "A message is an object: its payload, or the wrapped form { payload = {...}, key = \"...\" }.")
+		return m, false
+	}
+	if !isWrapped(v) {
+		payload, ok := d.payload(v, rng)
+		m.Payload = payload
+		return m, ok
+	}
+	payload := v.GetAttr("payload")
+	if !isObject(payload) {
+		d.errorf(at("payload"), "Invalid payload", "A payload is an object: flowrun messages are JSON objects.")
+		return m, false
+	}
+	var ok bool
+	if m.Payload, ok = d.payload(payload, at("payload")); !ok {
+		return m, false
+	}
+	if v.Type().HasAttribute("key") {
+		k, err := convert.Convert(v.GetAttr("key"), cty.String)
+		if err != nil || k.IsNull() || !k.IsKnown() {
+			d.errorf(at("key"), "Invalid key", "A message's key is a string.")
+			return m, false
+		}
+		m.Key, m.HasKey = k.AsString(), true
+	}
+	if v.Type().HasAttribute("at") {
+		if !allowAt {
+			d.errorf(at("at"), "Unsupported argument", "at delays a sent message; an expected message has none.")
+			return m, false
+		}
+		s, err := convert.Convert(v.GetAttr("at"), cty.String)
+		if err != nil || s.IsNull() || !s.IsKnown() {
+			d.errorf(at("at"), "Invalid at", "at is a delay from the start of the step, such as \"+5s\".")
+			return m, false
+		}
+		dur, perr := ParseDuration(strings.TrimPrefix(s.AsString(), "+"))
+		if perr != nil {
+			d.errorf(at("at"), "Invalid at", "at: %s.", perr)
+			return m, false
+		}
+		m.At = dur
+	}
+	return m, true
+}
+
+// isObject reports whether a value can be a JSON object. Maps count: hcl gives an object's
+// attributes of one type as one when converted, and JSON cannot tell.
+func isObject(v cty.Value) bool {
+	return !v.IsNull() && v.IsKnown() && (v.Type().IsObjectType() || v.Type().IsMapType())
+}
+
+// isWrapped reports whether a message object is the wrapped form: it has a payload and nothing but
+// key, payload and at. Any other object is the payload itself.
+func isWrapped(v cty.Value) bool {
+	if !v.Type().IsObjectType() || !v.Type().HasAttribute("payload") {
+		return false
+	}
+	for name := range v.Type().AttributeTypes() {
+		if !contains(messageFields, name) {
+			return false
+		}
+	}
+	return true
+}
+
+// payload renders a payload as compact JSON, keys sorted, numbers as written (integers stay integers).
+func (d *testDecoder) payload(v cty.Value, rng hcl.Range) ([]byte, bool) {
+	if !v.IsWhollyKnown() {
+		d.errorf(rng, "Invalid payload", "A payload must be known when the test is read.")
+		return nil, false
+	}
+	b, err := ctyjson.Marshal(v, v.Type())
+	if err != nil {
+		d.errorf(rng, "Invalid payload", "The payload cannot be written as JSON: %s.", err)
+		return nil, false
+	}
+	return b, true
+}
+
+// messagesFile reads a JSON-lines file of messages, relative to the test file. A missing file is
+// an error when mustExist; otherwise it returns no messages and false.
+func (d *testDecoder) messagesFile(a *hcl.Attribute, allowAt, mustExist bool) ([]TestMessage, string, bool) {
+	name, ok := d.string(a)
+	if !ok {
+		return nil, "", false
+	}
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(d.dir, path)
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		if !os.IsNotExist(err) || mustExist {
+			d.errorf(a.Expr.Range(), "Cannot read messages file", "%s: %s.", path, describeFSError(err))
+		}
+		return nil, path, false
+	}
+	out := []TestMessage{}
+	offset := 0
+	for i, line := range bytes.SplitAfter(src, []byte("\n")) {
+		start := offset
+		offset += len(line)
+		line = bytes.TrimRight(line, "\r\n")
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		rng := hcl.Range{
+			Filename: path,
+			Start:    hcl.Pos{Line: i + 1, Column: 1, Byte: start},
+			End:      hcl.Pos{Line: i + 1, Column: len(line) + 1, Byte: start + len(line)},
+		}
+		v, err := jsonValue(line)
+		if err != nil {
+			d.errorf(rng, "Invalid message", "Each line of a messages file is a JSON object: %s.", err)
+			continue
+		}
+		if m, ok := d.message(v, rng, nil, allowAt); ok {
+			out = append(out, m)
+		}
+	}
+	return out, path, true
+}
+
+// jsonValue decodes one JSON document as cty does, so that a file's message and an inline one
+// decode alike.
+func jsonValue(src []byte) (cty.Value, error) {
+	ty, err := ctyjson.ImpliedType(src)
+	if err != nil {
+		return cty.NilVal, err
+	}
+	return ctyjson.Unmarshal(src, ty)
+}
+
+// deadLetterFields are the fields of an expected dead letter.
+var deadLetterFields = []string{"payload", "reason", "attempts"}
+
+// deadLetters decodes the messages of an expect_dead_letters block.
+func (d *testDecoder) deadLetters(a *hcl.Attribute) []TestDeadLetter {
+	elems, diags := hcl.ExprList(a.Expr)
+	if diags.HasErrors() {
+		d.errorf(a.Expr.Range(), "Invalid messages", "messages takes a list of objects of payload, reason and attempts.")
+		return nil
+	}
+	out := []TestDeadLetter{}
+	for _, e := range elems {
+		v, diags := e.Value(d.ctx)
+		d.diags = append(d.diags, diags...)
+		if diags.HasErrors() {
+			continue
+		}
+		if dl, ok := d.deadLetter(v, e.Range(), fieldRanges(e)); ok {
+			out = append(out, dl)
+		}
+	}
+	return out
+}
+
+func (d *testDecoder) deadLetter(v cty.Value, rng hcl.Range, fields map[string]hcl.Range) (TestDeadLetter, bool) {
+	at := func(name string) hcl.Range {
+		if r, ok := fields[name]; ok {
+			return r
+		}
+		return rng
+	}
+	dl := TestDeadLetter{Range: rng}
+	if !v.Type().IsObjectType() || v.IsNull() {
+		d.errorf(rng, "Invalid dead letter", "An expected dead letter is an object of payload, reason and attempts, each optional.")
+		return dl, false
+	}
+	ok := true
+	for _, name := range sortedKeys(v.Type().AttributeTypes()) {
+		if !contains(deadLetterFields, name) {
+			d.errorf(at(name), "Unsupported argument", "An expected dead letter has no field %q; its fields are %s.%s",
+				name, quotedList(deadLetterFields), didYouMean(name, deadLetterFields))
+			ok = false
+		}
+	}
+	if v.Type().HasAttribute("payload") {
+		p := v.GetAttr("payload")
+		if !isObject(p) {
+			d.errorf(at("payload"), "Invalid payload", "A payload is an object: flowrun messages are JSON objects.")
+			return dl, false
+		}
+		var pok bool
+		dl.Payload, pok = d.payload(p, at("payload"))
+		ok = ok && pok
+	}
+	if v.Type().HasAttribute("reason") {
+		r, err := convert.Convert(v.GetAttr("reason"), cty.String)
+		if err != nil || r.IsNull() || !r.IsKnown() {
+			d.errorf(at("reason"), "Invalid reason", "reason is a string, found in the dead letter's reason.")
+			return dl, false
+		}
+		dl.Reason = r.AsString()
+	}
+	if v.Type().HasAttribute("attempts") {
+		n, err := convert.Convert(v.GetAttr("attempts"), cty.Number)
+		attempts, whole := 0, false
+		if err == nil {
+			attempts, whole = wholeNumber(n)
+		}
+		if !whole || attempts < 1 {
+			d.errorf(at("attempts"), "Invalid attempts", "attempts is a whole number of at least 1.")
+			return dl, false
+		}
+		dl.Attempts = attempts
+	}
+	return dl, ok
+}
