@@ -24,8 +24,29 @@ type diffLine struct {
 // matching lines are elided.
 const matchContext = 3
 
-// renderDiff prints lines, one message a line, eliding long runs of matching ones.
+// maxChangedLines bounds the removed and added lines a diff shows; a diff of thousands of
+// messages is read from its start.
+const maxChangedLines = 100
+
+// renderDiff prints lines, one message a line, eliding long runs of matching ones, and stops after
+// maxChangedLines changes.
 func renderDiff(lines []diffLine) string {
+	changed := 0
+	for i, l := range lines {
+		if l.op == ' ' {
+			continue
+		}
+		if changed++; changed > maxChangedLines {
+			rest := 0
+			for _, l := range lines[i:] {
+				if l.op != ' ' {
+					rest++
+				}
+			}
+			lines = append(lines[:i:i], diffLine{op: ' ', text: fmt.Sprintf("... and %d more differing messages", rest)})
+			break
+		}
+	}
 	var sb strings.Builder
 	for i := 0; i < len(lines); {
 		if lines[i].op != ' ' {

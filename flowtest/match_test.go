@@ -173,7 +173,7 @@ func TestCompareMessages(t *testing.T) {
 			actual: []Arrived{arr("c2", `"A"`), arr("c1", `"A"`), arr("c1", `"B"`)},
 		},
 		{
-			name: "identical payloads, the search must backtrack",
+			name: "identical payloads, the first A is c2's",
 			// Both keys start with A; only giving the first expected A to c2 lets c2's C follow.
 			expect: expect("", msg(`"A"`), msg(`"C"`), msg(`"A"`), msg(`"B"`)),
 			actual: []Arrived{arr("c1", `"A"`), arr("c1", `"B"`), arr("c2", `"A"`), arr("c2", `"C"`)},
@@ -433,5 +433,24 @@ func TestCompareDeadLetters(t *testing.T) {
 			}
 			checkLines(t, f.Diff, tt.diff)
 		})
+	}
+}
+
+func TestDiffStopsAfterManyChanges(t *testing.T) {
+	e := expect("")
+	var got []Arrived
+	for i := 0; i < 500; i++ {
+		e.Messages = append(e.Messages, msg(fmt.Sprint(i)))
+		got = append(got, arr("a", fmt.Sprint(499-i)))
+	}
+	f := CompareMessages(e, got)
+	if f == nil || f.Summary != `sink.out: the messages of key "a" arrived in another order` {
+		t.Fatalf("got %+v", f)
+	}
+	if n := strings.Count(f.Diff, "\n"); n > maxChangedLines+10 {
+		t.Errorf("the diff has %d lines", n)
+	}
+	if !strings.Contains(f.Diff, "more differing messages") {
+		t.Errorf("no note of what was left out:\n%s", f.Diff)
 	}
 }
