@@ -16,8 +16,9 @@ const equalScore = 1 << 30
 // Explain appends to f.Why what the run's facts say happened to the messages an expectation
 // missed: for each expected message that did not arrive, the sent message closest to it and its
 // dead letter, or an equal message that arrived elsewhere; then the nodes that filtered,
-// dead-lettered, dropped or retried messages. It says only what the facts show, and nothing when
-// they show nothing relevant.
+// dead-lettered, dropped or retried messages. When nothing is missing (messages arrived out of
+// order or more than expected) it names the nodes that retried. It says only what the facts show,
+// and nothing when they show nothing relevant.
 func Explain(f *Failure, e *flow.TestExpect, actual []Arrived, facts Facts) {
 	c := newComparison(e, actual)
 	var missing []message
@@ -43,8 +44,10 @@ func Explain(f *Failure, e *flow.TestExpect, actual []Arrived, facts Facts) {
 			why = append(why, x.trace(m)...)
 		}
 		why = append(why, x.nodeLines()...)
-	} else if e.HasMessages && len(missing) == 0 && c.mode == flow.MatchExact {
-		why = append(why, x.retryLines()...) // an order failure: retries are what reorders
+	} else {
+		// Messages arrived out of order or more than expected: a retry is what reorders or
+		// delivers twice, so say where there were retries.
+		why = append(why, x.retryLines()...)
 	}
 	f.Why = appendNew(f.Why, why...)
 }
