@@ -188,3 +188,28 @@ func TestCheckOrderLargeIsFast(t *testing.T) {
 		t.Fatalf("got %+v", f)
 	}
 }
+
+// TestCheckOrderSearchRemembersStates: 30 blocks, each with its own payloads, that can be split
+// two ways (x takes the first A and y the second, or the other way round) ending in the same
+// state, then a block that no split fits but that only the search refutes. A search that did not
+// remember the states it refuted would try 2^30 combinations of the first blocks, and give up.
+func TestCheckOrderSearchRemembersStates(t *testing.T) {
+	e := expect("")
+	var act []Arrived
+	add := func(expected, actual string) {
+		for _, p := range strings.Fields(expected) {
+			e.Messages = append(e.Messages, msg(p))
+		}
+		act = append(act, arrivals(actual)...)
+	}
+	for b := 0; b < 30; b++ {
+		a, bb, c := fmt.Sprintf(`"A%d"`, b), fmt.Sprintf(`"B%d"`, b), fmt.Sprintf(`"C%d"`, b)
+		x, y := fmt.Sprintf("x%d:", b), fmt.Sprintf("y%d:", b)
+		add(strings.Join([]string{a, a, bb, c}, " "), x+a+" "+x+bb+" "+y+a+" "+y+c)
+	}
+	add(`"A" "B" "B" "A" "A" "B"`, `k0:"A" k0:"B" k1:"A" k1:"B" k2:"A" k2:"B"`)
+	f := CompareMessages(e, act)
+	if f == nil || f.Summary != `sink.out: the messages of key "k1" arrived in another order` {
+		t.Fatalf("got %+v", f)
+	}
+}
