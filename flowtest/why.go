@@ -11,6 +11,7 @@ import (
 // maxTraced bounds how many missing messages Explain follows one by one.
 const maxTraced = 5
 
+// equalScore is the similarity of equal values, above any count of shared fields.
 const equalScore = 1 << 30
 
 // Explain appends to f.Why what the run's facts say happened to the messages an expectation
@@ -63,11 +64,14 @@ type explainer struct {
 func (x *explainer) trace(m message) []string {
 	label := clip(m.val.canon, 50) + ": "
 	sent, hasSent := x.closestSent(m)
-	if d, exact := x.deadLetterFor(m, sent, hasSent); d >= 0 {
+	if d, how := x.deadLetterFor(m, sent, hasSent); d >= 0 {
 		x.usedDL[d] = true
 		dl := x.facts.DeadLetters[d]
 		what := "dead-lettered"
-		if !exact {
+		switch how {
+		case sentEqual:
+			what = "the message sent as " + clip(sent.canon, 50) + " was dead-lettered"
+		case similar:
 			what = "a similar message was dead-lettered"
 		}
 		return []string{fmt.Sprintf("%s%s by %s after %d %s: %s", label, what, dl.Node,
@@ -114,25 +118,37 @@ func similarity(a, b value) int {
 	return sharedLeaves(a.v, b.v)
 }
 
-// deadLetterFor is the dead letter whose payload equals the sent message or m (exact), or else
-// shares the most fields with either; -1 when none shares any. One not yet named by another traced
-// message goes first among equals.
-func (x *explainer) deadLetterFor(m message, sent value, hasSent bool) (index int, exact bool) {
+// How a dead letter relates to a missing message.
+const (
+	expectedEqual = iota // its payload is the expected message
+	sentEqual            // its payload is the sent message the expected one was likely made from
+	similar              // it shares at least half the fields of one of them
+)
+
+// deadLetterFor is the dead letter whose payload equals m or the sent message, or else shares the
+// most fields with either; -1 when none is alike. One not yet named by another traced message goes
+// first among equals.
+func (x *explainer) deadLetterFor(m message, sent value, hasSent bool) (index, how int) {
 	best, bestScore, bestUsed := -1, 0, false
 	for i, d := range x.facts.DeadLetters {
 		v := parseValue(d.Payload)
-		score := similarity(m.val, v)
+		score, h := similarity(m.val, v), expectedEqual
 		if hasSent {
-			score = max(score, similarity(sent, v))
+			if s := similarity(sent, v); s > score {
+				score, h = s, sentEqual
+			}
+		}
+		if score != equalScore {
+			h = similar
 		}
 		if !alike(m.val, score) && !(hasSent && alike(sent, score)) {
 			continue
 		}
 		if best < 0 || score > bestScore || score == bestScore && bestUsed && !x.usedDL[i] {
-			best, bestScore, bestUsed = i, score, x.usedDL[i]
+			best, bestScore, bestUsed, how = i, score, x.usedDL[i], h
 		}
 	}
-	return best, bestScore == equalScore
+	return best, how
 }
 
 // elsewhere says where else a message equal to m arrived, or one that differs from it in a field

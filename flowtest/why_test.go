@@ -32,7 +32,7 @@ func TestExplain(t *testing.T) {
 				},
 			},
 			want: []string{
-				scored + ": dead-lettered by stage.score after 3 attempts: scoring service timeout",
+				scored + `: the message sent as {"amount":10,"id":3} was dead-lettered by stage.score after 3 attempts: scoring service timeout`,
 				"stage.score retried 2 times",
 			},
 		},
@@ -45,6 +45,15 @@ func TestExplain(t *testing.T) {
 				Nodes:       []NodeFacts{{Name: "stage.score", In: 1, DeadLettered: 1}},
 			},
 			want: []string{"stage.score dead-lettered 1 of 1 message"},
+		},
+		{
+			name:   "the dead letter is the expected message",
+			expect: expect("", msg(`{"id":3}`)),
+			facts: Facts{
+				Sent:        []Arrived{sent(`{"id":3,"raw":true}`)},
+				DeadLetters: []DeadLetter{{Node: "sink.out", Payload: []byte(`{"id":3}`), Reason: "HTTP 400", Attempts: 1}},
+			},
+			want: []string{`{"id":3}: dead-lettered by sink.out after 1 attempt: HTTP 400`},
 		},
 		{
 			name:   "similar dead letter",
