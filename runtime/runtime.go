@@ -54,6 +54,9 @@ type Options struct {
 	// wait in Redis (retry_in_place = false): a round trip through the retry set is not worth a
 	// shorter wait. Default 1s.
 	RetryInPlaceUpTo time.Duration
+	// RetryPoll is how often a unit looks for due retries it was not told about (a dead letter
+	// replayed with flowrun dlq replay, retries scheduled by a previous owner). Default 1s.
+	RetryPoll time.Duration
 	// PollInterval is how often the state of the streams (lag, pending, dead letters) is read for
 	// Snapshot, metrics and readiness. Default 2s.
 	PollInterval time.Duration
@@ -112,6 +115,9 @@ func (o *Options) applyDefaults() {
 	}
 	if o.RetryInPlaceUpTo <= 0 {
 		o.RetryInPlaceUpTo = time.Second
+	}
+	if o.RetryPoll <= 0 {
+		o.RetryPoll = time.Second
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 2 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/stages"
@@ -16,10 +17,6 @@ var (
 	// errStopped ends a worker after a failure that ended the run (runner.fail has it).
 	errStopped = errors.New("the run stopped")
 )
-
-// retryPoll is how often a unit looks for due retries it was not told about (a dead letter replayed
-// with flowrun dlq replay, retries scheduled by a previous owner).
-const retryPoll = time.Second
 
 // worker runs one unit (a node on one partition) while this process owns it.
 type worker struct {
@@ -40,6 +37,8 @@ func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
 // run reads, processes and commits batches until ctx ends (the process stops or gives the unit up).
 // A batch that was read is always processed and committed, within the runner's drain time.
 func (w *worker) run(ctx context.Context) error {
+	started := sync.OnceFunc(func() { w.r.activity.add(-1) }) // see ownership.startWorkerLocked
+	defer started()
 	n := w.u.node
 	if !w.ensureGroup(ctx) {
 		return nil
@@ -81,6 +80,7 @@ func (w *worker) run(ctx context.Context) error {
 				w.recovery = maxID(ids)
 			}
 		default:
+			started()
 			batch, err = w.r.rdb.ReadGroup(ctx, w.readArgs(args))
 		}
 		if err != nil {
@@ -242,11 +242,11 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 		if ctx.Err() == nil && !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" reading its due retries "+w.u.retryKey, err) {
 			return false, errStopped
 		}
-		w.nextRetries = w.r.clock.Now().Add(retryPoll)
+		w.nextRetries = w.r.clock.Now().Add(w.r.opts.RetryPoll)
 		return false, nil
 	}
 	if len(due)+len(bad) == 0 {
-		w.nextRetries = w.r.clock.Now().Add(retryPoll)
+		w.nextRetries = w.r.clock.Now().Add(w.r.opts.RetryPoll)
 		return false, nil
 	}
 	return true, w.process(ctx, redis.Batch{}, due, bad)
