@@ -60,7 +60,7 @@ type IO struct {
 // Execute runs the command line with args and returns the exit code.
 func Execute(ctx context.Context, args []string, stdio IO) int {
 	root := newRootCommand(stdio)
-	root.SetArgs(args)
+	root.SetArgs(goStyleTestFlags(args))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
@@ -144,7 +144,7 @@ func newRootCommand(stdio IO) *cobra.Command {
 		newFmtCommand(stdio),
 		newGraphCommand(stdio),
 		newProduceCommand(stdio), newTailCommand(stdio), newInspectCommand(stdio),
-		newSchemaCommand(stdio), newEvalCommand(stdio),
+		newSchemaCommand(stdio), newEvalCommand(stdio), newTestCommand(stdio),
 		newVersionCommand(stdio),
 		newRunCommand(stdio),
 		newDLQCommand(stdio),

@@ -31,6 +31,11 @@ func CheckTests(path string, opts Options) ([]*TestFile, map[string]*hcl.File, h
 		}
 		topts := opts
 		topts.Values, topts.ValueRanges = t.Variables, t.VariableRanges
+		// A mocked function stands in for the real one, which this binary need not have.
+		topts.GoFuncs = append([]string(nil), opts.GoFuncs...)
+		for _, m := range t.Mocks {
+			topts.GoFuncs = append(topts.GoFuncs, m.Func)
+		}
 		plan, cfg, buildDiags := Build(path, topts)
 		for name, f := range cfg.Files() {
 			files[name] = f

@@ -1,0 +1,326 @@
+package flowtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/internal/embedded"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// Options configure RunFile. The zero value runs every run with seed 0 and logs nothing.
+type Options struct {
+	// Seed seeds the jitter of retries and backoffs: the same seed replays the same delays.
+	Seed int64
+	// Run, when set, runs only the runs whose "FILE/RUN" name it matches; the runs before a
+	// selected one still run (they set up its state), unless the selected one resets.
+	Run *regexp.Regexp
+	// Update rewrites the golden files of expect blocks (expect { file = ... }) with what arrived,
+	// instead of comparing.
+	Update bool
+	// Log receives the pipeline's log (debug level); nil discards it.
+	Log io.Writer
+}
+
+// Timing of the pipeline in a test, on the virtual clock.
+const (
+	// testLeaseTTL is the pipeline's lease TTL: a crash step's successor takes over after it.
+	testLeaseTTL = time.Minute
+	// testBlock is how long an idle read waits before it reads again. Reads wake up at once for what
+	// the test or the pipeline writes, so this only bounds how often idle readers look around.
+	testBlock = time.Minute
+	// drainLimit is how much virtual time a step without advance runs at most before it reports
+	// that the pipeline does not drain.
+	drainLimit = 24 * time.Hour
+)
+
+// harness runs the runs of one test file.
+type harness struct {
+	file   *flow.TestFile
+	plan   *flow.Plan
+	opts   Options
+	log    *slog.Logger
+	clock  *Clock
+	server *embedded.Server
+	live   *incarnation // the pipeline running now
+	born   int          // incarnations started, for their process IDs and seeds
+
+	captured *captures
+	mocks    map[string]*mockFunc
+	// answers are the override_sinks' canned answers, by sink: like the service they stand for,
+	// they go on through a crash, and start again with a reset.
+	answers map[string]*cannedAnswers
+	// finished are the counters of the incarnations that ended (crashed), by "type.name".
+	finished map[string]counters
+}
+
+// incarnation is one process's worth of pipeline: its runtime on its own connections, so that a
+// crash can cut them as a SIGKILL would.
+type incarnation struct {
+	client   *redis.Client
+	rt       *runtime.Runtime
+	activity *runtime.Activity
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when Run returned
+	summary  *runtime.Summary
+	err      error
+}
+
+// RunFile runs the runs of a checked test file against plan, the pipeline compiled with the file's
+// variables, and returns a result per run that ran (in file order).
+func RunFile(ctx context.Context, file *flow.TestFile, plan *flow.Plan, opts Options) []*RunResult {
+	h := &harness{file: file, plan: plan, opts: opts, captured: newCaptures(), mocks: map[string]*mockFunc{},
+		finished: map[string]counters{}}
+	logTo := opts.Log
+	if logTo == nil {
+		logTo = io.Discard
+	}
+	h.log = slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for _, m := range file.Mocks {
+		h.mocks[m.Func] = &mockFunc{mock: m}
+	}
+	defer h.stop(ctx)
+
+	selected := h.selected()
+	var results []*RunResult
+	for i, run := range file.Runs {
+		if !h.needed(i, selected) {
+			continue
+		}
+		res := &RunResult{File: file.Path, Run: run.Name, Seed: opts.Seed}
+		start := time.Now()
+		if h.live == nil || run.Reset {
+			if err := h.reset(ctx); err != nil {
+				res.Err = err
+				results = append(results, res)
+				break
+			}
+		}
+		virtualStart := h.clock.Now()
+		h.execute(ctx, run, res)
+		res.Wall, res.Virtual = time.Since(start), h.clock.Now().Sub(virtualStart)
+		if selected[i] {
+			results = append(results, res)
+		}
+		if res.Err != nil {
+			// What ran after would run on a pipeline in an unknown state: start the next one afresh.
+			h.stop(ctx)
+		}
+	}
+	return results
+}
+
+// selected reports, per run, whether Options.Run selects it.
+func (h *harness) selected() []bool {
+	sel := make([]bool, len(h.file.Runs))
+	for i, run := range h.file.Runs {
+		sel[i] = h.opts.Run == nil || h.opts.Run.MatchString(h.file.Path+"/"+run.Name)
+	}
+	return sel
+}
+
+// needed reports whether run i must run: it is selected, or a later selected run builds on it.
+func (h *harness) needed(i int, selected []bool) bool {
+	if selected[i] {
+		return true
+	}
+	for j := i + 1; j < len(selected); j++ {
+		if h.file.Runs[j].Reset {
+			return false
+		}
+		if selected[j] {
+			return true
+		}
+	}
+	return false
+}
+
+// reset starts afresh: an empty Redis on a new clock, and a new pipeline on them.
+func (h *harness) reset(ctx context.Context) error {
+	h.stop(ctx)
+	h.clock = NewClock(Epoch)
+	server, err := embedded.StartAt(Epoch)
+	if err != nil {
+		return err
+	}
+	h.server = server
+	h.clock.OnAdvance(server.SetTime)
+	h.captured = newCaptures()
+	h.finished = map[string]counters{}
+	h.answers = map[string]*cannedAnswers{}
+	for _, o := range h.file.Overrides {
+		h.answers[o.Sink] = &cannedAnswers{responses: o.Responses}
+	}
+	for _, m := range h.mocks {
+		m.calls = 0
+	}
+	return h.start(ctx)
+}
+
+// start starts a new incarnation of the pipeline, on connections of its own.
+func (h *harness) start(ctx context.Context) error {
+	h.born++
+	client, err := redis.Open(ctx, redis.Options{URLs: []string{h.server.URL()}})
+	if err != nil {
+		return fmt.Errorf("connecting to the embedded Redis: %w", err)
+	}
+	client = client.WithClock(redisClock{h.clock}).WithClockedReads()
+	inc := &incarnation{client: client, activity: &runtime.Activity{}, done: make(chan struct{})}
+	rt, err := runtime.New(h.plan, runtime.Options{
+		Redis:        client,
+		Clock:        h.clock,
+		Nodes:        consumingNodes(h.plan),
+		LeaseTTL:     testLeaseTTL,
+		Block:        testBlock,
+		RetryPoll:    testBlock,      // nobody else schedules retries: a unit knows when its own are due
+		PollInterval: 24 * time.Hour, // the snapshot's stream state is not needed: counters are live
+		Stdin:        strings.NewReader(""),
+		Stdout:       io.Discard,
+		HTTPClient:   &http.Client{Transport: noNetwork{}},
+		Logger:       h.log.With("process", h.born),
+		ProcessID:    fmt.Sprintf("flowtest-%d", h.born),
+		Rand:         rand.New(rand.NewPCG(uint64(h.opts.Seed), uint64(h.born))),
+		Activity:     inc.activity,
+		NodeEnv:      h.nodeEnv,
+		WrapSink:     h.wrapSink,
+		PipelinePath: h.file.Path,
+	})
+	if err != nil {
+		_ = client.Close()
+		return err
+	}
+	inc.rt = rt
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	inc.cancel = cancel
+	before := h.clock.Changes()
+	go func() {
+		defer close(inc.done)
+		inc.summary, inc.err = rt.Run(runCtx)
+	}()
+	h.live = inc
+	// A run that has started has armed its tickers: until then, the goroutine that runs it may
+	// not even have been scheduled, and the pipeline would look idle.
+	for h.clock.Changes() == before {
+		select {
+		case <-inc.done:
+			return h.failed()
+		case <-time.After(settlePause):
+		}
+	}
+	h.settle()
+	return nil
+}
+
+// stop stops the pipeline, as a SIGTERM would, and the embedded Redis.
+func (h *harness) stop(ctx context.Context) {
+	if h.live != nil {
+		h.live.cancel()
+		h.driveUntilDone(ctx, h.live)
+		_ = h.live.client.Close()
+		h.live = nil
+	}
+	if h.server != nil {
+		h.server.Close()
+		h.server = nil
+	}
+}
+
+// crash kills the pipeline as a SIGKILL would: its connections go first, so that it can neither
+// acknowledge nor release anything more; then a new incarnation starts, which takes the dead one's
+// partitions over once their leases expire on the clock.
+func (h *harness) crash(ctx context.Context) error {
+	dead := h.live
+	_ = dead.client.Close()
+	dead.cancel()
+	h.driveUntilDone(ctx, dead)
+	for name, c := range countersOf(dead.rt.Snapshot().Nodes) {
+		h.finished[name] = h.finished[name].plus(c)
+	}
+	h.live = nil
+	return h.start(ctx)
+}
+
+// driveUntilDone moves the clock on until inc's Run has returned (its shutdown may wait for timers).
+func (h *harness) driveUntilDone(ctx context.Context, inc *incarnation) {
+	for {
+		select {
+		case <-inc.done:
+			return
+		default:
+		}
+		h.settle()
+		select {
+		case <-inc.done:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		if next, ok := h.clock.Next(); ok {
+			h.clock.AdvanceTo(next)
+		}
+	}
+}
+
+// nodeEnv gives http sinks with an override_sink their canned answers and go stages their mocks.
+func (h *harness) nodeEnv(typ, name string, env *stages.Env) {
+	if answers, ok := h.answers[name]; ok && typ == "sink" {
+		env.HTTPClient = &http.Client{Transport: answers}
+	}
+	if typ == "stage" && len(h.mocks) > 0 {
+		env.Functions = func(fn string) (stages.Func, bool) {
+			if m, ok := h.mocks[fn]; ok {
+				return m.call, true
+			}
+			return stages.Lookup(fn)
+		}
+	}
+}
+
+// wrapSink puts the capture in front of every sink: alone, or with the real sink behind it where it
+// writes only where the test can see (an http sink with canned answers, a redis_stream sink).
+func (h *harness) wrapSink(name string, made stages.Sink) stages.Sink {
+	c := &captureSink{name: "sink." + name, store: h.captured}
+	for _, s := range h.plan.Sinks {
+		if s.Name != name {
+			continue
+		}
+		if _, canned := h.answers[name]; canned || s.Kind == "redis_stream" {
+			c.behind = made
+		}
+	}
+	return c
+}
+
+// consumingNodes names the nodes the test runs: all but the producing sources, which produce only
+// what the test sends (into their output topics).
+func consumingNodes(plan *flow.Plan) []string {
+	var names []string
+	for _, s := range plan.Sources {
+		if kind, err := stages.SourceKindOf(s); err == nil && kind.Stream != nil {
+			names = append(names, s.Name)
+		}
+	}
+	for _, s := range plan.Stages {
+		names = append(names, s.Name)
+	}
+	for _, s := range plan.Sinks {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// redisClock gives transport/redis the virtual clock.
+type redisClock struct{ *Clock }
+
+func (c redisClock) NewTimer(d time.Duration) redis.Timer { return c.Clock.NewTimer(d) }

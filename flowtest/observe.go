@@ -1,0 +1,176 @@
+package flowtest
+
+import (
+	"bytes"
+	"context"
+	"sort"
+
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// What a run saw: everything is measured from a mark taken when the run began, so that a run's
+// expectations are about the run alone, although runs share Redis and the pipeline.
+
+// counters are a node's counters, as an assert reads them (metrics.NODE.COUNTER).
+type counters struct{ in, out, filtered, retried, deadLettered int64 }
+
+func (c counters) plus(o counters) counters {
+	return counters{c.in + o.in, c.out + o.out, c.filtered + o.filtered, c.retried + o.retried, c.deadLettered + o.deadLettered}
+}
+
+func (c counters) minus(o counters) counters {
+	return counters{c.in - o.in, c.out - o.out, c.filtered - o.filtered, c.retried - o.retried, c.deadLettered - o.deadLettered}
+}
+
+// countersOf reads the counters of a snapshot's nodes, by "type.name".
+func countersOf(nodes []runtime.NodeSummary) map[string]counters {
+	out := make(map[string]counters, len(nodes))
+	for _, n := range nodes {
+		out[n.Type+"."+n.Name] = counters{n.In, n.Out, n.Filtered, n.Retried, n.DeadLettered}
+	}
+	return out
+}
+
+// mark is where a run began.
+type mark struct {
+	captured    map[string]int    // messages each sink had received
+	topics      map[string]string // the last entry ID of each topic partition's stream
+	deadLetters map[string]bool   // the dead letters there were, by stream and ID
+	counters    map[string]counters
+}
+
+// counters returns every node's counters so far, the dead incarnations' included.
+func (h *harness) counters() map[string]counters {
+	out := map[string]counters{}
+	for name, c := range h.finished {
+		out[name] = c
+	}
+	for name, c := range countersOf(h.live.rt.Snapshot().Nodes) {
+		out[name] = out[name].plus(c)
+	}
+	return out
+}
+
+// mark takes the mark of a run that begins now.
+func (h *harness) mark(ctx context.Context) (*mark, error) {
+	m := &mark{captured: h.captured.counts(), topics: map[string]string{}, deadLetters: map[string]bool{}, counters: h.counters()}
+	keys := redis.Keys{Prefix: h.plan.KeyPrefix}
+	for _, t := range h.plan.Topics {
+		for _, stream := range keys.Streams(t.Name, t.Partitions) {
+			st, err := h.live.client.StreamStats(ctx, stream)
+			if err != nil {
+				return nil, err
+			}
+			m.topics[stream] = st.LastID
+		}
+	}
+	dls, err := h.deadLetters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, dl := range dls {
+		m.deadLetters[dl.Stream+"/"+dl.ID] = true
+	}
+	return m, nil
+}
+
+// seen is what a run saw since its mark.
+type seen struct {
+	arrivals    map[string][]Arrived // by "sink.NAME" and "topic.NAME"
+	deadLetters []DeadLetter
+	counters    map[string]counters // by "type.name"
+}
+
+// observe collects what arrived since m.
+func (h *harness) observe(ctx context.Context, m *mark) (*seen, error) {
+	s := &seen{arrivals: map[string][]Arrived{}, counters: map[string]counters{}}
+	for _, sink := range h.plan.Sinks {
+		name := "sink." + sink.Name
+		s.arrivals[name] = h.captured.since(name, m.captured[name])
+	}
+	keys := redis.Keys{Prefix: h.plan.KeyPrefix}
+	for _, t := range h.plan.Topics {
+		name := "topic." + t.Name
+		s.arrivals[name] = []Arrived{}
+		for _, stream := range keys.Streams(t.Name, t.Partitions) {
+			after := m.topics[stream]
+			if after == "" {
+				after = "0"
+			}
+			for {
+				recs, err := h.live.client.Read(ctx, stream, after, 1000, 0)
+				if err != nil {
+					return nil, err
+				}
+				if len(recs) == 0 {
+					break
+				}
+				for _, rec := range recs {
+					if rec.Malformed == nil {
+						s.arrivals[name] = append(s.arrivals[name], Arrived{Key: rec.Key, Payload: bytes.Clone(rec.Payload), Where: name})
+					}
+				}
+				after = recs[len(recs)-1].ID
+			}
+		}
+	}
+	dls, err := h.deadLetters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, dl := range dls {
+		if m.deadLetters[dl.Stream+"/"+dl.ID] {
+			continue
+		}
+		s.deadLetters = append(s.deadLetters, DeadLetter{
+			Node: dl.Envelope.NodeType + "." + dl.Envelope.Node, Key: dl.Envelope.Key, Payload: dl.Envelope.Payload,
+			Reason: dl.Envelope.Error, Attempts: dl.Envelope.Attempts,
+		})
+	}
+	for name, c := range h.counters() {
+		s.counters[name] = c.minus(m.counters[name])
+	}
+	return s, nil
+}
+
+// deadLetters lists every dead letter of every node, oldest first per node.
+func (h *harness) deadLetters(ctx context.Context) ([]runtime.DeadLetter, error) {
+	var all []runtime.DeadLetter
+	seenStream := map[string]bool{}
+	for _, name := range nodeNames(h) {
+		d, err := admin.OpenDeadLetters(h.live.client, h.plan, name)
+		if err != nil {
+			return nil, err
+		}
+		dls, err := d.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, dl := range dls {
+			// A dead_letter topic holds the dead letters of several nodes: count each once, for its node.
+			if dl.Envelope.Node != name || seenStream[dl.Stream+"/"+dl.ID] {
+				continue
+			}
+			seenStream[dl.Stream+"/"+dl.ID] = true
+			all = append(all, dl)
+		}
+	}
+	return all, nil
+}
+
+func nodeNames(h *harness) []string {
+	var names []string
+	for _, s := range h.plan.Sources {
+		names = append(names, s.Name)
+	}
+	for _, s := range h.plan.Stages {
+		names = append(names, s.Name)
+	}
+	for _, s := range h.plan.Sinks {
+		names = append(names, s.Name)
+	}
+	sort.Strings(names)
+	return names
+}

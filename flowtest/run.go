@@ -1,0 +1,370 @@
+package flowtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
+)
+
+// timedSend is one message a step sends, at its time.
+type timedSend struct {
+	at    time.Duration // from the step's start
+	topic string        // the topic it goes into
+	where string        // "topic.NAME" or "source.NAME", as the test named it
+	msg   flow.TestMessage
+}
+
+// execute runs one run block's steps and checks its expectations, into res.
+func (h *harness) execute(ctx context.Context, run *flow.TestRun, res *RunResult) {
+	start, err := h.mark(ctx)
+	if err != nil {
+		res.Err = err
+		return
+	}
+	var sent []Arrived
+	for _, step := range run.Steps {
+		if step.Crash {
+			if err := h.crash(ctx); err != nil {
+				res.Err = fmt.Errorf("%s: starting the pipeline again after the crash: %w", rangeString(step.Range), err)
+				return
+			}
+		}
+		sends, err := h.sends(step)
+		if err != nil {
+			res.Err = err
+			return
+		}
+		for _, s := range sends {
+			sent = append(sent, Arrived{Key: s.msg.Key, Payload: s.msg.Payload, Where: s.where})
+		}
+		if err := h.advance(ctx, step.Advance, sends); err != nil {
+			res.Err = fmt.Errorf("%s: %w", rangeString(step.Range), err)
+			return
+		}
+		if len(step.Expect)+len(step.ExpectDeadLetters)+len(step.Asserts) > 0 {
+			s, err := h.observe(ctx, start)
+			if err != nil {
+				res.Err = err
+				return
+			}
+			h.check(step.Expect, step.ExpectDeadLetters, step.Asserts, s, sent, res)
+		}
+	}
+	s, err := h.observe(ctx, start)
+	if err != nil {
+		res.Err = err
+		return
+	}
+	h.check(run.Expect, run.ExpectDeadLetters, run.Asserts, s, sent, res)
+	res.Seen = s.arrivals
+}
+
+// sends lists the messages a step sends, with the topic each goes into.
+func (h *harness) sends(step *flow.TestStep) ([]timedSend, error) {
+	var out []timedSend
+	for _, s := range step.Sends {
+		topic, where := s.Topic, "topic."+s.Topic
+		if s.Source != "" {
+			where = "source." + s.Source
+			topic = ""
+			for _, src := range h.plan.Sources {
+				if src.Name == s.Source && src.Output != nil {
+					topic = src.Output.Name
+				}
+			}
+			if topic == "" {
+				return nil, fmt.Errorf("%s: source %s has no output topic to send to", rangeString(s.Range), s.Source)
+			}
+		}
+		for _, m := range s.Messages {
+			out = append(out, timedSend{at: m.At, topic: topic, where: where, msg: m})
+		}
+	}
+	return out, nil
+}
+
+// send writes messages into their topics, as the pipeline's publishers would.
+func (h *harness) send(ctx context.Context, sends []timedSend) error {
+	pub, err := runtime.NewPublisherWith(h.live.client, h.plan, runtime.PublisherOptions{Clock: h.clock})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pub.Close(ctx) }()
+	for len(sends) > 0 {
+		n := 1 // the messages for one topic in a row go in one batch, in their order
+		for n < len(sends) && sends[n].topic == sends[0].topic {
+			n++
+		}
+		batch := make([]stages.Message, n)
+		for i, s := range sends[:n] {
+			batch[i] = stages.NewMessage(s.msg.Key, s.msg.Payload, nil)
+		}
+		if err := pub.PublishBatch(ctx, sends[0].topic, batch); err != nil {
+			return fmt.Errorf("%s: sending messages to %s: %w", rangeString(sends[0].msg.Range), sends[0].where, err)
+		}
+		sends = sends[n:]
+	}
+	return nil
+}
+
+// check checks expectations over what the run saw, appending their failures to res.
+func (h *harness) check(expects []*flow.TestExpect, deadLetters []*flow.TestExpectDeadLetters, asserts []*flow.TestAssert,
+	s *seen, sent []Arrived, res *RunResult) {
+	facts := h.facts(s, sent)
+	for _, e := range expects {
+		where := "sink." + e.Sink
+		if e.Sink == "" {
+			where = "topic." + e.Topic
+		}
+		arrived := s.arrivals[where]
+		if h.opts.Update && e.File != "" {
+			if err := writeGolden(e.File, arrived); err != nil {
+				res.Failures = append(res.Failures, Failure{Range: e.Range, Summary: "cannot update the golden file: " + err.Error()})
+			}
+			continue
+		}
+		if f := CompareMessages(e, arrived); f != nil {
+			Explain(f, e, arrived, facts)
+			res.Failures = append(res.Failures, *f)
+		}
+	}
+	for _, e := range deadLetters {
+		node := e.NodeType + "." + e.Node
+		var mine []DeadLetter
+		for _, dl := range s.deadLetters {
+			if dl.Node == node {
+				mine = append(mine, dl)
+			}
+		}
+		if f := CompareDeadLetters(e, mine); f != nil {
+			res.Failures = append(res.Failures, *f)
+		}
+	}
+	if len(asserts) == 0 {
+		return
+	}
+	scope, err := h.assertScope(s)
+	if err != nil {
+		res.Err = err
+		return
+	}
+	for _, a := range asserts {
+		ok, diags := a.Eval(scope)
+		switch {
+		case diags.HasErrors():
+			res.Failures = append(res.Failures, Failure{Range: a.Range, Summary: "the condition cannot be evaluated: " + diagnosticsText(diags)})
+		case !ok:
+			msg := a.ErrorMessage
+			if msg == "" {
+				msg = "the condition is false"
+			}
+			res.Failures = append(res.Failures, Failure{Range: a.Range, Summary: msg, Diff: referencedValues(a.Condition, scope)})
+		}
+	}
+}
+
+// facts gathers what happened during the run, for the why of a failure.
+func (h *harness) facts(s *seen, sent []Arrived) Facts {
+	f := Facts{Sent: sent, Arrivals: s.arrivals, DeadLetters: s.deadLetters}
+	add := func(typ, name, kind string, condition string) {
+		c := s.counters[typ+"."+name]
+		f.Nodes = append(f.Nodes, NodeFacts{Name: typ + "." + name, Kind: kind, In: c.in, Out: c.out, Filtered: c.filtered,
+			Retried: c.retried, DeadLettered: c.deadLettered, Condition: condition})
+	}
+	for _, src := range h.plan.Sources {
+		add("source", src.Name, src.Kind, "")
+	}
+	for _, st := range h.plan.Stages {
+		condition := ""
+		if st.Kind == "filter" || st.Kind == "route" {
+			condition = fmt.Sprintf("%s:%d", st.Range.Filename, st.Range.Start.Line)
+		}
+		add("stage", st.Name, st.Kind, condition)
+	}
+	for _, sk := range h.plan.Sinks {
+		condition := ""
+		if sk.Where != nil {
+			condition = fmt.Sprintf("%s:%d", sk.Range.Filename, sk.Range.Start.Line)
+		}
+		add("sink", sk.Name, sk.Kind, condition)
+	}
+	return f
+}
+
+// assertScope is what an assert's condition reads: output, dead_letters and metrics.
+func (h *harness) assertScope(s *seen) (map[string]cty.Value, error) {
+	output := map[string]cty.Value{}
+	for _, t := range h.plan.Topics {
+		v, err := payloadList(s.arrivals["topic."+t.Name])
+		if err != nil {
+			return nil, err
+		}
+		output[t.Name] = v
+	}
+	for _, sk := range h.plan.Sinks { // a sink's name wins over a topic's
+		v, err := payloadList(s.arrivals["sink."+sk.Name])
+		if err != nil {
+			return nil, err
+		}
+		output[sk.Name] = v
+	}
+	deadLetters := map[string][]cty.Value{}
+	metrics := map[string]cty.Value{}
+	for name, c := range s.counters {
+		node := name[strings.IndexByte(name, '.')+1:]
+		metrics[node] = cty.ObjectVal(map[string]cty.Value{
+			"in": cty.NumberIntVal(c.in), "out": cty.NumberIntVal(c.out), "filtered": cty.NumberIntVal(c.filtered),
+			"retried": cty.NumberIntVal(c.retried), "dead_lettered": cty.NumberIntVal(c.deadLettered),
+		})
+		deadLetters[node] = nil
+	}
+	for _, dl := range s.deadLetters {
+		payload, err := jsonValue(dl.Payload)
+		if err != nil {
+			return nil, err
+		}
+		node := dl.Node[strings.IndexByte(dl.Node, '.')+1:]
+		deadLetters[node] = append(deadLetters[node], cty.ObjectVal(map[string]cty.Value{
+			"payload": payload, "reason": cty.StringVal(dl.Reason), "attempts": cty.NumberIntVal(int64(dl.Attempts)),
+			"key": cty.StringVal(dl.Key),
+		}))
+	}
+	dl := map[string]cty.Value{}
+	for node, list := range deadLetters {
+		dl[node] = cty.TupleVal(list)
+		if len(list) == 0 {
+			dl[node] = cty.EmptyTupleVal
+		}
+	}
+	return map[string]cty.Value{
+		"output": cty.ObjectVal(output), "dead_letters": cty.ObjectVal(dl), "metrics": cty.ObjectVal(metrics),
+	}, nil
+}
+
+// payloadList is the payloads of messages as a tuple of values.
+func payloadList(msgs []Arrived) (cty.Value, error) {
+	if len(msgs) == 0 {
+		return cty.EmptyTupleVal, nil
+	}
+	vals := make([]cty.Value, len(msgs))
+	for i, m := range msgs {
+		v, err := jsonValue(m.Payload)
+		if err != nil {
+			return cty.NilVal, err
+		}
+		vals[i] = v
+	}
+	return cty.TupleVal(vals), nil
+}
+
+// jsonValue converts a JSON document to a cty value; nothing (no payload) is null.
+func jsonValue(b []byte) (cty.Value, error) {
+	if len(b) == 0 {
+		return cty.NullVal(cty.DynamicPseudoType), nil
+	}
+	t, err := ctyjson.ImpliedType(b)
+	if err != nil {
+		return cty.NilVal, err
+	}
+	return ctyjson.Unmarshal(b, t)
+}
+
+// referencedValues shows the values of what a failed condition refers to, one per line.
+func referencedValues(e hcl.Expression, scope map[string]cty.Value) string {
+	var lines []string
+	seenRef := map[string]bool{}
+	for _, t := range e.Variables() {
+		v, diags := t.TraverseAbs(&hcl.EvalContext{Variables: scope})
+		if diags.HasErrors() {
+			continue
+		}
+		name := traversalString(t)
+		if seenRef[name] {
+			continue
+		}
+		seenRef[name] = true
+		b, err := ctyjson.Marshal(v, v.Type())
+		if err != nil {
+			continue
+		}
+		lines = append(lines, name+" = "+string(b))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func traversalString(t hcl.Traversal) string {
+	var b strings.Builder
+	for _, step := range t {
+		switch s := step.(type) {
+		case hcl.TraverseRoot:
+			b.WriteString(s.Name)
+		case hcl.TraverseAttr:
+			b.WriteString("." + s.Name)
+		case hcl.TraverseIndex:
+			if s.Key.Type() == cty.Number {
+				b.WriteString("[" + s.Key.AsBigFloat().String() + "]")
+			} else if s.Key.Type() == cty.String {
+				b.WriteString(fmt.Sprintf("[%q]", s.Key.AsString()))
+			}
+		}
+	}
+	return b.String()
+}
+
+// writeGolden writes what arrived as the JSON lines of a golden file: the payload, or the
+// { key, payload } form when the message has a key.
+func writeGolden(path string, arrived []Arrived) error {
+	var buf bytes.Buffer
+	for _, a := range arrived {
+		line := a.Payload
+		if a.Key != "" {
+			var err error
+			if line, err = json.Marshal(struct {
+				Key     string          `json:"key"`
+				Payload json.RawMessage `json:"payload"`
+			}{a.Key, a.Payload}); err != nil {
+				return err
+			}
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func rangeString(r hcl.Range) string {
+	if r.Filename == "" {
+		return "test"
+	}
+	return fmt.Sprintf("%s:%d", r.Filename, r.Start.Line)
+}
+
+func diagnosticsText(diags hcl.Diagnostics) string {
+	var parts []string
+	for _, d := range diags {
+		s := d.Summary
+		if d.Detail != "" {
+			s += ": " + d.Detail
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
