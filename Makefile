@@ -23,6 +23,7 @@ run: build
 # loopback ports; tools checks that the programs they need are installed.
 test: tools lint
 	$(GO) test -race -timeout 20m ./...
+	$(GO) run ./cmd/flowrun test examples/pipelines/*
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

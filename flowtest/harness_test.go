@@ -3,22 +3,23 @@ package flowtest
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/flow"
 	_ "github.com/flowrun/flowrun/stages"
 )
 
+// A ledger webhook behind a filter, with a retry policy whose backoff adds up to a minute.
 const retryPipeline = `
 pipeline "pay" { key_prefix = "pay" }
 retry "webhook" {
   max_attempts = 5
   backoff      = "exponential"
-  initial      = "2s"
+  initial      = "4s"
   max          = "30s"
+  jitter       = 0
 }
 topic "payments" {
   partitions = 4
@@ -37,7 +38,7 @@ sink "ledger" {
 }
 `
 
-func compile(t *testing.T, src string) *flow.Plan {
+func compile(t testing.TB, src string) *flow.Plan {
 	t.Helper()
 	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(src)})
 	if diags.HasErrors() {
@@ -52,9 +53,17 @@ func compile(t *testing.T, src string) *flow.Plan {
 
 func payloadOf(payload string) flow.TestMessage { return flow.TestMessage{Payload: []byte(payload)} }
 
-func TestHarnessRetriesOnTheVirtualClock(t *testing.T) {
-	plan := compile(t, retryPipeline)
-	file := &flow.TestFile{
+func harnessOptions(t testing.TB) Options {
+	if testing.Verbose() {
+		return Options{Log: os.Stderr}
+	}
+	return Options{}
+}
+
+// retryFile sends a small and a large payment to a ledger that answers 503 four times: the
+// filter drops the small one, the large one gets through on its fifth attempt.
+func retryFile() *flow.TestFile {
+	return &flow.TestFile{
 		Path:      "p.flowtest.hcl",
 		Overrides: []*flow.TestSinkOverride{{Sink: "ledger", Responses: []int{503, 503, 503, 503, 200}}},
 		Runs: []*flow.TestRun{{
@@ -62,35 +71,133 @@ func TestHarnessRetriesOnTheVirtualClock(t *testing.T) {
 			Steps: []*flow.TestStep{{Sends: []*flow.TestSend{{Topic: "payments", Messages: []flow.TestMessage{
 				payloadOf(`{"account":"a","amount":5}`), payloadOf(`{"account":"a","amount":50}`),
 			}}}}},
-			Expect: []*flow.TestExpect{{Sink: "ledger", HasCount: true, Count: 1}},
+			Expect: []*flow.TestExpect{{Sink: "ledger", HasMessages: true, Messages: []flow.TestMessage{payloadOf(`{"amount":50,"account":"a"}`)}}},
 		}},
 	}
-	var log *os.File
-	if testing.Verbose() {
-		log = os.Stderr
-	}
-	opts := Options{}
-	if log != nil {
-		opts.Log = log
-	}
-	start := time.Now()
-	results := RunFile(context.Background(), file, plan, opts)
-	t.Logf("wall %s", time.Since(start))
-	for _, r := range results {
-		t.Logf("%s: passed=%v err=%v failures=%v virtual=%s wall=%s seen=%d", r.Run, r.Passed(), r.Err, r.Failures, r.Virtual, r.Wall, len(r.Seen["sink.ledger"]))
-	}
-	_ = hcl.Range{}
 }
 
-func TestHarnessLongAdvance(t *testing.T) {
+func TestRetriesWaitTheirBackoffOnTheVirtualClock(t *testing.T) {
 	plan := compile(t, retryPipeline)
-	file := &flow.TestFile{
-		Path: "p.flowtest.hcl",
-		Runs: []*flow.TestRun{{Name: "idle", Steps: []*flow.TestStep{{Advance: 10 * time.Minute}}}},
+	results := RunFile(context.Background(), retryFile(), plan, harnessOptions(t))
+	if len(results) != 1 {
+		t.Fatalf("%d results, want 1", len(results))
 	}
-	start := time.Now()
-	results := RunFile(context.Background(), file, plan, Options{})
+	r := results[0]
+	if !r.Passed() {
+		t.Fatalf("the run failed: %v %+v", r.Err, r.Failures)
+	}
+	// Four failed attempts wait 4s, 8s, 16s and 30s before the next (no jitter): the virtual
+	// clock must have passed all of it, and not much more.
+	if want := 58 * time.Second; r.Virtual < want || r.Virtual > want+5*time.Second {
+		t.Errorf("virtual time %s, want about %s", r.Virtual, want)
+	}
+}
+
+func TestAFailedExpectationIsReported(t *testing.T) {
+	plan := compile(t, retryPipeline)
+	file := retryFile()
+	file.Runs[0].Expect[0].Messages = []flow.TestMessage{payloadOf(`{"amount":51,"account":"a"}`)}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || results[0].Passed() || len(results[0].Failures) != 1 {
+		t.Fatalf("want one failure, got %+v", results)
+	}
+	if f := results[0].Failures[0]; !strings.Contains(f.Diff, `"amount":51`) || !strings.Contains(f.Diff, `"amount":50`) {
+		t.Errorf("the diff does not show the expected and the arrived message:\n%s", f.Diff)
+	}
+}
+
+func TestAdvanceStopsBeforeLaterRetries(t *testing.T) {
+	plan := compile(t, retryPipeline)
+	file := retryFile()
+	// After 10s, two attempts have failed (at 0s and 4s) and the third waits until 12s.
+	file.Runs[0].Steps[0].Advance = 10 * time.Second
+	file.Runs[0].Expect = []*flow.TestExpect{{Sink: "ledger", HasCount: true, Count: 0}}
+	file.Runs[0].Asserts = nil
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("the run failed: %+v", results)
+	}
+	if results[0].Virtual != 10*time.Second {
+		t.Errorf("virtual time %s, want exactly the advance, 10s", results[0].Virtual)
+	}
+}
+
+func TestMocksAnswerInOrder(t *testing.T) {
+	plan := compileWithFuncs(t, `
+pipeline "m" { key_prefix = "m" }
+retry "twice" {
+  max_attempts = 3
+  initial      = "1s"
+}
+topic "in" { partitions = 1 }
+stage "score" {
+  kind  = "go"
+  func  = "acme.score"
+  input = topic.in
+  retry = retry.twice
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.score
+}
+`, "acme.score")
+	file := &flow.TestFile{
+		Path: "m.flowtest.hcl",
+		Mocks: []*flow.TestMock{{Func: "acme.score", Results: []*flow.TestMockResult{
+			{Error: "scoring service timeout", Times: 2}, // the first message fails twice, then passes
+			{Times: 1},
+			{Error: "bad input", Permanent: true}, // the second is dead-lettered at once
+		}}},
+		// One message per run: the calls of one message are in order, those of messages in
+		// flight together are not.
+		Runs: []*flow.TestRun{{
+			Name:   "retried until it passes",
+			Steps:  []*flow.TestStep{{Sends: []*flow.TestSend{{Topic: "in", Messages: []flow.TestMessage{payloadOf(`{"n":1}`)}}}}},
+			Expect: []*flow.TestExpect{{Sink: "out", HasMessages: true, Messages: []flow.TestMessage{payloadOf(`{"n":1}`)}}},
+		}, {
+			Name:   "dead-lettered at once",
+			Steps:  []*flow.TestStep{{Sends: []*flow.TestSend{{Topic: "in", Messages: []flow.TestMessage{payloadOf(`{"n":2}`)}}}}},
+			Expect: []*flow.TestExpect{{Sink: "out", HasCount: true, Count: 0}},
+			ExpectDeadLetters: []*flow.TestExpectDeadLetters{{NodeType: "stage", Node: "score", HasCount: true, Count: 1,
+				Messages: []flow.TestDeadLetter{{Payload: []byte(`{"n":2}`), Reason: "bad input", Attempts: 1}}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 2 {
+		t.Fatalf("%d results, want 2", len(results))
+	}
 	for _, r := range results {
-		t.Logf("%s: passed=%v err=%v virtual=%s wall=%s (total %s) ", r.Run, r.Passed(), r.Err, r.Virtual, r.Wall, time.Since(start))
+		if !r.Passed() {
+			t.Errorf("%s failed: %v %+v", r.Run, r.Err, r.Failures)
+		}
+	}
+}
+
+func compileWithFuncs(t testing.TB, src string, funcs ...string) *flow.Plan {
+	t.Helper()
+	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	plan, diags := flow.Compile(cfg, flow.Options{GoFuncs: funcs})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return plan
+}
+
+func TestACrashLosesNothingAndTheNextProcessTakesOver(t *testing.T) {
+	plan := compile(t, retryPipeline)
+	file := retryFile()
+	run := file.Runs[0]
+	run.Steps[0].Advance = 10 * time.Second // mid-backoff
+	run.Steps = append(run.Steps, &flow.TestStep{Crash: true})
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("the run failed: %+v", results)
+	}
+	// The successor waited for the dead process's leases (a minute) before it went on.
+	if results[0].Virtual < 10*time.Second+testLeaseTTL {
+		t.Errorf("virtual time %s: the successor did not wait for the leases to expire", results[0].Virtual)
 	}
 }

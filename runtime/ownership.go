@@ -282,7 +282,7 @@ func (o *ownership) startWorkerLocked(u *unit, lease *redis.Lease) {
 	h := &holding{lease: lease, stop: stop, done: make(chan struct{})}
 	o.held[u] = h
 	o.worked = append(o.worked, u)
-	o.r.activity.add(1) // the worker is at work from now until it first waits to read (worker.run)
+	o.r.activity.add(1) // the worker is at work from now until its first command (worker.run)
 	o.workers.Go(func() {
 		defer close(h.done)
 		defer stop()

@@ -43,6 +43,7 @@ func (w *worker) run(ctx context.Context) error {
 	if !w.ensureGroup(ctx) {
 		return nil
 	}
+	started() // it has sent a command: what follows counts as work on its own (process, reads)
 	if w.lease != nil {
 		// Entries another owner left pending are older than anything new: they go first.
 		if err := w.reclaim(ctx, time.Millisecond); err != nil {
@@ -80,7 +81,6 @@ func (w *worker) run(ctx context.Context) error {
 				w.recovery = maxID(ids)
 			}
 		default:
-			started()
 			batch, err = w.r.rdb.ReadGroup(ctx, w.readArgs(args))
 		}
 		if err != nil {
