@@ -52,6 +52,15 @@ func TestCustomBinary(t *testing.T) {
 		t.Fatalf("flowrun-acme schema --format markdown does not document acme_csv: %v\n%s", err, out)
 	}
 
+	// The pipeline's test files run with the real acme.score and with mocks of it; the stock flowrun
+	// cannot run them, as it has no acme_csv kind.
+	if out, err := run(t, custom, "test", "pipeline"); err != nil || !strings.Contains(string(out), " 0 failed") {
+		t.Fatalf("flowrun-acme test pipeline: exit %d\n%s", exitCode(err), out)
+	}
+	if out, err := run(t, stock, "test", "pipeline"); exitCode(err) != 2 || !strings.Contains(string(out), `"acme_csv"`) {
+		t.Fatalf("stock flowrun test pipeline: exit %d, want 2\n%s", exitCode(err), out)
+	}
+
 	srv := redistest.Start(t)
 	result := filepath.Join(dir, "risky.jsonl")
 	sheet := filepath.Join(dir, "risky.csv")
