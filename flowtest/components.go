@@ -170,3 +170,98 @@ func (f *mockFunc) call(_ context.Context, m stages.Message) ([]stages.Message, 
 	}
 	return out, nil
 }
+
+// feed is what a test sends to a producing source: the source's kind does not run in a test, and a
+// feedSource emits these messages in its place, through the runtime's own path for a source's
+// messages (its key expression, its dead letters, its counters, its lease). It outlives a crash:
+// what the dead process did not take, the next one does.
+type feed struct {
+	mu        sync.Mutex
+	queue     []fed
+	sent      int // messages pushed so far, for their IDs
+	emitting  int // messages taken and not yet handed over (Emit has not returned)
+	consumers int // feedSources producing now
+	ready     chan struct{}
+}
+
+func newFeed() *feed { return &feed{ready: make(chan struct{}, 1)} }
+
+// fed is a message for a source, with the ID that names it within the source (Origin.ID).
+type fed struct {
+	msg flow.TestMessage
+	id  string
+}
+
+// push queues messages for the source.
+func (f *feed) push(msgs ...flow.TestMessage) {
+	f.mu.Lock()
+	for _, m := range msgs {
+		f.sent++
+		f.queue = append(f.queue, fed{m, fmt.Sprintf("test-%d", f.sent)})
+	}
+	f.mu.Unlock()
+	select {
+	case f.ready <- struct{}{}:
+	default:
+	}
+}
+
+// busy reports whether the source is taking or about to take messages: the pipeline is not idle.
+func (f *feed) busy() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.emitting > 0 || (len(f.queue) > 0 && f.consumers > 0)
+}
+
+// queued returns how many messages wait for the source.
+func (f *feed) queued() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue) + f.emitting
+}
+
+// take returns the next message, counting it as being emitted.
+func (f *feed) take() (fed, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.queue) == 0 {
+		return fed{}, false
+	}
+	m := f.queue[0]
+	f.queue = f.queue[1:]
+	f.emitting++
+	return m, true
+}
+
+func (f *feed) consuming(delta int) {
+	f.mu.Lock()
+	f.consumers += delta
+	f.mu.Unlock()
+}
+
+// feedSource is the stages.Source of a producing source in a test.
+type feedSource struct{ feed *feed }
+
+func (s feedSource) Produce(ctx context.Context, out stages.Emitter) error {
+	s.feed.consuming(1)
+	defer s.feed.consuming(-1)
+	for {
+		m, ok := s.feed.take()
+		if !ok {
+			select {
+			case <-s.feed.ready:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := out.Emit(ctx, stages.NewMessage(m.msg.Key, m.msg.Payload, nil),
+			stages.Origin{ID: m.id, File: m.msg.Range.Filename, Line: int64(m.msg.Range.Start.Line)})
+		s.feed.mu.Lock()
+		s.feed.emitting--
+		s.feed.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}

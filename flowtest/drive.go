@@ -42,6 +42,9 @@ func (h *harness) settle() {
 		if inc := h.live; inc != nil {
 			busy = busy || inc.activity.Working() > 0 || inc.client.InFlight() > 0
 		}
+		for _, f := range h.feeds {
+			busy = busy || f.busy()
+		}
 		switch {
 		case busy || m != last:
 			still = 0
@@ -137,6 +140,23 @@ func (h *harness) waiting(ctx context.Context) (string, error) {
 	c := h.live.client
 	keys := redis.Keys{Prefix: h.plan.KeyPrefix}
 	var left []string
+	for _, s := range h.live.rt.Snapshot().Sources {
+		if n := h.feeds[s.Name].queued(); n > 0 {
+			left = append(left, fmt.Sprintf("source %s has %d messages to produce", s.Name, n))
+		}
+		if s.Unwritten > 0 {
+			left = append(left, fmt.Sprintf("source %s has %d messages to write", s.Name, s.Unwritten))
+		}
+	}
+	for name, src := range h.streamSources {
+		st, err := c.StreamStats(ctx, src.Stream)
+		if err != nil {
+			return "", err
+		}
+		if g := groupOf(st, src.Group); st.LastID != "" && (g == nil || g.Pending > 0 || g.LastDeliveredID != st.LastID) {
+			left = append(left, fmt.Sprintf("source %s has not read all of %s", name, src.Stream))
+		}
+	}
 	consumers := map[string][]string{} // topic name -> groups
 	for _, s := range h.plan.Stages {
 		consumers[s.Input.Name] = append(consumers[s.Input.Name], s.Name)

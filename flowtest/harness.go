@@ -60,6 +60,11 @@ type harness struct {
 	// answers are the override_sinks' canned answers, by sink: like the service they stand for,
 	// they go on through a crash, and start again with a reset.
 	answers map[string]*cannedAnswers
+	// feeds are what the runs sent to the producing sources, by source name.
+	feeds map[string]*feed
+	// streamSources are the redis_stream sources, by name: what a run sends them goes into their
+	// streams.
+	streamSources map[string]stages.StreamSource
 	// finished are the counters of the incarnations that ended (crashed), by "type.name".
 	finished map[string]counters
 }
@@ -158,6 +163,14 @@ func (h *harness) reset(ctx context.Context) error {
 	h.captured = newCaptures()
 	h.finished = map[string]counters{}
 	h.answers = map[string]*cannedAnswers{}
+	h.feeds, h.streamSources = map[string]*feed{}, map[string]stages.StreamSource{}
+	for _, s := range h.plan.Sources {
+		if kind, err := stages.SourceKindOf(s); err == nil && kind.Stream != nil {
+			h.streamSources[s.Name] = kind.Stream(s)
+		} else {
+			h.feeds[s.Name] = newFeed()
+		}
+	}
 	for _, o := range h.file.Overrides {
 		h.answers[o.Sink] = &cannedAnswers{responses: o.Responses}
 	}
@@ -179,7 +192,6 @@ func (h *harness) start(ctx context.Context) error {
 	rt, err := runtime.New(h.plan, runtime.Options{
 		Redis:        client,
 		Clock:        h.clock,
-		Nodes:        consumingNodes(h.plan),
 		LeaseTTL:     testLeaseTTL,
 		Block:        testBlock,
 		RetryPoll:    testBlock,      // nobody else schedules retries: a unit knows when its own are due
@@ -187,12 +199,13 @@ func (h *harness) start(ctx context.Context) error {
 		Stdin:        strings.NewReader(""),
 		Stdout:       io.Discard,
 		HTTPClient:   &http.Client{Transport: noNetwork{}},
-		Logger:       h.log.With("process", h.born),
+		Logger:       h.log,
 		ProcessID:    fmt.Sprintf("flowtest-%d", h.born),
 		Rand:         rand.New(rand.NewPCG(uint64(h.opts.Seed), uint64(h.born))),
 		Activity:     inc.activity,
 		NodeEnv:      h.nodeEnv,
 		WrapSink:     h.wrapSink,
+		WrapSource:   func(name string, _ stages.Source) stages.Source { return feedSource{h.feeds[name]} },
 		PipelinePath: h.file.Path,
 	})
 	if err != nil {
@@ -240,6 +253,7 @@ func (h *harness) stop(ctx context.Context) {
 // partitions over once their leases expire on the clock.
 func (h *harness) crash(ctx context.Context) error {
 	dead := h.live
+	h.log.Info("flowtest: crash: the process is killed, its connections first; what it logs while it dies, it does not get to do")
 	_ = dead.client.Close()
 	dead.cancel()
 	h.driveUntilDone(ctx, dead)
@@ -300,24 +314,6 @@ func (h *harness) wrapSink(name string, made stages.Sink) stages.Sink {
 		}
 	}
 	return c
-}
-
-// consumingNodes names the nodes the test runs: all but the producing sources, which produce only
-// what the test sends (into their output topics).
-func consumingNodes(plan *flow.Plan) []string {
-	var names []string
-	for _, s := range plan.Sources {
-		if kind, err := stages.SourceKindOf(s); err == nil && kind.Stream != nil {
-			names = append(names, s.Name)
-		}
-	}
-	for _, s := range plan.Stages {
-		names = append(names, s.Name)
-	}
-	for _, s := range plan.Sinks {
-		names = append(names, s.Name)
-	}
-	return names
 }
 
 // redisClock gives transport/redis the virtual clock.

@@ -34,8 +34,12 @@ func WriteText(w io.Writer, r *RunResult, files map[string]*hcl.File, verbose bo
 	if r.Err != nil {
 		fmt.Fprintf(&body, "Error: the run did not complete: %v\n\n", r.Err)
 	}
+	for _, path := range r.Updated {
+		fmt.Fprintf(&body, "updated %s with what arrived\n", path)
+	}
 	if verbose {
 		writeSeen(&body, r.Seen)
+		writeDeadLetters(&body, r.DeadLetters)
 	}
 	writeIndented(w, body.String(), "    ")
 }
@@ -79,6 +83,18 @@ func writeSeen(w io.Writer, seen map[string][]Arrived) {
 			}
 			fmt.Fprintf(w, "  %s%s\n", key, compactPayload(m.Payload))
 		}
+	}
+}
+
+// writeDeadLetters lists every dead letter of the run.
+func writeDeadLetters(w io.Writer, dls []DeadLetter) {
+	if len(dls) == 0 {
+		fmt.Fprintln(w, "dead letters: none")
+		return
+	}
+	fmt.Fprintf(w, "dead letters (%d):\n", len(dls))
+	for _, dl := range dls {
+		fmt.Fprintf(w, "  %s after %d attempt(s): %s: %s\n", dl.Node, dl.Attempts, dl.Reason, compactPayload(dl.Payload))
 	}
 }
 

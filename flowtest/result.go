@@ -62,8 +62,11 @@ type RunResult struct {
 	Virtual time.Duration // time that passed on the virtual clock
 	Seed    int64
 	// Seen is every message that arrived at each sink and topic during the run, by Arrived.Where,
-	// for -v.
-	Seen map[string][]Arrived
+	// and DeadLetters every dead letter of the run, for -v.
+	Seen        map[string][]Arrived
+	DeadLetters []DeadLetter
+	// Updated lists the golden files that -update rewrote because what arrived differs from them.
+	Updated []string
 }
 
 // Passed reports whether the run passed.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,14 +19,16 @@ import (
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // timedSend is one message a step sends, at its time.
 type timedSend struct {
-	at    time.Duration // from the step's start
-	topic string        // the topic it goes into
-	where string        // "topic.NAME" or "source.NAME", as the test named it
-	msg   flow.TestMessage
+	at     time.Duration // from the step's start
+	topic  string        // the topic it goes into, or
+	source string        // the source that produces it
+	where  string        // "topic.NAME" or "source.NAME", as the test named it
+	msg    flow.TestMessage
 }
 
 // execute runs one run block's steps and checks its expectations, into res.
@@ -52,7 +55,10 @@ func (h *harness) execute(ctx context.Context, run *flow.TestRun, res *RunResult
 			sent = append(sent, Arrived{Key: s.msg.Key, Payload: s.msg.Payload, Where: s.where})
 		}
 		if err := h.advance(ctx, step.Advance, sends); err != nil {
-			res.Err = fmt.Errorf("%s: %w", rangeString(step.Range), err)
+			if errors.Is(err, errNotDrained) {
+				err = fmt.Errorf("%s: %w", rangeString(step.Range), err)
+			}
+			res.Err = err // a send's error names its message's line
 			return
 		}
 		if len(step.Expect)+len(step.ExpectDeadLetters)+len(step.Asserts) > 0 {
@@ -70,51 +76,69 @@ func (h *harness) execute(ctx context.Context, run *flow.TestRun, res *RunResult
 		return
 	}
 	h.check(run.Expect, run.ExpectDeadLetters, run.Asserts, s, sent, res)
-	res.Seen = s.arrivals
+	res.Seen, res.DeadLetters = s.arrivals, s.deadLetters
 }
 
-// sends lists the messages a step sends, with the topic each goes into.
+// sends lists the messages a step sends, with the topic or source each goes to.
 func (h *harness) sends(step *flow.TestStep) ([]timedSend, error) {
 	var out []timedSend
 	for _, s := range step.Sends {
-		topic, where := s.Topic, "topic."+s.Topic
+		where := "topic." + s.Topic
 		if s.Source != "" {
 			where = "source." + s.Source
-			topic = ""
-			for _, src := range h.plan.Sources {
-				if src.Name == s.Source && src.Output != nil {
-					topic = src.Output.Name
-				}
-			}
-			if topic == "" {
-				return nil, fmt.Errorf("%s: source %s has no output topic to send to", rangeString(s.Range), s.Source)
-			}
 		}
 		for _, m := range s.Messages {
-			out = append(out, timedSend{at: m.At, topic: topic, where: where, msg: m})
+			out = append(out, timedSend{at: m.At, topic: s.Topic, source: s.Source, where: where, msg: m})
 		}
 	}
 	return out, nil
 }
 
-// send writes messages into their topics, as the pipeline's publishers would.
+// send hands messages to their sources, which produce them as their own, and writes those for
+// topics as the pipeline's publishers would (flowrun produce).
 func (h *harness) send(ctx context.Context, sends []timedSend) error {
-	pub, err := runtime.NewPublisherWith(h.live.client, h.plan, runtime.PublisherOptions{Clock: h.clock})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = pub.Close(ctx) }()
+	var pub *runtime.Publisher
+	defer func() {
+		if pub != nil {
+			_ = pub.Close(ctx)
+		}
+	}()
 	for len(sends) > 0 {
+		if s := sends[0]; s.source != "" {
+			if stream, ok := h.streamSources[s.source]; ok {
+				// A redis_stream source reads what others XADD: the message goes into its stream.
+				entry := redis.Entry{Key: s.msg.Key, Payload: s.msg.Payload}
+				if err := h.live.client.Append(ctx, []redis.Output{{Stream: stream.Stream, Entry: entry}}); err != nil {
+					return fmt.Errorf("%s: sending a message to %s: %w", rangeString(s.msg.Range), s.where, err)
+				}
+			} else {
+				h.feeds[s.source].push(s.msg)
+			}
+			sends = sends[1:]
+			continue
+		}
 		n := 1 // the messages for one topic in a row go in one batch, in their order
-		for n < len(sends) && sends[n].topic == sends[0].topic {
+		for n < len(sends) && sends[n].topic == sends[0].topic && sends[n].source == "" {
 			n++
 		}
 		batch := make([]stages.Message, n)
 		for i, s := range sends[:n] {
 			batch[i] = stages.NewMessage(s.msg.Key, s.msg.Payload, nil)
 		}
+		if pub == nil {
+			var err error
+			if pub, err = runtime.NewPublisherWith(h.live.client, h.plan, runtime.PublisherOptions{Clock: h.clock}); err != nil {
+				return err
+			}
+		}
 		if err := pub.PublishBatch(ctx, sends[0].topic, batch); err != nil {
-			return fmt.Errorf("%s: sending messages to %s: %w", rangeString(sends[0].msg.Range), sends[0].where, err)
+			at := sends[0]
+			var bad *runtime.MessageError
+			if errors.As(err, &bad) && bad.Index < n {
+				at = sends[bad.Index]
+				err = bad.Err
+			}
+			return fmt.Errorf("%s: sending a message to %s: %w", rangeString(at.msg.Range), at.where, err)
 		}
 		sends = sends[n:]
 	}
@@ -132,8 +156,13 @@ func (h *harness) check(expects []*flow.TestExpect, deadLetters []*flow.TestExpe
 		}
 		arrived := s.arrivals[where]
 		if h.opts.Update && e.File != "" {
+			if e.HasMessages && CompareMessages(e, arrived) == nil {
+				continue // the golden file holds what arrived: leave it as it is
+			}
 			if err := writeGolden(e.File, arrived); err != nil {
 				res.Failures = append(res.Failures, Failure{Range: e.Range, Summary: "cannot update the golden file: " + err.Error()})
+			} else {
+				res.Updated = append(res.Updated, e.File)
 			}
 			continue
 		}
@@ -327,8 +356,12 @@ func traversalString(t hcl.Traversal) string {
 }
 
 // writeGolden writes what arrived as the JSON lines of a golden file: the payload, or the
-// { key, payload } form when the message has a key.
+// { key, payload } form when the message has a key. Only the order within a key is given (the
+// partitions run in parallel), so the lines go by key, each key's in the order they arrived: the
+// same messages make the same file.
 func writeGolden(path string, arrived []Arrived) error {
+	arrived = append([]Arrived(nil), arrived...)
+	sort.SliceStable(arrived, func(i, j int) bool { return arrived[i].Key < arrived[j].Key })
 	var buf bytes.Buffer
 	for _, a := range arrived {
 		line := a.Payload

@@ -127,6 +127,15 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message)
 	return p.producer.Add(ctx, out.Stream, out.Entry)
 }
 
+// MessageError is PublishBatch's error about one of its messages: none was written.
+type MessageError struct {
+	Index int // the message's index in the batch
+	Err   error
+}
+
+func (e *MessageError) Error() string { return fmt.Sprintf("message %d: %v", e.Index, e.Err) }
+func (e *MessageError) Unwrap() error { return e.Err }
+
 // PublishBatch writes messages to a topic of the plan in one pipeline, keys and partitions chosen
 // as by Publish, and returns when Redis has answered. The messages of a partition are appended in
 // the order of msgs. If a message cannot be written (as Publish, the error is permanent and names
@@ -149,7 +158,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stage
 	for i := range msgs {
 		out, err := p.output(t, &msgs[i], trace)
 		if err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
+			return &MessageError{Index: i, Err: err}
 		}
 		outs = append(outs, out)
 	}

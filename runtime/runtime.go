@@ -88,6 +88,10 @@ type Options struct {
 	// http sink at canned answers, replaces Go stage functions with mocks). It gets the node's type
 	// ("source", "stage" or "sink") and name.
 	NodeEnv func(typ, name string, env *stages.Env)
+	// WrapSource, when set, returns the source to use in place of the one the kind made for the
+	// producing source named name (a test's sources produce what the test sends). The kind's traits
+	// still apply; the replacement's optional lifecycle is the one that runs.
+	WrapSource func(name string, made stages.Source) stages.Source
 	// WrapSink, when set, returns the sink to use in place of the one the kind made for the sink
 	// named name (a test captures what sinks receive). The replacement's optional lifecycle
 	// (stages.Opener, stages.Flusher, io.Closer) is the one that runs.

@@ -35,6 +35,7 @@ type producingSource struct {
 	positionKey string
 	spread      roundRobin
 	done        atomic.Bool
+	unwritten   atomic.Int64 // entries produced and not yet written (nor dropped by a stop)
 }
 
 func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind) (*producingSource, error) {
@@ -53,6 +54,9 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 	impl, err := kind.New(s, r.env(n))
 	if err != nil {
 		return nil, &ConfigError{"source " + s.Name + ": " + err.Error()}
+	}
+	if r.opts.WrapSource != nil {
+		impl = r.opts.WrapSource(s.Name, impl)
 	}
 	p.impl = impl
 	return p, nil

@@ -67,6 +67,7 @@ func (r *runner) startSourceWriter(ctx context.Context, p *producingSource, own 
 func (w *sourceWriter) add(ctx context.Context, it sourceItem) error {
 	select {
 	case w.items <- it:
+		w.src.unwritten.Add(1)
 		return nil
 	case <-w.stopped:
 		return errWriterStopped
@@ -150,7 +151,8 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 }
 
 // drop tells the gates that entries let through will not be written.
-func drop(items []sourceItem) {
+func (w *sourceWriter) drop(items []sourceItem) {
+	w.src.unwritten.Add(-int64(len(items)))
 	for _, it := range items {
 		if it.gate != nil {
 			it.gate.dropped(1)
@@ -178,7 +180,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		if args.Checkpoint != nil {
 			lease, ok := w.own.sourceLease(w.src.leaseKey)
 			if !ok {
-				drop(batch)
+				w.drop(batch)
 				return errSourceLeaseLost
 			}
 			args.Lease = &lease
@@ -188,6 +190,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		case err == nil:
 			r.outage.ok()
 			n.stats.out.Add(int64(produced))
+			w.src.unwritten.Add(-int64(len(batch)))
 			for _, it := range batch {
 				if it.gate != nil {
 					it.gate.written(1)
@@ -195,13 +198,13 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			}
 			return nil
 		case errors.Is(err, redis.ErrLeaseLost):
-			drop(batch)
+			w.drop(batch)
 			return errSourceLeaseLost
 		case redis.Unrecoverable(err):
-			drop(batch)
+			w.drop(batch)
 			return fmt.Errorf("writing its messages: %w", err)
 		case r.hard.Err() != nil:
-			drop(batch)
+			w.drop(batch)
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
 		r.outage.failed("source "+n.name+" writing its messages", err)

@@ -49,6 +49,8 @@ type SourceProgress struct {
 	Produced int64
 	Total    int64 // 0 when the source cannot tell (an endless generate source, a file, stdin)
 	Done     bool
+	// Unwritten counts the messages and rejects the source produced that are not in Redis yet.
+	Unwritten int64
 }
 
 // PartitionState is a stage's or sink's view of one input partition, or a redis_stream source's
@@ -167,6 +169,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{
 			Name: p.node.name, Produced: p.node.stats.out.Load(), Total: p.total, Done: p.done.Load(),
+			Unwritten: p.unwritten.Load(),
 		})
 	}
 	r.poll.mu.Lock()
