@@ -57,3 +57,33 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 		t.Fatalf("found %d example pipelines, want at least 5", examples)
 	}
 }
+
+// TestAFailingTestFileReportsEveryFailureWhereItIsWritten runs testdata/failing, whose header says
+// what must fail and where.
+func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
+	tests, files, diags := flow.CheckTests("testdata/failing", flow.Options{})
+	if diags.HasErrors() || len(tests) != 1 {
+		t.Fatalf("want one valid test file: %s", diags.Error())
+	}
+	results := flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1})
+	if len(results) != 2 || !results[0].Passed() || results[1].Passed() {
+		t.Fatalf("want run 1 to pass and run 2 to fail: %+v", results)
+	}
+	var lines []int
+	for _, f := range results[1].Failures {
+		lines = append(lines, f.Range.Start.Line)
+	}
+	if len(lines) != 3 || lines[0] != 30 || lines[1] != 34 || lines[2] != 38 {
+		t.Errorf("failures at lines %v, want 30, 34 and 38", lines)
+	}
+	var out bytes.Buffer
+	flowtest.WriteText(&out, results[1], files, false)
+	for _, want := range []string{
+		`- key=a {"doubled":5,"id":"a","n":2}`, `+ key=a {"doubled":4,"id":"a","n":2}`,
+		"the stage passes two messages on", "line 30",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
