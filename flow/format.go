@@ -28,11 +28,11 @@ func Formattable(filename string) bool {
 // FormatFiles lists the files of the pipeline at path that fmt would format: its own and its test
 // files (FindTestFiles). A test file's path gives that file.
 func FormatFiles(path string) ([]string, hcl.Diagnostics) {
+	var files []string
+	var diags hcl.Diagnostics
 	if isTestFile(path) {
-		return []string{path}, nil
-	}
-	files, diags := pipelineFiles(path)
-	if !diags.HasErrors() {
+		files = []string{path}
+	} else if files, diags = pipelineFiles(path); !diags.HasErrors() {
 		tests, moreDiags := FindTestFiles(path)
 		files, diags = append(files, tests...), append(diags, moreDiags...)
 	}
