@@ -17,6 +17,7 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -321,7 +322,7 @@ func referencedValues(e hcl.Expression, scope map[string]cty.Value) string {
 		if diags.HasErrors() {
 			continue
 		}
-		name := traversalString(t)
+		name := expr.TraversalText(t)
 		if seenRef[name] {
 			continue
 		}
@@ -334,25 +335,6 @@ func referencedValues(e hcl.Expression, scope map[string]cty.Value) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
-}
-
-func traversalString(t hcl.Traversal) string {
-	var b strings.Builder
-	for _, step := range t {
-		switch s := step.(type) {
-		case hcl.TraverseRoot:
-			b.WriteString(s.Name)
-		case hcl.TraverseAttr:
-			b.WriteString("." + s.Name)
-		case hcl.TraverseIndex:
-			if s.Key.Type() == cty.Number {
-				b.WriteString("[" + s.Key.AsBigFloat().String() + "]")
-			} else if s.Key.Type() == cty.String {
-				b.WriteString(fmt.Sprintf("[%q]", s.Key.AsString()))
-			}
-		}
-	}
-	return b.String()
 }
 
 // writeGolden writes what arrived as the JSON lines of a golden file: the payload, or the

@@ -160,6 +160,13 @@ func printExpr(b *strings.Builder, e hclsyntax.Expression) {
 	}
 }
 
+// TraversalText writes a traversal as it would be written in a pipeline: msg.items[0].sku.
+func TraversalText(t hcl.Traversal) string {
+	var b strings.Builder
+	printTraversal(&b, t)
+	return b.String()
+}
+
 func printTraversal(b *strings.Builder, t hcl.Traversal) {
 	for _, s := range t {
 		switch s := s.(type) {
