@@ -100,7 +100,7 @@ var mutations = []mutation{
 	{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
 		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard, r.clock)`,
+		b.wait(r.hard, r)`,
 		replace: `		_ = b
 		return nil`,
 		packages: []string{"./runtime"},
@@ -239,5 +239,23 @@ var mutations = []mutation{
 		name: "state-not-with-acks", why: "a batch's state is not written with its acks: state falls behind its inputs",
 		file: "runtime/worker.go", find: `		State: writes}`, replace: `		State: nil}`,
 		packages: []string{"./runtime"},
+	},
+
+	// flowrun test: a test tool that passes what it should fail hides every failure it tests for.
+	{
+		name: "test-drains-at-once", why: "a run without advance ends before the pipeline has done its work",
+		file: "flowtest/drive.go", find: `				if waiting == "" {`, replace: `				if true || waiting == "" {`,
+		packages: []string{"./flowtest"},
+	},
+	{
+		name: "test-expect-ignored", why: "an expect block that does not hold passes",
+		file: "flowtest/run.go", find: `		if f := CompareMessages(e, arrived); f != nil {`,
+		replace:  `		if f := CompareMessages(e, arrived); f != nil && false {`,
+		packages: []string{"./flowtest", "./cmd"},
+	},
+	{
+		name: "test-clock-jumps", why: "the clock jumps to the end of a step instead of to the next due timer, so retries skip their order",
+		file: "flowtest/drive.go", find: `		if !ok || next.After(end) {`, replace: `		if true {`,
+		packages: []string{"./flowtest"},
 	},
 }
