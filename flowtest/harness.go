@@ -190,23 +190,24 @@ func (h *harness) start(ctx context.Context) error {
 	client = client.WithClock(redisClock{h.clock}).WithClockedReads()
 	inc := &incarnation{client: client, activity: &runtime.Activity{}, done: make(chan struct{})}
 	rt, err := runtime.New(h.plan, runtime.Options{
-		Redis:        client,
-		Clock:        h.clock,
-		LeaseTTL:     testLeaseTTL,
-		Block:        testBlock,
-		RetryPoll:    testBlock,      // nobody else schedules retries: a unit knows when its own are due
-		PollInterval: 24 * time.Hour, // the snapshot's stream state is not needed: counters are live
-		Stdin:        strings.NewReader(""),
-		Stdout:       io.Discard,
-		HTTPClient:   &http.Client{Transport: noNetwork{}},
-		Logger:       h.log,
-		ProcessID:    fmt.Sprintf("flowtest-%d", h.born),
-		Rand:         rand.New(rand.NewPCG(uint64(h.opts.Seed), uint64(h.born))),
-		Activity:     inc.activity,
-		NodeEnv:      h.nodeEnv,
-		WrapSink:     h.wrapSink,
-		WrapSource:   func(name string, _ stages.Source) stages.Source { return feedSource{h.feeds[name]} },
-		PipelinePath: h.file.Path,
+		Redis:          client,
+		Clock:          h.clock,
+		LeaseTTL:       testLeaseTTL,
+		Block:          testBlock,
+		RetryPoll:      testBlock,      // nobody else schedules retries: a unit knows when its own are due
+		SampleInterval: testBlock,      // the rates of the live page are not needed
+		PollInterval:   24 * time.Hour, // the snapshot's stream state is not needed: counters are live
+		Stdin:          strings.NewReader(""),
+		Stdout:         io.Discard,
+		HTTPClient:     &http.Client{Transport: noNetwork{}},
+		Logger:         h.log,
+		ProcessID:      fmt.Sprintf("flowtest-%d", h.born),
+		Rand:           rand.New(rand.NewPCG(uint64(h.opts.Seed), uint64(h.born))),
+		Activity:       inc.activity,
+		NodeEnv:        h.nodeEnv,
+		WrapSink:       h.wrapSink,
+		WrapSource:     func(name string, _ stages.Source) stages.Source { return feedSource{h.feeds[name]} },
+		PipelinePath:   h.file.Path,
 	})
 	if err != nil {
 		_ = client.Close()

@@ -60,6 +60,10 @@ type Options struct {
 	// PollInterval is how often the state of the streams (lag, pending, dead letters) is read for
 	// Snapshot, metrics and readiness. Default 2s.
 	PollInterval time.Duration
+	// SampleInterval is how often the counters are sampled for the rates that the live page and
+	// Snapshot show (each an average over five samples), and the dead-letter summaries that are due
+	// are logged. Default 1s.
+	SampleInterval time.Duration
 	// TrimInterval is how often topics with a retention block are trimmed. Default 10s.
 	TrimInterval time.Duration
 	// Stdin feeds stdin sources and Stdout receives stdout sinks' lines. Default os.Stdin, os.Stdout.
@@ -253,6 +257,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
 	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
+	r.obs.rates.every = opts.SampleInterval // 0: the default
 	r.outage.log, r.outage.clock = r.log, r.clock
 	r.streams = map[string][]string{}
 	for _, t := range plan.Topics {
