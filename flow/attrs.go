@@ -111,6 +111,18 @@ func (a Attrs) Fields(name string) []Field { return get[[]Field](a, name, TypeMe
 // Topic returns a topic reference attribute.
 func (a Attrs) Topic(name string) *Topic { return get[*Topic](a, name, TypeTopicRef, TypeInputRef) }
 
+// TopicOrChoice returns a TypeTopicOrChoice attribute: its topic, or else its word ("" when unset).
+func (a Attrs) TopicOrChoice(name string) (*Topic, string) {
+	a.want(name, TypeTopicOrChoice)
+	switch v := a.values[name].(type) {
+	case *Topic:
+		return v, ""
+	case string:
+		return nil, v
+	}
+	return nil, ""
+}
+
 // retry returns a retry reference attribute; only block attributes have one.
 func (a Attrs) retry(name string) (RetryPolicy, bool) {
 	v, ok := a.values[name].(RetryPolicy)

@@ -192,6 +192,11 @@ func attributeSchema(a Attribute) map[string]any {
 		s = map[string]any{"type": "string", "pattern": `^topic\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeInputRef:
 		s = map[string]any{"type": "string", "pattern": `^(topic|stage)\.[A-Za-z_][A-Za-z0-9_-]*$`}
+	case TypeTopicOrChoice:
+		s = map[string]any{"anyOf": []any{
+			map[string]any{"type": "string", "pattern": `^topic\.[A-Za-z_][A-Za-z0-9_-]*$`},
+			map[string]any{"enum": a.Enum},
+		}}
 	case TypeRetryRef:
 		s = map[string]any{"type": "string", "pattern": `^retry\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeTypeConstraint, TypeCondition:

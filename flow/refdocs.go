@@ -97,6 +97,8 @@ func writeAttributeTable(b *strings.Builder, attrs []Attribute, spec *BlockSpec)
 // docType describes an attribute's type for the reference.
 func docType(a Attribute) string {
 	switch {
+	case a.Type == TypeTopicOrChoice:
+		return "topic reference, or " + backquotedList(a.Enum)
 	case len(a.Enum) > 0:
 		return "one of " + backquotedList(a.Enum)
 	case a.Type == TypeReference:

@@ -40,6 +40,10 @@ const (
 	TypeMessageObject   // a per-message expression whose value is a message: *MessageExpr
 	TypeMessageExprList // a list of TypeMessageObject
 	TypeCondition       // a bool expression over what a test run saw
+
+	// TypeTopicOrChoice is topic.NAME (a *Topic) or one of the attribute's Enum words (a string),
+	// such as a dedupe stage's duplicates = "drop" | topic.dupes.
+	TypeTopicOrChoice
 )
 
 // Attribute declares one attribute of a block or kind.

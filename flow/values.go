@@ -64,6 +64,20 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 	case TypeTopicRef, TypeInputRef:
 		t := c.resolveTopic(a.Expr, spec.Name, spec.Type == TypeInputRef)
 		return t, t != nil
+	case TypeTopicOrChoice:
+		if _, diags := hcl.AbsTraversalForExpr(a.Expr); !diags.HasErrors() {
+			t := c.resolveTopic(a.Expr, spec.Name, false)
+			return t, t != nil
+		}
+		v, ok := c.evalConstant(a.Expr)
+		if !ok {
+			return nil, false
+		}
+		s, ok := c.convertConstant(v, cty.String, spec, a.Expr.Range())
+		if !ok {
+			return nil, false
+		}
+		return c.checkEnum(s.AsString(), spec, a.Expr.Range())
 	case TypeRetryRef:
 		return c.resolveRetry(a.Expr)
 	case TypeTypeConstraint:
@@ -357,6 +371,8 @@ func describeType(t Type) string {
 		return "an object of per-message expressions"
 	case TypeTopicRef:
 		return "a topic reference"
+	case TypeTopicOrChoice:
+		return "a topic reference or a word"
 	case TypeInputRef:
 		return "a topic or stage reference"
 	case TypeRetryRef:

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,7 +29,15 @@ type batchState struct {
 	del     map[string]bool
 	timerAt map[string]int64
 	cancel  map[string]bool
+	// watermark is the partition's largest event time, in Unix ms, once loaded (watermarkLoaded)
+	// from the state hash; moved says the batch moved it.
+	watermark       int64
+	watermarkLoaded bool
+	moved           bool
 }
+
+// watermarkField is the state hash's field of the partition's watermark (Unix ms, in decimal).
+const watermarkField = "\x00watermark"
 
 func (r *runner) newBatchState(u *unit) *batchState {
 	return &batchState{rdb: r.rdb, hash: r.keys.State(u.node.input.Name, u.partition, u.node.name),
@@ -41,10 +51,13 @@ func (b *batchState) writes() *redis.StateWrites {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.set)+len(b.del)+len(b.timerAt)+len(b.cancel) == 0 {
+	if len(b.set)+len(b.del)+len(b.timerAt)+len(b.cancel) == 0 && !b.moved {
 		return nil
 	}
 	w := &redis.StateWrites{Key: b.hash, TimersKey: b.timers, Set: b.set, Timers: b.timerAt}
+	if b.moved {
+		w.Set = put(w.Set, watermarkField, []byte(strconv.FormatInt(b.watermark, 10)))
+	}
 	for k := range b.del {
 		w.Delete = append(w.Delete, k)
 	}
@@ -56,11 +69,12 @@ func (b *batchState) writes() *redis.StateWrites {
 
 // attemptState is one attempt's writes, over its batch's.
 type attemptState struct {
-	batch   *batchState
-	set     map[string][]byte
-	del     map[string]bool
-	timerAt map[string]int64
-	cancel  map[string]bool
+	batch    *batchState
+	set      map[string][]byte
+	del      map[string]bool
+	timerAt  map[string]int64
+	cancel   map[string]bool
+	observed int64 // the largest event time the attempt observed, Unix ms; 0: none
 }
 
 // join adds a successful attempt's writes to its batch.
@@ -84,6 +98,33 @@ func (a *attemptState) join() {
 		delete(b.timerAt, k)
 		b.cancel = put(b.cancel, k, true)
 	}
+	if a.observed > b.watermark {
+		// Observe loaded the watermark before it recorded anything (loadWatermark).
+		b.watermark, b.moved = a.observed, true
+	}
+}
+
+// loadWatermark reads the partition's watermark once per batch.
+func (b *batchState) loadWatermark(ctx context.Context) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.watermarkLoaded {
+		return b.watermark, nil
+	}
+	v, found, err := b.rdb.ReadState(ctx, b.hash, watermarkField)
+	if err != nil {
+		if !redis.Unrecoverable(err) {
+			err = stages.Transient(err)
+		}
+		return 0, err
+	}
+	if found {
+		if b.watermark, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+			return 0, fmt.Errorf("the watermark in %s is %q, not a time in Unix ms", b.hash, v)
+		}
+	}
+	b.watermarkLoaded = true
+	return b.watermark, nil
 }
 
 func put[V any](m map[string]V, k string, v V) map[string]V {
@@ -189,6 +230,36 @@ func (stateHandle) CancelTimer(ctx context.Context, name string) error {
 	delete(a.timerAt, name)
 	a.cancel = put(a.cancel, name, true)
 	return nil
+}
+
+func (stateHandle) Observe(ctx context.Context, eventTime time.Time) error {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := a.batch.loadWatermark(ctx); err != nil {
+		return err
+	}
+	a.observed = max(a.observed, eventTime.UnixMilli())
+	return nil
+}
+
+func (stateHandle) Watermark(ctx context.Context) (time.Time, error) {
+	a, err := attemptOf(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	wm, err := a.batch.loadWatermark(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	a.batch.mu.Lock()
+	wm = max(wm, a.batch.watermark, a.observed)
+	a.batch.mu.Unlock()
+	if wm == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(wm), nil
 }
 
 var _ stages.State = stateHandle{}

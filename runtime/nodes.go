@@ -35,7 +35,9 @@ type node struct {
 	readCount int64
 	inline    bool // process in the reading goroutine: the kind only computes
 	stateful  bool // the kind keeps per-key state (keyed_state.go)
-	retry     flow.RetryPolicy
+	// timers is the processor of a stateful stage whose kind has timers (timers.go); nil otherwise.
+	timers stages.TimerHandler
+	retry  flow.RetryPolicy
 	// transientRetry is the policy for transient failures: retry's, when the node has a retry
 	// block, else flow.DefaultTransientRetry (no limit).
 	transientRetry flow.RetryPolicy
@@ -213,6 +215,9 @@ func (r *runner) addStage(s *flow.Stage) error {
 		return &ConfigError{err.Error()}
 	}
 	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
+	if th, ok := proc.(stages.TimerHandler); ok && n.stateful {
+		n.timers = th
+	}
 	r.nodes = append(r.nodes, n)
 	r.addUnits(n)
 	return nil

@@ -252,6 +252,16 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 	return true, w.process(ctx, redis.Batch{}, due, bad)
 }
 
+// entryMessage is the message of an entry; a stateful stage's has its entry's time, the event time
+// of a message that carries none.
+func entryMessage(n *node, e redis.Entry) stages.Message {
+	msg := stages.NewMessage(e.Key, e.Payload, e.Headers)
+	if ms, err := redis.IDMillis(e.ID); err == nil && n.stateful {
+		msg.EntryTime = time.UnixMilli(ms)
+	}
+	return msg
+}
+
 // process handles one batch, read from the stream or due in the retry set, and commits its outputs
 // with its acks and retry moves in one step. Messages that fail for good and entries that cannot be
 // decoded go to the dead-letter stream; messages that wait for a later retry go to the retry set;
@@ -308,7 +318,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		backing = append(backing, message{
 			id:         e.ID,
 			partition:  w.u.partition,
-			msg:        stages.NewMessage(e.Key, e.Payload, e.Headers),
+			msg:        entryMessage(n, e),
 			trace:      traceOf(e),
 			deliveries: e.Deliveries,
 			attempts:   max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
@@ -319,7 +329,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		backing = append(backing, message{
 			id:           rt.Entry.ID,
 			partition:    w.u.partition,
-			msg:          stages.NewMessage(rt.Entry.Key, rt.Entry.Payload, rt.Entry.Headers),
+			msg:          entryMessage(n, rt.Entry),
 			trace:        traceOf(rt.Entry),
 			attempts:     rt.Attempts,
 			firstFailure: rt.FirstFailure,
@@ -367,6 +377,18 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		} else {
 			acks = append(acks, m.id)
 		}
+	}
+	if n.timers != nil && !abandoned {
+		fired, err := w.fireTimers(ctx, n.timers, state)
+		if err != nil {
+			// The batch's state may be half way through its timers: process the batch again.
+			r.log.Warn("firing the due timers failed; the batch will be processed again", "node", n.name, "err", err)
+			w.recover, w.recovery = true, ""
+			w.backoff.wait(ctx, w.r)
+			return nil
+		}
+		outs = append(outs, fired...)
+		written += len(fired)
 	}
 	writes := state.writes()
 	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 && writes == nil {

@@ -139,14 +139,34 @@ type Env struct {
 // partition's lease, and are discarded with the attempt when it fails. So a crash at any point
 // neither loses nor repeats a state change.
 //
-// Timers are stored durably with the state; calling the kind back when one is due comes with the
-// kinds that need it (windows).
+// Time in a stateful stage is event time: each message's time as the kind reads it (a field, or
+// the time its entry was written) is Observed, and the partition's watermark is the largest event
+// time observed, persisted with the state, never going backwards. A timer is due once the watermark
+// reaches it: the runtime then calls the kind's OnTimer (TimerHandler) in the batch that moved the
+// watermark, and commits what it writes and outputs with that batch.
+//
+// Keys and timer names are the kind's own; the state hash's fields that begin with a NUL byte are
+// the runtime's (the watermark).
 type State interface {
 	Get(ctx context.Context, key string) (value []byte, found bool, err error)
 	Put(ctx context.Context, key string, value []byte) error
 	Delete(ctx context.Context, key string) error
 	SetTimer(ctx context.Context, name string, at time.Time) error
 	CancelTimer(ctx context.Context, name string) error
+	// Observe records the event time of the message being processed: the watermark moves to it if
+	// it is later. A failed attempt's observations are dropped with its writes.
+	Observe(ctx context.Context, eventTime time.Time) error
+	// Watermark returns the partition's watermark as the attempt sees it (its own observations
+	// included); the zero time before anything was observed.
+	Watermark(ctx context.Context) (time.Time, error)
+}
+
+// TimerHandler is implemented by stateful processors that use timers: OnTimer is called for each
+// due timer, earliest first, with the state of the batch; the timer is cancelled unless OnTimer
+// sets it again. An error keeps the timer, and the batch is processed again (a Permanent error
+// drops the timer, and is logged).
+type TimerHandler interface {
+	OnTimer(ctx context.Context, name string, at time.Time, out []Output) ([]Output, error)
 }
 
 // Clock is the source of time of the kinds and of the runtime that runs them, so that a test can

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Message is one message as a stage function sees it.
@@ -17,6 +18,9 @@ type Message struct {
 	Value map[string]any
 	// Headers travel with the message from hop to hop (trace context is carried separately).
 	Headers map[string]string
+	// EntryTime is when the message's entry was added to the stream it was read from (its ID's
+	// time): the event time of a message that carries none. Zero for a message a kind made.
+	EntryTime time.Time
 
 	// raw is the payload as it arrived, kept while it still describes the message so that it can be
 	// passed on without decoding and encoding it again.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,6 +98,29 @@ func (c *Client) ReadState(ctx context.Context, hash, key string) ([]byte, bool,
 		return nil, false, wrap(classify(err), "reading state in", hash)
 	}
 	return v, true, nil
+}
+
+// DueTimer is a timer of a timer set (StateWrites.TimersKey) and when it is due, in Unix ms.
+type DueTimer struct {
+	Name string
+	At   int64
+}
+
+// DueTimers returns up to count timers of a timer set due at or before until (Unix ms), earliest
+// first.
+func (c *Client) DueTimers(ctx context.Context, key string, until, count int64) ([]DueTimer, error) {
+	zs, err := c.rdb.ZRangeByScoreWithScores(ctx, key, &goredis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(until, 10), Count: count,
+	}).Result()
+	if err != nil {
+		return nil, wrap(classify(err), "reading due timers in", key)
+	}
+	out := make([]DueTimer, len(zs))
+	for i, z := range zs {
+		name, _ := z.Member.(string)
+		out[i] = DueTimer{Name: name, At: int64(z.Score)}
+	}
+	return out, nil
 }
 
 // Checkpoint is a value that Commit sets at a key together with a batch's outputs.

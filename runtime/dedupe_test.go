@@ -1,0 +1,107 @@
+package runtime_test
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A dedupe stage passes the first message of each pair and drops the second, a second later in
+// event time; it forgets each key once its partition's watermark is within past the key's first
+// message, by its own time, while traffic goes on: what it still remembers is exactly the keys
+// whose time is not up, each with its timer.
+func TestDedupeDropsDuplicatesAndForgetsKeysByTheirOwnTime(t *testing.T) {
+	const pairs, keys = 100, 10
+	const within = 5 * time.Minute
+	src := `
+pipeline "dedupe" {}
+variable "out" {}
+topic "in" {
+  partitions = 3
+  key        = msg.key
+}
+source "gen" {
+  kind   = "generate"
+  count  = ` + strconv.Itoa(2*pairs) + `
+  output = topic.in
+  # Pairs of the same key, a second apart; each key comes back every ten minutes.
+  template = {
+    key  = "k${floor(index / 2) % ` + strconv.Itoa(keys) + `}"
+    pair = floor(index / 2)
+    at   = floor(index / 2) * 60000 + index % 2 * 1000
+  }
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.in
+  key        = msg.key
+  within     = "5m"
+  event_time = msg.at
+}
+sink "out" {
+  kind  = "file"
+  input = stage.once
+  path  = var.out
+}
+`
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			plan := buildSource(t, src, "out="+out)
+			j := runJob(t, c, plan, runtime.Options{})
+			if n := j.node(t, "once"); n.In != 2*pairs || n.Filtered != pairs || n.Out != pairs {
+				t.Fatalf("once: %+v, want %d in, %d filtered, %d out", n, 2*pairs, pairs, pairs)
+			}
+			got := jsonLines(t, readFile(t, out))
+			if dups := tally(t, countBy(t, got, "pair"), pairs); dups > 0 {
+				t.Fatalf("%d pairs passed twice", dups)
+			}
+			for _, m := range got {
+				if at, _ := m["at"].(float64); int64(at)%60000 != 0 {
+					t.Fatalf("the second of a pair passed: %v", m)
+				}
+			}
+
+			ctx := context.Background()
+			keysOf := redis.Keys{Prefix: plan.KeyPrefix}
+			remembered := 0
+			for p := 0; p < 3; p++ {
+				state, err := c.Universal().HGetAll(ctx, keysOf.State("in", p, "once")).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				wm, err := strconv.ParseInt(state["\x00watermark"], 10, 64)
+				if err != nil {
+					t.Fatalf("partition %d: no watermark in its state: %v", p, state)
+				}
+				timers, err := c.Universal().ZCard(ctx, keysOf.Timers("in", p, "once")).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				delete(state, "\x00watermark")
+				for key, v := range state {
+					first, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						t.Fatalf("partition %d: key %s holds %q", p, key, v)
+					}
+					if first+within.Milliseconds() <= wm {
+						t.Errorf("partition %d: key %s, first at %d, is still remembered at watermark %d", p, key, first, wm)
+					}
+				}
+				if int(timers) != len(state) {
+					t.Errorf("partition %d: %d timers for %d keys", p, timers, len(state))
+				}
+				remembered += len(state)
+			}
+			if remembered == 0 || remembered >= keys {
+				t.Errorf("%d keys remembered at the end, want some of the %d but not all: the recent ones", remembered, keys)
+			}
+		})
+	}
+}

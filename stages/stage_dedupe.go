@@ -1,0 +1,161 @@
+package stages
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
+)
+
+// The dedupe stage passes on the first message of each key and drops, or routes, the messages of
+// the same key that follow within a span of event time. Its memory of a key is state of the input
+// partition, committed with the acks: a crash neither forgets a key nor remembers one twice.
+func init() {
+	RegisterStage(StageKind{
+		Spec: &flow.Kind{
+			Name: "dedupe",
+			Doc: "Passes on the first message of each key and drops (or sends to a topic) every later message of " +
+				"the same key whose event time is less than within apart from the first's. A key is forgotten once " +
+				"the partition's watermark (the latest event time it has seen) is within past its first message. " +
+				"Duplicates are found among the messages of one partition: key the input topic by the same value.",
+			Attributes: []flow.Attribute{
+				{Name: "key", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Doc: "What makes two messages the same, such as msg.order_id."},
+				{Name: "within", Type: flow.TypeDuration, Required: true, Doc: "How long a key is remembered, in event time."},
+				{
+					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, DefaultDoc: "the time the message's entry was written",
+					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
+				},
+				{
+					Name: "duplicates", Type: flow.TypeTopicOrChoice, Enum: []string{"drop"}, Default: "drop",
+					Doc: `Where duplicates go: "drop" (they are counted as filtered), or topic.NAME.`,
+				},
+			},
+			Example: `stage "orders_once" {
+  kind       = "dedupe"
+  input      = topic.orders
+  key        = msg.order_id
+  within     = "24h"
+  event_time = msg.created_at
+  duplicates = "drop"
+}`,
+			Check: func(c *flow.KindCheck) {
+				if c.Has("within") && c.Config.Duration("within") <= 0 {
+					c.Errorf("within", "Invalid within", "within must be a positive duration, such as \"24h\".")
+				}
+			},
+		},
+		Traits: StageTraits{Stateful: true},
+		New: func(s *flow.Stage, env Env) (Processor, error) {
+			d := &dedupeStage{out: s.Output, key: s.Config.Expr("key"), eventTime: s.Config.Expr("event_time"),
+				within: s.Config.Duration("within"), state: env.State}
+			d.duplicates, _ = s.Config.TopicOrChoice("duplicates")
+			return d, nil
+		},
+	})
+}
+
+type dedupeStage struct {
+	out        *flow.Topic
+	key        *expr.Program
+	eventTime  *expr.Program // nil: the entry's time
+	within     time.Duration
+	duplicates *flow.Topic // nil: drop them
+	state      State
+}
+
+// keyTimer is the name of the timer that forgets a key.
+func keyTimer(key string) string { return "key:" + key }
+
+func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
+	if err := m.Decode(); err != nil {
+		return out, err
+	}
+	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+	if err != nil {
+		return out, evalError(err)
+	}
+	at, err := EventTime(s.eventTime, m)
+	if err != nil {
+		return out, err
+	}
+	if err := s.state.Observe(ctx, at); err != nil {
+		return out, err
+	}
+	first, seen, err := s.state.Get(ctx, key)
+	if err != nil {
+		return out, err
+	}
+	if seen {
+		ms, err := strconv.ParseInt(string(first), 10, 64)
+		if err == nil && absDuration(at.Sub(time.UnixMilli(ms))) < s.within {
+			if s.duplicates == nil {
+				return out, nil
+			}
+			return append(out, Output{Topic: s.duplicates, Message: *m}), nil
+		}
+	}
+	if err := s.state.Put(ctx, key, []byte(strconv.FormatInt(at.UnixMilli(), 10))); err != nil {
+		return out, err
+	}
+	if err := s.state.SetTimer(ctx, keyTimer(key), at.Add(s.within)); err != nil {
+		return out, err
+	}
+	return append(out, Output{Topic: s.out, Message: *m}), nil
+}
+
+// OnTimer forgets a key: the watermark is within past its first message.
+func (s *dedupeStage) OnTimer(ctx context.Context, name string, _ time.Time, out []Output) ([]Output, error) {
+	key, ok := strings.CutPrefix(name, "key:")
+	if !ok {
+		return out, nil
+	}
+	return out, s.state.Delete(ctx, key)
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// EventTime returns a message's event time: the value of the expression, an RFC 3339 string or Unix
+// milliseconds, or, without one, the time its entry was written. A value of neither form is a
+// permanent error: the message cannot be placed in time.
+func EventTime(e *expr.Program, m *Message) (time.Time, error) {
+	if e == nil {
+		if m.EntryTime.IsZero() {
+			return time.Time{}, Permanent(fmt.Errorf("the message has no event time: it was not read from a stream"))
+		}
+		return m.EntryTime, nil
+	}
+	if err := m.Decode(); err != nil {
+		return time.Time{}, err
+	}
+	v, err := e.Eval(&expr.Env{Msg: m.Value})
+	if err != nil {
+		return time.Time{}, evalError(err)
+	}
+	switch x := v.Interface().(type) {
+	case string:
+		t, err := time.Parse(time.RFC3339Nano, x)
+		if err != nil {
+			return time.Time{}, Permanent(fmt.Errorf("the event time %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", x))
+		}
+		return t, nil
+	case float64:
+		return time.UnixMilli(int64(x)), nil
+	case json.Number:
+		ms, err := x.Int64()
+		if err != nil {
+			return time.Time{}, Permanent(fmt.Errorf("the event time %s is not a whole number of Unix milliseconds", x))
+		}
+		return time.UnixMilli(ms), nil
+	}
+	return time.Time{}, Permanent(fmt.Errorf("the event time is %s, not an RFC 3339 string or Unix milliseconds", v))
+}
