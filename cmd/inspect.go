@@ -18,7 +18,7 @@ import (
 func newInspectCommand(stdio IO) *cobra.Command {
 	var flags pipelineFlags
 	var conn redisFlags
-	var asJSON bool
+	var asJSON, state bool
 	c := &cobra.Command{
 		Use:   "inspect PATH",
 		Short: "Show a pipeline's processes, topics, lag, pending entries, dead letters and leases",
@@ -33,7 +33,9 @@ func newInspectCommand(stdio IO) *cobra.Command {
 			"the size of its dead-letter stream. Consumer groups that the pipeline does not have are listed too: " +
 			"they hold back trimming.\n\n" +
 			"A topic or consumer group that does not exist yet (nothing ran) is shown as empty. Inspect only " +
-			"reads; it changes nothing.",
+			"reads; it changes nothing.\n\nWith --state it shows instead, per stateful stage (dedupe) and partition, " +
+			"the watermark (the latest event time the stage saw there), the keys it remembers, its timers and " +
+			"the memory they use. The JSON report always has them, in state.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			plan, err := buildPlan(stdio, &flags, args[0])
@@ -53,6 +55,8 @@ func newInspectCommand(stdio IO) *cobra.Command {
 				enc := json.NewEncoder(stdio.Out)
 				enc.SetIndent("", "  ")
 				err = enc.Encode(report)
+			} else if state {
+				err = writeStateTable(stdio.Out, report)
 			} else {
 				err = writeInspectTable(stdio.Out, report)
 			}
@@ -65,7 +69,27 @@ func newInspectCommand(stdio IO) *cobra.Command {
 	flags.register(c)
 	conn.register(c)
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	c.Flags().BoolVar(&state, "state", false, "show the state of the stateful stages per partition: watermark, keys, timers, memory")
 	return c
+}
+
+// writeStateTable prints the stateful stages' state, a line per partition.
+func writeStateTable(out io.Writer, r *admin.Report) error {
+	if len(r.State) == 0 {
+		_, err := fmt.Fprintf(out, "pipeline %s has no stateful stage\n", r.Pipeline)
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STAGE\tKIND\tPARTITION\tWATERMARK\tKEYS\tTIMERS\tNEXT TIMER\tMEMORY")
+	for _, s := range r.State {
+		memory := "?"
+		if s.Bytes >= 0 {
+			memory = strconv.FormatInt(s.Bytes, 10) + " B"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s[%d]\t%s\t%d\t%d\t%s\t%s\n", s.Stage, s.Kind, s.Topic, s.Partition,
+			orDash(s.Watermark), s.Keys, s.Timers, orDash(s.NextTimer), memory)
+	}
+	return tw.Flush()
 }
 
 // writeInspectTable prints the report as tables: processes, sources, partitions, consumer groups,

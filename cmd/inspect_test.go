@@ -336,3 +336,65 @@ func TestInspectProcessesAndSourceLeases(t *testing.T) {
 func heartbeatLapsed(ctx context.Context, c *redis.Client, key, id string) error {
 	return c.Universal().ZAdd(ctx, key, goredis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: id}).Err()
 }
+
+// inspect --state shows what a dedupe stage remembers per partition: its watermark, its keys and
+// their timers.
+func TestInspectState(t *testing.T) {
+	srv := redistest.Shared(t)
+	path, _ := testPipeline(t, `
+topic "orders" {
+  partitions = 2
+  key        = msg.order_id
+}
+
+source "gen" {
+  kind   = "generate"
+  count  = 40
+  output = topic.orders
+  template = {
+    order_id = "o${floor(index / 2) % 8}"
+    at       = floor(index / 2) * 60000
+  }
+}
+
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.orders
+  key        = msg.order_id
+  within     = "5m"
+  event_time = msg.at
+}
+
+sink "out" {
+  kind  = "stdout"
+  input = stage.once
+}
+`)
+	if code, out, errOut := run(t, "run", "--until-drained", "--redis", srv.URL(), path); code != ExitOK || strings.Count(out, "\n") != 20 {
+		t.Fatalf("run: exit %d, want 20 lines out of 40 pairs\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := run(t, "inspect", "--json", "--redis", srv.URL(), path)
+	if code != ExitOK {
+		t.Fatalf("inspect: exit %d\n%s", code, errOut)
+	}
+	r := parseInspect(t, out)
+	if len(r.State) != 2 {
+		t.Fatalf("state of %d partitions, want 2: %+v", len(r.State), r.State)
+	}
+	keys := int64(0)
+	for _, s := range r.State {
+		// Each key is remembered for 5 minutes of event time; a pair comes every minute, so a
+		// partition remembers the keys of its last few minutes, each with its timer.
+		if s.Stage != "once" || s.Watermark == "" || s.Keys == 0 || s.Timers != s.Keys || s.Bytes <= 0 {
+			t.Errorf("partition %d: %+v", s.Partition, s)
+		}
+		keys += s.Keys
+	}
+	if keys >= 8 {
+		t.Errorf("%d keys remembered: the keys whose time is up were not forgotten", keys)
+	}
+	code, out, _ = run(t, "inspect", "--state", "--redis", srv.URL(), path)
+	if code != ExitOK || !strings.Contains(out, "WATERMARK") || !strings.Contains(out, "orders[1]") {
+		t.Fatalf("inspect --state: exit %d\n%s", code, out)
+	}
+}

@@ -36,9 +36,6 @@ type batchState struct {
 	moved           bool
 }
 
-// watermarkField is the state hash's field of the partition's watermark (Unix ms, in decimal).
-const watermarkField = "\x00watermark"
-
 func (r *runner) newBatchState(u *unit) *batchState {
 	return &batchState{rdb: r.rdb, hash: r.keys.State(u.node.input.Name, u.partition, u.node.name),
 		timers: r.keys.Timers(u.node.input.Name, u.partition, u.node.name)}
@@ -56,7 +53,7 @@ func (b *batchState) writes() *redis.StateWrites {
 	}
 	w := &redis.StateWrites{Key: b.hash, TimersKey: b.timers, Set: b.set, Timers: b.timerAt}
 	if b.moved {
-		w.Set = put(w.Set, watermarkField, []byte(strconv.FormatInt(b.watermark, 10)))
+		w.Set = put(w.Set, redis.WatermarkField, []byte(strconv.FormatInt(b.watermark, 10)))
 	}
 	for k := range b.del {
 		w.Delete = append(w.Delete, k)
@@ -111,7 +108,7 @@ func (b *batchState) loadWatermark(ctx context.Context) (int64, error) {
 	if b.watermarkLoaded {
 		return b.watermark, nil
 	}
-	v, found, err := b.rdb.ReadState(ctx, b.hash, watermarkField)
+	v, found, err := b.rdb.ReadState(ctx, b.hash, redis.WatermarkField)
 	if err != nil {
 		if !redis.Unrecoverable(err) {
 			err = stages.Transient(err)

@@ -26,6 +26,24 @@ type Report struct {
 	Processes []ProcessReport `json:"processes"`
 	// Sources are the pipeline's sources with the holders of their leases, in declaration order.
 	Sources []SourceReport `json:"sources"`
+	// State is what each stateful stage keeps, per partition of its input.
+	State []StateReport `json:"state"`
+}
+
+// StateReport is one partition's state of a stateful stage (a dedupe stage, say).
+type StateReport struct {
+	Stage     string `json:"stage"`
+	Kind      string `json:"kind"`
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	// Watermark is the latest event time the stage saw in the partition (RFC 3339; "" before any).
+	Watermark string `json:"watermark,omitempty"`
+	Keys      int64  `json:"keys"`   // keys of the kind's state
+	Timers    int64  `json:"timers"` // timers set, and when the next is due (RFC 3339)
+	NextTimer string `json:"next_timer,omitempty"`
+	// Bytes is the memory of the partition's state and timers in Redis; -1 when the server cannot
+	// tell (the embedded Redis).
+	Bytes int64 `json:"bytes"`
 }
 
 type ProcessReport struct {
@@ -153,6 +171,23 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 	report := &Report{
 		Pipeline: plan.Name, Description: plan.Description, KeyPrefix: plan.KeyPrefix, Redis: c.String(),
 		Topics: []TopicReport{}, Readers: []ReaderReport{}, Processes: []ProcessReport{}, Sources: []SourceReport{},
+		State: []StateReport{},
+	}
+	for _, s := range plan.Stages {
+		kind, err := stages.StageKindOf(s)
+		if err != nil || !kind.Traits.Stateful {
+			continue
+		}
+		for p := 0; p < s.Input.Partitions; p++ {
+			st, err := c.StateStats(ctx, keys.State(s.Input.Name, p, s.Name), keys.Timers(s.Input.Name, p, s.Name))
+			if err != nil {
+				return nil, err
+			}
+			report.State = append(report.State, StateReport{
+				Stage: s.Name, Kind: s.Kind, Topic: s.Input.Name, Partition: p, Watermark: msTime(st.Watermark),
+				Keys: st.Keys, Timers: st.Timers, NextTimer: msTime(st.NextTimer), Bytes: st.Bytes,
+			})
+		}
 	}
 	for _, s := range plan.Sources {
 		sr := SourceReport{Name: s.Name, Kind: s.Kind}
@@ -255,6 +290,14 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 		}
 	}
 	return report, nil
+}
+
+// msTime formats Unix ms as RFC 3339 in UTC; "" for 0.
+func msTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 }
 
 // sourceLeaseKey returns the key of the lease that a process takes to run source s, as the runtime

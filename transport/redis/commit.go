@@ -100,6 +100,10 @@ func (c *Client) ReadState(ctx context.Context, hash, key string) ([]byte, bool,
 	return v, true, nil
 }
 
+// WatermarkField is the field of a state hash (StateWrites.Key) that holds the partition's
+// watermark, in Unix ms: the fields that begin with a NUL byte are the runtime's, not the kind's.
+const WatermarkField = "\x00watermark"
+
 // DueTimer is a timer of a timer set (StateWrites.TimersKey) and when it is due, in Unix ms.
 type DueTimer struct {
 	Name string

@@ -313,3 +313,60 @@ func (c *Client) KeyTypes(ctx context.Context, keys []string) ([]string, error) 
 	}
 	return types, nil
 }
+
+// StateInfo is what a stateful stage keeps for one partition: State's and Timers' keys.
+type StateInfo struct {
+	// Keys is the number of keys of the kind's state; the runtime's own fields (the watermark)
+	// are not counted.
+	Keys int64
+	// Watermark is the partition's watermark, Unix ms; 0 when nothing was observed.
+	Watermark int64
+	// Timers is the number of timers, NextTimer the earliest one's due time (Unix ms; 0: none).
+	Timers    int64
+	NextTimer int64
+	// Bytes is the memory both keys use (MEMORY USAGE); -1 when the server cannot tell.
+	Bytes int64
+}
+
+// StateStats reads the state of one partition of a stateful stage: its state hash and its timer set.
+func (c *Client) StateStats(ctx context.Context, hash, timers string) (StateInfo, error) {
+	var info StateInfo
+	n, err := c.rdb.HLen(ctx, hash).Result()
+	if err != nil {
+		return info, wrap(classify(err), "reading state", hash)
+	}
+	wm, err := c.rdb.HGet(ctx, hash, WatermarkField).Int64()
+	switch {
+	case isNil(err):
+	case err != nil:
+		return info, wrap(classify(err), "reading the watermark in", hash)
+	default:
+		info.Watermark, n = wm, n-1
+	}
+	info.Keys = n
+	if info.Timers, err = c.rdb.ZCard(ctx, timers).Result(); err != nil {
+		return info, wrap(classify(err), "reading timers", timers)
+	}
+	if info.Timers > 0 {
+		zs, err := c.rdb.ZRangeWithScores(ctx, timers, 0, 0).Result()
+		if err != nil {
+			return info, wrap(classify(err), "reading timers", timers)
+		}
+		if len(zs) > 0 {
+			info.NextTimer = int64(zs[0].Score)
+		}
+	}
+	info.Bytes = 0
+	for _, key := range []string{hash, timers} {
+		b, err := c.rdb.MemoryUsage(ctx, key).Result()
+		switch {
+		case isNil(err): // no such key
+		case err != nil:
+			info.Bytes = -1 // miniredis has no MEMORY USAGE
+			return info, nil
+		default:
+			info.Bytes += b
+		}
+	}
+	return info, nil
+}
