@@ -87,3 +87,20 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestStatefulStagesUnderTest runs testdata/dedupe: a dedupe stage's duplicates, a key forgotten as
+// the watermark passes it (within one batch or across two: the same answer), a key remembered
+// through a crash.
+func TestStatefulStagesUnderTest(t *testing.T) {
+	tests, files, diags := flow.CheckTests("testdata/dedupe", flow.Options{})
+	if diags.HasErrors() || len(tests) != 1 {
+		t.Fatalf("want one valid test file: %s", diags.Error())
+	}
+	for _, r := range flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1}) {
+		if !r.Passed() {
+			var out bytes.Buffer
+			flowtest.WriteText(&out, r, files, true)
+			t.Error(out.String())
+		}
+	}
+}

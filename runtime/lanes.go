@@ -7,8 +7,10 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// processAll processes a batch. Nodes that only compute, or keep strict partition order, take the
-// messages one after another. Others spread them over lanes that run in parallel: with ordering
+// processAll processes a batch. Nodes that only compute, keep strict partition order, or keep state
+// take the messages one after another: a stateful stage's watermark moves with each message in the
+// partition's order, so that what it decides (a key forgotten, an event late) does not depend on
+// how lanes interleave. Others spread them over lanes that run in parallel: with ordering
 // "key" all messages of a key share a lane (unkeyed messages share lane 0), so each key keeps its
 // order; with "none" messages go to the lanes in turn. Results come back in input order.
 //
@@ -16,7 +18,7 @@ import (
 // the same key while an earlier one waits for redelivery would reorder the key.
 func (r *runner) processAll(n *node, msgs []*message, durable bool, stopping <-chan struct{}) []result {
 	results := make([]result, len(msgs))
-	if n.inline || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
+	if n.inline || n.stateful || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
 		r.processLane(n, msgs, allIndexes(len(msgs)), results, durable, stopping)
 		return results
 	}

@@ -90,9 +90,16 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	if err != nil {
 		return out, err
 	}
+	watermark, err := s.state.Watermark(ctx)
+	if err != nil {
+		return out, err
+	}
 	if seen {
 		ms, err := strconv.ParseInt(string(first), 10, 64)
-		if err == nil && absDuration(at.Sub(time.UnixMilli(ms))) < s.within {
+		// A key whose time is up is forgotten, whether or not its timer has fired yet: the timers
+		// of a batch fire after its messages, and the answer must not depend on where batches end.
+		firstAt := time.UnixMilli(ms)
+		if err == nil && firstAt.Add(s.within).After(watermark) && absDuration(at.Sub(firstAt)) < s.within {
 			if s.duplicates == nil {
 				return out, nil
 			}
