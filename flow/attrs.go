@@ -27,6 +27,21 @@ type Field struct {
 	Expr *expr.Program
 }
 
+// Aggregate is one field of a TypeAggregates attribute: Func over Arg (nil for count), with K for
+// top_k.
+type Aggregate struct {
+	Name string
+	Func string
+	Arg  *expr.Program
+	K    int
+}
+
+// AggregateFuncs are the functions of an aggregate attribute, with the number of arguments each
+// takes: the message expression, and top_k's count.
+var AggregateFuncs = map[string]int{
+	"count": 0, "sum": 1, "min": 1, "max": 1, "avg": 1, "count_distinct": 1, "top_k": 2, "first": 1, "last": 1,
+}
+
 func (a *Attrs) set(name string, v any) {
 	if a.values == nil {
 		a.values = map[string]any{}
@@ -110,6 +125,9 @@ func (a Attrs) Fields(name string) []Field { return get[[]Field](a, name, TypeMe
 
 // Topic returns a topic reference attribute.
 func (a Attrs) Topic(name string) *Topic { return get[*Topic](a, name, TypeTopicRef, TypeInputRef) }
+
+// Aggregates returns a TypeAggregates attribute, in the order written.
+func (a Attrs) Aggregates(name string) []Aggregate { return get[[]Aggregate](a, name, TypeAggregates) }
 
 // TopicOrChoice returns a TypeTopicOrChoice attribute: its topic, or else its word ("" when unset).
 func (a Attrs) TopicOrChoice(name string) (*Topic, string) {

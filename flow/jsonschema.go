@@ -192,6 +192,8 @@ func attributeSchema(a Attribute) map[string]any {
 		s = map[string]any{"type": "string", "pattern": `^topic\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeInputRef:
 		s = map[string]any{"type": "string", "pattern": `^(topic|stage)\.[A-Za-z_][A-Za-z0-9_-]*$`}
+	case TypeAggregates:
+		s = map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}}
 	case TypeTopicOrChoice:
 		s = map[string]any{"anyOf": []any{
 			map[string]any{"type": "string", "pattern": `^topic\.[A-Za-z_][A-Za-z0-9_-]*$`},

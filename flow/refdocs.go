@@ -99,6 +99,8 @@ func docType(a Attribute) string {
 	switch {
 	case a.Type == TypeTopicOrChoice:
 		return "topic reference, or " + backquotedList(a.Enum)
+	case a.Type == TypeAggregates:
+		return "object of aggregate calls: " + backquotedList(sortedKeys(AggregateFuncs))
 	case len(a.Enum) > 0:
 		return "one of " + backquotedList(a.Enum)
 	case a.Type == TypeReference:

@@ -44,6 +44,9 @@ const (
 	// TypeTopicOrChoice is topic.NAME (a *Topic) or one of the attribute's Enum words (a string),
 	// such as a dedupe stage's duplicates = "drop" | topic.dupes.
 	TypeTopicOrChoice
+	// TypeAggregates is an object of aggregate calls over messages, such as
+	// { orders = count(), revenue = sum(msg.amount) }: []Aggregate.
+	TypeAggregates
 )
 
 // Attribute declares one attribute of a block or kind.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
@@ -61,6 +62,8 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 		return p, true
 	case TypeMessageFields:
 		return c.decodeFields(spec, a)
+	case TypeAggregates:
+		return c.decodeAggregates(spec, a)
 	case TypeTopicRef, TypeInputRef:
 		t := c.resolveTopic(a.Expr, spec.Name, spec.Type == TypeInputRef)
 		return t, t != nil
@@ -327,6 +330,79 @@ func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool
 	return fields, ok
 }
 
+// decodeAggregates decodes an object of aggregate calls: each field is one of AggregateFuncs applied
+// to a per-message expression (none for count; top_k's second argument is a constant count).
+func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggregate, bool) {
+	pairs, diags := hcl.ExprMap(a.Expr)
+	if diags.HasErrors() || len(pairs) == 0 {
+		c.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", spec.Name),
+			fmt.Sprintf("%s takes an object of aggregate calls, such as { orders = count(), revenue = sum(msg.amount) }.", spec.Name))
+		return nil, false
+	}
+	funcs := sortedKeys(AggregateFuncs)
+	var out []Aggregate
+	seen := map[string]hcl.Range{}
+	ok := true
+	for _, kv := range pairs {
+		name, nameOK := c.fieldName(kv.Key)
+		if !nameOK {
+			ok = false
+			continue
+		}
+		if prev, dup := seen[name]; dup {
+			c.errorf(kv.Key.Range(), "Duplicate field", fmt.Sprintf("The field %q is already set at %s.", name, prev))
+			ok = false
+			continue
+		}
+		seen[name] = kv.Key.Range()
+		call, isCall := kv.Value.(*hclsyntax.FunctionCallExpr)
+		if !isCall {
+			c.errorf(kv.Value.Range(), "Not an aggregate call",
+				fmt.Sprintf("%s.%s must call one of %s, such as sum(msg.amount).", spec.Name, name, quotedList(funcs)))
+			ok = false
+			continue
+		}
+		arity, known := AggregateFuncs[call.Name]
+		if !known {
+			c.errorf(call.NameRange, "Unknown aggregate function",
+				fmt.Sprintf("There is no aggregate function %q.%s The functions are %s.", call.Name, didYouMean(call.Name, funcs), quotedList(funcs)))
+			ok = false
+			continue
+		}
+		if len(call.Args) != arity {
+			c.errorf(call.Range(), "Wrong number of arguments",
+				fmt.Sprintf("%s takes %d argument%s, not %d.", call.Name, arity, plural(arity), len(call.Args)))
+			ok = false
+			continue
+		}
+		agg := Aggregate{Name: name, Func: call.Name}
+		if arity > 0 {
+			p, diags := expr.Compile(call.Args[0], c.messageScope(spec.Roots))
+			c.diags = append(c.diags, diags...)
+			if diags.HasErrors() {
+				ok = false
+				continue
+			}
+			agg.Arg = p
+		}
+		if arity == 2 {
+			v, vOK := c.evalConstant(call.Args[1])
+			k, kOK := c.convertConstant(v, cty.Number, spec, call.Args[1].Range())
+			if !vOK || !kOK || !k.AsBigFloat().IsInt() || k.AsBigFloat().Sign() <= 0 {
+				if vOK && kOK {
+					c.errorf(call.Args[1].Range(), "Invalid count", "top_k's count must be a positive whole number, such as 3.")
+				}
+				ok = false
+				continue
+			}
+			n, _ := k.AsBigFloat().Int64()
+			agg.K = int(n)
+		}
+		out = append(out, agg)
+	}
+	return out, ok
+}
+
 // fieldName evaluates an object key, which is a bare name or a constant string.
 func (c *compiler) fieldName(e hcl.Expression) (string, bool) {
 	if kw := hcl.ExprAsKeyword(e); kw != "" {
@@ -373,6 +449,8 @@ func describeType(t Type) string {
 		return "a topic reference"
 	case TypeTopicOrChoice:
 		return "a topic reference or a word"
+	case TypeAggregates:
+		return "an object of aggregate calls"
 	case TypeInputRef:
 		return "a topic or stage reference"
 	case TypeRetryRef:

@@ -41,6 +41,14 @@ func (r *runner) watchDrain(ctx context.Context) {
 			previous = ""
 		case !done:
 			previous = ""
+		case r.closing.Load() && r.closed.Load() < r.timedUnits():
+			previous = "" // the stateful stages are closing their windows
+		case state == previous && !r.closing.Load() && r.timedUnits() > 0:
+			// The inputs are drained: every open window closes now, and what it emits is processed
+			// before the job ends.
+			r.log.Info("the inputs are drained; closing the open windows")
+			r.closing.Store(true)
+			previous = ""
 		case state == previous:
 			r.log.Info("all work done")
 			r.finish()
@@ -49,6 +57,18 @@ func (r *runner) watchDrain(ctx context.Context) {
 			previous = state
 		}
 	}
+}
+
+// timedUnits counts the units of stateful stages whose timers fire at the end of a job
+// (StageTraits.FireAtEnd) that this process runs.
+func (r *runner) timedUnits() int64 {
+	var n int64
+	for _, u := range r.units {
+		if u.node.fireAtEnd {
+			n++
+		}
+	}
+	return n
 }
 
 // streamSourceStarts records the last entry of each redis_stream source's stream as the job starts:

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -39,6 +40,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("greetings", func(t *testing.T) { checkGreetings(t, c) })
 			t.Run("orders", func(t *testing.T) { checkOrders(t, c) })
 			t.Run("retries", func(t *testing.T) { checkRetries(t, c) })
+			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c) })
 		})
 	}
 }
@@ -49,7 +51,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -144,6 +146,72 @@ func checkETL(t *testing.T, c *redis.Client) {
 	got := jsonLines(t, readFile(t, out))
 	sameMessages(t, "clean orders", got, want)
 	keyOrderKept(t, "clean orders", got, "customer_id", "order_id")
+}
+
+// checkRevenue runs the revenue example as a job and compares its output with a reference
+// computation from its data: orders deduplicated by id, each late one (its minute closed, 10 seconds
+// of grace past, at the latest event time so far) left out, the others summed per customer and minute.
+func checkRevenue(t *testing.T, c *redis.Client) {
+	out := filepath.Join(t.TempDir(), "revenue.jsonl")
+	plan := build(t, filepath.Join(examples, "revenue"), "output="+out)
+	runJob(t, c, plan, runtime.Options{})
+
+	type minute struct{ customer, start string }
+	type sums struct {
+		orders         int
+		revenue, high  float64
+		buyers         map[string]bool
+		first          string
+		firstAt, order time.Time
+	}
+	windows := map[minute]*sums{}
+	var order []minute
+	seen := map[string]bool{}
+	var watermark time.Time
+	for _, o := range jsonLines(t, readFile(t, filepath.Join(examples, "revenue", "data", "orders.jsonl"))) {
+		id := o["order_id"].(string)
+		at, err := time.Parse(time.RFC3339, o["created_at"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.After(watermark) {
+			watermark = at
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		start := at.Truncate(time.Minute)
+		if !start.Add(time.Minute + 10*time.Second).After(watermark) {
+			continue // late
+		}
+		m := minute{o["customer_id"].(string), start.UTC().Format(time.RFC3339)}
+		w := windows[m]
+		if w == nil {
+			w = &sums{buyers: map[string]bool{}}
+			windows[m] = w
+			order = append(order, m)
+		}
+		amount := o["amount"].(float64)
+		w.orders++
+		w.revenue += amount
+		w.high = math.Max(w.high, amount)
+		w.buyers[o["user_id"].(string)] = true
+		if w.first == "" || at.Before(w.firstAt) {
+			w.first, w.firstAt = id, at
+		}
+	}
+	var want []map[string]any
+	for _, m := range order {
+		w := windows[m]
+		start, _ := time.Parse(time.RFC3339, m.start)
+		want = append(want, map[string]any{
+			"key": m.customer, "orders": float64(w.orders), "revenue": w.revenue, "buyers": float64(len(w.buyers)),
+			"biggest": w.high, "first": w.first,
+			"window": map[string]any{"start": m.start, "end": start.Add(time.Minute).UTC().Format(time.RFC3339)},
+		})
+	}
+	sameMessages(t, "revenue per customer and minute", jsonLines(t, readFile(t, out)), want)
 }
 
 // checkGreetings runs the JSON-syntax example.

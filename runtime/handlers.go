@@ -38,7 +38,8 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	if err != nil {
 		return outs, err
 	}
-	if len(results) == 0 {
+	if len(results) == 0 && !h.node.fireAtEnd {
+		// A windowed kind (FireAtEnd) holds its messages in windows: they are not filtered out.
 		h.node.stats.filtered.Add(1)
 	}
 	for i := range results {

@@ -37,7 +37,9 @@ type node struct {
 	stateful  bool // the kind keeps per-key state (keyed_state.go)
 	// timers is the processor of a stateful stage whose kind has timers (timers.go); nil otherwise.
 	timers stages.TimerHandler
-	retry  flow.RetryPolicy
+	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StageTraits.FireAtEnd).
+	fireAtEnd bool
+	retry     flow.RetryPolicy
 	// transientRetry is the policy for transient failures: retry's, when the node has a retry
 	// block, else flow.DefaultTransientRetry (no limit).
 	transientRetry flow.RetryPolicy
@@ -216,7 +218,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 	}
 	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
 	if th, ok := proc.(stages.TimerHandler); ok && n.stateful {
-		n.timers = th
+		n.timers, n.fireAtEnd = th, kind.Traits.FireAtEnd
 	}
 	r.nodes = append(r.nodes, n)
 	r.addUnits(n)

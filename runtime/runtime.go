@@ -220,6 +220,10 @@ type runner struct {
 	nodes     []*node            // every node this process runs, in plan order
 	producers []*producingSource // sources that produce messages (generate, file, stdin)
 	units     []*unit            // every partition of a consuming node this process runs
+	// closing is set when a job's inputs are drained and its stateful stages with timers must
+	// close what is open (their windows); closed counts the units that have.
+	closing atomic.Bool
+	closed  atomic.Int64
 
 	// dedupTTL is how long effectively-once markers live: longer than an input can take to be
 	// delivered again after its outputs were written (a lease expiring, an entry going idle).

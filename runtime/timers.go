@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -24,8 +25,13 @@ const maxTimerRounds = 16
 func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *batchState) ([]redis.Output, error) {
 	n := w.u.node
 	wm, err := state.loadWatermark(ctx)
-	if err != nil || wm == 0 {
+	switch {
+	case err != nil:
 		return nil, err
+	case w.closingAll:
+		wm = math.MaxInt64
+	case wm == 0:
+		return nil, nil
 	}
 	var outs []redis.Output
 	fired := map[string]bool{}

@@ -28,6 +28,10 @@ type worker struct {
 	recovery string // the last pending ID read again
 	// nextRetries is when the unit's retry set is next looked at.
 	nextRetries time.Time
+	// closingAll fires every timer of the unit whatever the watermark: the end of a job's input
+	// closes every open window (closeAll).
+	closingAll bool
+	closedAll  bool
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -55,6 +59,12 @@ func (w *worker) run(ctx context.Context) error {
 		Count: n.readCount, Block: w.r.opts.Block}
 	var ahead *readResult // the next batch, read while the last one was committed
 	for ctx.Err() == nil {
+		if n.fireAtEnd && !w.closedAll && w.r.closing.Load() && ahead == nil {
+			if err := w.closeAll(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if w.u.retryKey != "" && !w.r.clock.Now().Before(w.nextRetries) {
 			handled, err := w.retryDue(ctx)
 			if err != nil {
@@ -120,6 +130,22 @@ func (w *worker) run(ctx context.Context) error {
 	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
 		// Read just before the stop: a batch that was read is processed.
 		return w.process(ctx, ahead.batch, nil, nil)
+	}
+	return nil
+}
+
+// closeAll fires every timer the unit has, as if its watermark had passed them all: at the end of a
+// job's input, open windows close and emit what they hold. The watermark itself stays where the
+// events put it.
+func (w *worker) closeAll(ctx context.Context) error {
+	w.closingAll = true
+	defer func() { w.closingAll = false }()
+	if err := w.process(ctx, redis.Batch{}, nil, nil); err != nil {
+		return err
+	}
+	if !w.recover { // a failed commit tries again on the next turn
+		w.closedAll = true
+		w.r.closed.Add(1)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ type StageTraits struct {
 	// Stateful kinds keep per-key state and timers through Env.State. Their stages need a lease
 	// per partition (an ordering other than "none"), so that one process at a time owns the state.
 	Stateful bool
+	// FireAtEnd makes every timer of a stateful kind fire when a job's inputs are drained (flowrun
+	// run --until-drained), whatever the watermark: windows close, so that a job's output is
+	// complete. A kind whose timers forget (dedupe) leaves it unset.
+	FireAtEnd bool
 }
 
 // SinkKind registers a kind of sink.
