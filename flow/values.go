@@ -298,13 +298,28 @@ func (c *compiler) checkCondition(spec Attribute, p *expr.Program) bool {
 // decodeFields compiles an object of per-message expressions, such as a map stage's set, keeping the
 // order in which the fields are written.
 func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool) {
+	var fields []Field
+	ok := c.eachField(spec, a, "an object of expressions, such as { total = msg.amount * 2 }", func(name string, value hcl.Expression) bool {
+		p, diags := expr.Compile(value, c.messageScope(spec.Roots))
+		c.diags = append(c.diags, diags...)
+		if diags.HasErrors() {
+			return false
+		}
+		fields = append(fields, Field{Name: name, Expr: p})
+		return true
+	})
+	return fields, ok
+}
+
+// eachField calls each with every field of an object attribute, once its name is checked (a bare
+// name or a constant string, not set twice). It reports whether the attribute is an object and
+// every name and call was without error; what is wrong is reported.
+func (c *compiler) eachField(spec Attribute, a *hcl.Attribute, takes string, each func(name string, value hcl.Expression) bool) bool {
 	pairs, diags := hcl.ExprMap(a.Expr)
 	if diags.HasErrors() {
-		c.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", spec.Name),
-			fmt.Sprintf("%s takes an object of expressions, such as { total = msg.amount * 2 }.", spec.Name))
-		return nil, false
+		c.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", spec.Name), fmt.Sprintf("%s takes %s.", spec.Name, takes))
+		return false
 	}
-	var fields []Field
 	seen := map[string]hcl.Range{}
 	ok := true
 	for _, kv := range pairs {
@@ -319,86 +334,65 @@ func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool
 			continue
 		}
 		seen[name] = kv.Key.Range()
-		p, diags := expr.Compile(kv.Value, c.messageScope(spec.Roots))
-		c.diags = append(c.diags, diags...)
-		if diags.HasErrors() {
-			ok = false
-			continue
-		}
-		fields = append(fields, Field{Name: name, Expr: p})
+		ok = each(name, kv.Value) && ok
 	}
-	return fields, ok
+	return ok
 }
 
 // decodeAggregates decodes an object of aggregate calls: each field is one of AggregateFuncs applied
 // to a per-message expression (none for count; top_k's second argument is a constant count).
 func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggregate, bool) {
-	pairs, diags := hcl.ExprMap(a.Expr)
-	if diags.HasErrors() || len(pairs) == 0 {
-		c.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", spec.Name),
-			fmt.Sprintf("%s takes an object of aggregate calls, such as { orders = count(), revenue = sum(msg.amount) }.", spec.Name))
-		return nil, false
-	}
 	funcs := sortedKeys(AggregateFuncs)
 	var out []Aggregate
-	seen := map[string]hcl.Range{}
-	ok := true
-	for _, kv := range pairs {
-		name, nameOK := c.fieldName(kv.Key)
-		if !nameOK {
-			ok = false
-			continue
-		}
-		if prev, dup := seen[name]; dup {
-			c.errorf(kv.Key.Range(), "Duplicate field", fmt.Sprintf("The field %q is already set at %s.", name, prev))
-			ok = false
-			continue
-		}
-		seen[name] = kv.Key.Range()
-		call, isCall := kv.Value.(*hclsyntax.FunctionCallExpr)
+	ok := c.eachField(spec, a, "an object of aggregate calls, such as { orders = count(), revenue = sum(msg.amount) }", func(name string, value hcl.Expression) bool {
+		call, isCall := value.(*hclsyntax.FunctionCallExpr)
 		if !isCall {
-			c.errorf(kv.Value.Range(), "Not an aggregate call",
+			c.errorf(value.Range(), "Not an aggregate call",
 				fmt.Sprintf("%s.%s must call one of %s, such as sum(msg.amount).", spec.Name, name, quotedList(funcs)))
-			ok = false
-			continue
+			return false
 		}
 		arity, known := AggregateFuncs[call.Name]
 		if !known {
 			c.errorf(call.NameRange, "Unknown aggregate function",
 				fmt.Sprintf("There is no aggregate function %q.%s The functions are %s.", call.Name, didYouMean(call.Name, funcs), quotedList(funcs)))
-			ok = false
-			continue
+			return false
 		}
 		if len(call.Args) != arity {
 			c.errorf(call.Range(), "Wrong number of arguments",
 				fmt.Sprintf("%s takes %d argument%s, not %d.", call.Name, arity, plural(arity), len(call.Args)))
-			ok = false
-			continue
+			return false
 		}
 		agg := Aggregate{Name: name, Func: call.Name}
 		if arity > 0 {
 			p, diags := expr.Compile(call.Args[0], c.messageScope(spec.Roots))
 			c.diags = append(c.diags, diags...)
 			if diags.HasErrors() {
-				ok = false
-				continue
+				return false
 			}
 			agg.Arg = p
 		}
 		if arity == 2 {
 			v, vOK := c.evalConstant(call.Args[1])
-			k, kOK := c.convertConstant(v, cty.Number, spec, call.Args[1].Range())
-			if !vOK || !kOK || !k.AsBigFloat().IsInt() || k.AsBigFloat().Sign() <= 0 {
-				if vOK && kOK {
-					c.errorf(call.Args[1].Range(), "Invalid count", "top_k's count must be a positive whole number, such as 3.")
-				}
-				ok = false
-				continue
+			if !vOK {
+				return false
 			}
-			n, _ := k.AsBigFloat().Int64()
+			k, kOK := c.convertConstant(v, cty.Number, spec, call.Args[1].Range())
+			if !kOK {
+				return false
+			}
+			n, exact := k.AsBigFloat().Int64()
+			if exact != big.Exact || n <= 0 {
+				c.errorf(call.Args[1].Range(), "Invalid count", "top_k's count must be a positive whole number, such as 3.")
+				return false
+			}
 			agg.K = int(n)
 		}
 		out = append(out, agg)
+		return true
+	})
+	if ok && len(out) == 0 {
+		c.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", spec.Name), fmt.Sprintf("%s needs at least one field, such as { orders = count() }.", spec.Name))
+		return nil, false
 	}
 	return out, ok
 }
