@@ -4,9 +4,11 @@ import (
 	"context"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -101,6 +103,45 @@ sink "out" {
 			}
 			if remembered == 0 || remembered >= keys {
 				t.Errorf("%d keys remembered at the end, want some of the %d but not all: the recent ones", remembered, keys)
+			}
+		})
+	}
+}
+
+// A stateful stage's state has no time to live: a Redis whose maxmemory-policy evicts such keys
+// could drop it, and the run says so at start; with the default policy it says nothing.
+func TestAWarningWhenRedisMayEvictState(t *testing.T) {
+	src := `
+pipeline "evict" {}
+topic "in" {
+  partitions = 1
+  key        = msg.k
+}
+source "gen" {
+  kind     = "generate"
+  count    = 2
+  output   = topic.in
+  template = { k = "a" }
+}
+stage "once" {
+  kind   = "dedupe"
+  input  = topic.in
+  key    = msg.k
+  within = "1h"
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.once
+}
+`
+	for _, policy := range []string{"allkeys-lru", "noeviction"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", policy))
+			c := openURLs(t, srv.URL())
+			j := runJob(t, c, buildSource(t, src), runtime.Options{})
+			warned := strings.Contains(j.log, "may evict keys without a time to live")
+			if warned != (policy == "allkeys-lru") {
+				t.Fatalf("maxmemory-policy %s: warned %v\n%s", policy, warned, j.log)
 			}
 		})
 	}

@@ -370,3 +370,19 @@ func (c *Client) StateStats(ctx context.Context, hash, timers string) (StateInfo
 	}
 	return info, nil
 }
+
+// EvictsKeysWithoutTTL reports the server's maxmemory-policy when it may evict keys that have no time
+// to live (allkeys-lru, allkeys-lfu, allkeys-random), such as a stateful stage's state: "" when it
+// may not (noeviction, the volatile-* policies). An error means the server would not say (CONFIG
+// may be refused to the user).
+func (c *Client) EvictsKeysWithoutTTL(ctx context.Context) (string, error) {
+	cfg, err := c.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return "", wrap(classify(err), "reading the maxmemory-policy of", c.desc)
+	}
+	policy := cfg["maxmemory-policy"]
+	if strings.HasPrefix(policy, "allkeys-") {
+		return policy, nil
+	}
+	return "", nil
+}
