@@ -59,6 +59,18 @@ func writeSummary(w io.Writer, s *runtime.Summary) error {
 		return err
 	}
 	var b bytes.Buffer
+	for _, n := range s.Nodes {
+		var found []string
+		if n.Duplicates > 0 {
+			found = append(found, fmt.Sprintf("%d duplicate%s", n.Duplicates, plural(int(n.Duplicates))))
+		}
+		if n.Late > 0 {
+			found = append(found, fmt.Sprintf("%d late", n.Late))
+		}
+		if len(found) > 0 {
+			fmt.Fprintf(&b, "%s.%s found %s\n", n.Type, n.Name, strings.Join(found, " and "))
+		}
+	}
 	fmt.Fprintf(&b, "elapsed %s; %d dead-lettered\n", s.Elapsed.Round(time.Millisecond), s.DeadLettered())
 	if s.DeadLettered() > 0 {
 		b.WriteString("\ndead letters by node, with the first reasons:\n")
@@ -115,6 +127,8 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 		Failed       int64                      `json:"failed"`
 		Retried      int64                      `json:"retried"`
 		DeadLettered int64                      `json:"dead_lettered"`
+		Late         int64                      `json:"late,omitempty"`
+		Duplicates   int64                      `json:"duplicates,omitempty"`
 		InPerSecond  float64                    `json:"in_per_second"`
 		Reasons      []runtime.DeadLetterReason `json:"reasons,omitempty"`
 		List         string                     `json:"list,omitempty"` // the command that lists the dead letters
@@ -122,7 +136,8 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 	nodes := make([]nodeJSON, 0, len(s.Nodes))
 	for _, n := range s.Nodes {
 		nj := nodeJSON{Node: n.Name, Type: n.Type, Kind: n.Kind, In: n.In, Out: n.Out, Filtered: n.Filtered,
-			Failed: n.Failed, Retried: n.Retried, DeadLettered: n.DeadLettered, Reasons: n.Reasons}
+			Failed: n.Failed, Retried: n.Retried, DeadLettered: n.DeadLettered, Late: n.Late, Duplicates: n.Duplicates,
+			Reasons: n.Reasons}
 		if secs := s.Elapsed.Seconds(); secs > 0 {
 			nj.InPerSecond = math.Round(float64(n.In)/secs*10) / 10
 		}

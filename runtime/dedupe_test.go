@@ -57,8 +57,8 @@ sink "out" {
 			out := filepath.Join(t.TempDir(), "out.jsonl")
 			plan := buildSource(t, src, "out="+out)
 			j := runJob(t, c, plan, runtime.Options{})
-			if n := j.node(t, "once"); n.In != 2*pairs || n.Filtered != pairs || n.Out != pairs {
-				t.Fatalf("once: %+v, want %d in, %d filtered, %d out", n, 2*pairs, pairs, pairs)
+			if n := j.node(t, "once"); n.In != 2*pairs || n.Filtered != pairs || n.Out != pairs || n.Duplicates != pairs {
+				t.Fatalf("once: %+v, want %d in, %d filtered, %d out, %d duplicates", n, 2*pairs, pairs, pairs, pairs)
 			}
 			got := jsonLines(t, readFile(t, out))
 			if dups := tally(t, countBy(t, got, "pair"), pairs); dups > 0 {

@@ -57,6 +57,8 @@ type batchState struct {
 	watermark       int64
 	watermarkLoaded bool
 	moved           bool
+	// late and duplicates are the batch's recorded outcomes, counted once it commits.
+	late, duplicates int64
 }
 
 func (r *runner) newBatchState(u *unit) *batchState {
@@ -95,6 +97,17 @@ type attemptState struct {
 	timerAt  map[string]int64
 	cancel   map[string]bool
 	observed int64 // the largest event time the attempt observed, Unix ms; 0: none
+	// late and duplicates count the attempt's stages.Record calls.
+	late, duplicates int64
+}
+
+func (a *attemptState) record(o stages.Outcome) {
+	switch o {
+	case stages.Late:
+		a.late++
+	case stages.Duplicate:
+		a.duplicates++
+	}
 }
 
 // join adds a successful attempt's writes to its batch.
@@ -118,6 +131,8 @@ func (a *attemptState) join() {
 		delete(b.timerAt, k)
 		b.cancel = put(b.cancel, k, true)
 	}
+	b.late += a.late
+	b.duplicates += a.duplicates
 	if a.observed > b.watermark {
 		// Observe loaded the watermark before it recorded anything (loadWatermark).
 		b.watermark, b.moved = a.observed, true
@@ -161,7 +176,7 @@ type attemptStateKey struct{}
 // joins the view's writes to the batch when the attempt succeeds.
 func withAttemptState(ctx context.Context, b *batchState, attempt func(context.Context) error) error {
 	a := &attemptState{batch: b}
-	if err := attempt(context.WithValue(ctx, attemptStateKey{}, a)); err != nil {
+	if err := attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record)); err != nil {
 		return err
 	}
 	a.join()

@@ -146,6 +146,8 @@ type nodeStats struct {
 	failed       atomic.Int64 // failed attempts
 	retried      atomic.Int64 // attempts made again after a failure
 	deadLettered atomic.Int64 // messages sent to a dead-letter stream
+	late         atomic.Int64 // messages a stateful stage found late (stages.Late)
+	duplicates   atomic.Int64 // messages a stateful stage found repeated (stages.Duplicate)
 
 	heldBack atomic.Int64           // nanoseconds its writers waited at capped topics (backpressure)
 	holding  atomic.Int32           // its writers waiting now

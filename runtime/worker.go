@@ -310,6 +310,7 @@ type batchCommit struct {
 	// admits has an element per output to a partition whose backlog is capped (max_lag): the
 	// commit waits until each has room.
 	admits []*partitionGate
+	state  *batchState // a stateful stage's, whose outcomes count once the batch is committed
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is
@@ -427,7 +428,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.backoff.wait(ctx, w.r)
 		return nil
 	}
-	c := &batchCommit{written: written, abandoned: abandoned, admits: admits}
+	c := &batchCommit{written: written, abandoned: abandoned, admits: admits, state: state}
 	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL,
 		State: writes}
 	if len(retryDone)+len(retries) > 0 {
@@ -469,6 +470,10 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	}
 	r.outage.ok()
 	n.stats.out.Add(int64(c.written))
+	if c.state != nil {
+		n.stats.late.Add(c.state.late)
+		n.stats.duplicates.Add(c.state.duplicates)
+	}
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}

@@ -212,3 +212,30 @@ type systemTicker struct{ t *time.Ticker }
 func (t systemTicker) C() <-chan time.Time   { return t.t.C }
 func (t systemTicker) Stop()                 { t.t.Stop() }
 func (t systemTicker) Reset(d time.Duration) { t.t.Reset(d) }
+
+// Outcome is what a stateful kind says became of a message besides its outputs, for the node's
+// counters (the job summary, metrics, flowrun test's metrics.NODE).
+type Outcome int
+
+const (
+	// Late: the message came after the windows it belongs to had closed.
+	Late Outcome = iota + 1
+	// Duplicate: the message repeated one seen before.
+	Duplicate
+)
+
+type outcomesKey struct{}
+
+// Record counts an outcome of the message that Process is working on. It counts only in a stateful
+// stage (elsewhere it does nothing) and, like the attempt's state writes, only when the attempt
+// succeeds.
+func Record(ctx context.Context, o Outcome) {
+	if rec, ok := ctx.Value(outcomesKey{}).(func(Outcome)); ok {
+		rec(o)
+	}
+}
+
+// WithOutcomes returns a context in which Record calls rec: the runtime's, for one attempt.
+func WithOutcomes(ctx context.Context, rec func(Outcome)) context.Context {
+	return context.WithValue(ctx, outcomesKey{}, rec)
+}

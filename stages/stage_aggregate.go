@@ -187,11 +187,13 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 		at.UTC().Format(time.RFC3339Nano), s.grace, watermark.UTC().Format(time.RFC3339Nano))
 	switch {
 	case s.lateTopic != nil:
+		Record(ctx, Late)
 		return append(out, Output{Topic: s.lateTopic, Message: *m}), nil
 	case s.late == "drop":
+		Record(ctx, Late)
 		return out, nil
 	}
-	return out, Permanent(late)
+	return out, Permanent(late) // counted as dead-lettered, with the reason "late: ..."
 }
 
 // add folds one message into a window's accumulators, and sets the window's timers.

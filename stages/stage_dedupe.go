@@ -100,6 +100,7 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 		// of a batch fire after its messages, and the answer must not depend on where batches end.
 		firstAt := time.UnixMilli(ms)
 		if err == nil && firstAt.Add(s.within).After(watermark) && absDuration(at.Sub(firstAt)) < s.within {
+			Record(ctx, Duplicate)
 			if s.duplicates == nil {
 				return out, nil
 			}
