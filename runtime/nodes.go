@@ -39,7 +39,10 @@ type node struct {
 	timers stages.TimerHandler
 	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StageTraits.FireAtEnd).
 	fireAtEnd bool
-	retry     flow.RetryPolicy
+	// idleTimeout is how long a partition is idle before its watermark moves with the clock
+	// (stages.IdleAdvancer); 0: never.
+	idleTimeout time.Duration
+	retry       flow.RetryPolicy
 	// transientRetry is the policy for transient failures: retry's, when the node has a retry
 	// block, else flow.DefaultTransientRetry (no limit).
 	transientRetry flow.RetryPolicy
@@ -221,6 +224,9 @@ func (r *runner) addStage(s *flow.Stage) error {
 	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
 	if th, ok := proc.(stages.TimerHandler); ok && n.stateful {
 		n.timers, n.fireAtEnd = th, kind.Traits.FireAtEnd
+		if ia, ok := proc.(stages.IdleAdvancer); ok {
+			n.idleTimeout = ia.IdleTimeout()
+		}
 	}
 	r.nodes = append(r.nodes, n)
 	r.addUnits(n)

@@ -25,6 +25,13 @@ const maxTimerRounds = 16
 func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *batchState) ([]redis.Output, error) {
 	n := w.u.node
 	wm, err := state.loadWatermark(ctx)
+	if err == nil && w.idleAdvance > 0 && wm > 0 {
+		// An idle partition's watermark moves with the clock (worker.idle), and stays moved.
+		state.mu.Lock()
+		wm += w.idleAdvance.Milliseconds()
+		state.watermark, state.moved = wm, true
+		state.mu.Unlock()
+	}
 	switch {
 	case err != nil:
 		return nil, err

@@ -32,6 +32,12 @@ type worker struct {
 	// closes every open window (closeAll).
 	closingAll bool
 	closedAll  bool
+	// idleSince is when the unit's reads began to find nothing (zero while messages come), and
+	// idleMoved how far its idle watermark has moved the watermark since (idle).
+	idleSince time.Time
+	idleMoved time.Duration
+	// idleAdvance is what the batch being processed adds to the watermark (idle).
+	idleAdvance time.Duration
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -113,9 +119,12 @@ func (w *worker) run(ctx context.Context) error {
 		w.r.outage.ok()
 		w.backoff.reset()
 		if batch.Len() > 0 {
+			w.idleSince = time.Time{}
 			if ahead, err = w.processReadingAhead(ctx, batch, args); err != nil {
 				return err
 			}
+		} else if err := w.idle(ctx); err != nil {
+			return err
 		}
 		if w.r.clock.Now().Sub(lastReclaim) > n.claimIdle {
 			// Take over what another consumer left pending, once it has been idle long enough that
@@ -130,6 +139,40 @@ func (w *worker) run(ctx context.Context) error {
 	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
 		// Read just before the stop: a batch that was read is processed.
 		return w.process(ctx, ahead.batch, nil, nil)
+	}
+	return nil
+}
+
+// idle moves the watermark of an idle partition of a stage whose kind asks for it
+// (stages.IdleAdvancer): once the reads have found nothing for the kind's idle timeout, with no
+// entry pending and no retry waiting, by the time that passes on the clock from then. A partition
+// that is behind never gets here: its reads find entries.
+func (w *worker) idle(ctx context.Context) error {
+	n := w.u.node
+	if n.idleTimeout <= 0 || w.recover {
+		return nil
+	}
+	now := w.r.clock.Now()
+	if w.idleSince.IsZero() {
+		w.idleSince, w.idleMoved = now, 0
+		return nil
+	}
+	due := now.Sub(w.idleSince) - n.idleTimeout - w.idleMoved
+	if due <= 0 {
+		return nil
+	}
+	if w.u.retryKey != "" {
+		if _, waiting, err := w.r.rdb.NextRetry(ctx, w.u.retryKey); err != nil || waiting {
+			return nil // messages waiting for a retry hold the watermark back
+		}
+	}
+	w.idleAdvance = due
+	defer func() { w.idleAdvance = 0 }()
+	if err := w.process(ctx, redis.Batch{}, nil, nil); err != nil {
+		return err
+	}
+	if !w.recover {
+		w.idleMoved += due
 	}
 	return nil
 }

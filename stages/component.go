@@ -169,6 +169,14 @@ type TimerHandler interface {
 	OnTimer(ctx context.Context, name string, at time.Time, out []Output) ([]Output, error)
 }
 
+// IdleAdvancer is implemented by timed stateful processors whose watermark must move while their
+// partition is idle, so that its last windows close: once a partition has had no message for
+// IdleTimeout, and has nothing pending and no retry waiting, its watermark moves on by the time
+// that passes on the clock from then (never to the clock's now: event times may lie in the past).
+type IdleAdvancer interface {
+	IdleTimeout() time.Duration
+}
+
 // Clock is the source of time of the kinds and of the runtime that runs them, so that a test can
 // drive a whole pipeline on a virtual clock.
 type Clock interface {

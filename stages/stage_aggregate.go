@@ -33,10 +33,15 @@ func init() {
 					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, DefaultDoc: "the time the message's entry was written",
 					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
 				},
-				{Name: "grace", Type: flow.TypeDuration, Default: time.Duration(0), DefaultDoc: "0s", Doc: "How late an event may be, past its window's end, in event time."},
+				{Name: "grace", Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How late an event may be, past its window's end, in event time."},
 				{
 					Name: "late", Type: flow.TypeTopicOrChoice, Enum: []string{"drop", "dead_letter"}, Default: "dead_letter",
 					Doc: `What happens to an event whose windows have all closed: "drop" (counted as filtered), "dead_letter", or topic.NAME.`,
+				},
+				{
+					Name: "idle_timeout", Type: flow.TypeDuration, Default: time.Minute,
+					Doc: "A partition that has had no message for this long, with nothing pending and no retry waiting, moves its watermark on " +
+						"by the time that passes on the clock, so that its last windows close; \"0s\": only events move it.",
 				},
 				{
 					Name: "emit", Type: flow.TypeString, Enum: []string{"on_close", "on_update"}, Default: "on_close",
@@ -73,6 +78,7 @@ func init() {
 				out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
 				size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
 				onUpdate: s.Config.String("emit") == "on_update", fields: s.Config.Aggregates("aggregate"), state: env.State,
+				idleTimeout: s.Config.Duration("idle_timeout"),
 			}
 			if a.advance == 0 {
 				a.advance = a.size // tumbling
@@ -122,9 +128,13 @@ type aggregateStage struct {
 	late          string      // "drop" or "dead_letter" when lateTopic is nil
 	lateTopic     *flow.Topic // where late events go, if a topic
 	onUpdate      bool
+	idleTimeout   time.Duration
 	fields        []flow.Aggregate
 	state         State
 }
+
+// IdleTimeout makes an idle partition's watermark move with the clock (stages.IdleAdvancer).
+func (s *aggregateStage) IdleTimeout() time.Duration { return s.idleTimeout }
 
 // A window's state key and its timers: "w:" closes it, "u:" emits its value after a batch.
 const windowPrefix, updatePrefix = "w:", "u:"
