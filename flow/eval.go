@@ -87,6 +87,13 @@ func (c *compiler) lookupEnv(name string) (string, bool) {
 }
 
 // messageScope is the scope of a per-message expression with the given roots.
+// attributeScope is the scope of an attribute's per-message expressions.
+func (c *compiler) attributeScope(spec Attribute) *expr.Scope {
+	s := c.messageScope(spec.Roots)
+	s.Deterministic = spec.Deterministic
+	return s
+}
+
 func (c *compiler) messageScope(roots []string) *expr.Scope {
 	return &expr.Scope{
 		Roots: roots,

@@ -51,9 +51,12 @@ const (
 
 // Attribute declares one attribute of a block or kind.
 type Attribute struct {
-	Name     string
-	Type     Type
-	Required bool
+	// Deterministic makes a per-message expression refuse the functions whose value changes from
+	// call to call (expr.NonDeterministic): the attributes of stateful kinds.
+	Deterministic bool
+	Name          string
+	Type          Type
+	Required      bool
 	// Default is the value used when the attribute is absent, in the Go representation of Type
 	// (string, int64, float64, bool, time.Duration, Size); nil means no default.
 	Default any

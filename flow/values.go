@@ -54,7 +54,7 @@ func (c *compiler) decodeNested(out *Attrs, b *Block) {
 func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 	switch spec.Type {
 	case TypeMessageExpr, TypeMessageBool:
-		p, diags := expr.Compile(a.Expr, c.messageScope(spec.Roots))
+		p, diags := expr.Compile(a.Expr, c.attributeScope(spec))
 		c.diags = append(c.diags, diags...)
 		if diags.HasErrors() || spec.Type == TypeMessageBool && !c.checkCondition(spec, p) {
 			return nil, false
@@ -300,7 +300,7 @@ func (c *compiler) checkCondition(spec Attribute, p *expr.Program) bool {
 func (c *compiler) decodeFields(spec Attribute, a *hcl.Attribute) ([]Field, bool) {
 	var fields []Field
 	ok := c.eachField(spec, a, "an object of expressions, such as { total = msg.amount * 2 }", func(name string, value hcl.Expression) bool {
-		p, diags := expr.Compile(value, c.messageScope(spec.Roots))
+		p, diags := expr.Compile(value, c.attributeScope(spec))
 		c.diags = append(c.diags, diags...)
 		if diags.HasErrors() {
 			return false
@@ -364,7 +364,7 @@ func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggrega
 		}
 		agg := Aggregate{Name: name, Func: call.Name}
 		if arity > 0 {
-			p, diags := expr.Compile(call.Args[0], c.messageScope(spec.Roots))
+			p, diags := expr.Compile(call.Args[0], c.attributeScope(spec))
 			c.diags = append(c.diags, diags...)
 			if diags.HasErrors() {
 				return false

@@ -28,9 +28,9 @@ func init() {
 				"watermark (the latest event time it has seen) passes its end plus grace; an event for a closed window " +
 				"is late. Groups are found among the messages of one partition: key the input topic by the group.",
 			Attributes: []flow.Attribute{
-				{Name: "group_by", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, DefaultDoc: "the message's key", Doc: "The group a message counts in, such as msg.customer_id."},
+				{Name: "group_by", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the message's key", Doc: "The group a message counts in, such as msg.customer_id."},
 				{
-					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, DefaultDoc: "the time the message's entry was written",
+					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
 					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
 				},
 				{Name: "grace", Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How late an event may be, past its window's end, in event time."},
@@ -48,7 +48,7 @@ func init() {
 					Doc: "on_close emits a window's result once, when it closes; on_update emits its current value after each batch that changed it, and again when it closes.",
 				},
 				{
-					Name: "aggregate", Type: flow.TypeAggregates, Required: true, Roots: []string{"msg"},
+					Name: "aggregate", Type: flow.TypeAggregates, Required: true, Roots: []string{"msg"}, Deterministic: true,
 					Doc: "The fields of the result: count(), sum(x), min(x), max(x), avg(x), count_distinct(x), top_k(x, k) " +
 						"(the k most frequent values, most frequent first), first(x) and last(x) (by event time).",
 				},

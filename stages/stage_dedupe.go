@@ -24,10 +24,10 @@ func init() {
 				"the partition's watermark (the latest event time it has seen) is within past its first message. " +
 				"Duplicates are found among the messages of one partition: key the input topic by the same value.",
 			Attributes: []flow.Attribute{
-				{Name: "key", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Doc: "What makes two messages the same, such as msg.order_id."},
+				{Name: "key", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true, Doc: "What makes two messages the same, such as msg.order_id."},
 				{Name: "within", Type: flow.TypeDuration, Required: true, Doc: "How long a key is remembered, in event time."},
 				{
-					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, DefaultDoc: "the time the message's entry was written",
+					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
 					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
 				},
 				{

@@ -25,6 +25,9 @@ type Scope struct {
 	// Functions is the full function table (config-time and per-message),
 	// e.g. Functions() plus the caller's env()/file().
 	Functions map[string]function.Function
+	// Deterministic refuses the functions whose value changes from call to call (timestamp, uuid):
+	// a stateful stage's expressions must give the same value on every attempt at a message.
+	Deterministic bool
 	// Source optionally holds the bytes of the file the expression was
 	// parsed from. When set, Program.String and EvalError.Expr quote the
 	// exact source text instead of a reconstruction.

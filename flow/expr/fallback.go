@@ -3,6 +3,7 @@ package expr
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
@@ -12,6 +13,9 @@ import (
 	"github.com/zclconf/go-cty/cty/function"
 )
 
+// NonDeterministic are the functions whose value changes from call to call.
+var NonDeterministic = []string{"timestamp", "uuid"}
+
 // call compiles a function call. Constant calls never get here (they are
 // folded); this is a call with per-message arguments or an impure function.
 // try and can are special forms; functions with a native implementation
@@ -19,6 +23,12 @@ import (
 // for that call only, with a warning.
 func (c *compiler) call(e *hclsyntax.FunctionCallExpr) *node {
 	n := c.newNode(e)
+	if c.scope.Deterministic && slices.Contains(NonDeterministic, e.Name) {
+		c.diags = append(c.diags, errorDiag(e.NameRange, "Function not allowed here",
+			fmt.Sprintf("%s() gives another value on every call, and a stateful stage must compute the same on every attempt "+
+				"at a message (a retry, a takeover after a crash): use a field of the message, or its event time.", e.Name)))
+		return n
+	}
 	f, ok := c.scope.Functions[e.Name]
 	if !ok {
 		names := make([]string, 0, len(c.scope.Functions))
