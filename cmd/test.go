@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
-	"github.com/flowrun/flowrun/flowtest"
+	"github.com/flowrun/flowrun/runtime/flowtest"
 	"github.com/flowrun/flowrun/stages"
 )
 

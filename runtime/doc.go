@@ -22,6 +22,7 @@
 //
 // What an operator does from outside a running pipeline (dead letters, inspect, tail, connecting
 // to Redis) is package runtime/admin; publishing into a pipeline's topics is publish.go here.
+// Running a pipeline's test files on a virtual clock (flowrun test) is package runtime/flowtest.
 //
 // It does not parse pipelines (package flow does), implement kinds (package stages does), issue
 // Redis commands itself (package transport/redis does), serve HTTP or the live page (package

@@ -226,10 +226,10 @@ var mutations = []mutation{
 	// State of stateful stages (the fence of its commit is unfenced-ack's).
 	{
 		name: "state-of-failed-attempt", why: "a failed attempt's state writes are kept, so a retried message counts twice",
-		file: "runtime/keyed_state.go", find: `	if err := attempt(context.WithValue(ctx, attemptStateKey{}, a)); err != nil {
+		file: "runtime/keyed_state.go", find: `	if err := attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record)); err != nil {
 		return err
 	}`,
-		replace: `	if err := attempt(context.WithValue(ctx, attemptStateKey{}, a)); err != nil {
+		replace: `	if err := attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record)); err != nil {
 		a.join()
 		return err
 	}`,
@@ -249,18 +249,18 @@ var mutations = []mutation{
 	// flowrun test: a test tool that passes what it should fail hides every failure it tests for.
 	{
 		name: "test-drains-at-once", why: "a run without advance ends before the pipeline has done its work",
-		file: "flowtest/drive.go", find: `				if waiting == "" {`, replace: `				if true || waiting == "" {`,
-		packages: []string{"./flowtest"},
+		file: "runtime/flowtest/drive.go", find: `				if waiting == "" {`, replace: `				if true || waiting == "" {`,
+		packages: []string{"./runtime/flowtest"},
 	},
 	{
 		name: "test-expect-ignored", why: "an expect block that does not hold passes",
-		file: "flowtest/run.go", find: `		if f := CompareMessages(e, arrived); f != nil {`,
+		file: "runtime/flowtest/run.go", find: `		if f := CompareMessages(e, arrived); f != nil {`,
 		replace:  `		if f := CompareMessages(e, arrived); f != nil && false {`,
-		packages: []string{"./flowtest", "./cmd"},
+		packages: []string{"./runtime/flowtest", "./cmd"},
 	},
 	{
 		name: "test-clock-jumps", why: "the clock jumps to the end of a step instead of to the next due timer, so retries skip their order",
-		file: "flowtest/drive.go", find: `		if !ok || next.After(end) {`, replace: `		if true {`,
-		packages: []string{"./flowtest"},
+		file: "runtime/flowtest/drive.go", find: `		if !ok || next.After(end) {`, replace: `		if true {`,
+		packages: []string{"./runtime/flowtest"},
 	},
 }

@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
-	"github.com/flowrun/flowrun/flowtest"
+	"github.com/flowrun/flowrun/runtime/flowtest"
 	"github.com/flowrun/flowrun/stages"
 )
 
-const examplesDir = "../examples/pipelines"
+const examplesDir = "../../examples/pipelines"
 
 // TestEveryExampleShipsPassingTests runs the test files of every example pipeline, as
 // `flowrun test examples/pipelines/*` does.

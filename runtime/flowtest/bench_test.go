@@ -10,7 +10,7 @@ import (
 // under a policy of five attempts with exponential backoff up to 30s: about a minute of virtual
 // time per run. It reports the virtual seconds that pass per run; ns/op is the wall time.
 //
-//	go test ./flowtest -run '^$' -bench FiveAttempts
+//	go test ./runtime/flowtest -run '^$' -bench FiveAttempts
 func BenchmarkFiveAttemptsOfExponentialBackoff(b *testing.B) {
 	plan := compile(b, retryPipeline)
 	var virtual time.Duration

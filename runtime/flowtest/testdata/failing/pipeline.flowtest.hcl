@@ -1,4 +1,4 @@
-# DELIBERATELY FAILING: `flowrun test flowtest/testdata/failing` must exit 1, and report:
+# DELIBERATELY FAILING: `flowrun test runtime/flowtest/testdata/failing` must exit 1, and report:
 #
 #   - run "passes": PASS (so that a failing file's passing runs are still reported);
 #   - run "fails": FAIL, with three failures, each at its line here:
