@@ -9,6 +9,18 @@ import (
 )
 
 // ReferenceMarkdown returns the language reference, generated from Language and the function table;
+// writeBlocks writes a language's blocks: a list of links, then each block's section.
+func writeBlocks(b *strings.Builder, specs []*BlockSpec) {
+	b.WriteString("## Blocks\n\n")
+	for _, spec := range specs {
+		fmt.Fprintf(b, "- [`%s`](#%s)\n", spec.Type, spec.Type)
+	}
+	b.WriteString("\n")
+	for _, spec := range specs {
+		writeBlockDoc(b, spec)
+	}
+}
+
 // docs/reference.md holds it, and a test fails when that file is stale.
 func ReferenceMarkdown() []byte {
 	var b strings.Builder
@@ -22,14 +34,7 @@ func ReferenceMarkdown() []byte {
 	b.WriteString("Durations are strings of numbers with units: `\"250ms\"`, `\"30s\"`, `\"5m\"`, `\"1h30m\"`, `\"7d\"` ")
 	b.WriteString("(units ns, us, ms, s, m, h, d).\n\n")
 
-	b.WriteString("## Blocks\n\n")
-	for _, spec := range Language {
-		fmt.Fprintf(&b, "- [`%s`](#%s)\n", spec.Type, spec.Type)
-	}
-	b.WriteString("\n")
-	for _, spec := range Language {
-		writeBlockDoc(&b, spec)
-	}
+	writeBlocks(&b, Language)
 	writeFunctionDocs(&b)
 	return []byte(b.String())
 }
@@ -193,13 +198,6 @@ func TestReferenceMarkdown() []byte {
 	b.WriteString("(a stage's implicit output, where a topic is expected), `sink.out`. An assert's condition may use ")
 	b.WriteString("`output`, `dead_letters`, `metrics` and the pipeline language's [functions](reference.md#functions); ")
 	b.WriteString("`output.NAME` is the sink named NAME if there is one, else the topic (`output[\"score.out\"]` for an implicit output).\n\n")
-	b.WriteString("## Blocks\n\n")
-	for _, spec := range TestLanguage {
-		fmt.Fprintf(&b, "- [`%s`](#%s)\n", spec.Type, spec.Type)
-	}
-	b.WriteString("\n")
-	for _, spec := range TestLanguage {
-		writeBlockDoc(&b, spec)
-	}
+	writeBlocks(&b, TestLanguage)
 	return []byte(b.String())
 }
