@@ -89,6 +89,11 @@ func (a *Attrs) SetDefault(name string, v any) {
 // Has reports whether the attribute has a value, given or defaulted.
 func (a Attrs) Has(name string) bool { a.want(name); _, ok := a.values[name]; return ok }
 
+// Declares reports whether the attributes were decoded by a declaration of name, so that code
+// reading the attributes of several kinds (a repartition stage reads its stateful stage's) asks
+// before it reads.
+func (a Attrs) Declares(name string) bool { _, ok := a.declared[name]; return ok }
+
 // String returns a string attribute.
 func (a Attrs) String(name string) string { return get[string](a, name, TypeString) }
 

@@ -80,6 +80,7 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 		c.plan.Sinks = append(c.plan.Sinks, c.compileSink(b))
 	}
 	c.finishStageOutputs(blocks)
+	c.insertRepartitions()
 	c.collectTopics()
 	c.checkGraph(blocks)
 

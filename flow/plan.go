@@ -46,7 +46,10 @@ type Topic struct {
 	Implicit bool
 	// Stage is the stage whose implicit output this is; empty for declared topics.
 	Stage string
-	Range hcl.Range
+	// Repartition is the stage the compiler inserted to write this repartition topic (see
+	// RepartitionKind); nil for other topics.
+	Repartition *Stage
+	Range       hcl.Range
 }
 
 // Retention bounds a topic's streams. Zero values mean unbounded.
@@ -155,6 +158,9 @@ type Stage struct {
 	Delivery     Delivery
 	Config       Attrs // the kind's own attributes
 	Range        hcl.Range
+	// Repartitions, for a stage of RepartitionKind, is the stateful stage it repartitions for; its
+	// Config is that stage's.
+	Repartitions *Stage
 }
 
 // Outputs lists every topic the stage may write to, in a stable order, dead letters excluded.

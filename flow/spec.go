@@ -117,6 +117,10 @@ type Kind struct {
 	// Check, when set, runs once the kind's attributes are decoded: it reports mistakes that span
 	// attributes and settles defaults that depend on the plan.
 	Check func(c *KindCheck)
+	// StateKey, for a stateful kind, names the attribute (a message expression) its state is keyed
+	// by, such as an aggregate's group_by; without a value, the state is keyed by the message's key.
+	// A stage whose input is keyed otherwise reads a repartition topic (see RepartitionKind).
+	StateKey string
 	// Detail, when set, says in a few words what a node of this kind does, for graphs ("go stage:
 	// acme.score"); without it the graph shows the kind's name.
 	Detail func(config Attrs) string

@@ -59,11 +59,14 @@ type batchState struct {
 	moved           bool
 	// late and duplicates are the batch's recorded outcomes, counted once it commits.
 	late, duplicates int64
+	// followsWriters: the watermark is the writers' of a repartition topic, which the stage's own
+	// observations do not move (watermark_writers.go).
+	followsWriters bool
 }
 
 func (r *runner) newBatchState(u *unit) *batchState {
 	return &batchState{rdb: r.rdb, hash: r.keys.State(u.node.input.Name, u.partition, u.node.name),
-		timers: r.keys.Timers(u.node.input.Name, u.partition, u.node.name)}
+		timers: r.keys.Timers(u.node.input.Name, u.partition, u.node.name), followsWriters: u.node.writers != nil}
 }
 
 // writes are the batch's state changes for its commit; nil when it changed nothing.
@@ -275,7 +278,9 @@ func (stateHandle) Observe(ctx context.Context, eventTime time.Time) error {
 	if _, err := a.batch.loadWatermark(ctx); err != nil {
 		return err
 	}
-	a.observed = max(a.observed, eventTime.UnixMilli())
+	if !a.batch.followsWriters {
+		a.observed = max(a.observed, eventTime.UnixMilli())
+	}
 	return nil
 }
 

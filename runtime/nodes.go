@@ -42,7 +42,10 @@ type node struct {
 	// idleTimeout is how long a partition is idle before its watermark moves with the clock
 	// (stages.IdleAdvancer); 0: never.
 	idleTimeout time.Duration
-	retry       flow.RetryPolicy
+	// writers are the writers of a stateful stage's repartition topic, whose watermarks make its
+	// own (watermark_writers.go); nil for other inputs.
+	writers []writer
+	retry   flow.RetryPolicy
 	// transientRetry is the policy for transient failures: retry's, when the node has a retry
 	// block, else flow.DefaultTransientRetry (no limit).
 	transientRetry flow.RetryPolicy
@@ -227,6 +230,9 @@ func (r *runner) addStage(s *flow.Stage) error {
 		if ia, ok := proc.(stages.IdleAdvancer); ok {
 			n.idleTimeout = ia.IdleTimeout()
 		}
+	}
+	if n.writers = r.writersOf(n); n.writers != nil {
+		n.idleTimeout = 0 // its writers' watermarks move while they are idle
 	}
 	r.nodes = append(r.nodes, n)
 	r.addUnits(n)

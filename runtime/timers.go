@@ -25,6 +25,20 @@ const maxTimerRounds = 16
 func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *batchState) ([]redis.Output, error) {
 	n := w.u.node
 	wm, err := state.loadWatermark(ctx)
+	if err == nil && w.raiseTo > wm {
+		// The writers of a repartition topic have all passed raiseTo (watermark_writers.go).
+		state.mu.Lock()
+		wm = w.raiseTo
+		state.watermark, state.moved = wm, true
+		state.mu.Unlock()
+	}
+	if err == nil && w.idleAdvance > 0 && wm == 0 && !w.markedIdle {
+		// Idle before it saw anything: say so, for the readers of a repartition topic it writes.
+		state.mu.Lock()
+		state.set = put(state.set, redis.IdleField, []byte("1"))
+		state.mu.Unlock()
+		w.markedIdle = true
+	}
 	if err == nil && w.idleAdvance > 0 && wm > 0 {
 		// An idle partition's watermark moves with the clock (worker.idle), and stays moved.
 		state.mu.Lock()

@@ -38,6 +38,15 @@ type worker struct {
 	idleMoved time.Duration
 	// idleAdvance is what the batch being processed adds to the watermark (idle).
 	idleAdvance time.Duration
+	// For a stage that reads a repartition topic (watermark_writers.go): the writers' watermark
+	// read before a batch, writersWM, counts once the stream is processed up to writersUntil;
+	// raiseTo is what the batch being processed raises the watermark to, raisedTo the highest
+	// raise committed.
+	writersWM, raiseTo, raisedTo int64
+	writersUntil                 string
+	writersPending               bool
+	// markedIdle: the unit has recorded that it went idle before it had a watermark (IdleField).
+	markedIdle bool
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -121,6 +130,10 @@ func (w *worker) run(ctx context.Context) error {
 		if batch.Len() > 0 {
 			w.idleSince = time.Time{}
 			if ahead, err = w.processReadingAhead(ctx, batch, args); err != nil {
+				return err
+			}
+		} else if n.writers != nil {
+			if err := w.idleWithWriters(ctx); err != nil {
 				return err
 			}
 		} else if err := w.idle(ctx); err != nil {
@@ -340,9 +353,15 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 	defer w.r.activity.add(-1)
 	c := w.prepare(ctx, b, due, badRetries)
 	if c == nil {
+		w.raiseTo = 0
 		return nil
 	}
-	return w.commit(ctx, c)
+	err := w.commit(ctx, c)
+	if err == nil && !w.recover {
+		w.raisedTo = max(w.raisedTo, w.raiseTo)
+	}
+	w.raiseTo = 0
+	return err
 }
 
 // batchCommit is a processed batch, ready to commit.
@@ -410,6 +429,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if n.stateful {
 		state = r.newBatchState(w.u)
 	}
+	if n.writers != nil && b.Len() > 0 {
+		w.followWriters(ctx)
+	}
 	msgs := make([]*message, len(backing))
 	for i := range backing {
 		backing[i].state = state
@@ -447,6 +469,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		} else {
 			acks = append(acks, m.id)
 		}
+	}
+	if n.writers != nil && !abandoned {
+		w.raiseAfter(b)
 	}
 	if n.timers != nil && !abandoned {
 		fired, err := w.fireTimers(ctx, n.timers, state)

@@ -3,16 +3,25 @@ package stages
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
 // EventTime returns a message's event time: the value of the expression, an RFC 3339 string or Unix
-// milliseconds, or, without one, the time its entry was written. A value of neither form is a
-// permanent error: the message cannot be placed in time.
+// milliseconds, or, without one, the time its entry was written (or, for a message a repartition
+// stage copied, the time its original entry was written: EventTimeHeader). A value of neither form
+// is a permanent error: the message cannot be placed in time.
 func EventTime(e *expr.Program, m *Message) (time.Time, error) {
 	if e == nil {
+		if h := m.Headers[EventTimeHeader]; h != "" {
+			ms, err := strconv.ParseInt(h, 10, 64)
+			if err != nil {
+				return time.Time{}, Permanent(fmt.Errorf("the %s header is %q, not Unix milliseconds", EventTimeHeader, h))
+			}
+			return time.UnixMilli(ms), nil
+		}
 		if m.EntryTime.IsZero() {
 			return time.Time{}, Permanent(fmt.Errorf("the message has no event time: it was not read from a stream"))
 		}

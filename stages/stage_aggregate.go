@@ -21,7 +21,8 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name: "aggregate",
+			Name:     "aggregate",
+			StateKey: "group_by",
 			Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
 				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC). Windows " +
 				"are half-open [start, end) and aligned to the Unix epoch. A window closes when the partition's " +

@@ -16,7 +16,8 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name: "dedupe",
+			Name:     "dedupe",
+			StateKey: "key",
 			Doc: "Passes on the first message of each key and drops (or sends to a topic) every later message of " +
 				"the same key whose event time is less than within apart from the first's. A key is forgotten once " +
 				"the partition's watermark (the latest event time it has seen) is within past its first message. " +

@@ -90,17 +90,21 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 
 // TestStatefulStagesUnderTest runs testdata/dedupe: a dedupe stage's duplicates, a key forgotten as
 // the watermark passes it (within one batch or across two: the same answer), a key remembered
-// through a crash.
+// through a crash; and testdata/repartition: an aggregate behind a repartition topic, whose
+// watermark is the slowest of its writers', so that a fast partition does not make a slow one's
+// events late.
 func TestStatefulStagesUnderTest(t *testing.T) {
-	tests, files, diags := flow.CheckTests("testdata/dedupe", flow.Options{})
-	if diags.HasErrors() || len(tests) != 1 {
-		t.Fatalf("want one valid test file: %s", diags.Error())
-	}
-	for _, r := range flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1}) {
-		if !r.Passed() {
-			var out bytes.Buffer
-			flowtest.WriteText(&out, r, files, true)
-			t.Error(out.String())
+	for _, dir := range []string{"testdata/dedupe", "testdata/repartition"} {
+		tests, files, diags := flow.CheckTests(dir, flow.Options{})
+		if diags.HasErrors() || len(tests) != 1 {
+			t.Fatalf("%s: want one valid test file: %s", dir, diags.Error())
+		}
+		for _, r := range flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1}) {
+			if !r.Passed() {
+				var out bytes.Buffer
+				flowtest.WriteText(&out, r, files, true)
+				t.Error(out.String())
+			}
 		}
 	}
 }
