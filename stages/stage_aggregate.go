@@ -27,7 +27,8 @@ func init() {
 				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC). Windows " +
 				"are half-open [start, end) and aligned to the Unix epoch. A window closes when the partition's " +
 				"watermark (the latest event time it has seen) passes its end plus grace; an event for a closed window " +
-				"is late. Groups are found among the messages of one partition: key the input topic by the group.",
+				"is late. A group's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
+				"repartition topic keyed by the group (<stage>.by_key), whose watermark is the least of its writers'.",
 			Attributes: []flow.Attribute{
 				{Name: "group_by", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the message's key", Doc: "The group a message counts in, such as msg.customer_id."},
 				{

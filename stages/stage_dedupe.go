@@ -21,7 +21,8 @@ func init() {
 			Doc: "Passes on the first message of each key and drops (or sends to a topic) every later message of " +
 				"the same key whose event time is less than within apart from the first's. A key is forgotten once " +
 				"the partition's watermark (the latest event time it has seen) is within past its first message. " +
-				"Duplicates are found among the messages of one partition: key the input topic by the same value.",
+				"A key's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
+				"repartition topic keyed by the key (<stage>.by_key), and its outputs are keyed by it.",
 			Attributes: []flow.Attribute{
 				{Name: "key", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true, Doc: "What makes two messages the same, such as msg.order_id."},
 				{Name: "within", Type: flow.TypeDuration, Required: true, Doc: "How long a key is remembered, in event time."},
