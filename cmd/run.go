@@ -105,7 +105,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 			opts.Redis = client.Client()
 			opts.Logger = logger
 			opts.PipelinePath = args[0]
-			opts.TracerProvider, opts.MeterProvider = tel.TracerProvider, tel.MeterProvider
+			opts.TracerProvider, opts.SampleRoot, opts.MeterProvider = tel.TracerProvider, tel.SampleRoot, tel.MeterProvider
 			rt, err := runtime.New(plan, opts)
 			var configErr *runtime.ConfigError
 			if errors.As(err, &configErr) {

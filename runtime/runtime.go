@@ -75,6 +75,11 @@ type Options struct {
 	// TracerProvider makes the spans of the messages' traces; nil traces nothing (trace context that
 	// messages carry is passed on unchanged).
 	TracerProvider trace.TracerProvider
+	// SampleRoot, when set, decides whether a message that enters the pipeline without trace
+	// context starts a sampled trace, before any span is built: false costs what tracing off costs.
+	// It stands in for the TracerProvider's sampling of new traces (a ratio, say), which should
+	// then sample every root it is asked for. nil leaves the decision to the TracerProvider.
+	SampleRoot func() bool
 	// MeterProvider records the metrics; nil records none.
 	MeterProvider metric.MeterProvider
 	// Logger receives the runtime's log. Default slog.Default().
@@ -260,7 +265,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
-	r.tracing = newTracing(opts.TracerProvider, plan.Redact)
+	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
 	r.outage.log, r.outage.clock = r.log, r.clock
 	r.streams = map[string][]string{}

@@ -31,16 +31,24 @@ import (
 // tracing starts the spans of a run.
 type tracing struct {
 	tracer trace.Tracer // nil: tracing is off
-	prop   propagation.TraceContext
-	redact func(string) string // hides secrets in recorded errors
+	// sampleRoot decides about new traces before a span is built (Options.SampleRoot); nil: the
+	// tracer's sampler does.
+	sampleRoot func() bool
+	prop       propagation.TraceContext
+	redact     func(string) string // hides secrets in recorded errors
 }
 
-func newTracing(tp trace.TracerProvider, redact func(string) string) tracing {
+func newTracing(tp trace.TracerProvider, sampleRoot func() bool, redact func(string) string) tracing {
 	if tp == nil {
 		return tracing{}
 	}
-	return tracing{tracer: tp.Tracer("github.com/flowrun/flowrun/runtime"), redact: redact}
+	return tracing{tracer: tp.Tracer("github.com/flowrun/flowrun/runtime"), sampleRoot: sampleRoot, redact: redact}
 }
+
+// dropsRoot reports whether a trace that would start here is not sampled, decided before any span
+// is built (sampleRoot): the SDK's Start with a dropping sampler costs more than the rest of an
+// unsampled message's hop.
+func (t tracing) dropsRoot() bool { return t.sampleRoot != nil && !t.sampleRoot() }
 
 // messagingSystem names Redis streams in the messaging.system attribute.
 const messagingSystem = "redis"
@@ -57,6 +65,9 @@ func (t tracing) startProcess(ctx context.Context, n *node, m *message) (context
 	}
 	if m.trace.parent != "" && !sampled(m.trace.parent) {
 		return ctx, nil
+	}
+	if m.trace.parent == "" && t.dropsRoot() {
+		return ctx, nil // a new trace, not sampled: no trace context goes on either
 	}
 	if m.trace.parent != "" {
 		ctx = t.prop.Extract(ctx, carrier{&m.trace})
@@ -126,7 +137,7 @@ func (t tracing) endProcess(span trace.Span, res result, err error) {
 // startSend starts the producer span of a source writing a new message to a topic, and returns the
 // trace context the message's entry carries: none without tracing or when the trace is not sampled.
 func (t tracing) startSend(ctx context.Context, n *node, topic string) (trace.Span, traceContext) {
-	if t.tracer == nil {
+	if t.tracer == nil || t.dropsRoot() {
 		return nil, traceContext{}
 	}
 	ctx, span := t.tracer.Start(ctx, "send "+topic,

@@ -119,17 +119,38 @@ func (s *everyOtherRoot) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sa
 
 func (s *everyOtherRoot) Description() string { return "every other root" }
 
-// TestUnsampledTracesLeaveNoTraceContext samples every other message at its source: a sampled
-// message has its five spans and carries its trace context in every entry; an unsampled one has no
-// span anywhere and its entries carry no trace context at all (the cost of tracing off).
+// TestUnsampledTracesLeaveNoTraceContext samples every other message at its source, by the
+// TracerProvider's sampler or before any span by Options.SampleRoot: a sampled message has its five
+// spans and carries its trace context in every entry; an unsampled one has no span anywhere and its
+// entries carry no trace context at all (the cost of tracing off).
 func TestUnsampledTracesLeaveNoTraceContext(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(&everyOtherRoot{})), sdktrace.WithSpanProcessor(rec))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	c := server.open(t)
-	plan := buildSource(t, tracedPipeline)
-	runJob(t, c, plan, runtime.Options{TracerProvider: tp})
+	var asked atomic.Int64
+	everyOther := func() bool { return asked.Add(1)%2 == 1 }
+	for _, tc := range []struct {
+		name       string
+		sampler    sdktrace.Sampler
+		sampleRoot func() bool
+	}{
+		{"by the sampler", sdktrace.ParentBased(&everyOtherRoot{}), nil},
+		{"before the span", sdktrace.ParentBased(sdktrace.AlwaysSample()), everyOther},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithSpanProcessor(rec))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			c := server.open(t)
+			plan := buildSource(t, tracedPipeline)
+			runJob(t, c, plan, runtime.Options{TracerProvider: tp, SampleRoot: tc.sampleRoot})
+			checkEveryOtherTraced(t, c, plan.KeyPrefix, rec)
+		})
+	}
+	if asked.Load() != 4 {
+		t.Errorf("SampleRoot was asked %d times, want once per message entering (4)", asked.Load())
+	}
+}
 
+func checkEveryOtherTraced(t *testing.T, c *redis.Client, prefix string, rec *tracetest.SpanRecorder) {
+	t.Helper()
 	spans := map[string]int{} // trace ID -> spans
 	for _, s := range rec.Ended() {
 		spans[s.SpanContext().TraceID().String()]++
@@ -142,7 +163,7 @@ func TestUnsampledTracesLeaveNoTraceContext(t *testing.T) {
 			t.Errorf("trace %s has %d spans, want 5", id, n)
 		}
 	}
-	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	keys := redis.Keys{Prefix: prefix}
 	for _, topic := range []string{"in", "a.out", "b.out", "out"} {
 		traced, untraced := 0, 0
 		for p := 0; p < 2; p++ {

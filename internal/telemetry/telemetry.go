@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +56,10 @@ type Telemetry struct {
 	MeterProvider  metric.MeterProvider
 	// MetricsHandler serves the metrics in the Prometheus text format.
 	MetricsHandler http.Handler
+	// SampleRoot decides about new traces for the runtime (runtime.Options.SampleRoot) when the
+	// sampler is a ratio of new traces: the runtime then asks before it builds a span, and the
+	// TracerProvider samples every root it starts. nil when the TracerProvider decides.
+	SampleRoot func() bool
 
 	shutdown []func(context.Context) error
 }
@@ -76,7 +82,12 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, err
 	}
 	if exporter != nil {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+		opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)}
+		if ratio, ok := rootRatio(os.Getenv); ok {
+			t.SampleRoot = func() bool { return rand.Float64() < ratio }
+			opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+		}
+		tp := sdktrace.NewTracerProvider(opts...)
 		t.TracerProvider = tp
 		t.shutdown = append(t.shutdown, tp.Shutdown)
 	}
@@ -101,6 +112,21 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		errs = append(errs, f(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// rootRatio returns the ratio of new traces to sample when OTEL_TRACES_SAMPLER is
+// parentbased_traceidratio with a valid OTEL_TRACES_SAMPLER_ARG (a number in [0, 1]): with it a
+// trace is sampled where it starts and followed wherever its parent is. Other samplers, and an
+// argument the SDK would not take, stay with the SDK.
+func rootRatio(getenv func(string) string) (float64, bool) {
+	if strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")) != "parentbased_traceidratio" {
+		return 0, false
+	}
+	ratio, err := strconv.ParseFloat(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG")), 64)
+	if err != nil || ratio < 0 || ratio > 1 {
+		return 0, false
+	}
+	return ratio, true
 }
 
 func serviceName() string {
