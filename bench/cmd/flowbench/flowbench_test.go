@@ -19,15 +19,20 @@ func TestPayload(t *testing.T) {
 		t.Fatalf("template is %d bytes, want %d", len(payloadTemplate), payloadSize)
 	}
 	var v struct {
-		TS  int64  `json:"ts"`
-		Seq string `json:"seq"`
-		Pad string `json:"pad"`
+		TS     int64  `json:"ts"`
+		Seq    string `json:"seq"`
+		Key    string `json:"key"`
+		ID     string `json:"id"`
+		Amount int64  `json:"amount"`
+		At     int64  `json:"at"`
+		Pad    string `json:"pad"`
 	}
 	if err := json.Unmarshal(buf, &v); err != nil {
 		t.Fatalf("payload %s is not JSON: %v", buf, err)
 	}
-	if v.TS != ts || v.Seq != "f987654321" {
-		t.Errorf("decoded %+v, want ts %d seq f987654321", v, ts)
+	if v.TS != ts || v.Seq != "f987654321" || v.At != ts/1e6 || v.ID != "f987654321" || v.Amount < 1000 || v.Amount > 9999 ||
+		len(v.Key) != 1+keyDigits {
+		t.Errorf("decoded %+v, want ts %d seq f987654321 id f987654321 at %d, an amount of four digits and a key", v, ts, ts/1e6)
 	}
 	gotTS, phase, ok := readPayload(string(buf))
 	if !ok || gotTS != ts || phase != phaseFlat {
@@ -35,6 +40,28 @@ func TestPayload(t *testing.T) {
 	}
 	if _, _, ok := readPayload(`{"other":1}`); ok {
 		t.Error("readPayload accepted a foreign payload")
+	}
+}
+
+// TestStatefulShares checks what the stateful scenarios rely on: one message in dupEvery repeats
+// an id, and the groups are many and used about evenly.
+func TestStatefulShares(t *testing.T) {
+	const n = 200_000
+	ids, groups := map[int]bool{}, map[uint64]int{}
+	for seq := range n {
+		ids[idOf(seq)] = true
+		groups[groupOf(seq)]++
+	}
+	if len(ids) != distinct(n) || distinct(n) != n*9/10 {
+		t.Errorf("%d distinct ids in %d messages, distinct says %d; want %d", len(ids), n, distinct(n), n*9/10)
+	}
+	if len(groups) != aggKeys {
+		t.Errorf("%d groups, want %d", len(groups), aggKeys)
+	}
+	for g, c := range groups {
+		if c < n/aggKeys/2 || c > n/aggKeys*2 {
+			t.Errorf("group %d has %d messages, want about %d", g, c, n/aggKeys)
+		}
 	}
 }
 
@@ -49,9 +76,11 @@ func TestPipelinesCompile(t *testing.T) {
 			src, _ := os.ReadFile(path)
 			t.Fatalf("%s does not compile: %s\n%s", name, diags.Error(), src)
 		}
-		want := 1
-		if name != "fw1" {
-			want = 3
+		want := 0
+		for _, p := range benchPipelines {
+			if p.name == name {
+				want = p.k
+			}
 		}
 		if len(plan.Stages) != want {
 			t.Errorf("%s has %d stages, want %d", filepath.Base(path), len(plan.Stages), want)

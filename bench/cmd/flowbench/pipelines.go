@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// The flowrun side of the flows: identity pipelines of k map stages (a map without set or drop
-// passes messages on unchanged and never decodes them), each with a retry policy and a dead-letter
-// topic that the benchmark never triggers, every topic with one partition like the raw streams.
+// The flowrun side of the flows: pipelines of k stages in a chain, each with a retry policy and a
+// dead-letter topic that the benchmark never triggers, every topic with one partition like the raw
+// streams. FW-k's stages are identity maps (a map without set or drop passes messages on unchanged
+// and never decodes them); the stateful scenarios have one stage of their kind instead.
 
 const fwPrefix = "fb"
 
@@ -25,23 +26,68 @@ func fwTopics(k int) []string {
 	return append(topics, "out")
 }
 
-// pipelineHCL returns the pipeline of k identity stages; eo makes every stage effectively-once.
-func pipelineHCL(k int, eo bool) string {
+// benchPipeline is a pipeline of the scenarios: k stages of one kind.
+type benchPipeline struct {
+	name  string
+	k     int
+	eo    bool   // every stage effectively-once
+	inKey string // the key expression of the input topic, "" for none
+	kind  string // of every stage
+	attrs string // the kind's own attributes, as HCL lines
+}
+
+// aggregateAttrs count and sum per key (the input topic's) in tumbling windows of a second of
+// event time; grace covers the disorder of the harness's four publishers, so that no event is late.
+const aggregateAttrs = `  group_by    = msg.key
+  event_time  = msg.at
+  window {
+    type = "tumbling"
+    size = "1s"
+  }
+  grace = "1s"
+  aggregate = {
+    messages = count()
+    amount   = sum(msg.amount)
+  }
+`
+
+// dedupeAttrs pass on the first message of each id and drop the repeats (one in dupEvery).
+const dedupeAttrs = `  key         = msg.id
+  within      = "1h"
+  event_time  = msg.at
+`
+
+var benchPipelines = []benchPipeline{
+	{name: "fw1", k: 1, kind: "map"}, // identity: a map without set or drop
+	{name: "fw3", k: 3, kind: "map"},
+	{name: "fw3-eo", k: 3, eo: true, kind: "map"},
+	{name: "fw1-aggregate", k: 1, inKey: "msg.key", kind: "aggregate", attrs: aggregateAttrs},
+	{name: "fw1-dedupe", k: 1, inKey: "msg.id", kind: "dedupe", attrs: dedupeAttrs},
+}
+
+// hcl returns the pipeline's source.
+func (p benchPipeline) hcl() string {
 	var b strings.Builder
-	b.WriteString("# Written by flowbench: an identity pipeline for benchmarks.\n")
+	b.WriteString("# Written by flowbench: a pipeline for benchmarks.\n")
 	fmt.Fprintf(&b, "pipeline \"bench\" {\n  key_prefix = %q\n", fwPrefix)
-	if eo {
+	if p.eo {
 		b.WriteString("  delivery   = \"effectively_once\"\n")
 	}
 	b.WriteString("}\n\n")
 	b.WriteString("retry \"bench\" {\n  max_attempts = 3\n  backoff      = \"exponential\"\n  initial      = \"100ms\"\n  max          = \"1s\"\n}\n\n")
-	topics := fwTopics(k)
+	topics := fwTopics(p.k)
 	for _, t := range append(topics, "failed") {
-		fmt.Fprintf(&b, "topic %q {\n  partitions = 1\n}\n\n", t)
+		fmt.Fprintf(&b, "topic %q {\n  partitions = 1\n", t)
+		if t == "in" && p.inKey != "" {
+			// A stateful stage keeps each key's state in one partition: its input is keyed by
+			// what it groups or compares by (the harness writes the entries itself, payload only).
+			fmt.Fprintf(&b, "  key        = %s\n", p.inKey)
+		}
+		b.WriteString("}\n\n")
 	}
-	for i := 1; i <= k; i++ {
-		fmt.Fprintf(&b, "stage \"s%d\" {\n  kind        = \"map\"\n  input       = topic.%s\n  output      = topic.%s\n"+
-			"  retry       = retry.bench\n  dead_letter = topic.failed\n}\n\n", i, topics[i-1], topics[i])
+	for i := 1; i <= p.k; i++ {
+		fmt.Fprintf(&b, "stage \"s%d\" {\n  kind        = %q\n  input       = topic.%s\n  output      = topic.%s\n"+
+			"  retry       = retry.bench\n  dead_letter = topic.failed\n%s}\n\n", i, p.kind, topics[i-1], topics[i], p.attrs)
 	}
 	return b.String()
 }
@@ -49,13 +95,9 @@ func pipelineHCL(k int, eo bool) string {
 // writePipelines writes the pipelines the scenarios use into dir.
 func writePipelines(dir string) (map[string]string, error) {
 	files := map[string]string{}
-	for _, p := range []struct {
-		name string
-		k    int
-		eo   bool
-	}{{"fw1", 1, false}, {"fw3", 3, false}, {"fw3-eo", 3, true}} {
+	for _, p := range benchPipelines {
 		path := filepath.Join(dir, p.name+".hcl")
-		if err := os.WriteFile(path, []byte(pipelineHCL(p.k, p.eo)), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(p.hcl()), 0o644); err != nil {
 			return nil, err
 		}
 		files[p.name] = path
