@@ -167,3 +167,59 @@ func (c *consumer) receive(ctx context.Context, want int, phase byte, deadline t
 	}
 	return got, last, nil
 }
+
+// ackPoll is how often the harness asks how many entries a stage has acknowledged: short against
+// the second or more that a flat-out phase takes.
+const ackPoll = 2 * time.Millisecond
+
+// ackCounter counts the entries of a stream that a consumer group has acknowledged: those it was
+// delivered (its entries-read) less those still pending. It is how a flow whose outputs are not one
+// per input (an aggregate's) is measured.
+type ackCounter struct {
+	rdb           *goredis.Client
+	stream, group string
+}
+
+// acked returns the count; known is false while the stream or the group does not exist yet, or
+// Redis has no count of the entries the group read (go-redis reports that as a lag of -1).
+func (a *ackCounter) acked(ctx context.Context) (n int, known bool, err error) {
+	groups, err := a.rdb.XInfoGroups(ctx, a.stream).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("reading the groups of %s: %w", a.stream, err)
+	}
+	for _, g := range groups {
+		if g.Name == a.group && g.Lag >= 0 {
+			return int(g.EntriesRead - g.Pending), true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// wait polls until want entries have been acknowledged or the deadline passes. It returns how many
+// were, and when it first saw that many.
+func (a *ackCounter) wait(ctx context.Context, want int, deadline time.Time) (int, time.Time, error) {
+	got, known := 0, false
+	var last time.Time
+	for got < want {
+		n, ok, err := a.acked(ctx)
+		at := time.Now()
+		if err != nil {
+			return got, last, err
+		}
+		known = known || ok
+		if n > got {
+			got, last = n, at
+		}
+		if at.After(deadline) {
+			if !known {
+				return 0, last, fmt.Errorf("group %s of %s: no count of the entries it acknowledged", a.group, a.stream)
+			}
+			return got, last, nil
+		}
+		time.Sleep(ackPoll)
+	}
+	return got, last, nil
+}

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -236,8 +237,12 @@ func probe(bin string) (caps, error) {
 	return c, nil
 }
 
-// runProfiles runs RAW-1, FW-1, RAW-3 and FW-3 once with profiling on (flowrun through the
-// profiling wrapper), which writes a CPU profile of the flat-out phase and allocation profiles.
+// profiledByDefault are the scenarios that -profile runs without -only.
+var profiledByDefault = []string{"RAW-1", "FW-1", "RAW-3", "FW-3"}
+
+// runProfiles runs RAW-1, FW-1, RAW-3 and FW-3 (or those -only picks) once with profiling on
+// (flowrun through the profiling wrapper), which writes a CPU profile of the flat-out phase and
+// allocation profiles.
 func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error {
 	if err := os.MkdirAll(h.profileDir, 0o755); err != nil {
 		return err
@@ -246,9 +251,11 @@ func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error 
 	for _, sc := range scenarios {
 		// By default the four flows of the budgets; -only picks any of the raw and flowrun flows and
 		// publishers.
-		if sc.kind == kindPublish && filter == nil || sc.impl == implWatermill ||
-			filter == nil && (sc.trace != "" || sc.pipeline == "fw3-eo") ||
-			filter != nil && !filter.MatchString(sc.name) {
+		picked := slices.Contains(profiledByDefault, sc.name)
+		if filter != nil {
+			picked = filter.MatchString(sc.name)
+		}
+		if !picked || sc.impl == implWatermill {
 			continue
 		}
 		if err := os.MkdirAll(h.profilePath(sc), 0o755); err != nil {

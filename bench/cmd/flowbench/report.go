@@ -84,7 +84,7 @@ func progressLine(sc scenario, r result) string {
 		return s + "FAILED: " + r.failed
 	}
 	s += fmt.Sprintf("%9.0f msg/s", r.rate)
-	if sc.kind == kindHops {
+	if sc.hasLatency() {
 		s += fmt.Sprintf("  p50 %s p99 %s", ms(r.p50), ms(r.p99))
 	}
 	if r.cpu > 0 {
@@ -200,7 +200,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 			ratio = fmt.Sprintf("%.2f", s.ratio)
 		}
 		lat50, lat99 := "", ""
-		if sc.kind == kindHops {
+		if sc.hasLatency() {
 			lat50, lat99 = fmt.Sprintf("%.2f", float64(s.p50)/1e6), fmt.Sprintf("%.2f", float64(s.p99)/1e6)
 		}
 		cpu, rcpu := "", ""
@@ -224,7 +224,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 		b.WriteString("\nBudgets: not judged in quick mode.\n")
 		return b.String()
 	}
-	b.WriteString("\nBudgets (DESIGN.md section 9)\n\n")
+	b.WriteString("\nBudgets (DESIGN.md section 9; those marked aim are issue 14's)\n\n")
 	b.WriteString("| budget | measured | verdict |\n| --- | --- | --- |\n")
 	for _, row := range budgets(sums) {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", row[0], row[1], row[2])
@@ -259,6 +259,9 @@ func budgets(sums map[string]summary) [][3]string {
 	ratio("FW-1", "RAW-1", 0.85)
 	ratio("FW-3", "RAW-3", 0.80)
 	ratio("FW-3 trace 1%", "FW-3 (tracing off)", 0.95)
+	// Not DESIGN.md's: the aim of issue 14 for the stateful kinds.
+	ratio("FW-1 aggregate", "FW-1 (aim)", 0.70)
+	ratio("FW-1 dedupe", "FW-1 (aim)", 0.70)
 
 	for _, k := range []struct {
 		fw, raw string

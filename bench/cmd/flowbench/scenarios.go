@@ -49,7 +49,28 @@ type scenario struct {
 	consumers int
 	// async publishes with Publisher.Publish, one message at a time, instead of PublishBatch.
 	async bool
+	// counting is how the messages of a flow are counted as through.
+	counting counting
 }
+
+// counting says when a flow's messages are through. Every rate is of input messages: a stage that
+// passes on fewer messages than it reads does not look faster or slower for it.
+type counting int
+
+const (
+	// countArrivals: every message arrives at the final consumer.
+	countArrivals counting = iota
+	// countDistinct: the first message of each id arrives at the final consumer (a dedupe stage
+	// drops the rest); a phase is through when its distinct messages have arrived.
+	countDistinct
+	// countAcks: the stage's acknowledgements of its input entries, read from its consumer group;
+	// its outputs (an aggregate's: one per key and window) are not read, and it has no end-to-end
+	// latency per message.
+	countAcks
+)
+
+// hasLatency says whether the scenario's end-to-end latency is measured.
+func (sc scenario) hasLatency() bool { return sc.kind == kindHops && sc.counting != countAcks }
 
 // wmConsumers is the default number of subscribers per hop of the tuned Watermill set-up (flag
 // -wm-consumers): with 4 and 8 the best of 2, 4, 8, 16 and 32 on the 2-core machine of
@@ -63,6 +84,8 @@ var scenarios = []scenario{
 	{name: "publish async", kind: kindPublish, impl: implFlowrun, vs: "RAW-PUB", pipeline: "fw1", async: true},
 	{name: "RAW-1", kind: kindHops, impl: implRaw, stages: 1},
 	{name: "FW-1", kind: kindHops, impl: implFlowrun, stages: 1, vs: "RAW-1", pipeline: "fw1"},
+	{name: "FW-1 aggregate", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-aggregate", counting: countAcks},
+	{name: "FW-1 dedupe", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-dedupe", counting: countDistinct},
 	{name: "RAW-3", kind: kindHops, impl: implRaw, stages: 3},
 	{name: "FW-3", kind: kindHops, impl: implFlowrun, stages: 3, vs: "RAW-3", pipeline: "fw3"},
 	{name: "FW-3 trace 1%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "0.01"},
@@ -224,8 +247,10 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	streams, f := streamsOf(sc)
 	in := streams[0]
 	cons := &consumer{rdb: h.rdb, stream: streams[len(streams)-1]}
-	if err := cons.create(ctx); err != nil {
-		return result{failed: err.Error()}
+	if sc.counting != countAcks {
+		if err := cons.create(ctx); err != nil {
+			return result{failed: err.Error()}
+		}
 	}
 	c, httpAddr, err := h.startSystem(sc, streams)
 	if err != nil {
@@ -243,14 +268,34 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 		return result{failed: fmt.Sprintf("%s: %v", phase, err)}
 	}
 
+	// through waits until the n messages of a phase are through the flow (as sc.counting says) or
+	// the deadline passes, calling on (if not nil) with the publish time and arrival time of each
+	// one that arrives. It returns how many of the n input messages are through, and when the last
+	// of them were seen.
+	acks := &ackCounter{rdb: h.rdb, stream: in, group: "s1"} // a stage's consumer group is named after it
+	sent := 0                                                // messages published so far
+	through := func(n int, phase byte, deadline time.Time, on func(ts int64, at time.Time)) (int, time.Time, error) {
+		before := sent // the earlier phases', all through
+		sent += n
+		switch sc.counting {
+		case countAcks:
+			got, last, err := acks.wait(ctx, sent, deadline)
+			return max(got-before, 0), last, err
+		case countDistinct:
+			got, last, err := cons.receive(ctx, distinct(n), phase, deadline, on)
+			return inputsOf(got, n), last, err
+		}
+		return cons.receive(ctx, n, phase, deadline, on)
+	}
+
 	// Warm-up: the process is up, its groups exist, its connections are open.
 	pub := async(func() error { return publish(ctx, h.rdb, in, f, phaseWarm, 0, h.cfg.warm) })
-	got, _, err := cons.receive(ctx, h.cfg.warm, phaseWarm, time.Now().Add(60*time.Second), nil)
+	got, _, err := through(h.cfg.warm, phaseWarm, time.Now().Add(60*time.Second), nil)
 	if err == nil {
 		err = <-pub
 	}
 	if err == nil && got < h.cfg.warm {
-		err = fmt.Errorf("only %d of %d messages arrived within 60s", got, h.cfg.warm)
+		err = fmt.Errorf("only %d of %d messages were through within 60s", got, h.cfg.warm)
 	}
 	if err != nil {
 		return fail("warm-up", err)
@@ -260,14 +305,14 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	latN := int(h.cfg.latRate * h.cfg.latDur.Seconds())
 	lat := make([]time.Duration, 0, latN)
 	pub = async(func() error { return publishPaced(ctx, h.rdb, in, f, phaseLatency, latN, h.cfg.latRate) })
-	got, _, err = cons.receive(ctx, latN, phaseLatency, time.Now().Add(h.cfg.latDur+60*time.Second), func(ts int64, at time.Time) {
+	got, _, err = through(latN, phaseLatency, time.Now().Add(h.cfg.latDur+60*time.Second), func(ts int64, at time.Time) {
 		lat = append(lat, at.Sub(time.Unix(0, ts)))
 	})
 	if err == nil {
 		err = <-pub
 	}
 	if err == nil && got < latN {
-		err = fmt.Errorf("only %d of %d messages arrived", got, latN)
+		err = fmt.Errorf("only %d of %d messages were through", got, latN)
 	}
 	if err != nil {
 		return fail("latency", err)
@@ -304,7 +349,7 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 			return fail("profile", err)
 		}
 	}
-	got, last, err := cons.receive(ctx, n, phaseFlat, t0.Add(h.cfg.flatCap), nil)
+	got, last, err := through(n, phaseFlat, t0.Add(h.cfg.flatCap), nil)
 	end := time.Now()
 	cpu1, cerr := c.cpu()
 	rcpu1, rerr := h.srv.cpu()
@@ -333,6 +378,9 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	if res.rate < h.cfg.latRate {
 		res.note("slower than the paced %.0f msg/s: its latency is mostly queueing", h.cfg.latRate)
 	}
+	if sc.impl == implFlowrun {
+		h.noteOutcomes(ctx, sc, &res)
+	}
 
 	if httpAddr != "" {
 		if err := scrape("http://" + httpAddr + "/metrics"); err != nil {
@@ -340,6 +388,18 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 		}
 	}
 	return res
+}
+
+// noteOutcomes notes what should not happen in a flowrun flow: messages dead-lettered (a late
+// event of an aggregate, say), or an aggregate that closed no window (expected only in quick mode,
+// whose runs are shorter than its windows of 1s and grace of 1s).
+func (h *harness) noteOutcomes(ctx context.Context, sc scenario, res *result) {
+	if n, err := h.rdb.XLen(ctx, fwStream("failed")).Result(); err == nil && n > 0 {
+		res.note("%d messages dead-lettered", n)
+	}
+	if n, err := h.rdb.XLen(ctx, fwStream("out")).Result(); err == nil && n == 0 && sc.counting == countAcks {
+		res.note("no window closed during the run")
+	}
 }
 
 // finishProfile stops the profiling wrapper's CPU profile and waits until it has written it.
