@@ -157,9 +157,28 @@ func (k *KindCheck) Warnf(attribute, summary, format string, args ...any) {
 	k.c.warnf(k.rangeOf(attribute), summary, fmt.Sprintf(format, args...))
 }
 
+// BlockErrorf reports an error at an attribute of the block's first nested block of that type, such
+// as an aggregate's window { gap }: at the nested block's header when it does not set the attribute.
+func (k *KindCheck) BlockErrorf(block, attribute, summary, format string, args ...any) {
+	k.c.errorf(k.nestedRangeOf(block, attribute), summary, fmt.Sprintf(format, args...))
+}
+
 func (k *KindCheck) rangeOf(attribute string) hcl.Range {
 	if a, ok := k.block.Attributes[attribute]; ok {
 		return a.Expr.Range()
+	}
+	return k.block.DeclRange
+}
+
+func (k *KindCheck) nestedRangeOf(block, attribute string) hcl.Range {
+	for _, b := range k.block.Blocks {
+		if b.Type != block {
+			continue
+		}
+		if a, ok := b.Attributes[attribute]; ok {
+			return a.Expr.Range()
+		}
+		return b.DeclRange
 	}
 	return k.block.DeclRange
 }
