@@ -10,13 +10,14 @@ import (
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A dedupe stage passes the first message of each pair and drops the second, a second later in
 // event time; it forgets each key once its partition's watermark is within past the key's first
 // message, by its own time, while traffic goes on: what it still remembers is exactly the keys
-// whose time is not up, each with its timer.
+// whose time is not up, each with its timer, and its count of keys is theirs.
 func TestDedupeDropsDuplicatesAndForgetsKeysByTheirOwnTime(t *testing.T) {
 	const pairs, keys = 100, 10
 	const within = 5 * time.Minute
@@ -87,6 +88,11 @@ sink "out" {
 					t.Fatal(err)
 				}
 				delete(state, "\x00watermark")
+				// The stage counts its keys in its state (max_keys), exactly.
+				if count := state[stages.KeyCountKey]; count != strconv.Itoa(len(state)-1) {
+					t.Errorf("partition %d: the key count is %q for %d keys", p, count, len(state)-1)
+				}
+				delete(state, stages.KeyCountKey)
 				for key, v := range state {
 					first, err := strconv.ParseInt(v, 10, 64)
 					if err != nil {

@@ -46,6 +46,7 @@ func (r *runner) warnIfStateMayBeEvicted(ctx context.Context) {
 type batchState struct {
 	rdb          *redis.Client
 	hash, timers string
+	partition    int // the input partition, for the kind's errors (stages.PartitionOf)
 
 	mu      sync.Mutex // lanes of the batch write concurrently (different keys)
 	set     map[string][]byte
@@ -66,7 +67,8 @@ type batchState struct {
 
 func (r *runner) newBatchState(u *unit) *batchState {
 	return &batchState{rdb: r.rdb, hash: r.keys.State(u.node.input.Name, u.partition, u.node.name),
-		timers: r.keys.Timers(u.node.input.Name, u.partition, u.node.name), followsWriters: u.node.writers != nil}
+		timers: r.keys.Timers(u.node.input.Name, u.partition, u.node.name), followsWriters: u.node.writers != nil,
+		partition: u.partition}
 }
 
 // writes are the batch's state changes for its commit; nil when it changed nothing.
@@ -179,7 +181,8 @@ type attemptStateKey struct{}
 // joins the view's writes to the batch when the attempt succeeds.
 func withAttemptState(ctx context.Context, b *batchState, attempt func(context.Context) error) error {
 	a := &attemptState{batch: b}
-	if err := attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record)); err != nil {
+	ctx = stages.WithPartition(context.WithValue(ctx, attemptStateKey{}, a), b.partition)
+	if err := attempt(stages.WithOutcomes(ctx, a.record)); err != nil {
 		return err
 	}
 	a.join()

@@ -146,7 +146,8 @@ type Env struct {
 // watermark, and commits what it writes and outputs with that batch.
 //
 // Keys and timer names are the kind's own; the state hash's fields that begin with a NUL byte are
-// the runtime's (the watermark).
+// flowrun's: the runtime's watermark, and KeyCountKey, where the aggregate and dedupe kinds count
+// their keys.
 type State interface {
 	Get(ctx context.Context, key string) (value []byte, found bool, err error)
 	Put(ctx context.Context, key string, value []byte) error
@@ -246,4 +247,20 @@ func Record(ctx context.Context, o Outcome) {
 // WithOutcomes returns a context in which Record calls rec: the runtime's, for one attempt.
 func WithOutcomes(ctx context.Context, rec func(Outcome)) context.Context {
 	return context.WithValue(ctx, outcomesKey{}, rec)
+}
+
+type partitionKey struct{}
+
+// PartitionOf returns the input partition whose message (or timer) a stateful stage's Process (or
+// OnTimer) is working on, for errors that name it; -1 outside those calls.
+func PartitionOf(ctx context.Context) int {
+	if p, ok := ctx.Value(partitionKey{}).(int); ok {
+		return p
+	}
+	return -1
+}
+
+// WithPartition returns a context for which PartitionOf returns p: the runtime's, for one attempt.
+func WithPartition(ctx context.Context, p int) context.Context {
+	return context.WithValue(ctx, partitionKey{}, p)
 }

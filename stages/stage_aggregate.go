@@ -1,10 +1,12 @@
 package stages
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,7 +27,8 @@ func init() {
 			StateKey: "group_by",
 			Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
 				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC). Windows " +
-				"are half-open [start, end) and aligned to the Unix epoch. A window closes when the partition's " +
+				"are half-open [start, end): tumbling and hopping ones aligned to the Unix epoch, a session from a " +
+				"group's first event to gap after its last. A window closes when the partition's " +
 				"watermark (the latest event time it has seen) passes its end plus grace; an event for a closed window " +
 				"is late. A group's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
 				"repartition topic keyed by the group (<stage>.by_key), whose watermark is the least of its writers'.",
@@ -47,13 +50,15 @@ func init() {
 				},
 				{
 					Name: "emit", Type: flow.TypeString, Enum: []string{"on_close", "on_update"}, Default: "on_close",
-					Doc: "on_close emits a window's result once, when it closes; on_update emits its current value after each batch that changed it, and again when it closes.",
+					Doc: "on_close emits a window's result once, when it closes; on_update emits its current value after each batch that changed it, and again when it closes. " +
+						"When an event merges sessions, on_update emits the merged session (whose start is the earliest's), and the sessions merged into it emit nothing more.",
 				},
 				{
 					Name: "aggregate", Type: flow.TypeAggregates, Required: true, Roots: []string{"msg"}, Deterministic: true,
 					Doc: "The fields of the result: count(), sum(x), min(x), max(x), avg(x), count_distinct(x), top_k(x, k) " +
 						"(the k most frequent values, most frequent first), first(x) and last(x) (by event time).",
 				},
+				maxKeysAttribute("groups with open windows", "A group counts until its last window's timer fires, at the end of the batch whose watermark closed it."),
 			},
 			Blocks: []flow.NestedBlock{{Spec: windowSpec, Min: 1, Max: 1}},
 			Example: `stage "revenue_per_minute" {
@@ -79,8 +84,9 @@ func init() {
 			a := &aggregateStage{
 				out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
 				size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
+				session: w.String("type") == "session", gap: w.Duration("gap"),
 				onUpdate: s.Config.String("emit") == "on_update", fields: s.Config.Aggregates("aggregate"), state: env.State,
-				idleTimeout: s.Config.Duration("idle_timeout"),
+				idleTimeout: s.Config.Duration("idle_timeout"), keys: newKeyLimit(s),
 			}
 			if a.advance == 0 {
 				a.advance = a.size // tumbling
@@ -95,29 +101,57 @@ var windowSpec = &flow.BlockSpec{
 	Type: "window",
 	Doc:  "The windows of an aggregate stage.",
 	Attributes: []flow.Attribute{
-		{Name: "type", Type: flow.TypeString, Required: true, Enum: []string{"tumbling", "hopping"}, Doc: "tumbling: windows of size, one after another; hopping: windows of size that start every advance, and overlap."},
-		{Name: "size", Type: flow.TypeDuration, Required: true, Doc: "How long a window is."},
+		{
+			Name: "type", Type: flow.TypeString, Required: true, Enum: []string{"tumbling", "hopping", "session"},
+			Doc: "tumbling: windows of size, one after another; hopping: windows of size that start every advance, and overlap; " +
+				"session: a window per group from its first event to gap after its last, which each event less than gap away extends.",
+		},
+		{Name: "size", Type: flow.TypeDuration, DefaultDoc: "none: tumbling and hopping windows need one", Doc: "How long a tumbling or hopping window is."},
 		{Name: "advance", Type: flow.TypeDuration, DefaultDoc: "size", Doc: "How far apart hopping windows start."},
+		{
+			Name: "gap", Type: flow.TypeDuration, DefaultDoc: "none: session windows need one",
+			Doc: "How long a session lasts past its last event: an event less than gap after its last event (or before its first) " +
+				"joins it, and an event less than gap away from two sessions merges them.",
+		},
 	},
 }
 
-// checkWindow checks the window's durations fit its type.
+// checkWindow checks the window's durations fit its type, at the attribute that does not.
 func checkWindow(c *flow.KindCheck) {
 	blocks := c.Config.Blocks("window")
 	if len(blocks) != 1 {
 		return
 	}
 	w := blocks[0]
+	typ := w.String("type")
+	invalid := func(attribute, detail string) { c.BlockErrorf("window", attribute, "Invalid window", "%s", detail) }
+	if typ == "session" {
+		switch {
+		case w.Has("size"):
+			invalid("size", "A session window has no size: it lasts from its group's first event to gap after its last.")
+		case w.Has("advance"):
+			invalid("advance", "A session window has no advance: an event extends the session it joins.")
+		case !w.Has("gap"):
+			invalid("gap", `A session window needs a gap, such as "5m": how long a session lasts past its last event.`)
+		case w.Duration("gap") < time.Millisecond:
+			invalid("gap", "The session's gap must be at least 1ms.")
+		}
+		return
+	}
 	size, advance := w.Duration("size"), w.Duration("advance")
 	switch {
+	case w.Has("gap"):
+		invalid("gap", "Only a session window has a gap; a "+typ+" window has a size.")
+	case !w.Has("size"):
+		invalid("size", "A "+typ+` window needs a size, such as "1m".`)
 	case size < time.Millisecond:
-		c.Errorf("window", "Invalid window", "The window's size must be at least 1ms.")
-	case w.String("type") == "hopping" && (advance <= 0 || advance > size):
-		c.Errorf("window", "Invalid window", "A hopping window needs an advance greater than 0 and no greater than its size.")
-	case w.String("type") == "hopping" && size%advance != 0:
-		c.Errorf("window", "Invalid window", "A hopping window's size must be a whole number of advances.")
-	case w.String("type") == "tumbling" && advance != 0 && advance != size:
-		c.Errorf("window", "Invalid window", "A tumbling window has no advance: its windows follow one another.")
+		invalid("size", "The window's size must be at least 1ms.")
+	case typ == "hopping" && (advance <= 0 || advance > size):
+		invalid("advance", "A hopping window needs an advance greater than 0 and no greater than its size.")
+	case typ == "hopping" && size%advance != 0:
+		invalid("advance", "A hopping window's size must be a whole number of advances.")
+	case typ == "tumbling" && advance != 0 && advance != size:
+		invalid("advance", "A tumbling window has no advance: its windows follow one another.")
 	}
 }
 
@@ -125,7 +159,9 @@ type aggregateStage struct {
 	out           *flow.Topic
 	groupBy       *expr.Program // nil: the message's key
 	eventTime     *expr.Program // nil: the entry's time
-	size, advance time.Duration
+	size, advance time.Duration // tumbling and hopping windows
+	session       bool
+	gap           time.Duration // session windows
 	grace         time.Duration
 	late          string      // "drop" or "dead_letter" when lateTopic is nil
 	lateTopic     *flow.Topic // where late events go, if a topic
@@ -133,16 +169,22 @@ type aggregateStage struct {
 	idleTimeout   time.Duration
 	fields        []flow.Aggregate
 	state         State
+	keys          keyLimit // max_keys: groups with open windows
 }
 
 // IdleTimeout makes an idle partition's watermark move with the clock (stages.IdleAdvancer).
 func (s *aggregateStage) IdleTimeout() time.Duration { return s.idleTimeout }
 
-// A window's state key and its timers: "w:" closes it, "u:" emits its value after a batch.
-const windowPrefix, updatePrefix = "w:", "u:"
+// The state of a group is an index of its open windows (groupPrefix and the group: a groupState),
+// which exists while the group has an open window and is what max_keys counts, and each window's
+// accumulators (windowPrefix and windowKey: a windowState). A window's id is its start for tumbling
+// and hopping windows, which are aligned and so never share one; a session's start moves as events
+// join it, so the index numbers the group's sessions instead. A window's timers are named by its
+// key: windowPrefix closes it, updatePrefix emits its value after a batch (emit = "on_update").
+const windowPrefix, updatePrefix, groupPrefix = "w:", "u:", "g:"
 
-func windowKey(group string, start int64) string {
-	return group + "\x00" + strconv.FormatInt(start, 10)
+func windowKey(group string, id int64) string {
+	return group + "\x00" + strconv.FormatInt(id, 10)
 }
 
 func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
@@ -178,25 +220,15 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 		}
 		values[i] = v.Interface()
 	}
-	ms, size, advance := at.UnixMilli(), s.size.Milliseconds(), s.advance.Milliseconds()
-	open := 0
-	// The windows that hold at start at multiples of advance, from the latest at or before it back
-	// to the one that ends just after it.
-	for start := floorDiv(ms, advance) * advance; start > ms-size; start -= advance {
-		end := start + size
-		if end+s.grace.Milliseconds() <= watermark.UnixMilli() {
-			continue // closed: late for this window
-		}
-		open++
-		if err := s.add(ctx, group, start, end, ms, values); err != nil {
-			return out, err
-		}
+	var added bool
+	if s.session {
+		added, err = s.addToSession(ctx, group, at.UnixMilli(), watermark.UnixMilli(), values)
+	} else {
+		added, err = s.addToWindows(ctx, group, at.UnixMilli(), watermark.UnixMilli(), values)
 	}
-	if open > 0 {
-		return out, nil
+	if err != nil || added {
+		return out, err
 	}
-	late := fmt.Errorf("late: its event time %s is more than grace (%s) past the end of its window at the watermark %s",
-		at.UTC().Format(time.RFC3339Nano), s.grace, watermark.UTC().Format(time.RFC3339Nano))
 	switch {
 	case s.lateTopic != nil:
 		Record(ctx, Late)
@@ -205,19 +237,124 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 		Record(ctx, Late)
 		return out, nil
 	}
-	return out, Permanent(late) // counted as dead-lettered, with the reason "late: ..."
+	return out, Permanent(s.lateError(at, watermark)) // counted as dead-lettered, with the reason "late: ..."
 }
 
-// add folds one message into a window's accumulators, and sets the window's timers.
-func (s *aggregateStage) add(ctx context.Context, group string, start, end, at int64, values []any) error {
-	key := windowKey(group, start)
-	w, err := s.load(ctx, key)
+func (s *aggregateStage) lateError(at, watermark time.Time) error {
+	t, wm := at.UTC().Format(time.RFC3339Nano), watermark.UTC().Format(time.RFC3339Nano)
+	if s.session {
+		return fmt.Errorf("late: its event time %s is more than gap (%s) and grace (%s) before the watermark %s, and no open session of its group is less than gap away",
+			t, s.gap, s.grace, wm)
+	}
+	return fmt.Errorf("late: its event time %s is more than grace (%s) past the end of its window at the watermark %s", t, s.grace, wm)
+}
+
+// addToWindows folds one message into the tumbling or hopping windows of its group that hold its
+// event time and have not closed; false when all of them have.
+func (s *aggregateStage) addToWindows(ctx context.Context, group string, at, watermark int64, values []any) (bool, error) {
+	size, advance, grace := s.size.Milliseconds(), s.advance.Milliseconds(), s.grace.Milliseconds()
+	added := false
+	// The windows that hold at start at multiples of advance, from the latest at or before it back
+	// to the one that ends just after it.
+	for start := floorDiv(at, advance) * advance; start > at-size; start -= advance {
+		end := start + size
+		if end+grace <= watermark {
+			continue // closed: late for this window
+		}
+		key := windowKey(group, start)
+		w, err := s.load(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		if w == nil {
+			g, err := s.loadGroup(ctx, group)
+			if err != nil {
+				return false, err
+			}
+			if g, err = s.admit(ctx, g); err != nil {
+				return false, err
+			}
+			g.Windows = append(g.Windows, openWindow{ID: start, Start: start, End: end})
+			if err := s.putGroup(ctx, group, g); err != nil {
+				return false, err
+			}
+			w = s.newWindow(group, start, end)
+		}
+		if err := s.fold(ctx, key, w, values, at); err != nil {
+			return false, err
+		}
+		added = true
+	}
+	return added, nil
+}
+
+// addToSession folds one message into its group's sessions: into the open sessions it is less than
+// gap away from (merged into the earliest, when it bridges several), or into a new one. False when
+// it joins none and a session of its own would have closed already: it is late.
+func (s *aggregateStage) addToSession(ctx context.Context, group string, at, watermark int64, values []any) (bool, error) {
+	gap, grace := s.gap.Milliseconds(), s.grace.Milliseconds()
+	g, err := s.loadGroup(ctx, group)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if w == nil {
-		w = &windowState{Group: group, Start: start, End: end, Fields: make([]accumulator, len(s.fields))}
+	// The message's own session would be [at, at+gap): it joins the open sessions that overlap it.
+	// A session whose end is grace past the watermark has closed, although its timer fires only
+	// after this batch's messages: the answer must not depend on where batches end.
+	var joins, others []openWindow
+	if g != nil {
+		for _, o := range g.Windows {
+			if o.End+grace > watermark && o.Start < at+gap && at < o.End {
+				joins = append(joins, o)
+			} else {
+				others = append(others, o)
+			}
+		}
 	}
+	if len(joins) == 0 && at+gap+grace <= watermark {
+		return false, nil
+	}
+	var id int64
+	var w *windowState
+	if len(joins) == 0 {
+		if g, err = s.admit(ctx, g); err != nil {
+			return false, err
+		}
+		id, g.Next = g.Next, g.Next+1
+		w = s.newWindow(group, at, at+gap)
+	} else {
+		// The earliest session takes the others in; they are forgotten with their timers, so that
+		// they emit nothing of their own.
+		id = joins[0].ID
+		if w, err = s.loadSession(ctx, group, id); err != nil {
+			return false, err
+		}
+		for _, o := range joins[1:] {
+			other, err := s.loadSession(ctx, group, o.ID)
+			if err != nil {
+				return false, err
+			}
+			w.merge(other, s.fields)
+			if err := s.forgetWindow(ctx, windowKey(group, o.ID)); err != nil {
+				return false, err
+			}
+		}
+		w.Start, w.End = min(w.Start, at), max(w.End, at+gap)
+	}
+	if err := s.fold(ctx, windowKey(group, id), w, values, at); err != nil {
+		return false, err
+	}
+	g.Windows = append(others, openWindow{ID: id, Start: w.Start, End: w.End})
+	return true, s.putGroup(ctx, group, g)
+}
+
+func (s *aggregateStage) newWindow(group string, start, end int64) *windowState {
+	return &windowState{Group: group, Start: start, End: end, Fields: make([]accumulator, len(s.fields))}
+}
+
+// fold adds one message's values to a window and writes it, with its timers: the one that closes it,
+// at its end plus grace (moved when a session's end moves), and, with emit = "on_update", one that
+// emits its value after this batch.
+func (s *aggregateStage) fold(ctx context.Context, key string, w *windowState, values []any, at int64) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.Func, values[i], at)
 	}
@@ -228,7 +365,7 @@ func (s *aggregateStage) add(ctx context.Context, group string, start, end, at i
 	if err := s.state.Put(ctx, windowPrefix+key, b); err != nil {
 		return err
 	}
-	if err := s.state.SetTimer(ctx, windowPrefix+key, time.UnixMilli(end+s.grace.Milliseconds())); err != nil {
+	if err := s.state.SetTimer(ctx, windowPrefix+key, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
 		return err
 	}
 	if s.onUpdate {
@@ -253,6 +390,68 @@ func (s *aggregateStage) load(ctx context.Context, key string) (*windowState, er
 	return &w, nil
 }
 
+// loadSession reads a session that its group's index lists.
+func (s *aggregateStage) loadSession(ctx context.Context, group string, id int64) (*windowState, error) {
+	key := windowKey(group, id)
+	w, err := s.load(ctx, key)
+	if err == nil && w == nil {
+		err = Permanent(fmt.Errorf("the state of session %q, which its group's index lists, is missing", key))
+	}
+	return w, err
+}
+
+// forgetWindow deletes a window's state and cancels its timers.
+func (s *aggregateStage) forgetWindow(ctx context.Context, key string) error {
+	if err := s.state.Delete(ctx, windowPrefix+key); err != nil {
+		return err
+	}
+	if err := s.state.CancelTimer(ctx, windowPrefix+key); err != nil {
+		return err
+	}
+	return s.state.CancelTimer(ctx, updatePrefix+key)
+}
+
+// loadGroup reads a group's index of its open windows; nil when it has none.
+func (s *aggregateStage) loadGroup(ctx context.Context, group string) (*groupState, error) {
+	b, found, err := s.state.Get(ctx, groupPrefix+group)
+	if err != nil || !found {
+		return nil, err
+	}
+	var g groupState
+	if err := json.Unmarshal(b, &g); err != nil {
+		return nil, Permanent(fmt.Errorf("the state of group %q cannot be read: %w", group, err))
+	}
+	return &g, nil
+}
+
+// admit returns a group's index, counting the group in (max_keys) when it has none yet.
+func (s *aggregateStage) admit(ctx context.Context, g *groupState) (*groupState, error) {
+	if g != nil {
+		return g, nil
+	}
+	if err := s.keys.admit(ctx, s.state); err != nil {
+		return nil, err
+	}
+	return &groupState{}, nil
+}
+
+// putGroup writes a group's index, its windows by start; once it has none, it deletes it and counts
+// the group out.
+func (s *aggregateStage) putGroup(ctx context.Context, group string, g *groupState) error {
+	if len(g.Windows) == 0 {
+		if err := s.state.Delete(ctx, groupPrefix+group); err != nil {
+			return err
+		}
+		return s.keys.release(ctx, s.state)
+	}
+	slices.SortFunc(g.Windows, func(a, b openWindow) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.ID, b.ID)) })
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	return s.state.Put(ctx, groupPrefix+group, b)
+}
+
 // OnTimer emits a window's result: when it closes, and then forgets it; or, with emit = "on_update",
 // after a batch that changed it.
 func (s *aggregateStage) OnTimer(ctx context.Context, name string, _ time.Time, out []Output) ([]Output, error) {
@@ -268,13 +467,18 @@ func (s *aggregateStage) OnTimer(ctx context.Context, name string, _ time.Time, 
 		return out, err
 	}
 	out = append(out, Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w)}})
-	if closing {
-		if err := s.state.Delete(ctx, windowPrefix+key); err != nil {
-			return out, err
-		}
-		return out, s.state.CancelTimer(ctx, updatePrefix+key)
+	if !closing {
+		return out, nil
 	}
-	return out, nil
+	if err := s.forgetWindow(ctx, key); err != nil {
+		return out, err
+	}
+	g, err := s.loadGroup(ctx, w.Group)
+	if err != nil || g == nil {
+		return out, err // nil: a window written before groups had an index
+	}
+	g.Windows = slices.DeleteFunc(g.Windows, func(o openWindow) bool { return windowKey(w.Group, o.ID) == key })
+	return out, s.putGroup(ctx, w.Group, g)
 }
 
 // result is a window's output payload.
@@ -297,6 +501,27 @@ type windowState struct {
 	Start  int64         `json:"s"`
 	End    int64         `json:"e"`
 	Fields []accumulator `json:"f"`
+}
+
+// merge folds another window of the group in: a session that an event joined to this one.
+func (w *windowState) merge(o *windowState, fields []flow.Aggregate) {
+	w.Start, w.End = min(w.Start, o.Start), max(w.End, o.End)
+	for i, f := range fields {
+		w.Fields[i].merge(f.Func, &o.Fields[i])
+	}
+}
+
+// groupState is a group's index of its open windows, by start. Next numbers its sessions.
+type groupState struct {
+	Next    int64        `json:"n,omitempty"`
+	Windows []openWindow `json:"w"`
+}
+
+// openWindow is a window in its group's index: the id in its state key and timers, and its bounds.
+type openWindow struct {
+	ID    int64 `json:"i"`
+	Start int64 `json:"s"`
+	End   int64 `json:"e"`
 }
 
 // accumulator is one aggregate field's running value: each function uses the parts it needs.
@@ -345,6 +570,37 @@ func (a *accumulator) add(fn string, v any, at int64) {
 	case "last":
 		if !a.Set || at >= a.At {
 			a.Value, a.At, a.Set = v, at, true
+		}
+	}
+}
+
+// merge folds another running value of the same field in, as if its values had been added here:
+// counts and sums add, min and max keep the better, count_distinct unites, top_k adds its counts,
+// first and last keep the earliest and the latest by event time.
+func (a *accumulator) merge(fn string, b *accumulator) {
+	switch fn {
+	case "count", "sum", "avg":
+		a.N += b.N
+		a.Sum += b.Sum
+	case "min", "max":
+		if b.Set && (!a.Set || better(fn, b.Best, a.Best)) {
+			a.Best, a.Set = b.Best, true
+		}
+	case "count_distinct":
+		for v := range b.Distinct {
+			a.Distinct = put(a.Distinct, v, true)
+		}
+	case "top_k":
+		for v, n := range b.Counts {
+			a.Counts = put(a.Counts, v, a.Counts[v]+n)
+		}
+	case "first":
+		if b.Set && (!a.Set || b.At < a.At) {
+			a.Value, a.At, a.Set = b.Value, b.At, true
+		}
+	case "last":
+		if b.Set && (!a.Set || b.At >= a.At) {
+			a.Value, a.At, a.Set = b.Value, b.At, true
 		}
 	}
 }

@@ -2,6 +2,7 @@ package stages
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ func init() {
 					Name: "duplicates", Type: flow.TypeTopicOrChoice, Enum: []string{"drop"}, Default: "drop",
 					Doc: `Where duplicates go: "drop" (they are counted as filtered), or topic.NAME.`,
 				},
+				maxKeysAttribute("remembered keys", "A key counts until the timer that forgets it fires, at the end of the batch whose watermark passed it."),
 			},
 			Example: `stage "orders_once" {
   kind       = "dedupe"
@@ -52,7 +54,7 @@ func init() {
 		Traits: StageTraits{Stateful: true},
 		New: func(s *flow.Stage, env Env) (Processor, error) {
 			d := &dedupeStage{out: s.Output, key: s.Config.Expr("key"), eventTime: s.Config.Expr("event_time"),
-				within: s.Config.Duration("within"), state: env.State}
+				within: s.Config.Duration("within"), state: env.State, keys: newKeyLimit(s)}
 			d.duplicates, _ = s.Config.TopicOrChoice("duplicates")
 			return d, nil
 		},
@@ -66,6 +68,7 @@ type dedupeStage struct {
 	within     time.Duration
 	duplicates *flow.Topic // nil: drop them
 	state      State
+	keys       keyLimit
 }
 
 // keyTimer is the name of the timer that forgets a key.
@@ -78,6 +81,9 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
 	if err != nil {
 		return out, evalError(err)
+	}
+	if strings.HasPrefix(key, "\x00") {
+		return out, Permanent(fmt.Errorf("the key %q begins with a NUL byte: the state entries that do are flowrun's own", key))
 	}
 	at, err := EventTime(s.eventTime, m)
 	if err != nil {
@@ -107,6 +113,11 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 			return append(out, Output{Topic: s.duplicates, Message: *m}), nil
 		}
 	}
+	if !seen {
+		if err := s.keys.admit(ctx, s.state); err != nil {
+			return out, err
+		}
+	}
 	if err := s.state.Put(ctx, key, []byte(strconv.FormatInt(at.UnixMilli(), 10))); err != nil {
 		return out, err
 	}
@@ -116,13 +127,17 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	return append(out, Output{Topic: s.out, Message: *m}), nil
 }
 
-// OnTimer forgets a key: the watermark is within past its first message.
+// OnTimer forgets a key: the watermark is within past its first message. A key's timer is set with
+// it and cancelled only by forgetting it, so the key is there to count out.
 func (s *dedupeStage) OnTimer(ctx context.Context, name string, _ time.Time, out []Output) ([]Output, error) {
 	key, ok := strings.CutPrefix(name, "key:")
 	if !ok {
 		return out, nil
 	}
-	return out, s.state.Delete(ctx, key)
+	if err := s.state.Delete(ctx, key); err != nil {
+		return out, err
+	}
+	return out, s.keys.release(ctx, s.state)
 }
 
 func absDuration(d time.Duration) time.Duration {

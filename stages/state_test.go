@@ -1,0 +1,161 @@
+package stages
+
+import (
+	"context"
+	"maps"
+	"math"
+	"sort"
+	"testing"
+	"time"
+)
+
+// memState is a State in memory for the tests of the stateful kinds: one partition (partition 2),
+// processed as the runtime processes it. A batch's messages go one after another, then the timers
+// that its watermark made due fire, earliest first; an attempt that fails leaves nothing behind.
+type memState struct {
+	values    map[string][]byte
+	timers    map[string]int64
+	watermark int64 // Unix ms
+}
+
+func newMemState() *memState {
+	return &memState{values: map[string][]byte{}, timers: map[string]int64{}}
+}
+
+func (s *memState) Get(_ context.Context, key string) ([]byte, bool, error) {
+	v, ok := s.values[key]
+	return v, ok, nil
+}
+
+func (s *memState) Put(_ context.Context, key string, value []byte) error {
+	s.values[key] = append([]byte(nil), value...)
+	return nil
+}
+
+func (s *memState) Delete(_ context.Context, key string) error {
+	delete(s.values, key)
+	return nil
+}
+
+func (s *memState) SetTimer(_ context.Context, name string, at time.Time) error {
+	s.timers[name] = at.UnixMilli()
+	return nil
+}
+
+func (s *memState) CancelTimer(_ context.Context, name string) error {
+	delete(s.timers, name)
+	return nil
+}
+
+func (s *memState) Observe(_ context.Context, t time.Time) error {
+	s.watermark = max(s.watermark, t.UnixMilli())
+	return nil
+}
+
+func (s *memState) Watermark(context.Context) (time.Time, error) {
+	if s.watermark == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(s.watermark), nil
+}
+
+// attempt runs f on the state, and puts the state back as it was when f fails.
+func (s *memState) attempt(f func() error) error {
+	values, timers, watermark := maps.Clone(s.values), maps.Clone(s.timers), s.watermark
+	err := f()
+	if err != nil {
+		s.values, s.timers, s.watermark = values, timers, watermark
+	}
+	return err
+}
+
+// batch processes payloads as one batch of partition 2: it returns the outputs, and each payload's
+// error (nil for those that went through).
+func (s *memState) batch(t *testing.T, proc Processor, payloads ...string) ([]Output, []error) {
+	t.Helper()
+	ctx := WithPartition(context.Background(), 2)
+	var outs []Output
+	errs := make([]error, len(payloads))
+	for i, p := range payloads {
+		m := NewMessage("", []byte(p), nil)
+		errs[i] = s.attempt(func() error {
+			o, err := proc.Process(ctx, &m, outs)
+			if err == nil {
+				outs = o
+			}
+			return err
+		})
+	}
+	return s.fire(t, ctx, proc, s.watermark, outs), errs
+}
+
+// end fires every timer, as a job does once its input is drained (FireAtEnd).
+func (s *memState) end(t *testing.T, proc Processor) []Output {
+	t.Helper()
+	return s.fire(t, WithPartition(context.Background(), 2), proc, math.MaxInt64, nil)
+}
+
+func (s *memState) fire(t *testing.T, ctx context.Context, proc Processor, wm int64, outs []Output) []Output {
+	t.Helper()
+	th, ok := proc.(TimerHandler)
+	if !ok {
+		return outs
+	}
+	fired := map[string]bool{}
+	for {
+		var due []string
+		for name, at := range s.timers {
+			if at <= wm && !fired[name] {
+				due = append(due, name)
+			}
+		}
+		if len(due) == 0 {
+			return outs
+		}
+		sort.Slice(due, func(i, j int) bool {
+			if s.timers[due[i]] != s.timers[due[j]] {
+				return s.timers[due[i]] < s.timers[due[j]]
+			}
+			return due[i] < due[j]
+		})
+		for _, name := range due {
+			if _, still := s.timers[name]; !still {
+				continue // cancelled by a timer that fired before it
+			}
+			at := s.timers[name]
+			fired[name] = true
+			delete(s.timers, name)
+			if err := s.attempt(func() error {
+				o, err := th.OnTimer(ctx, name, time.UnixMilli(at), outs)
+				if err == nil {
+					outs = o
+				}
+				return err
+			}); err != nil {
+				t.Fatalf("timer %q: %v", name, err)
+			}
+		}
+	}
+}
+
+// keyCount is the count of keys the state keeps (KeyCountKey); 0 when it has none.
+func (s *memState) keyCount(t *testing.T) int64 {
+	t.Helper()
+	n, err := keyCount(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// statefulProcessor compiles the stage name of the pipeline with a fresh memState.
+func statefulProcessor(t *testing.T, stagesSrc, name string) (Processor, *memState) {
+	t.Helper()
+	st := newMemState()
+	p := plan(t, stagesSrc)
+	proc, err := Compile(p.Stage(name), Env{Node: name, State: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proc, st
+}
