@@ -69,7 +69,7 @@ func newInspectCommand(stdio IO) *cobra.Command {
 	flags.register(c)
 	conn.register(c)
 	c.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	c.Flags().BoolVar(&state, "state", false, "show the state of the stateful stages per partition: watermark, keys, timers, memory")
+	c.Flags().BoolVar(&state, "state", false, "show the state of the stateful stages per partition: watermark, keys (of max_keys), timers, memory")
 	return c
 }
 
@@ -86,8 +86,12 @@ func writeStateTable(out io.Writer, r *admin.Report) error {
 		if s.Bytes >= 0 {
 			memory = strconv.FormatInt(s.Bytes, 10) + " B"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s[%d]\t%s\t%d\t%d\t%s\t%s\n", s.Stage, s.Kind, s.Topic, s.Partition,
-			orDash(s.Watermark), s.Keys, s.Timers, orDash(s.NextTimer), memory)
+		keys := strconv.FormatInt(s.Keys, 10)
+		if s.MaxKeys > 0 {
+			keys += " of " + strconv.FormatInt(s.MaxKeys, 10) // max_keys
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s[%d]\t%s\t%s\t%d\t%s\t%s\n", s.Stage, s.Kind, s.Topic, s.Partition,
+			orDash(s.Watermark), keys, s.Timers, orDash(s.NextTimer), memory)
 	}
 	return tw.Flush()
 }

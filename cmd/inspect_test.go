@@ -337,8 +337,8 @@ func heartbeatLapsed(ctx context.Context, c *redis.Client, key, id string) error
 	return c.Universal().ZAdd(ctx, key, goredis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: id}).Err()
 }
 
-// inspect --state shows what a dedupe stage remembers per partition: its watermark, its keys and
-// their timers.
+// inspect --state shows what a dedupe stage remembers per partition: its watermark, its keys (of
+// its max_keys) and their timers.
 func TestInspectState(t *testing.T) {
 	srv := redistest.Shared(t)
 	path, _ := testPipeline(t, `
@@ -363,6 +363,7 @@ stage "once" {
   key        = msg.order_id
   within     = "5m"
   event_time = msg.at
+  max_keys   = 100
 }
 
 sink "out" {
@@ -385,7 +386,7 @@ sink "out" {
 	for _, s := range r.State {
 		// Each key is remembered for 5 minutes of event time; a pair comes every minute, so a
 		// partition remembers the keys of its last few minutes, each with its timer.
-		if s.Stage != "once" || s.Watermark == "" || s.Keys == 0 || s.Timers != s.Keys || s.Bytes <= 0 {
+		if s.Stage != "once" || s.Watermark == "" || s.Keys == 0 || s.Timers != s.Keys || s.Entries != s.Keys || s.MaxKeys != 100 || s.Bytes <= 0 {
 			t.Errorf("partition %d: %+v", s.Partition, s)
 		}
 		keys += s.Keys
@@ -394,7 +395,7 @@ sink "out" {
 		t.Errorf("%d keys remembered: the keys whose time is up were not forgotten", keys)
 	}
 	code, out, _ = run(t, "inspect", "--state", "--redis", srv.URL(), path)
-	if code != ExitOK || !strings.Contains(out, "WATERMARK") || !strings.Contains(out, "orders[1]") {
+	if code != ExitOK || !strings.Contains(out, "WATERMARK") || !strings.Contains(out, "orders[1]") || !strings.Contains(out, " of 100") {
 		t.Fatalf("inspect --state: exit %d\n%s", code, out)
 	}
 }

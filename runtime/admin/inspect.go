@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,7 +39,15 @@ type StateReport struct {
 	Partition int    `json:"partition"`
 	// Watermark is the latest event time the stage saw in the partition (RFC 3339; "" before any).
 	Watermark string `json:"watermark,omitempty"`
-	Keys      int64  `json:"keys"`   // keys of the kind's state
+	// Keys are the keys the kind holds: a dedupe stage's remembered keys, an aggregate's groups
+	// with open windows (the count that max_keys bounds, stages.KeyCountKey); for a kind that
+	// keeps no count, its Entries.
+	Keys int64 `json:"keys"`
+	// MaxKeys is the stage's max_keys; 0: no limit.
+	MaxKeys int64 `json:"max_keys,omitempty"`
+	// Entries are the fields of the kind's state, the runtime's and the key count left out (an
+	// aggregate's windows and the index of each group's).
+	Entries   int64  `json:"entries"`
 	Timers    int64  `json:"timers"` // timers set, and when the next is due (RFC 3339)
 	NextTimer string `json:"next_timer,omitempty"`
 	// Bytes is the memory of the partition's state and timers in Redis; -1 when the server cannot
@@ -179,14 +188,23 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 			continue
 		}
 		for p := 0; p < s.Input.Partitions; p++ {
-			st, err := c.StateStats(ctx, keys.State(s.Input.Name, p, s.Name), keys.Timers(s.Input.Name, p, s.Name))
+			hash := keys.State(s.Input.Name, p, s.Name)
+			st, err := c.StateStats(ctx, hash, keys.Timers(s.Input.Name, p, s.Name))
 			if err != nil {
 				return nil, err
 			}
-			report.State = append(report.State, StateReport{
+			sr := StateReport{
 				Stage: s.Name, Kind: s.Kind, Topic: s.Input.Name, Partition: p, Watermark: msTime(st.Watermark),
-				Keys: st.Keys, Timers: st.Timers, NextTimer: msTime(st.NextTimer), Bytes: st.Bytes,
-			})
+				Keys: st.Keys, MaxKeys: stages.MaxKeys(s), Entries: st.Keys, Timers: st.Timers, NextTimer: msTime(st.NextTimer), Bytes: st.Bytes,
+			}
+			count, found, err := c.ReadState(ctx, hash, stages.KeyCountKey)
+			if err != nil {
+				return nil, err
+			}
+			if n, err := strconv.ParseInt(string(count), 10, 64); found && err == nil {
+				sr.Keys, sr.Entries = n, st.Keys-1
+			}
+			report.State = append(report.State, sr)
 		}
 	}
 	for _, s := range plan.Sources {

@@ -316,8 +316,8 @@ func (c *Client) KeyTypes(ctx context.Context, keys []string) ([]string, error) 
 
 // StateInfo is what a stateful stage keeps for one partition: State's and Timers' keys.
 type StateInfo struct {
-	// Keys is the number of keys of the kind's state; the runtime's own fields (the watermark)
-	// are not counted.
+	// Keys is the number of fields of the kind's state, the watermark not counted (a field that
+	// the kind keeps for itself, such as its count of keys, is).
 	Keys int64
 	// Watermark is the partition's watermark, Unix ms; 0 when nothing was observed.
 	Watermark int64
