@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/flowrun/flowrun/schema"
+	"github.com/flowrun/flowrun/stages"
 )
 
 // run executes the command line and returns its exit code and output.
@@ -88,6 +90,63 @@ func TestValidateJSON(t *testing.T) {
 	if d.Range == nil || d.Range.Start.Line != 3 || d.Range.Start.Column != 16 || d.Snippet == nil ||
 		!strings.Contains(d.Snippet.Code, "partitions = 0") {
 		t.Fatalf("diagnostic = %+v", d)
+	}
+}
+
+// validate --json estimates a dedupe stage's state: per remembered key and, with max_keys, the most
+// per partition and in all.
+func TestValidateJSONEstimatesDedupeState(t *testing.T) {
+	path := writePipeline(t, `pipeline "d" {}
+topic "orders" {
+  partitions = 3
+  key        = msg.id
+}
+source "s" {
+  kind   = "stdin"
+  output = topic.orders
+}
+stage "bounded" {
+  kind     = "dedupe"
+  input    = topic.orders
+  key      = msg.id
+  within   = "1h"
+  max_keys = 1000
+}
+stage "unbounded" {
+  kind   = "dedupe"
+  input  = topic.orders
+  key    = msg.id
+  within = "1h"
+}
+sink "a" {
+  kind  = "stdout"
+  input = stage.bounded
+}
+sink "b" {
+  kind  = "stdout"
+  input = stage.unbounded
+}
+`)
+	code, out, _ := run(t, "validate", "--json", path)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	var report validateReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	perKey := stages.DedupeBytesPerKey(stages.DedupeAssumedKeyLength)
+	want := []stateEstimate{
+		{Stage: "bounded", Kind: "dedupe", Partitions: 3, BytesPerKey: perKey, KeyBytes: stages.DedupeAssumedKeyLength,
+			Formula: stages.DedupeBytesPerKeyFormula, MaxKeys: 1000, MaxBytesPerPartition: 1000 * perKey, MaxBytes: 3000 * perKey},
+		{Stage: "unbounded", Kind: "dedupe", Partitions: 3, BytesPerKey: perKey, KeyBytes: stages.DedupeAssumedKeyLength,
+			Formula: stages.DedupeBytesPerKeyFormula},
+	}
+	if got := report.Pipelines[0].State; !reflect.DeepEqual(got, want) {
+		t.Fatalf("state estimates:\n%+v\nwant\n%+v", got, want)
+	}
+	if perKey != 252 || !strings.Contains(out, `"max_bytes": 756000`) {
+		t.Fatalf("a 36-byte key takes 180 + 2 * 36 bytes, 1000 of them in 3 partitions 756000:\n%s", out)
 	}
 }
 

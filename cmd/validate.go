@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 )
 
 func newValidateCommand(stdio IO) *cobra.Command {
@@ -42,6 +43,9 @@ func newValidateCommand(stdio IO) *cobra.Command {
 				report.ErrorCount += errs
 				report.WarningCount += warnings
 				entry := validatedPipeline{Path: path, Valid: errs == 0}
+				if errs == 0 {
+					entry.State = estimateState(plan)
+				}
 				for _, t := range tests {
 					entry.Tests = append(entry.Tests, t.Path)
 				}
@@ -93,6 +97,44 @@ type validatedPipeline struct {
 	Name  string   `json:"name,omitempty"`
 	Valid bool     `json:"valid"`
 	Tests []string `json:"tests,omitempty"` // the test files checked with it
+	// State estimates the Redis memory of the state of its dedupe stages.
+	State []stateEstimate `json:"state,omitempty"`
+}
+
+// stateEstimate is what a dedupe stage's state takes in Redis, estimated from the pipeline alone:
+// per remembered key (stages.DedupeBytesPerKey, for keys of an assumed length, since their length
+// is the data's) and, with max_keys, at most per partition and in all.
+type stateEstimate struct {
+	Stage       string `json:"stage"`
+	Kind        string `json:"kind"`
+	Partitions  int    `json:"partitions"`
+	BytesPerKey int64  `json:"bytes_per_key"`
+	KeyBytes    int    `json:"assumed_key_bytes"`
+	Formula     string `json:"formula"`
+	MaxKeys     int64  `json:"max_keys,omitempty"`
+	// MaxBytesPerPartition is max_keys keys' bytes; MaxBytes that for every partition.
+	MaxBytesPerPartition int64 `json:"max_bytes_per_partition,omitempty"`
+	MaxBytes             int64 `json:"max_bytes,omitempty"`
+}
+
+func estimateState(p *flow.Plan) []stateEstimate {
+	var out []stateEstimate
+	for _, s := range p.Stages {
+		if s.Kind != "dedupe" || s.Input == nil {
+			continue
+		}
+		e := stateEstimate{
+			Stage: s.Name, Kind: s.Kind, Partitions: s.Input.Partitions,
+			BytesPerKey: stages.DedupeBytesPerKey(stages.DedupeAssumedKeyLength), KeyBytes: stages.DedupeAssumedKeyLength,
+			Formula: stages.DedupeBytesPerKeyFormula, MaxKeys: stages.MaxKeys(s),
+		}
+		if e.MaxKeys > 0 {
+			e.MaxBytesPerPartition = e.MaxKeys * e.BytesPerKey
+			e.MaxBytes = e.MaxBytesPerPartition * int64(e.Partitions)
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // mergeFiles returns the parsed files of both maps, for diagnostics that span a pipeline and its tests.

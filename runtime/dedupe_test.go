@@ -152,3 +152,55 @@ sink "out" {
 		})
 	}
 }
+
+// flowrun validate --json estimates a dedupe stage's memory per remembered key
+// (stages.DedupeBytesPerKey); on a real Redis, a partition that remembers 2000 keys of the length the
+// estimate assumes takes, per key, within a quarter of it.
+func TestDedupeMemoryEstimateHoldsOnRedis(t *testing.T) {
+	const n = 2000
+	src := `
+pipeline "estimate" {}
+variable "out" {}
+topic "in" {
+  partitions = 1
+  key        = msg.id
+}
+source "gen" {
+  kind     = "generate"
+  count    = ` + strconv.Itoa(n) + `
+  output   = topic.in
+  template = {
+    id = format("%0` + strconv.Itoa(stages.DedupeAssumedKeyLength) + `d", index)
+    at = 1767225600000 + index
+  }
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.in
+  key        = msg.id
+  within     = "24h"
+  event_time = msg.at
+}
+sink "out" {
+  kind  = "file"
+  input = stage.once
+  path  = var.out
+}
+`
+	c := server.open(t)
+	plan := buildSource(t, src, "out="+filepath.Join(t.TempDir(), "out.jsonl"))
+	runJob(t, c, plan, runtime.Options{})
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	st, err := c.StateStats(context.Background(), keys.State("in", 0, "once"), keys.Timers("in", 0, "once"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Keys != n+1 || st.Timers != n || st.Bytes <= 0 {
+		t.Fatalf("state %+v, want %d keys and their count, %d timers, and their memory", st, n, n)
+	}
+	perKey, estimate := float64(st.Bytes)/n, float64(stages.DedupeBytesPerKey(stages.DedupeAssumedKeyLength))
+	if perKey < 0.75*estimate || perKey > 1.25*estimate {
+		t.Fatalf("%.0f bytes per key on Redis, estimated %.0f", perKey, estimate)
+	}
+	t.Logf("%.0f bytes per key on Redis, estimated %.0f", perKey, estimate)
+}
