@@ -90,11 +90,14 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 
 // TestStatefulStagesUnderTest runs testdata/dedupe: a dedupe stage's duplicates, a key forgotten as
 // the watermark passes it (within one batch or across two: the same answer), a key remembered
-// through a crash; and testdata/repartition: an aggregate behind a repartition topic, whose
+// through a crash; testdata/repartition: an aggregate behind a repartition topic, whose
 // watermark is the slowest of its writers', so that a fast partition does not make a slow one's
-// events late.
+// events late; testdata/sessions: session windows (their bounds, a view that merges two sessions,
+// late views, a session open through a crash); and testdata/bounded: max_keys (a third key
+// dead-lettered, the count through a crash, a place freed when a key is forgotten or a group's
+// windows close).
 func TestStatefulStagesUnderTest(t *testing.T) {
-	for _, dir := range []string{"testdata/dedupe", "testdata/repartition"} {
+	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded"} {
 		tests, files, diags := flow.CheckTests(dir, flow.Options{})
 		if diags.HasErrors() || len(tests) != 1 {
 			t.Fatalf("%s: want one valid test file: %s", dir, diags.Error())
