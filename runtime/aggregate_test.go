@@ -1,12 +1,17 @@
 package runtime_test
 
 import (
+	"context"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // An aggregate stage's job emits every window once, with exact counts and sums: those the watermark
@@ -79,6 +84,195 @@ sink "out" {
 				exp, ok := want[w]
 				if !ok || int(m["orders"].(float64)) != exp[0] || int(m["revenue"].(float64)) != exp[1] {
 					t.Errorf("window %v: %v, want %d orders and %d revenue", w, m, exp[0], exp[1])
+				}
+			}
+		})
+	}
+}
+
+// An aggregate of session windows emits every session once, with its exact count, sum and bounds
+// ([first event, last event + gap)): those the watermark closed while the job ran, and, once the
+// input is drained, those still open.
+func TestAggregateJobEmitsEverySessionOnce(t *testing.T) {
+	const n, users, gap = 240, 3, 2 * time.Minute
+	src := `
+pipeline "sessions" {}
+variable "out" {}
+topic "views" {
+  partitions = 3
+  key        = msg.user
+}
+source "gen" {
+  kind   = "generate"
+  count  = ` + strconv.Itoa(n) + `
+  output = topic.views
+  # A view every 20 seconds, users in turn, so a minute apart for each user; every 30 views,
+  # 10 minutes without any, which ends every user's session.
+  template = {
+    user   = "u${index % ` + strconv.Itoa(users) + `}"
+    amount = index
+    at     = index * 20000 + floor(index / 30) * 600000
+  }
+}
+stage "sessions" {
+  kind       = "aggregate"
+  input      = topic.views
+  event_time = msg.at
+  window {
+    type = "session"
+    gap  = "2m"
+  }
+  aggregate = {
+    views   = count()
+    revenue = sum(msg.amount)
+  }
+}
+sink "out" {
+  kind  = "file"
+  input = stage.sessions
+  path  = var.out
+}
+`
+	type session struct {
+		user, start, end string
+	}
+	want := map[session][2]int{} // views, revenue
+	last := map[string]int64{}
+	first := map[string]int64{}
+	tally := map[string][2]int{}
+	flush := func(user string) {
+		s := session{user, time.UnixMilli(first[user]).UTC().Format(time.RFC3339), time.UnixMilli(last[user] + gap.Milliseconds()).UTC().Format(time.RFC3339)}
+		want[s] = tally[user]
+	}
+	for i := 0; i < n; i++ {
+		user, at := "u"+strconv.Itoa(i%users), int64(i)*20000+int64(i/30)*600000
+		if l, ok := last[user]; ok && at-l >= gap.Milliseconds() {
+			flush(user)
+			delete(tally, user)
+		}
+		if _, ok := tally[user]; !ok {
+			first[user] = at
+		}
+		tally[user] = [2]int{tally[user][0] + 1, tally[user][1] + i}
+		last[user] = at
+	}
+	for user := range tally {
+		flush(user)
+	}
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			runJob(t, c, buildSource(t, src, "out="+out), runtime.Options{})
+			got := jsonLines(t, readFile(t, out))
+			if len(got) != len(want) {
+				t.Fatalf("%d sessions emitted, want %d", len(got), len(want))
+			}
+			seen := map[session]bool{}
+			for _, m := range got {
+				w := m["window"].(map[string]any)
+				s := session{m["key"].(string), w["start"].(string), w["end"].(string)}
+				if seen[s] {
+					t.Fatalf("session %v emitted twice", s)
+				}
+				seen[s] = true
+				exp, ok := want[s]
+				if !ok || int(m["views"].(float64)) != exp[0] || int(m["revenue"].(float64)) != exp[1] {
+					t.Errorf("session %v: %v, want %d views and %d revenue", s, m, exp[0], exp[1])
+				}
+			}
+		})
+	}
+}
+
+// max_keys on Redis: a dedupe and an aggregate stage that hold two keys per partition dead-letter
+// the messages of every other key, saying why, while the two keys held go on; the aggregate's count
+// goes back to nothing as its windows close at the end of the job, the dedupe's stays at its two
+// remembered keys.
+func TestMaxKeysDeadLettersTheMessagesOfNewKeys(t *testing.T) {
+	src := `
+pipeline "bounded" {}
+topic "in" {
+  partitions = 1
+  key        = msg.id
+}
+source "gen" {
+  kind     = "generate"
+  count    = 20
+  output   = topic.in
+  template = {
+    id = "k${index % 5}"
+    at = index * 1000
+  }
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.in
+  key        = msg.id
+  within     = "1h"
+  event_time = msg.at
+  max_keys   = 2
+}
+stage "counts" {
+  kind       = "aggregate"
+  input      = topic.in
+  event_time = msg.at
+  max_keys   = 2
+  window {
+    type = "tumbling"
+    size = "1h"
+  }
+  aggregate = { n = count() }
+}
+sink "print_once" {
+  kind  = "stdout"
+  input = stage.once
+}
+sink "print_counts" {
+  kind  = "stdout"
+  input = stage.counts
+}
+`
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			plan := buildSource(t, src)
+			j := runJob(t, c, plan, runtime.Options{})
+			// k0 and k1 come four times each, k2, k3 and k4 too, and are refused each time.
+			if n := j.node(t, "once"); n.Out != 2 || n.Duplicates != 6 || n.DeadLettered != 12 {
+				t.Errorf("once: %+v, want 2 out, 6 duplicates, 12 dead-lettered", n)
+			}
+			if n := j.node(t, "counts"); n.Out != 2 || n.DeadLettered != 12 {
+				t.Errorf("counts: %+v, want 2 windows out, 12 dead-lettered", n)
+			}
+			for _, want := range []string{`"key":"k0","n":4`, `"key":"k1","n":4`} {
+				if !strings.Contains(j.stdout, want) {
+					t.Errorf("the output lacks %s:\n%s", want, j.stdout)
+				}
+			}
+			for _, stage := range []string{"once", "counts"} {
+				dl, err := admin.OpenDeadLetters(c, plan, stage)
+				if err != nil {
+					t.Fatal(err)
+				}
+				list, err := dl.List(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range list {
+					if want := "partition 0 of stage " + stage + " already holds max_keys = 2 keys"; d.Envelope.Error != want {
+						t.Errorf("%s: a dead letter says %q, want %q", stage, d.Envelope.Error, want)
+					}
+				}
+			}
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			for stage, want := range map[string]string{"once": "2", "counts": "0"} {
+				v, _, err := c.ReadState(context.Background(), keys.State("in", 0, stage), stages.KeyCountKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(v) != want {
+					t.Errorf("%s counts %q keys at the end, want %s", stage, v, want)
 				}
 			}
 		})
