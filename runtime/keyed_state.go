@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,33 @@ type batchState struct {
 	// followsWriters: the watermark is the writers' of a repartition topic, which the stage's own
 	// observations do not move (watermark_writers.go).
 	followsWriters bool
+	// fetched holds the committed values of the keys read ahead for the batch (prefetch), nil for
+	// a key the state does not hold.
+	fetched map[string][]byte
+}
+
+// prefetch reads the state keys that the batch's messages will read (stages.StatePrefetcher) in
+// one round trip. The partition's lease keeps every other process from writing its state, so the
+// values stay committed ones until the batch commits its own writes, which Get reads first. A
+// failed read is no error: Get then reads each key when it is asked.
+func (b *batchState) prefetch(ctx context.Context, p stages.StatePrefetcher, msgs []*message) {
+	var keys []string
+	for _, m := range msgs {
+		keys = p.StateKeys(&m.msg, keys)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	vals, err := b.rdb.ReadStates(ctx, b.hash, keys)
+	if err != nil {
+		return
+	}
+	b.fetched = make(map[string][]byte, len(keys))
+	for i, k := range keys {
+		b.fetched[k] = vals[i]
+	}
 }
 
 func (r *runner) newBatchState(u *unit) *batchState {
@@ -218,11 +246,14 @@ func (stateHandle) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	v, set := b.set[key]
 	deleted := b.del[key]
 	b.mu.Unlock()
+	ahead, fetched := b.fetched[key] // written only before the batch's attempts begin
 	switch {
 	case set:
 		return v, true, nil
 	case deleted:
 		return nil, false, nil
+	case fetched:
+		return ahead, ahead != nil, nil
 	}
 	v, found, err := b.rdb.ReadState(ctx, b.hash, key)
 	if err != nil && !redis.Unrecoverable(err) {

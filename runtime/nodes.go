@@ -42,6 +42,9 @@ type node struct {
 	// idleTimeout is how long a partition is idle before its watermark moves with the clock
 	// (stages.IdleAdvancer); 0: never.
 	idleTimeout time.Duration
+	// prefetch names the state keys of a batch's messages, to read them in one round trip
+	// (stages.StatePrefetcher); nil for kinds that cannot tell.
+	prefetch stages.StatePrefetcher
 	// writers are the writers of a stateful stage's repartition topic, whose watermarks make its
 	// own (watermark_writers.go); nil for other inputs.
 	writers []writer
@@ -230,6 +233,9 @@ func (r *runner) addStage(s *flow.Stage) error {
 		if ia, ok := proc.(stages.IdleAdvancer); ok {
 			n.idleTimeout = ia.IdleTimeout()
 		}
+	}
+	if p, ok := proc.(stages.StatePrefetcher); ok && n.stateful {
+		n.prefetch = p
 	}
 	if n.writers = r.writersOf(n); n.writers != nil {
 		n.idleTimeout = 0 // its writers' watermarks move while they are idle

@@ -437,6 +437,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		backing[i].state = state
 		msgs[i] = &backing[i]
 	}
+	if n.prefetch != nil && len(msgs) > 0 {
+		state.prefetch(ctx, n.prefetch, msgs)
+	}
 	durable := w.u.retryKey != "" && !n.retryInPlace
 	written := 0
 	var admits []*partitionGate // one per output to a capped topic

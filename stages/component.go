@@ -170,6 +170,15 @@ type TimerHandler interface {
 	OnTimer(ctx context.Context, name string, at time.Time, out []Output) ([]Output, error)
 }
 
+// StatePrefetcher is implemented by stateful processors that can tell, before a batch is
+// processed, which state keys Process will read for a message: the runtime then reads a batch's
+// keys in one round trip, instead of one per key as Process asks. A key named but not read costs a
+// little; a key read but not named is read when Process asks. StateKeys appends to keys and
+// returns it; it may decode m, and must not change the state.
+type StatePrefetcher interface {
+	StateKeys(m *Message, keys []string) []string
+}
+
 // IdleAdvancer is implemented by timed stateful processors whose watermark must move while their
 // partition is idle, so that its last windows close: once a partition has had no message for
 // IdleTimeout, and has nothing pending and no retry waiting, its watermark moves on by the time

@@ -240,6 +240,35 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 	return out, Permanent(s.lateError(at, watermark)) // counted as dead-lettered, with the reason "late: ..."
 }
 
+// StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
+// (StatePrefetcher): the group's index, the count of groups and, for tumbling and hopping windows,
+// the windows that hold its event time (a session's are found through the index).
+func (s *aggregateStage) StateKeys(m *Message, keys []string) []string {
+	if m.Decode() != nil {
+		return keys
+	}
+	group := m.Key
+	if s.groupBy != nil {
+		var err error
+		if group, err = s.groupBy.EvalString(&expr.Env{Msg: m.Value}); err != nil {
+			return keys
+		}
+	}
+	keys = append(keys, groupPrefix+group, KeyCountKey)
+	if s.session {
+		return keys
+	}
+	at, err := EventTime(s.eventTime, m)
+	if err != nil {
+		return keys
+	}
+	ms, size, advance := at.UnixMilli(), s.size.Milliseconds(), s.advance.Milliseconds()
+	for start := floorDiv(ms, advance) * advance; start > ms-size; start -= advance {
+		keys = append(keys, windowPrefix+windowKey(group, start))
+	}
+	return keys
+}
+
 func (s *aggregateStage) lateError(at, watermark time.Time) error {
 	t, wm := at.UTC().Format(time.RFC3339Nano), watermark.UTC().Format(time.RFC3339Nano)
 	if s.session {

@@ -127,6 +127,19 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	return append(out, Output{Topic: s.out, Message: *m}), nil
 }
 
+// StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
+// (StatePrefetcher): the key, and the count of keys.
+func (s *dedupeStage) StateKeys(m *Message, keys []string) []string {
+	if m.Decode() != nil {
+		return keys
+	}
+	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+	if err != nil {
+		return keys
+	}
+	return append(keys, key, KeyCountKey)
+}
+
 // OnTimer forgets a key: the watermark is within past its first message. A key's timer is set with
 // it and cancelled only by forgetting it, so the key is there to count out.
 func (s *dedupeStage) OnTimer(ctx context.Context, name string, _ time.Time, out []Output) ([]Output, error) {

@@ -100,6 +100,22 @@ func (c *Client) ReadState(ctx context.Context, hash, key string) ([]byte, bool,
 	return v, true, nil
 }
 
+// ReadStates returns the values of keys in a state hash, nil for a key it does not hold, in one
+// round trip.
+func (c *Client) ReadStates(ctx context.Context, hash string, keys []string) ([][]byte, error) {
+	vals, err := c.rdb.HMGet(ctx, hash, keys...).Result()
+	if err != nil {
+		return nil, wrap(classify(err), "reading state in", hash)
+	}
+	out := make([][]byte, len(vals))
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			out[i] = []byte(s)
+		}
+	}
+	return out, nil
+}
+
 // Watermark is a partition's watermark as ReadWatermarks reads it from its state hash.
 type Watermark struct {
 	At int64 // Unix ms; 0: none yet

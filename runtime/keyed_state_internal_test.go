@@ -1,0 +1,67 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+
+	"github.com/flowrun/flowrun/internal/embedded"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// keyOfMessage names each message's key as the state key it reads.
+type keyOfMessage struct{}
+
+func (keyOfMessage) StateKeys(m *stages.Message, keys []string) []string { return append(keys, m.Key) }
+
+// TestPrefetchReadsABatchsKeysAtOnce: the state a batch's messages read comes from one read ahead
+// (one command however many keys), found and missing keys alike, with the batch's own writes over it.
+func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
+	srv, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := redis.Open(ctx, redis.Options{URLs: []string{srv.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Universal().HSet(ctx, "state", "a", "1", "b", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := &batchState{rdb: c, hash: "state"}
+	var msgs []*message
+	for _, k := range []string{"a", "b", "c", "a"} {
+		msgs = append(msgs, &message{msg: stages.Message{Key: k}})
+	}
+	before := srv.CommandCount()
+	b.prefetch(ctx, keyOfMessage{}, msgs)
+	read := func(key string) (string, bool) {
+		var v []byte
+		var found bool
+		if err := withAttemptState(ctx, b, func(ctx context.Context) error {
+			var err error
+			v, found, err = stateHandle{}.Get(ctx, key)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return string(v), found
+	}
+	for key, want := range map[string]string{"a": "1", "b": "2", "c": ""} {
+		if v, found := read(key); v != want || found != (want != "") {
+			t.Errorf("Get(%q) = %q, %v; want %q", key, v, found, want)
+		}
+	}
+	if n := srv.CommandCount() - before; n != 1 {
+		t.Errorf("%d commands for the batch's reads, want 1", n)
+	}
+	if err := withAttemptState(ctx, b, func(ctx context.Context) error { return stateHandle{}.Put(ctx, "a", []byte("3")) }); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := read("a"); v != "3" {
+		t.Errorf("after the batch's own write, Get(a) = %q, want 3", v)
+	}
+}

@@ -1,0 +1,89 @@
+package stages
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// readLog is a memState that records the keys read.
+type readLog struct {
+	*memState
+	read []string
+}
+
+func (s *readLog) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	s.read = append(s.read, key)
+	return s.memState.Get(ctx, key)
+}
+
+// TestStateKeysNameWhatProcessReads: every state key that the aggregate (tumbling, hopping) and
+// dedupe kinds read for a message is one their StateKeys named for it, so that a batch's reads are
+// one round trip (the runtime reads each key it was not told of on its own).
+func TestStateKeysNameWhatProcessReads(t *testing.T) {
+	window := func(w string) string {
+		return `
+stage "st" {
+  kind       = "aggregate"
+  input      = topic.in
+  output     = topic.a
+  group_by   = msg.user
+  event_time = msg.at
+  max_keys   = 10
+  window {` + w + `}
+  aggregate = { n = count(), total = sum(msg.amount) }
+}
+` + sinkA
+	}
+	for name, src := range map[string]string{
+		"tumbling": window(`
+    type = "tumbling"
+    size = "1m"
+`),
+		"hopping": window(`
+    type    = "hopping"
+    size    = "3m"
+    advance = "1m"
+`),
+		"dedupe": `
+stage "st" {
+  kind       = "dedupe"
+  input      = topic.in
+  output     = topic.a
+  key        = msg.user
+  event_time = msg.at
+  within     = "2m"
+}
+` + sinkA,
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &readLog{memState: newMemState()}
+			p := plan(t, src)
+			proc, err := Compile(p.Stage("st"), Env{Node: "st", State: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefetcher, ok := proc.(StatePrefetcher)
+			if !ok {
+				t.Fatal("the kind names no state keys ahead")
+			}
+			ctx := WithPartition(context.Background(), 2)
+			for i, payload := range []string{event("a", 0, 1, ""), event("b", 0.5, 2, ""), event("a", 1.5, 3, ""), event("a", 2.5, 4, "")} {
+				m := NewMessage("", []byte(payload), nil)
+				named := prefetcher.StateKeys(&m, nil)
+				st.read = nil
+				if _, err := proc.Process(ctx, &m, nil); err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range st.read {
+					if !slices.Contains(named, k) {
+						t.Errorf("message %d: Process read %q, which StateKeys did not name (%q)", i, k, named)
+					}
+				}
+				if len(st.read) == 0 {
+					t.Errorf("message %d read no state", i)
+				}
+			}
+		})
+	}
+}
