@@ -124,6 +124,10 @@ type Kind struct {
 	// Detail, when set, says in a few words what a node of this kind does, for graphs ("go stage:
 	// acme.score"); without it the graph shows the kind's name.
 	Detail func(config Attrs) string
+	// Stateful, when set, tells whether a stage of this kind with this configuration keeps state per
+	// input partition (stages.RegisterStage sets it from the kind's traits): one process at a time
+	// must own such a partition, so the stage's ordering may not be "none".
+	Stateful func(config Attrs) bool
 }
 
 // KindOutput is one of the topics a stage kind with OwnOutputs writes to.

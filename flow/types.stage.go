@@ -89,6 +89,11 @@ func (c *compiler) compileStage(b *Block) *Stage {
 		s.Output = nil
 	}
 	c.checkKind(b, &s.Config)
+	if s.Ordering == OrderNone && b.Kind.Stateful != nil && b.Kind.Stateful(s.Config) {
+		c.errorf(b.Attributes["ordering"].Expr.Range(), "Stateful stage without a lease",
+			fmt.Sprintf("The %s stage %q keeps state per input partition, which one process at a time must own: "+
+				"use ordering = \"key\" (the default) or \"partition\", not \"none\".", s.Kind, s.Name))
+	}
 	return s
 }
 

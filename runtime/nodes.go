@@ -209,10 +209,11 @@ func (r *runner) addStage(s *flow.Stage) error {
 	if err != nil {
 		return &ConfigError{err.Error()}
 	}
+	traits := kind.TraitsFor(s.Config)
 	n := &node{
 		name: s.Name, typ: "stage", kind: s.Kind,
 		group: redis.Group(s.Name), input: s.Input,
-		ordering: s.Ordering, lanes: s.Concurrency, inline: kind.Traits.Inline, stateful: kind.Traits.Stateful,
+		ordering: s.Ordering, lanes: s.Concurrency, inline: traits.Inline, stateful: traits.Stateful,
 		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
 	if n.stateful && n.ordering == flow.OrderNone {
@@ -229,7 +230,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 	}
 	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
 	if th, ok := proc.(stages.TimerHandler); ok && n.stateful {
-		n.timers, n.fireAtEnd = th, kind.Traits.FireAtEnd
+		n.timers, n.fireAtEnd = th, traits.FireAtEnd
 		if ia, ok := proc.(stages.IdleAdvancer); ok {
 			n.idleTimeout = ia.IdleTimeout()
 		}

@@ -18,7 +18,18 @@ import (
 type StageKind struct {
 	Spec   *flow.Kind
 	Traits StageTraits
-	New    func(s *flow.Stage, env Env) (Processor, error)
+	// TraitsOf, when set, gives the traits of each stage from its configuration, in place of
+	// Traits, for a kind whose traits depend on it: a go stage is stateful when its function is.
+	TraitsOf func(config flow.Attrs) StageTraits
+	New      func(s *flow.Stage, env Env) (Processor, error)
+}
+
+// TraitsFor returns the traits of a stage of the kind with this configuration.
+func (k StageKind) TraitsFor(config flow.Attrs) StageTraits {
+	if k.TraitsOf != nil {
+		return k.TraitsOf(config)
+	}
+	return k.Traits
 }
 
 // StageTraits are what the runtime must know of a stage kind besides its constructor.
@@ -92,11 +103,13 @@ var kinds = struct {
 }{stages: map[string]StageKind{}, sinks: map[string]SinkKind{}, sources: map[string]SourceKind{}}
 
 // RegisterStage registers a stage kind. Like Register it is meant for init functions, and panics on
-// a spec without a name, a missing constructor or a kind registered twice.
+// a spec without a name, a missing constructor or a kind registered twice. It tells the language
+// which stages of the kind are stateful (flow.Kind.Stateful), so that validate checks their ordering.
 func RegisterStage(k StageKind) {
 	checkRegistration("stage", k.Spec, k.New != nil)
 	kinds.Lock()
 	defer kinds.Unlock()
+	k.Spec.Stateful = func(config flow.Attrs) bool { return k.TraitsFor(config).Stateful }
 	flow.RegisterKind("stage", k.Spec)
 	kinds.stages[k.Spec.Name] = k
 }

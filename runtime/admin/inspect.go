@@ -184,7 +184,7 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 	}
 	for _, s := range plan.Stages {
 		kind, err := stages.StageKindOf(s)
-		if err != nil || !kind.Traits.Stateful {
+		if err != nil || !kind.TraitsFor(s.Config).Stateful {
 			continue
 		}
 		for p := 0; p < s.Input.Partitions; p++ {
