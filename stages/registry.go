@@ -34,30 +34,72 @@ type Message struct {
 // whether it is retried, unless the error is Permanent.
 type Func func(ctx context.Context, m Message) ([]Message, error)
 
+// StatefulFunc is a Go stage function that keeps state: per-key values and durable timers in its
+// input partition, with the guarantees of the built-in stateful kinds (dedupe, aggregate). Its stage
+// is stateful: it needs ordering = "key" or "partition", and processes each partition's messages one
+// after another, in order. What Process and OnTimer write through state is committed with the
+// acknowledgement of the batch, in one step fenced by the partition's lease; a failed attempt's
+// writes are dropped with it; and the state moves with the lease, with nothing to restore, when
+// another process takes the partition over. See State.
+//
+// Time is event time. Before Process is called, the stage has observed the message's event time
+// (the stage's event_time attribute, or the time its entry was written), so state.Watermark, the
+// latest event time of the partition, includes it. A timer is due once the watermark reaches it.
+type StatefulFunc struct {
+	// Process processes one message, as a Func does, with the state of the message's partition.
+	// Every call on state takes ctx.
+	Process func(ctx context.Context, m Message, state State) ([]Message, error)
+	// OnTimer, when set, is called for each due timer that Process or OnTimer set, earliest first,
+	// with the state of the batch that moved the watermark past it; what it returns goes to the
+	// stage's output, committed with that batch. The timer is cancelled unless OnTimer sets it again.
+	// An error keeps the timer and processes the batch again; a Permanent one drops the timer. A
+	// function without OnTimer cannot set timers.
+	OnTimer func(ctx context.Context, timer string, at time.Time, state State) ([]Message, error)
+	// FireAtEnd fires every timer of the stage when a job's inputs are drained (flowrun run
+	// --until-drained), whatever the watermark: for timers that emit results, as windows do, so
+	// that a job's output is complete. Leave it unset for timers that forget (the default), which
+	// then stay for the next run.
+	FireAtEnd bool
+}
+
 var registry = struct {
 	sync.RWMutex
-	funcs map[string]Func
-}{funcs: map[string]Func{}}
+	funcs    map[string]Func
+	stateful map[string]StatefulFunc
+}{funcs: map[string]Func{}, stateful: map[string]StatefulFunc{}}
 
 // Register makes fn available to pipelines as func = name in a stage of kind "go". It is meant for
 // init functions and panics on an empty name, a nil function, or a name registered twice, since
 // each is a programming error that must not reach production.
 func Register(name string, fn Func) {
+	register("Register", name, fn == nil, func() { registry.funcs[name] = fn })
+}
+
+// RegisterStateful makes the stateful function fn available to pipelines as func = name in a stage
+// of kind "go"; see Register, and StatefulFunc. It panics as Register does, and on a function
+// without Process.
+func RegisterStateful(name string, fn StatefulFunc) {
+	register("RegisterStateful", name, fn.Process == nil, func() { registry.stateful[name] = fn })
+}
+
+func register(how, name string, missing bool, add func()) {
 	if name == "" {
-		panic("stages.Register: empty name")
+		panic("stages." + how + ": empty name")
 	}
-	if fn == nil {
-		panic(fmt.Sprintf("stages.Register(%q): nil function", name))
+	if missing {
+		panic(fmt.Sprintf("stages.%s(%q): nil function", how, name))
 	}
 	registry.Lock()
 	defer registry.Unlock()
-	if _, dup := registry.funcs[name]; dup {
-		panic(fmt.Sprintf("stages.Register(%q): registered twice", name))
+	_, plain := registry.funcs[name]
+	_, stateful := registry.stateful[name]
+	if plain || stateful {
+		panic(fmt.Sprintf("stages.%s(%q): registered twice", how, name))
 	}
-	registry.funcs[name] = fn
+	add()
 }
 
-// Lookup returns the function registered under name.
+// Lookup returns the function registered under name with Register.
 func Lookup(name string) (Func, bool) {
 	registry.RLock()
 	defer registry.RUnlock()
@@ -65,12 +107,23 @@ func Lookup(name string) (Func, bool) {
 	return fn, ok
 }
 
-// Names lists the registered function names, sorted.
+// LookupStateful returns the function registered under name with RegisterStateful.
+func LookupStateful(name string) (StatefulFunc, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	fn, ok := registry.stateful[name]
+	return fn, ok
+}
+
+// Names lists the registered function names, of plain and stateful functions, sorted.
 func Names() []string {
 	registry.RLock()
 	defer registry.RUnlock()
-	names := make([]string, 0, len(registry.funcs))
+	names := make([]string, 0, len(registry.funcs)+len(registry.stateful))
 	for n := range registry.funcs {
+		names = append(names, n)
+	}
+	for n := range registry.stateful {
 		names = append(names, n)
 	}
 	sort.Strings(names)

@@ -2,21 +2,32 @@ package stages
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
 )
 
-// The go stage runs a Go function registered with Register.
+// The go stage runs a Go function registered with Register, or with RegisterStateful: a stage that
+// calls a stateful function is itself stateful (its traits depend on its func).
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
 			Name: "go",
 			Doc: "Runs a Go function compiled into the flowrun binary with stages.Register; it may emit " +
-				"zero, one or several messages per input.",
+				"zero, one or several messages per input. A function registered with stages.RegisterStateful " +
+				"keeps state per key and sets timers in event time, in its input partition, committed with " +
+				"the acknowledgements: its stage is stateful, like a dedupe or aggregate stage.",
 			Attributes: []flow.Attribute{
 				{Name: "func", Type: flow.TypeString, Required: true, Doc: "The registered name of the function, such as \"acme.score\"."},
+				{
+					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
+					Doc: "For a stateful function only: the message's event time, an RFC 3339 string or Unix milliseconds. " +
+						"The partition's watermark, the latest event time it has seen, makes the function's timers due.",
+				},
 			},
 			Example: `stage "score" {
   kind   = "go"
@@ -27,24 +38,25 @@ func init() {
 			Check:  checkGoFunc,
 			Detail: func(config flow.Attrs) string { return "go stage: " + config.String("func") },
 		},
-		New: func(s *flow.Stage, env Env) (Processor, error) {
-			name := s.Config.String("func")
-			lookup := env.Functions
-			if lookup == nil {
-				lookup = Lookup
-			}
-			fn, ok := lookup(name)
+		TraitsOf: func(config flow.Attrs) StageTraits {
+			fn, ok := LookupStateful(config.String("func"))
 			if !ok {
-				return nil, fmt.Errorf("stage %s: no Go stage function %q is registered in this binary", s.Name, name)
+				return StageTraits{}
 			}
-			return &goStage{out: s.Output, fn: fn}, nil
+			return StageTraits{Stateful: true, FireAtEnd: fn.FireAtEnd}
 		},
+		New: newGoStage,
 	})
 }
 
-// checkGoFunc reports a go stage whose function is not registered in this binary.
+// checkGoFunc reports a go stage whose function is not registered in this binary, and an event_time
+// for a function that keeps no state.
 func checkGoFunc(c *flow.KindCheck) {
 	name := c.Config.String("func")
+	if _, plain := Lookup(name); plain && c.Has("event_time") {
+		c.Errorf("event_time", "Event time of a stateless function",
+			"%q keeps no state, so it has no use for event time: event_time is for functions registered with stages.RegisterStateful.", name)
+	}
 	if !c.Has("func") || name == "" || slices.Contains(c.GoFuncs, name) {
 		return
 	}
@@ -56,29 +68,106 @@ func checkGoFunc(c *flow.KindCheck) {
 	c.Errorf("func", "Unknown Go stage function", "%s", detail)
 }
 
+// newGoStage finds the stage's function: env.Functions first, so that a test's mock stands in for a
+// function of either form (a mock keeps no state), then the stateful functions.
+func newGoStage(s *flow.Stage, env Env) (Processor, error) {
+	name := s.Config.String("func")
+	lookup := env.Functions
+	if lookup == nil {
+		lookup = Lookup
+	}
+	if fn, ok := lookup(name); ok {
+		return &goStage{out: s.Output, fn: fn}, nil
+	}
+	fn, ok := LookupStateful(name)
+	if !ok {
+		return nil, fmt.Errorf("stage %s: no Go stage function %q is registered in this binary", s.Name, name)
+	}
+	if env.State == nil {
+		return nil, fmt.Errorf("stage %s: the stateful function %q needs a state handle (Env.State)", s.Name, name)
+	}
+	st := &statefulGoStage{out: s.Output, fn: fn, eventTime: s.Config.Expr("event_time"),
+		state: funcState{State: env.State, timers: fn.OnTimer != nil}}
+	if fn.OnTimer != nil {
+		return &timedGoStage{st}, nil
+	}
+	return st, nil
+}
+
 // goStage calls a registered Go function.
 type goStage struct {
 	out *flow.Topic
 	fn  Func
 }
 
-func (s *goStage) Process(ctx context.Context, m *Message, out []Output) (outs []Output, err error) {
+func (s *goStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
 	if err := m.Decode(); err != nil {
 		return out, err
 	}
+	return call(s.out, out, func() ([]Message, error) { return s.fn(ctx, *m) })
+}
+
+// statefulGoStage calls a function registered with RegisterStateful, after it observed the
+// message's event time.
+type statefulGoStage struct {
+	out       *flow.Topic
+	fn        StatefulFunc
+	eventTime *expr.Program // nil: the entry's time
+	state     State
+}
+
+func (s *statefulGoStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
+	if err := m.Decode(); err != nil {
+		return out, err
+	}
+	at, err := EventTime(s.eventTime, m)
+	if err != nil {
+		return out, err
+	}
+	if err := s.state.Observe(ctx, at); err != nil {
+		return out, err
+	}
+	return call(s.out, out, func() ([]Message, error) { return s.fn.Process(ctx, *m, s.state) })
+}
+
+// timedGoStage is a stateful function with OnTimer: the runtime fires its timers (TimerHandler).
+type timedGoStage struct{ *statefulGoStage }
+
+func (s *timedGoStage) OnTimer(ctx context.Context, name string, at time.Time, out []Output) ([]Output, error) {
+	return call(s.out, out, func() ([]Message, error) { return s.fn.OnTimer(ctx, name, at, s.state) })
+}
+
+// call runs a function and appends what it returned to out, as outputs to topic.
+func call(topic *flow.Topic, out []Output, fn func() ([]Message, error)) (outs []Output, err error) {
 	defer func() {
 		// A panicking function fails this message instead of the process; retrying would panic again.
 		if r := recover(); r != nil {
 			outs, err = out, Permanent(fmt.Errorf("the Go stage function panicked: %v", r))
 		}
 	}()
-	results, err := s.fn(ctx, *m)
+	results, err := fn()
 	if err != nil {
 		return out, err
 	}
 	for _, r := range results {
 		r.Changed() // the function may have changed anything
-		out = append(out, Output{Topic: s.out, Message: r})
+		out = append(out, Output{Topic: topic, Message: r})
 	}
 	return out, nil
+}
+
+// funcState is the State a stateful function gets: the runtime's, refusing timers to a function
+// that has no OnTimer to fire them.
+type funcState struct {
+	State
+	timers bool
+}
+
+var errNoOnTimer = errors.New("the stateful function set a timer, but it has no OnTimer to fire it")
+
+func (s funcState) SetTimer(ctx context.Context, name string, at time.Time) error {
+	if !s.timers {
+		return Permanent(errNoOnTimer)
+	}
+	return s.State.SetTimer(ctx, name, at)
 }
