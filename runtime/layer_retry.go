@@ -19,11 +19,12 @@ import (
 func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		payload, _ := m.msg.Payload()
-		key, headers := m.msg.Key, m.msg.Headers
+		key, headers, entryTime := m.msg.Key, m.msg.Headers, m.msg.EntryTime
 		firstFailure := m.firstFailure
 		for attempts := m.attempts + 1; ; attempts++ {
 			if attempts > m.attempts+1 {
 				m.msg = stages.NewMessage(key, payload, headers)
+				m.msg.EntryTime = entryTime // a stateful stage's event time, when the message has none of its own
 			}
 			probe, ok := n.breaker.pass(p.stopping)
 			if !ok {
