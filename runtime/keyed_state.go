@@ -264,9 +264,21 @@ func (stateHandle) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return v, found, err
 }
 
+// checkKey refuses the keys of the runtime's own fields of the state hash: a kind, or a Go function
+// keyed by what its messages say, that wrote one would corrupt the partition's watermark.
+func checkKey(key string) error {
+	if key == redis.WatermarkField || key == redis.IdleField {
+		return stages.Permanent(fmt.Errorf("the state key %q is a field of the runtime's own", key))
+	}
+	return nil
+}
+
 func (stateHandle) Put(ctx context.Context, key string, value []byte) error {
 	a, err := attemptOf(ctx)
 	if err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	a.set = put(a.set, key, append([]byte(nil), value...))
@@ -277,6 +289,9 @@ func (stateHandle) Put(ctx context.Context, key string, value []byte) error {
 func (stateHandle) Delete(ctx context.Context, key string) error {
 	a, err := attemptOf(ctx)
 	if err != nil {
+		return err
+	}
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	delete(a.set, key)

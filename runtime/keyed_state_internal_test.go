@@ -65,3 +65,28 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 		t.Errorf("after the batch's own write, Get(a) = %q, want 3", v)
 	}
 }
+
+// TestStateRefusesTheRuntimesFields: a kind, or a Go function, cannot write or delete a field of the
+// state hash that is the runtime's (the watermark's, the idle marker's); its message fails for good.
+// The kinds' own entries that begin with a NUL byte (stages.KeyCountKey) are theirs to write.
+func TestStateRefusesTheRuntimesFields(t *testing.T) {
+	a := &attemptState{batch: &batchState{}}
+	ctx := context.WithValue(context.Background(), attemptStateKey{}, a)
+	var s stages.State = stateHandle{}
+	for _, field := range []string{redis.WatermarkField, redis.IdleField} {
+		if err := s.Put(ctx, field, []byte("0")); !stages.IsPermanent(err) {
+			t.Errorf("Put of the runtime's field %q: %v", field, err)
+		}
+		if err := s.Delete(ctx, field); !stages.IsPermanent(err) {
+			t.Errorf("Delete of the runtime's field %q: %v", field, err)
+		}
+	}
+	if len(a.set)+len(a.del) != 0 {
+		t.Errorf("the attempt wrote %v and deleted %v", a.set, a.del)
+	}
+	for _, key := range []string{"watermark", stages.KeyCountKey} {
+		if err := s.Put(ctx, key, []byte("0")); err != nil || string(a.set[key]) != "0" {
+			t.Errorf("Put of a key of the kind's own, %q: %v, %v", key, err, a.set)
+		}
+	}
+}
