@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestCustomBinary(t *testing.T) {
 	if code := exitCode(err); code != 2 || !strings.Contains(string(out), `"acme_csv"`) {
 		t.Fatalf("stock flowrun validate accepts the acme_csv kind: exit %d\n%s", code, out)
 	}
-	if out, err := run(t, custom, "version"); err != nil || !strings.Contains(string(out), "acme.score") {
+	if out, err := run(t, custom, "version"); err != nil || !strings.Contains(string(out), "acme.score") || !strings.Contains(string(out), "acme.velocity") {
 		t.Fatalf("flowrun-acme version: %v\n%s", err, out)
 	}
 	// The custom kind is documented like a built-in one, and only by the binary that has it.
@@ -64,7 +65,9 @@ func TestCustomBinary(t *testing.T) {
 	srv := redistest.Start(t)
 	result := filepath.Join(dir, "risky.jsonl")
 	sheet := filepath.Join(dir, "risky.csv")
-	out, err = run(t, custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result, "--var", "sheet="+sheet)
+	bursts := filepath.Join(dir, "bursts.jsonl")
+	out, err = run(t, custom, "run", "pipeline", "--until-drained", "--redis", srv.URL(), "--var", "output="+result, "--var", "sheet="+sheet,
+		"--var", "bursts="+bursts)
 	// Order 5 has no numeric amount: acme.score fails it for good, so the job ends with exit status 3.
 	if code := exitCode(err); code != 3 {
 		t.Fatalf("flowrun-acme run: exit %d, want 3\n%s", code, out)
@@ -103,6 +106,47 @@ func TestCustomBinary(t *testing.T) {
 	sort.Strings(sheetIDs)
 	if got := strings.Join(sheetIDs, ","); got != "2,3,4,6" {
 		t.Fatalf("rows of the sheet %s, want 2,3,4,6: %q", got, rows)
+	}
+
+	// acme.velocity, a stateful function, passes on the second order of each customer who orders
+	// twice (all the sample's orders are written within ten minutes): alice's 4 and bob's 7.
+	var burstIDs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(must(os.ReadFile(bursts)))), "\n") {
+		var order struct {
+			ID     json.Number `json:"id"`
+			Recent int         `json:"recent_orders"`
+		}
+		if err := json.Unmarshal([]byte(line), &order); err != nil {
+			t.Fatal(err)
+		}
+		burstIDs = append(burstIDs, fmt.Sprintf("%s:%d", order.ID, order.Recent))
+	}
+	sort.Strings(burstIDs)
+	if got := strings.Join(burstIDs, ","); got != "4:2,7:2" {
+		t.Fatalf("order bursts %s, want orders 4 and 7 with recent_orders 2\n%s", got, out)
+	}
+	// Its memory of the five customers is state of their partitions in Redis, with a timer each.
+	out, err = run(t, custom, "inspect", "pipeline", "--redis", srv.URL(), "--json")
+	if err != nil {
+		t.Fatalf("flowrun-acme inspect: %v\n%s", err, out)
+	}
+	var report struct {
+		State []struct {
+			Stage        string
+			Keys, Timers int64
+		}
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatal(err)
+	}
+	var customers, timers int64
+	for _, s := range report.State {
+		if s.Stage == "velocity" {
+			customers, timers = customers+s.Keys, timers+s.Timers
+		}
+	}
+	if customers != 5 || timers != 5 {
+		t.Fatalf("the velocity stage remembers %d customers with %d timers, want 5 and 5\n%s", customers, timers, out)
 	}
 }
 

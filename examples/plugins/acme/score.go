@@ -1,6 +1,6 @@
 // Package acme is an example of a team's own stage functions and kinds: it registers a Go stage
-// function (score.go) and a sink kind (csvsink.go) with flowrun in init, and a custom flowrun binary
-// (../flowrun-acme) compiles them in.
+// function (score.go), a stateful one (velocity.go) and a sink kind (csvsink.go) with flowrun in
+// init, and a custom flowrun binary (../flowrun-acme) compiles them in.
 package acme
 
 import (

@@ -5,7 +5,7 @@ package main
 import (
 	"github.com/flowrun/flowrun/cmd"
 
-	_ "github.com/flowrun/flowrun/examples/plugins/acme" // registers acme.score and the acme_csv sink
+	_ "github.com/flowrun/flowrun/examples/plugins/acme" // registers acme.score, acme.velocity and the acme_csv sink
 )
 
 func main() { cmd.Main() }
