@@ -33,7 +33,8 @@ func newInspectCommand(stdio IO) *cobra.Command {
 			"the size of its dead-letter stream. Consumer groups that the pipeline does not have are listed too: " +
 			"they hold back trimming.\n\n" +
 			"A topic or consumer group that does not exist yet (nothing ran) is shown as empty. Inspect only " +
-			"reads; it changes nothing.\n\nWith --state it shows instead, per stateful stage (dedupe) and partition, " +
+			"reads; it changes nothing.\n\nWith --state it shows instead, per stateful stage (dedupe, aggregate, a go stage " +
+			"whose function is stateful) and partition, " +
 			"the watermark (the latest event time the stage saw there), the keys it remembers, its timers and " +
 			"the memory they use. The JSON report always has them, in state.",
 		Args: cobra.ExactArgs(1),

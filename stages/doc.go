@@ -21,7 +21,8 @@
 //
 // and a custom binary blank-imports that package and calls cmd.Main (see examples/plugins, which
 // also registers a sink kind of its own). A pipeline then uses the function with kind = "go" and
-// func = "acme.score".
+// func = "acme.score". A function that keeps state per key, with timers in event time, registers
+// with RegisterStateful instead (a StatefulFunc), and gets the stage's State.
 //
 // This package does not load code at run time: Go's plugin package is deliberately not used, as
 // version skew between host and plugin breaks loading, it needs cgo, and plugins cannot be unloaded.

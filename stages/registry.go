@@ -40,7 +40,10 @@ type Func func(ctx context.Context, m Message) ([]Message, error)
 // after another, in order. What Process and OnTimer write through state is committed with the
 // acknowledgement of the batch, in one step fenced by the partition's lease; a failed attempt's
 // writes are dropped with it; and the state moves with the lease, with nothing to restore, when
-// another process takes the partition over. See State.
+// another process takes the partition over. See State. The state is the input partition's:
+// messages that share state must share a partition, so key the input topic by what the state is
+// kept by (the message's key, say). Record counts what the function finds late or repeated, as
+// the built-in kinds do.
 //
 // Time is event time. Before Process is called, the stage has observed the message's event time
 // (the stage's event_time attribute, or the time its entry was written), so state.Watermark, the
