@@ -37,7 +37,8 @@ var stageSpec = &BlockSpec{
 			Name: "retry_in_place", Type: TypeBool, DefaultDoc: `true when ordering = "partition", else false`,
 			Doc: "Whether a failed message waits for its retry where it is, holding back the messages behind " +
 				"it, or (false) waits in a retry set in Redis while later messages, of its key too, go on. " +
-				"Delays of a second or less are always waited in place.",
+				"Delays of a second or less are always waited in place, and so are all retries of a stateful stage " +
+				"(aggregate, dedupe), whose partition waits for the message so that its watermark does.",
 		},
 		{
 			Name: "concurrency", Type: TypeInteger, Default: int64(4), Min: Bound(1), Max: Bound(1024),

@@ -216,6 +216,10 @@ func (r *runner) addStage(s *flow.Stage) error {
 		ordering: s.Ordering, lanes: s.Concurrency, inline: traits.Inline, stateful: traits.Stateful,
 		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
+	// A stateful stage's retries wait in place: a message parked in the retry set while the
+	// messages behind it went on would let them move the watermark past its windows, and it would
+	// come back late. Its partition waits for it instead, as its in-order processing requires.
+	n.retryInPlace = n.retryInPlace || n.stateful
 	if n.stateful && n.ordering == flow.OrderNone {
 		return &ConfigError{"stage " + s.Name + ": a " + s.Kind + " stage keeps state per partition, which needs ordering = \"key\" or \"partition\", not \"none\""}
 	}
