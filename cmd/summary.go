@@ -68,7 +68,12 @@ func writeSummary(w io.Writer, s *runtime.Summary) error {
 			found = append(found, fmt.Sprintf("%d late", n.Late))
 		}
 		if len(found) > 0 {
-			fmt.Fprintf(&b, "%s.%s found %s\n", n.Type, n.Name, strings.Join(found, " and "))
+			// The dropped ones are among the filtered: say which those are.
+			dropped := ""
+			if n.Dropped > 0 {
+				dropped = fmt.Sprintf(" (%d dropped)", n.Dropped)
+			}
+			fmt.Fprintf(&b, "%s.%s found %s%s\n", n.Type, n.Name, strings.Join(found, " and "), dropped)
 		}
 	}
 	fmt.Fprintf(&b, "elapsed %s; %d dead-lettered\n", s.Elapsed.Round(time.Millisecond), s.DeadLettered())
@@ -129,6 +134,7 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 		DeadLettered int64                      `json:"dead_lettered"`
 		Late         int64                      `json:"late,omitempty"`
 		Duplicates   int64                      `json:"duplicates,omitempty"`
+		Dropped      int64                      `json:"dropped,omitempty"`
 		InPerSecond  float64                    `json:"in_per_second"`
 		Reasons      []runtime.DeadLetterReason `json:"reasons,omitempty"`
 		List         string                     `json:"list,omitempty"` // the command that lists the dead letters
@@ -137,7 +143,7 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 	for _, n := range s.Nodes {
 		nj := nodeJSON{Node: n.Name, Type: n.Type, Kind: n.Kind, In: n.In, Out: n.Out, Filtered: n.Filtered,
 			Failed: n.Failed, Retried: n.Retried, DeadLettered: n.DeadLettered, Late: n.Late, Duplicates: n.Duplicates,
-			Reasons: n.Reasons}
+			Dropped: n.Dropped, Reasons: n.Reasons}
 		if secs := s.Elapsed.Seconds(); secs > 0 {
 			nj.InPerSecond = math.Round(float64(n.In)/secs*10) / 10
 		}

@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -95,5 +96,54 @@ sink "out" {
 	}
 	if note := deadLetterNote(summary); note != "100 messages dead-lettered; list them with flowrun dlq list 'pipes/dl dir' --stage check" {
 		t.Errorf("note: %s", note)
+	}
+}
+
+// TestSummaryShowsWhatStatefulStagesFound: the summary says what each stateful stage found late or
+// repeated, and how many of those it dropped (the filtered column counts them too); the JSON
+// summary has the same counts, and neither says anything of them for the other nodes.
+func TestSummaryShowsWhatStatefulStagesFound(t *testing.T) {
+	s := &runtime.Summary{Elapsed: time.Second, Nodes: []runtime.NodeSummary{
+		{Name: "once", Type: "stage", Kind: "dedupe", In: 5, Out: 3, Filtered: 2, Duplicates: 2, Dropped: 2},
+		{Name: "per_minute", Type: "stage", Kind: "aggregate", In: 5, Filtered: 1, DeadLettered: 1, Late: 2, Dropped: 1},
+		{Name: "out", Type: "sink", Kind: "stdout", In: 3, Out: 3},
+	}}
+	var text bytes.Buffer
+	if err := writeSummary(&text, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"stage.once found 2 duplicates (2 dropped)\n", "stage.per_minute found 2 late (1 dropped)\n"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the summary lacks %q:\n%s", want, text.String())
+		}
+	}
+	if strings.Contains(text.String(), "sink.out found") {
+		t.Errorf("the summary says the sink found something:\n%s", text.String())
+	}
+
+	var js bytes.Buffer
+	if err := writeSummaryJSON(&js, s); err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Nodes []map[string]any `json:"nodes"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &rec); err != nil || len(rec.Nodes) != 3 {
+		t.Fatalf("the JSON summary: %v\n%s", err, js.String())
+	}
+	for i, want := range []map[string]any{
+		{"duplicates": 2.0, "dropped": 2.0, "filtered": 2.0},
+		{"late": 2.0, "dropped": 1.0, "filtered": 1.0, "dead_lettered": 1.0},
+	} {
+		for k, v := range want {
+			if rec.Nodes[i][k] != v {
+				t.Errorf("node %d in the JSON summary has %s = %v, want %v: %v", i, k, rec.Nodes[i][k], v, rec.Nodes[i])
+			}
+		}
+	}
+	for _, k := range []string{"late", "duplicates", "dropped"} {
+		if _, ok := rec.Nodes[2][k]; ok {
+			t.Errorf("the sink in the JSON summary has %s: %v", k, rec.Nodes[2])
+		}
 	}
 }

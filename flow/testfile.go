@@ -27,7 +27,7 @@ const (
 )
 
 // Metric counters that an assert may read as metrics.<node>.<counter>.
-var TestCounters = []string{"in", "out", "filtered", "retried", "dead_lettered", "late", "duplicates"}
+var TestCounters = []string{"in", "out", "filtered", "retried", "dead_lettered", "late", "duplicates", "dropped"}
 
 // TestFile is one test file, decoded (LoadTestFile) and, once Check has run, resolved against the
 // pipeline: every reference in it names a node or topic of the plan.

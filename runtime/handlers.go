@@ -26,10 +26,10 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	}()
 	var results []stages.Output
 	var err error
+	dropped := false
 	if h.node.stateful {
-		err = withAttemptState(ctx, m.state, func(ctx context.Context) error {
-			results, err = h.proc.Process(ctx, &m.msg, *scratch)
-			return err
+		results, dropped, err = withAttemptState(ctx, m.state, func(ctx context.Context) ([]stages.Output, error) {
+			return h.proc.Process(ctx, &m.msg, *scratch)
 		})
 	} else {
 		results, err = h.proc.Process(ctx, &m.msg, *scratch)
@@ -38,8 +38,9 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	if err != nil {
 		return outs, err
 	}
-	if len(results) == 0 && !h.node.fireAtEnd {
-		// A windowed kind (FireAtEnd) holds its messages in windows: they are not filtered out.
+	if len(results) == 0 && (!h.node.fireAtEnd || dropped) {
+		// A windowed kind (FireAtEnd) holds its messages in windows: they are not filtered out,
+		// unless it dropped them (late = "drop").
 		h.node.stats.filtered.Add(1)
 	}
 	for i := range results {

@@ -59,8 +59,8 @@ type batchState struct {
 	watermark       int64
 	watermarkLoaded bool
 	moved           bool
-	// late and duplicates are the batch's recorded outcomes, counted once it commits.
-	late, duplicates int64
+	// late, duplicates and dropped are the batch's recorded outcomes, counted once it commits.
+	late, duplicates, dropped int64
 	// followsWriters: the watermark is the writers' of a repartition topic, which the stage's own
 	// observations do not move (watermark_writers.go).
 	followsWriters bool
@@ -143,8 +143,9 @@ func (a *attemptState) record(o stages.Outcome) {
 	}
 }
 
-// join adds a successful attempt's writes to its batch.
-func (a *attemptState) join() {
+// join adds a successful attempt's writes to its batch, and its outcomes; dropped says that it
+// passed the message on nowhere after recording it late or a duplicate.
+func (a *attemptState) join(dropped bool) {
 	b := a.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -164,8 +165,10 @@ func (a *attemptState) join() {
 		delete(b.timerAt, k)
 		b.cancel = put(b.cancel, k, true)
 	}
-	b.late += a.late
-	b.duplicates += a.duplicates
+	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+	if dropped {
+		b.dropped++
+	}
 	if a.observed > b.watermark {
 		// Observe loaded the watermark before it recorded anything (loadWatermark).
 		b.watermark, b.moved = a.observed, true
@@ -206,15 +209,26 @@ func put[V any](m map[string]V, k string, v V) map[string]V {
 type attemptStateKey struct{}
 
 // withAttemptState runs one attempt of a stateful stage with a fresh view of its batch's state, and
-// joins the view's writes to the batch when the attempt succeeds.
-func withAttemptState(ctx context.Context, b *batchState, attempt func(context.Context) error) error {
+// joins the view's writes to the batch when the attempt succeeds. It passes on the attempt's
+// outputs, and reports whether the attempt dropped its message: recorded it late or a duplicate and
+// passed it on nowhere (late = "drop", duplicates = "drop"). An attempt that fails for good at once
+// (a permanent error: the message is dead-lettered) counts its outcomes without its writes, so that
+// a late message dead-lettered counts as late too.
+func withAttemptState(ctx context.Context, b *batchState, attempt func(context.Context) ([]stages.Output, error)) (outs []stages.Output, dropped bool, err error) {
 	a := &attemptState{batch: b}
 	ctx = stages.WithPartition(context.WithValue(ctx, attemptStateKey{}, a), b.partition)
-	if err := attempt(stages.WithOutcomes(ctx, a.record)); err != nil {
-		return err
+	outs, err = attempt(stages.WithOutcomes(ctx, a.record))
+	if err != nil {
+		if stages.IsPermanent(err) {
+			b.mu.Lock()
+			b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+			b.mu.Unlock()
+		}
+		return outs, false, err
 	}
-	a.join()
-	return nil
+	dropped = len(outs) == 0 && a.late+a.duplicates > 0
+	a.join(dropped)
+	return outs, dropped, nil
 }
 
 // stateHandle is the stages.State of a stateful node: it finds the attempt's view in the context.

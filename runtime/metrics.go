@@ -54,8 +54,9 @@ func (r *runner) registerMetrics() error {
 		{"flowrun.messages.failed", "Failed attempts.", func(s *nodeStats) int64 { return s.failed.Load() }},
 		{"flowrun.messages.retried", "Attempts made again after a failure.", func(s *nodeStats) int64 { return s.retried.Load() }},
 		{"flowrun.messages.dead_lettered", "Messages sent to a dead-letter stream.", func(s *nodeStats) int64 { return s.deadLettered.Load() }},
-		{"flowrun.messages.late", "Messages a stateful stage found late (an aggregate's, for closed windows) and routed or dropped.", func(s *nodeStats) int64 { return s.late.Load() }},
-		{"flowrun.messages.duplicates", "Messages a stateful stage found repeated (a dedupe's).", func(s *nodeStats) int64 { return s.duplicates.Load() }},
+		{"flowrun.messages.late", "Messages a stateful stage found late (an aggregate's, for closed windows), routed, dead-lettered or dropped.", func(s *nodeStats) int64 { return s.late.Load() }},
+		{"flowrun.messages.duplicates", "Messages a stateful stage found repeated (a dedupe's), routed or dropped.", func(s *nodeStats) int64 { return s.duplicates.Load() }},
+		{"flowrun.messages.dropped", "Late or repeated messages a stateful stage dropped (late or duplicates = \"drop\"); they count as filtered too.", func(s *nodeStats) int64 { return s.dropped.Load() }},
 	}
 	var observables []metric.Observable
 	type observedCounter struct {

@@ -157,6 +157,7 @@ type nodeStats struct {
 	deadLettered atomic.Int64 // messages sent to a dead-letter stream
 	late         atomic.Int64 // messages a stateful stage found late (stages.Late)
 	duplicates   atomic.Int64 // messages a stateful stage found repeated (stages.Duplicate)
+	dropped      atomic.Int64 // late or repeated messages it passed on nowhere (also filtered)
 
 	heldBack atomic.Int64           // nanoseconds its writers waited at capped topics (backpressure)
 	holding  atomic.Int32           // its writers waiting now

@@ -201,6 +201,101 @@ sink "out" {
 	}
 }
 
+// TestPageShowsWhatStatefulStagesFound loads the live page in headless Chromium while a dedupe
+// and an aggregate run: each shows, on a line of its own, the messages it found late or repeated
+// and those of them it dropped; a stateless stage has no such line.
+func TestPageShowsWhatStatefulStagesFound(t *testing.T) {
+	chromium := findChromium(t)
+	ctx := context.Background()
+	c := server.open(t)
+	plan := buildSource(t, `
+pipeline "found" {}
+topic "orders" {
+  partitions = 1
+  key        = msg.customer
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.orders
+  key        = msg.id
+  within     = "1h"
+  event_time = msg.at
+}
+stage "per_minute" {
+  kind       = "aggregate"
+  input      = stage.once
+  event_time = msg.at
+  late       = "drop"
+  window {
+    type = "tumbling"
+    size = "1m"
+  }
+  aggregate = { orders = count() }
+}
+stage "shown" {
+  kind  = "map"
+  input = stage.per_minute
+  set   = { shown = true }
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.shown
+}
+`)
+	s := startService(t, c, plan, runtime.Options{})
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// o1 twice (a duplicate), o2 two minutes later (closing the first minute), then o3 in the first
+	// minute (late, dropped) and o1 once more (a duplicate again).
+	for _, p := range []string{
+		`{"customer":"a","id":"o1","at":10000}`, `{"customer":"a","id":"o1","at":15000}`,
+		`{"customer":"a","id":"o2","at":120000}`, `{"customer":"a","id":"o3","at":20000}`,
+		`{"customer":"a","id":"o1","at":125000}`,
+	} {
+		if err := pub.Publish(ctx, "orders", stages.NewMessage("", []byte(p), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the five orders through the dedupe, the late one through the aggregate", func() bool {
+		var once, perMinute runtime.NodeSummary
+		for _, n := range s.rt.Snapshot().Nodes {
+			switch n.Name {
+			case "once":
+				once = n
+			case "per_minute":
+				perMinute = n
+			}
+		}
+		return once.In == 5 && once.Duplicates == 2 && perMinute.Late == 1 && s.rt.Ready() == nil
+	})
+
+	site := httptest.NewServer(web.NewHandler(s.rt, nil))
+	defer site.Close()
+	dom := parseDOM(dumpDOM(t, chromium, site.URL+"/"))
+	if state := dom.find("body", "").attrs["data-state"]; state != "ok" {
+		t.Fatalf("the page did not draw the graph (data-state %q):\n%s", state, dom.raw)
+	}
+	for id, want := range map[string]map[string]string{
+		"stage.once":       {"late": "0", "duplicates": "2", "dropped": "2", "filtered": "2", "dead_letters": "0"},
+		"stage.per_minute": {"late": "1", "duplicates": "0", "dropped": "1", "filtered": "1", "dead_letters": "0"},
+	} {
+		n := dom.node(t, id)
+		for field, v := range want {
+			if got := n.field(field).text; got != v {
+				t.Errorf("%s shows %s %q, want %q", id, field, got, v)
+			}
+		}
+	}
+	if shown := dom.node(t, "stage.shown"); len(shown.all("data-field", "late")) != 0 || shown.field("dead_letters").text != "0" {
+		t.Errorf("the map stage shows the counts of a stateful stage: %+v", shown)
+	}
+}
+
 func nodeIn(s runtime.Snapshot, name string) int64 {
 	for _, n := range s.Nodes {
 		if n.Name == name {

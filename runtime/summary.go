@@ -29,8 +29,10 @@ type NodeSummary struct {
 	// Failed counts failed attempts, Retried attempts made again, DeadLettered messages given up.
 	Failed, Retried, DeadLettered int64
 	// Late and Duplicates count what a stateful stage found late (an aggregate's event for closed
-	// windows, routed or dropped) or repeated (a dedupe's duplicate).
-	Late, Duplicates int64
+	// windows) or repeated (a dedupe's duplicate), whatever became of it: routed to a topic,
+	// dead-lettered or dropped. Dropped counts those of them it passed on nowhere (late = "drop",
+	// duplicates = "drop"), which Filtered counts too.
+	Late, Duplicates, Dropped int64
 	// HeldBack is how long the node's writers waited for topics at their max_lag, in all;
 	// HeldBackBy names the topic one of them waits for now ("" when none waits).
 	HeldBack   time.Duration
@@ -68,7 +70,7 @@ func (r *runner) nodeSummaries() []NodeSummary {
 			Name: n.name, Type: n.typ, Kind: n.kind,
 			In: n.stats.in.Load(), Out: n.stats.out.Load(), Filtered: n.stats.filtered.Load(),
 			Failed: n.stats.failed.Load(), Retried: n.stats.retried.Load(), DeadLettered: n.stats.deadLettered.Load(),
-			Late: n.stats.late.Load(), Duplicates: n.stats.duplicates.Load(),
+			Late: n.stats.late.Load(), Duplicates: n.stats.duplicates.Load(), Dropped: n.stats.dropped.Load(),
 			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: r.obs.deadLetters.reasons(n.name),
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {

@@ -63,19 +63,18 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *
 		}
 		for _, t := range due {
 			fired[t.Name] = true
-			var results []stages.Output
-			err := withAttemptState(ctx, state, func(ctx context.Context) error {
+			results, _, err := withAttemptState(ctx, state, func(ctx context.Context) ([]stages.Output, error) {
 				if err := (stateHandle{}).CancelTimer(ctx, t.Name); err != nil {
-					return err
+					return nil, err
 				}
-				var err error
-				results, err = th.OnTimer(ctx, t.Name, time.UnixMilli(t.At), nil)
-				return err
+				return th.OnTimer(ctx, t.Name, time.UnixMilli(t.At), nil)
 			})
 			switch {
 			case err != nil && stages.IsPermanent(err):
 				n.log.Error("a timer failed for good; it is dropped", "timer", t.Name, "err", err)
-				_ = withAttemptState(ctx, state, func(ctx context.Context) error { return (stateHandle{}).CancelTimer(ctx, t.Name) })
+				_, _, _ = withAttemptState(ctx, state, func(ctx context.Context) ([]stages.Output, error) {
+					return nil, (stateHandle{}).CancelTimer(ctx, t.Name)
+				})
 				continue
 			case err != nil:
 				return nil, fmt.Errorf("timer %s: %w", t.Name, err)

@@ -544,6 +544,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	if c.state != nil {
 		n.stats.late.Add(c.state.late)
 		n.stats.duplicates.Add(c.state.duplicates)
+		n.stats.dropped.Add(c.state.dropped)
 	}
 	if c.abandoned {
 		w.recover, w.recovery = true, ""

@@ -229,12 +229,11 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 	if err != nil || added {
 		return out, err
 	}
+	Record(ctx, Late) // routed, dropped or dead-lettered, it counts as late
 	switch {
 	case s.lateTopic != nil:
-		Record(ctx, Late)
 		return append(out, Output{Topic: s.lateTopic, Message: *m}), nil
 	case s.late == "drop":
-		Record(ctx, Late)
 		return out, nil
 	}
 	return out, Permanent(s.lateError(at, watermark)) // counted as dead-lettered, with the reason "late: ..."

@@ -93,11 +93,12 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 // through a crash; testdata/repartition: an aggregate behind a repartition topic, whose
 // watermark is the slowest of its writers', so that a fast partition does not make a slow one's
 // events late; testdata/sessions: session windows (their bounds, a view that merges two sessions,
-// late views, a session open through a crash); and testdata/bounded: max_keys (a third key
+// late views, a session open through a crash); testdata/bounded: max_keys (a third key
 // dead-lettered, the count through a crash, a place freed when a key is forgotten or a group's
-// windows close).
+// windows close); and testdata/late: what the counters say of a late message and a duplicate that
+// are dropped, dead-lettered or passed on.
 func TestStatefulStagesUnderTest(t *testing.T) {
-	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded"} {
+	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded", "testdata/late"} {
 		tests, files, diags := flow.CheckTests(dir, flow.Options{})
 		if diags.HasErrors() || len(tests) != 1 {
 			t.Fatalf("%s: want one valid test file: %s", dir, diags.Error())

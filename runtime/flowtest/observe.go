@@ -14,23 +14,23 @@ import (
 // expectations are about the run alone, although runs share Redis and the pipeline.
 
 // counters are a node's counters, as an assert reads them (metrics.NODE.COUNTER).
-type counters struct{ in, out, filtered, retried, deadLettered, late, duplicates int64 }
+type counters struct{ in, out, filtered, retried, deadLettered, late, duplicates, dropped int64 }
 
 func (c counters) plus(o counters) counters {
 	return counters{c.in + o.in, c.out + o.out, c.filtered + o.filtered, c.retried + o.retried, c.deadLettered + o.deadLettered,
-		c.late + o.late, c.duplicates + o.duplicates}
+		c.late + o.late, c.duplicates + o.duplicates, c.dropped + o.dropped}
 }
 
 func (c counters) minus(o counters) counters {
 	return counters{c.in - o.in, c.out - o.out, c.filtered - o.filtered, c.retried - o.retried, c.deadLettered - o.deadLettered,
-		c.late - o.late, c.duplicates - o.duplicates}
+		c.late - o.late, c.duplicates - o.duplicates, c.dropped - o.dropped}
 }
 
 // countersOf reads the counters of a snapshot's nodes, by "type.name".
 func countersOf(nodes []runtime.NodeSummary) map[string]counters {
 	out := make(map[string]counters, len(nodes))
 	for _, n := range nodes {
-		out[n.Type+"."+n.Name] = counters{n.In, n.Out, n.Filtered, n.Retried, n.DeadLettered, n.Late, n.Duplicates}
+		out[n.Type+"."+n.Name] = counters{n.In, n.Out, n.Filtered, n.Retried, n.DeadLettered, n.Late, n.Duplicates, n.Dropped}
 	}
 	return out
 }

@@ -259,7 +259,7 @@ func (h *harness) assertScope(s *seen) (map[string]cty.Value, error) {
 		metrics[node] = cty.ObjectVal(map[string]cty.Value{
 			"in": cty.NumberIntVal(c.in), "out": cty.NumberIntVal(c.out), "filtered": cty.NumberIntVal(c.filtered),
 			"retried": cty.NumberIntVal(c.retried), "dead_lettered": cty.NumberIntVal(c.deadLettered),
-			"late": cty.NumberIntVal(c.late), "duplicates": cty.NumberIntVal(c.duplicates),
+			"late": cty.NumberIntVal(c.late), "duplicates": cty.NumberIntVal(c.duplicates), "dropped": cty.NumberIntVal(c.dropped),
 		})
 		deadLetters[node] = nil
 	}

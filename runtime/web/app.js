@@ -59,6 +59,8 @@
     ['filtered', 'filtered'], ['failed', 'failed'],
     ['retried', 'retried'], ['dead_lettered', 'dead-lettered'],
   ];
+  // A stateful stage's counters, on a line of their own.
+  const STATE_COUNTERS = [['late', 'late'], ['duplicates', 'duplicates'], ['dropped', 'dropped']];
 
   function drawNode(n, layer) {
     const g = make('g', {class: 'node ' + n.type, 'data-node': n.id, transform: `translate(${n.x},${n.y})`}, layer);
@@ -108,8 +110,20 @@
       fields.produced = make('tspan', {class: 'value', 'data-field': 'produced'}, t);
       fields.produced.textContent = '–';
     } else {
-      text(g, {class: 'caption', x: 12, y: 116}, 'dead-letter stream');
-      fields.dead_letters = text(g, {class: 'value dlq', x: n.width - 12, y: 116, 'text-anchor': 'end', 'data-field': 'dead_letters'}, '–');
+      let y = 116;
+      if (n.stateful) {
+        // What a stateful stage found late or repeated, and how many of those it dropped; the
+        // server made its box a line taller.
+        const t = text(g, {class: 'counter', x: 12, y}, '');
+        STATE_COUNTERS.forEach(([key, caption], i) => {
+          make('tspan', {class: 'caption'}, t).textContent = (i > 0 ? ' · ' : '') + caption + ' ';
+          fields[key] = make('tspan', {class: 'value', 'data-field': key}, t);
+          fields[key].textContent = '–';
+        });
+        y += 18;
+      }
+      text(g, {class: 'caption', x: 12, y}, 'dead-letter stream');
+      fields.dead_letters = text(g, {class: 'value dlq', x: n.width - 12, y, 'text-anchor': 'end', 'data-field': 'dead_letters'}, '–');
     }
     return {g, fields};
   }
@@ -216,6 +230,11 @@
         f[key].textContent = count(c ? c[key] : null);
       }
       f.dead_lettered.classList.toggle('hot', !!c && c.dead_lettered > 0);
+      if (n.stateful) {
+        for (const [key] of STATE_COUNTERS) {
+          f[key].textContent = count(c ? c[key] : null);
+        }
+      }
       if (f.produced) {
         const p = n.progress;
         f.produced.textContent = !p ? '–' : count(p.produced) + (p.total ? ' of ' + count(p.total) : '') + (p.done ? ', done' : '');

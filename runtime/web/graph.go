@@ -62,7 +62,9 @@ type nodeJSON struct {
 
 	// Sources, stages and sinks: their counters since this process started (absent when this
 	// process does not run the node), the length of their own dead-letter stream, and the topic
-	// their dead letters go to instead, if they name one.
+	// their dead letters go to instead, if they name one. Stateful marks a stage whose kind keeps
+	// state (aggregate, dedupe): its counters include late, duplicates and dropped.
+	Stateful        bool          `json:"stateful,omitempty"`
 	Counters        *countersJSON `json:"counters,omitempty"`
 	DeadLetters     *int64        `json:"dead_letters,omitempty"`
 	DeadLetterTopic string        `json:"dead_letter_topic,omitempty"`
@@ -91,6 +93,11 @@ type countersJSON struct {
 	Failed       int64 `json:"failed"`
 	Retried      int64 `json:"retried"`
 	DeadLettered int64 `json:"dead_lettered"`
+	// A stateful stage's: the messages it found late or repeated, whatever became of them, and those
+	// of them it dropped (counted as filtered too).
+	Late       *int64 `json:"late,omitempty"`
+	Duplicates *int64 `json:"duplicates,omitempty"`
+	Dropped    *int64 `json:"dropped,omitempty"`
 }
 
 type pausedJSON struct {
@@ -238,11 +245,14 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 		n := nodeJSON{
 			ID: vn.id, Type: vn.typ, Name: vn.name, Kind: vn.kind, Detail: vn.detail,
 			Layer: vn.layer, X: vn.x, Y: vn.y, Width: vn.width, Height: vn.height,
-			DeadLetterTopic: vn.deadLetterTopic, Partitions: vn.partitions, Key: vn.key,
+			DeadLetterTopic: vn.deadLetterTopic, Partitions: vn.partitions, Key: vn.key, Stateful: vn.stateful,
 		}
 		if c, ok := counters[vn.name]; ok && vn.typ != "topic" {
 			n.Counters = &countersJSON{In: c.In, Out: c.Out, Filtered: c.Filtered, Failed: c.Failed,
 				Retried: c.Retried, DeadLettered: c.DeadLettered}
+			if vn.stateful {
+				n.Counters.Late, n.Counters.Duplicates, n.Counters.Dropped = &c.Late, &c.Duplicates, &c.Dropped
+			}
 			if !c.PausedSince.IsZero() {
 				n.Paused = &pausedJSON{Since: c.PausedSince, Reason: g.plan.Redact(c.PausedBy)}
 			}

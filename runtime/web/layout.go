@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 )
 
 // graphView is the drawing of a plan: sources, declared topics, stages and sinks placed in layers by
@@ -19,6 +20,7 @@ type viewNode struct {
 	id, typ, name, kind, detail string
 	deadLetterTopic, key        string
 	partitions                  int
+	stateful                    bool // a stage whose kind keeps state: it shows late, duplicate and dropped counts
 	layer, x, y, width, height  int
 	order                       float64 // position within the layer, while ordering
 }
@@ -34,13 +36,15 @@ type viewEdge struct {
 
 // The drawing's measures, in pixels. The page lays out a node's lines inside the box it is given:
 // a title and a detail line, then three rows of counters and a dead-letter line for sources, stages
-// and sinks, or rows of four partitions for topics.
+// and sinks (with a line of late, duplicate and dropped counts before it for stateful stages), or
+// rows of four partitions for topics.
 const (
 	drawMargin      = 24
 	drawNodeWidth   = 250
 	drawLayerGap    = 140 // room for the edges' labels between layers
 	drawRowGap      = 28
 	drawNodeHeight  = 128
+	drawStateLine   = 18 // a stateful stage's line of counts
 	drawTopicTop    = 48 // a topic's title and detail
 	drawTopicRow    = 18
 	drawCellsPerRow = 4
@@ -53,10 +57,16 @@ const (
 func newGraphView(p *flow.Plan) graphView {
 	var v graphView
 	g := p.Graph()
+	stateful := map[string]bool{}
+	for _, s := range p.Stages {
+		if k, err := stages.StageKindOf(s); err == nil && k.Traits.Stateful {
+			stateful["stage."+s.Name] = true
+		}
+	}
 	byID := map[string]*viewNode{}
 	for _, n := range g.Nodes {
 		vn := &viewNode{id: n.ID, typ: n.Type, name: n.Name, kind: n.Kind, detail: n.Detail,
-			deadLetterTopic: n.DeadLetterTopic, key: n.Key, partitions: n.Partitions}
+			deadLetterTopic: n.DeadLetterTopic, key: n.Key, partitions: n.Partitions, stateful: stateful[n.ID]}
 		v.nodes = append(v.nodes, vn)
 		byID[vn.id] = vn
 	}
@@ -164,6 +174,9 @@ func (v *graphView) place(byID map[string]*viewNode) {
 		}
 		layers[n.layer] = append(layers[n.layer], n)
 		n.width, n.height = drawNodeWidth, drawNodeHeight
+		if n.stateful {
+			n.height += drawStateLine
+		}
 		if n.typ == "topic" {
 			rows := 1
 			if n.partitions <= drawMaxCells {

@@ -92,3 +92,62 @@ func TestHandlerWithoutARuntime(t *testing.T) {
 		t.Errorf("/: %d %v\n%.200s", res.StatusCode, res.Header, body)
 	}
 }
+
+// counting is a pipeline that shows the same counters at every request.
+type counting struct {
+	plan  *flow.Plan
+	nodes []runtime.NodeSummary
+}
+
+func (c counting) Plan() *flow.Plan           { return c.plan }
+func (c counting) Snapshot() runtime.Snapshot { return runtime.Snapshot{Nodes: c.nodes} }
+func (c counting) Ready() error               { return nil }
+
+// TestStatefulStagesShowWhatTheyFound serves the revenue example's graph: its stateful stages (a
+// dedupe and an aggregate) are marked, in a box a line taller, and their counters include the
+// messages found late or repeated and those dropped; other nodes have no such counters.
+func TestStatefulStagesShowWhatTheyFound(t *testing.T) {
+	plan, _, diags := flow.Build(filepath.Join("..", "..", "examples", "pipelines", "revenue"), flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	h := web.NewHandler(counting{plan: plan, nodes: []runtime.NodeSummary{
+		{Name: "orders_once", Type: "stage", Kind: "dedupe", In: 10, Out: 7, Filtered: 3, Duplicates: 3, Dropped: 3},
+		{Name: "revenue_per_minute", Type: "stage", Kind: "aggregate", In: 7, Out: 2, Late: 1},
+		{Name: "revenue", Type: "sink", Kind: "file", In: 2, Out: 2},
+	}}, nil)
+	_, body := get(t, h, "/api/graph")
+	var g struct {
+		Nodes []struct {
+			ID       string
+			Stateful bool
+			Height   int
+			Counters map[string]int64
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(body), &g); err != nil {
+		t.Fatalf("/api/graph: %v\n%s", err, body)
+	}
+	nodes := map[string]int{}
+	for i, n := range g.Nodes {
+		nodes[n.ID] = i
+	}
+	sink := g.Nodes[nodes["sink.revenue"]]
+	for id, want := range map[string]map[string]int64{
+		"stage.orders_once":        {"in": 10, "filtered": 3, "late": 0, "duplicates": 3, "dropped": 3},
+		"stage.revenue_per_minute": {"in": 7, "filtered": 0, "late": 1, "duplicates": 0, "dropped": 0},
+	} {
+		n := g.Nodes[nodes[id]]
+		if !n.Stateful || n.Height <= sink.Height {
+			t.Errorf("%s: stateful %v, height %d (a sink's is %d); want a stateful stage in a taller box", id, n.Stateful, n.Height, sink.Height)
+		}
+		for k, v := range want {
+			if got, ok := n.Counters[k]; !ok || got != v {
+				t.Errorf("%s: counter %s is %d (present %v), want %d", id, k, got, ok, v)
+			}
+		}
+	}
+	if _, ok := sink.Counters["late"]; sink.Stateful || ok {
+		t.Errorf("the sink shows counters of a stateful stage: %+v", sink)
+	}
+}

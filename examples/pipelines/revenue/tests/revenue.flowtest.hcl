@@ -17,8 +17,8 @@ run "the export, deduplicated and summed per customer and minute" {
     messages = [{ order_id = "ord-13", customer_id = "alice", amount = 3, user_id = "u4", created_at = "2026-03-01T09:00:30Z" }]
   }
   assert {
-    condition     = metrics.orders_once.duplicates == 1 && metrics.revenue_per_minute.late == 1
-    error_message = "the order the shop sent twice counts once, and the order from 09:00 that came after 09:02 is late"
+    condition     = metrics.orders_once.duplicates == 1 && metrics.orders_once.dropped == 1 && metrics.revenue_per_minute.late == 1 && metrics.revenue_per_minute.dropped == 0
+    error_message = "the order the shop sent twice counts once (the copy is dropped), and the order from 09:00 that came after 09:02 is late (and goes to late_orders)"
   }
 }
 
