@@ -226,13 +226,18 @@ var mutations = []mutation{
 	// State of stateful stages (the fence of its commit is unfenced-ack's).
 	{
 		name: "state-of-failed-attempt", why: "a failed attempt's state writes are kept, so a retried message counts twice",
-		file: "runtime/keyed_state.go", find: `	if err := attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record)); err != nil {
-		return err
-	}`,
-		replace: `	if err := attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record)); err != nil {
-		a.join()
-		return err
-	}`,
+		file: "runtime/keyed_state.go", find: `	outs, err = attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record))
+	if err != nil {
+`,
+		replace: `	outs, err = attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record))
+	if err != nil {
+		a.join(false)
+`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "stateful-retries-in-redis", why: "a stateful stage's retries wait in the retry set while later messages go on: the message comes back late",
+		file: "runtime/nodes.go", find: `	n.retryInPlace = n.retryInPlace || n.stateful`, replace: `	n.retryInPlace = n.retryInPlace || false`,
 		packages: []string{"./runtime"},
 	},
 	{
