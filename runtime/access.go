@@ -119,6 +119,17 @@ func (r *runner) accessChecks() *redis.Access {
 		}
 	}
 	for _, n := range r.nodes {
+		if !n.stateful {
+			continue
+		}
+		// The check of its partition count at start (state_partitions.go).
+		var hashes, timers []string
+		for p := 0; p < n.input.Partitions; p++ {
+			hashes, timers = append(hashes, r.keys.State(n.input.Name, p, n.name)), append(timers, r.keys.Timers(n.input.Name, p, n.name))
+		}
+		a.StatePartitions(n.typ+" "+n.name, r.keys.StatePartitions(n.input.Name, n.name), hashes, timers)
+	}
+	for _, n := range r.nodes {
 		who := n.typ + " " + n.name
 		a.Len(who, r.keys.DeadLetter(n.name))
 		if r.producing(n) {

@@ -402,6 +402,9 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	if err := r.checkAccess(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.checkStatePartitions(ctx); err != nil {
+		return nil, err
+	}
 	r.warnIfStateMayBeEvicted(ctx)
 	r.started.Store(r.clock.Now().UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)

@@ -242,6 +242,19 @@ func (a *Access) Stats(who, stream string) {
 	a.add(who, stream, 1, "xpending", stream, "group", "-", "+", "1")
 }
 
+// StatePartitions adds RecordedPartitions and RecordPartitions on a stateful stage's record of its
+// partition count, and StateSizes on its state hashes and timer sets (those of some partitions: the
+// check reads those of the recorded count).
+func (a *Access) StatePartitions(who, record string, hashes, timers []string) {
+	a.add(who, record, 1, "get", record)
+	a.add(who, record, 1, "set", record, "1")
+	for i := range hashes {
+		a.add(who, hashes[i], 1, "hlen", hashes[i])
+		a.add(who, hashes[i], 1, "hexists", hashes[i], WatermarkField)
+		a.add(who, timers[i], 1, "zcard", timers[i])
+	}
+}
+
 // Type adds KeyTypes on a key.
 func (a *Access) Type(who, key string) { a.add(who, key, 1, "type", key) }
 

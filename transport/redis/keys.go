@@ -17,6 +17,9 @@ import (
 //	<prefix>:{<topic>:<p>}:lease:<stage>:fence     string: fencing-token counter (INCR)
 //	<prefix>:{<topic>:<p>}:retry:<stage>           sorted set: scheduled retries of stage on p
 //	<prefix>:{<topic>:<p>}:dedup:<stage>:<src>     string: effectively-once marker of an output
+//	<prefix>:{<topic>:<p>}:state:<stage>           hash: a stateful stage's state on p
+//	<prefix>:{<topic>:<p>}:timers:<stage>          sorted set: its durable timers on p
+//	<prefix>:{<topic>}:state:<stage>:partitions    string: the partition count its state is for
 //	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
 //	<prefix>:members                               sorted set: running processes, by expiry
 //	<prefix>:members:<node>                        sorted set: the running processes that run node
@@ -111,6 +114,13 @@ func (k Keys) State(topic string, partition int, stage string) string {
 // Timers: see State.
 func (k Keys) Timers(topic string, partition int, stage string) string {
 	return k.Stream(topic, partition) + ":timers:" + stage
+}
+
+// StatePartitions returns the key that records how many partitions the input topic of a stateful
+// stage had when its state was written: "<prefix>:{<topic>}:state:<stage>:partitions". Its tag is
+// the topic's alone, a slot of its own: nothing else is written with it.
+func (k Keys) StatePartitions(topic, stage string) string {
+	return k.Prefix + ":{" + topic + "}:state:" + stage + ":partitions"
 }
 
 // Dedup returns the key of an effectively-once marker: the marker that stage's output number n
