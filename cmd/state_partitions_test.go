@@ -55,8 +55,8 @@ sink "out" {
 			if code != ExitInvalid {
 				t.Fatalf("with 3 partitions under the state of 2: exit %d, want %d\n%s", code, ExitInvalid, errOut)
 			}
-			for _, want := range []string{"stage once keeps state for topic orders", "with 2 partitions, and the topic has 3 now",
-				"partitions 0, 1 hold 4 keys", "keep partitions = 2", "flowrun run --until-drained", "redis-cli -c DEL"} {
+			for _, want := range []string{"stage once keeps state for topic orders (declared at ", "with 2 partitions, and it has 3 now",
+				"partitions 0, 1 hold 4 keys", "keep partitions = 2 for topic orders", "flowrun run --until-drained", "redis-cli -c DEL"} {
 				if !strings.Contains(errOut, want) {
 					t.Errorf("the refusal lacks %q:\n%s", want, errOut)
 				}
@@ -75,15 +75,18 @@ sink "out" {
 			if code, errOut := run(3); code != ExitOK {
 				t.Fatalf("with 3 partitions once the state is deleted: exit %d\n%s", code, errOut)
 			}
-			if code, errOut := run(2); code != ExitInvalid || !strings.Contains(errOut, "with 3 partitions, and the topic has 2 now") {
+			if code, errOut := run(2); code != ExitInvalid || !strings.Contains(errOut, "with 3 partitions, and it has 2 now") {
 				t.Fatalf("back to 2 partitions under the state of 3: exit %d, want %d\n%s", code, ExitInvalid, errOut)
 			}
 
-			// A job closes an aggregate's windows: nothing is left, and the count may change.
+			// A job closes an aggregate's windows: nothing is left, and the count may change. It groups
+			// by another field than the topic's key, so it reads a repartition topic, which has the
+			// partitions of orders.
 			perMinute := statefulPipeline(t, `
 stage "per_minute" {
-  kind = "aggregate"
-  input = topic.orders
+  kind     = "aggregate"
+  input    = topic.orders
+  group_by = msg.g
   window {
     type = "tumbling"
     size = "1m"
@@ -125,7 +128,7 @@ source "gen" {
   kind     = "generate"
   count    = 6
   output   = topic.orders
-  template = { k = "k${index %% 4}" }
+  template = { k = "k${index %% 4}", g = "g${index %% 3}" }
 }
 %s`, prefix, partitions, blocks)
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {

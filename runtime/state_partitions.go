@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/flowrun/flowrun/flow"
 )
 
 // A stateful stage keeps its state per input partition, and a message's key picks its partition
@@ -17,30 +19,52 @@ import (
 // With no such state the new count is recorded and the run goes on. Every command is on one key,
 // so the check works on a cluster as on a single server.
 
-// checkStatePartitions checks each stateful stage this process runs; see above. A refusal is a
-// *ConfigError (the pipeline's partitions, not Redis, are at fault); a check that cannot read
-// Redis ends the run too, rather than risk running on misplaced state.
+// checkStatePartitions checks each stateful stage this process runs, and records the new counts
+// once none is refused; see above. A refusal is a *ConfigError (the pipeline's partitions, not
+// Redis, are at fault); a check that cannot read Redis ends the run too, rather than risk running
+// on misplaced state.
 func (r *runner) checkStatePartitions(ctx context.Context) error {
+	type change struct {
+		n   *node
+		was int // the recorded count; 0: none
+	}
+	var changes []change
 	for _, n := range r.nodes {
 		if !n.stateful {
 			continue
 		}
-		if err := r.checkStatePartitionsOf(ctx, n); err != nil {
+		was, record, err := r.checkStatePartitionsOf(ctx, n)
+		if err != nil {
 			return err
+		}
+		if record {
+			changes = append(changes, change{n, was})
+		}
+	}
+	for _, c := range changes {
+		n := c.n
+		if err := r.rdb.RecordPartitions(ctx, r.keys.StatePartitions(n.input.Name, n.name), n.input.Partitions); err != nil {
+			return fmt.Errorf("stage %s: %w", n.name, err)
+		}
+		if c.was != 0 {
+			r.log.Info("the partitions of a stateful stage's input changed while it held no state: the new count is recorded",
+				slog.String("stage", n.name), slog.String("topic", n.input.Name), slog.Int("was", c.was), slog.Int("now", n.input.Partitions))
 		}
 	}
 	return nil
 }
 
-func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) error {
+// checkStatePartitionsOf checks one stateful stage: an error when its input's count changed under
+// its state; otherwise the recorded count (0: none) and whether to record the topic's (there is no
+// record, or the count changed while the stage held no state).
+func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded int, record bool, err error) {
 	t := n.input
-	record := r.keys.StatePartitions(t.Name, n.name)
-	recorded, found, err := r.rdb.RecordedPartitions(ctx, record)
+	recorded, found, err := r.rdb.RecordedPartitions(ctx, r.keys.StatePartitions(t.Name, n.name))
 	if err != nil {
-		return fmt.Errorf("stage %s: %w", n.name, err)
+		return 0, false, fmt.Errorf("stage %s: %w", n.name, err)
 	}
 	if found && recorded == t.Partitions {
-		return nil
+		return recorded, false, nil
 	}
 	if found {
 		hashes, timers := make([]string, recorded), make([]string, recorded)
@@ -49,7 +73,7 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) error {
 		}
 		keys, timerCounts, err := r.rdb.StateSizes(ctx, hashes, timers)
 		if err != nil {
-			return fmt.Errorf("stage %s: %w", n.name, err)
+			return 0, false, fmt.Errorf("stage %s: %w", n.name, err)
 		}
 		var held []string
 		var heldKeys, heldTimers int64
@@ -60,39 +84,60 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) error {
 			}
 		}
 		if len(held) > 0 {
-			return &ConfigError{r.partitionsChanged(n, recorded, held, heldKeys, heldTimers)}
+			return 0, false, &ConfigError{r.partitionsChanged(n, recorded, held, heldKeys, heldTimers)}
 		}
-		r.log.Info("the partitions of a stateful stage's input changed while it held no state: the new count is recorded",
-			slog.String("stage", n.name), slog.String("topic", t.Name), slog.Int("was", recorded), slog.Int("now", t.Partitions))
 	}
-	return r.rdb.RecordPartitions(ctx, record, t.Partitions)
+	return recorded, true, nil
 }
 
 // partitionsChanged says why a stateful stage cannot start on its input's new partition count, and
 // the three ways on.
 func (r *runner) partitionsChanged(n *node, recorded int, held []string, keys, timers int64) string {
-	t := n.input
-	topic := "topic " + t.Name
-	if t.Implicit && t.Stage != "" {
-		topic += " (the output of stage " + t.Stage + ", partitioned like its input)"
-	} else if t.Range.Filename != "" {
-		topic += fmt.Sprintf(" (%s:%d)", t.Range.Filename, t.Range.Start.Line)
+	t := r.declaredTopic(n.input) // the topic whose partitions to keep
+	declared := "declared"
+	if t.Range.Filename != "" {
+		declared += fmt.Sprintf(" at %s:%d", t.Range.Filename, t.Range.Start.Line)
+	}
+	topic := "topic " + n.input.Name + " (" + declared + ")"
+	if t != n.input {
+		topic = "topic " + n.input.Name + " (partitioned like topic " + t.Name + ", " + declared + ")"
 	}
 	// The keys of partition $p, for the shell loop: a partition's state and timers share its hash
 	// tag, so one DEL takes both, on a cluster too.
-	tag := "{" + t.Name + ":0}"
-	state := strings.Replace(r.keys.State(t.Name, 0, n.name), tag, "{"+t.Name+":$p}", 1)
-	timerSet := strings.Replace(r.keys.Timers(t.Name, 0, n.name), tag, "{"+t.Name+":$p}", 1)
-	return fmt.Sprintf("stage %s keeps state for %s with %d partitions, and the topic has %d now: "+
+	in := n.input.Name
+	tag := "{" + in + ":0}"
+	state := strings.Replace(r.keys.State(in, 0, n.name), tag, "{"+in+":$p}", 1)
+	timerSet := strings.Replace(r.keys.Timers(in, 0, n.name), tag, "{"+in+":$p}", 1)
+	return fmt.Sprintf("stage %s keeps state for %s with %d partitions, and it has %d now: "+
 		"a key's messages would go to another partition than the one that holds its state "+
-		"(partition%s %s hold%s %d key%s and %d timer%s). Either keep partitions = %d; "+
+		"(partition%s %s hold%s %d key%s and %d timer%s). Either keep partitions = %d for topic %s; "+
 		"or, with partitions = %d, let the state drain before changing the count "+
 		"(a job, flowrun run --until-drained, closes an aggregate's open windows; a dedupe forgets a key once event time is past its within); "+
 		"or delete the state, losing what it holds (open windows, remembered keys): "+
 		`for p in $(seq 0 %d); do redis-cli -c DEL "%s" "%s"; done`,
-		n.name, topic, recorded, t.Partitions,
+		n.name, topic, recorded, n.input.Partitions,
 		pluralS(int64(len(held))), strings.Join(held, ", "), verbS(len(held)), keys, pluralS(keys), timers, pluralS(timers),
-		recorded, recorded, recorded-1, state, timerSet)
+		recorded, t.Name, recorded, recorded-1, state, timerSet)
+}
+
+// declaredTopic returns the topic whose partitions t has: t itself, or for a topic that no block
+// declares (a stage's implicit output, a repartition topic), the declared topic it is partitioned
+// like.
+func (r *runner) declaredTopic(t *flow.Topic) *flow.Topic {
+	for range len(r.plan.Topics) + len(r.plan.Stages) { // no loop lasts longer
+		var from *flow.Stage
+		switch {
+		case t.Repartition != nil:
+			from = t.Repartition
+		case t.Implicit && t.Stage != "":
+			from = r.plan.Stage(t.Stage)
+		}
+		if from == nil || from.Input == nil {
+			return t
+		}
+		t = from.Input
+	}
+	return t
 }
 
 // verbS is the ending of a verb in the present whose subject counts n.

@@ -250,7 +250,7 @@ func (a *Access) StatePartitions(who, record string, hashes, timers []string) {
 	a.add(who, record, 1, "set", record, "1")
 	for i := range hashes {
 		a.add(who, hashes[i], 1, "hlen", hashes[i])
-		a.add(who, hashes[i], 1, "hexists", hashes[i], WatermarkField)
+		a.add(who, hashes[i], 1, append([]string{"hmget", hashes[i]}, runtimeFields...)...)
 		a.add(who, timers[i], 1, "zcard", timers[i])
 	}
 }

@@ -39,17 +39,20 @@ func (c *Client) RecordPartitions(ctx context.Context, key string, partitions in
 	return nil
 }
 
+// runtimeFields are the fields of a state hash that the runtime keeps beside the kind's keys.
+var runtimeFields = []string{WatermarkField, IdleField}
+
 // StateSizes returns, for each partition's state hash and timer set (hashes[i] and timers[i]), the
-// number of keys of the kind's state (the runtime's fields, the watermark, are not counted) and of
-// timers, in one pipeline of commands on one key each.
+// number of keys of the kind's state (the runtime's fields, such as the watermark, are not counted)
+// and of timers, in one pipeline of commands on one key each.
 func (c *Client) StateSizes(ctx context.Context, hashes, timers []string) (keys, timerCounts []int64, err error) {
 	pipe := c.rdb.Pipeline()
 	lens := make([]*goredis.IntCmd, len(hashes))
-	marks := make([]*goredis.BoolCmd, len(hashes))
+	marks := make([]*goredis.SliceCmd, len(hashes))
 	cards := make([]*goredis.IntCmd, len(timers))
 	for i := range hashes {
 		lens[i] = pipe.HLen(ctx, hashes[i])
-		marks[i] = pipe.HExists(ctx, hashes[i], WatermarkField)
+		marks[i] = pipe.HMGet(ctx, hashes[i], runtimeFields...)
 		cards[i] = pipe.ZCard(ctx, timers[i])
 	}
 	_, _ = pipe.Exec(ctx)
@@ -59,12 +62,14 @@ func (c *Client) StateSizes(ctx context.Context, hashes, timers []string) (keys,
 		if err != nil {
 			return nil, nil, wrap(classify(err), "reading state", hashes[i])
 		}
-		watermark, err := marks[i].Result()
+		own, err := marks[i].Result()
 		if err != nil {
-			return nil, nil, wrap(classify(err), "reading the watermark in", hashes[i])
+			return nil, nil, wrap(classify(err), "reading the runtime's fields in", hashes[i])
 		}
-		if watermark {
-			n--
+		for _, v := range own {
+			if v != nil {
+				n--
+			}
 		}
 		if timerCounts[i], err = cards[i].Result(); err != nil {
 			return nil, nil, wrap(classify(err), "reading timers", timers[i])
