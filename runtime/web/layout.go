@@ -57,9 +57,9 @@ const (
 func newGraphView(p *flow.Plan) graphView {
 	var v graphView
 	g := p.Graph()
-	stateful := map[string]bool{}
+	stateful := map[string]bool{} // a repartition stage keeps only a watermark: it finds nothing late
 	for _, s := range p.Stages {
-		if k, err := stages.StageKindOf(s); err == nil && k.Traits.Stateful {
+		if k, err := stages.StageKindOf(s); err == nil && k.Traits.Stateful && s.Kind != flow.RepartitionKind {
 			stateful["stage."+s.Name] = true
 		}
 	}

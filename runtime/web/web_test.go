@@ -150,4 +150,20 @@ func TestStatefulStagesShowWhatTheyFound(t *testing.T) {
 	if _, ok := sink.Counters["late"]; sink.Stateful || ok {
 		t.Errorf("the sink shows counters of a stateful stage: %+v", sink)
 	}
+
+	// A repartition stage keeps a watermark, but finds nothing late: it is not shown as stateful.
+	plan, _, diags = flow.Build(filepath.Join("..", "flowtest", "testdata", "repartition"), flow.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_, body = get(t, web.NewHandler(still{plan: plan}, nil), "/api/graph")
+	g.Nodes = nil
+	if err := json.Unmarshal([]byte(body), &g); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		if want := n.ID == "stage.per_customer"; n.Stateful != want {
+			t.Errorf("%s: stateful %v, want %v", n.ID, n.Stateful, want)
+		}
+	}
 }
