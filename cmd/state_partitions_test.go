@@ -56,7 +56,7 @@ sink "out" {
 				t.Fatalf("with 3 partitions under the state of 2: exit %d, want %d\n%s", code, ExitInvalid, errOut)
 			}
 			for _, want := range []string{"stage once keeps state for topic orders (declared at ", "with 2 partitions, and it has 3 now",
-				"partitions 0, 1 hold 4 keys", "keep partitions = 2 for topic orders", "flowrun run --until-drained", "redis-cli -c DEL"} {
+				"partitions 0, 1 of 2 hold state", "keep partitions = 2 for topic orders", "flowrun run --until-drained", "redis-cli -c DEL"} {
 				if !strings.Contains(errOut, want) {
 					t.Errorf("the refusal lacks %q:\n%s", want, errOut)
 				}

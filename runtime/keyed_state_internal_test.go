@@ -41,10 +41,10 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 	read := func(key string) (string, bool) {
 		var v []byte
 		var found bool
-		if err := withAttemptState(ctx, b, func(ctx context.Context) error {
+		if _, _, err := withAttemptState(ctx, b, func(ctx context.Context) ([]stages.Output, error) {
 			var err error
 			v, found, err = stateHandle{}.Get(ctx, key)
-			return err
+			return nil, err
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,9 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 	if n := srv.CommandCount() - before; n != 1 {
 		t.Errorf("%d commands for the batch's reads, want 1", n)
 	}
-	if err := withAttemptState(ctx, b, func(ctx context.Context) error { return stateHandle{}.Put(ctx, "a", []byte("3")) }); err != nil {
+	if _, _, err := withAttemptState(ctx, b, func(ctx context.Context) ([]stages.Output, error) {
+		return nil, stateHandle{}.Put(ctx, "a", []byte("3"))
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := read("a"); v != "3" {

@@ -15,7 +15,8 @@ import (
 // remembered keys), and the stage would start it afresh there while the old state lingered. So the
 // run records, per stateful stage and input topic, the partition count its state is for
 // (Keys.StatePartitions), and at start refuses a count that differs from the recorded one while the
-// recorded partitions hold any state: keys or timers of the kind (their watermarks do not count).
+// recorded partitions hold any state: keys or timers of the kind (flowrun's own fields, such as the
+// watermark, do not count).
 // With no such state the new count is recorded and the run goes on. Every command is on one key,
 // so the check works on a cluster as on a single server.
 
@@ -71,20 +72,18 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded 
 		for p := range recorded {
 			hashes[p], timers[p] = r.keys.State(t.Name, p, n.name), r.keys.Timers(t.Name, p, n.name)
 		}
-		keys, timerCounts, err := r.rdb.StateSizes(ctx, hashes, timers)
+		holds, err := r.rdb.StateHeld(ctx, hashes, timers)
 		if err != nil {
 			return 0, false, fmt.Errorf("stage %s: %w", n.name, err)
 		}
 		var held []string
-		var heldKeys, heldTimers int64
-		for p := range recorded {
-			if keys[p]+timerCounts[p] > 0 {
+		for p, h := range holds {
+			if h {
 				held = append(held, fmt.Sprint(p))
-				heldKeys, heldTimers = heldKeys+keys[p], heldTimers+timerCounts[p]
 			}
 		}
 		if len(held) > 0 {
-			return 0, false, &ConfigError{r.partitionsChanged(n, recorded, held, heldKeys, heldTimers)}
+			return 0, false, &ConfigError{r.partitionsChanged(n, recorded, held)}
 		}
 	}
 	return recorded, true, nil
@@ -92,7 +91,7 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded 
 
 // partitionsChanged says why a stateful stage cannot start on its input's new partition count, and
 // the three ways on.
-func (r *runner) partitionsChanged(n *node, recorded int, held []string, keys, timers int64) string {
+func (r *runner) partitionsChanged(n *node, recorded int, held []string) string {
 	t := r.declaredTopic(n.input) // the topic whose partitions to keep
 	declared := "declared"
 	if t.Range.Filename != "" {
@@ -110,13 +109,13 @@ func (r *runner) partitionsChanged(n *node, recorded int, held []string, keys, t
 	timerSet := strings.Replace(r.keys.Timers(in, 0, n.name), tag, "{"+in+":$p}", 1)
 	return fmt.Sprintf("stage %s keeps state for %s with %d partitions, and it has %d now: "+
 		"a key's messages would go to another partition than the one that holds its state "+
-		"(partition%s %s hold%s %d key%s and %d timer%s). Either keep partitions = %d for topic %s; "+
+		"(partition%s %s of %d hold%s state: flowrun inspect --state shows it). Either keep partitions = %d for topic %s; "+
 		"or, with partitions = %d, let the state drain before changing the count "+
 		"(a job, flowrun run --until-drained, closes an aggregate's open windows; a dedupe forgets a key once event time is past its within); "+
 		"or delete the state, losing what it holds (open windows, remembered keys): "+
 		`for p in $(seq 0 %d); do redis-cli -c DEL "%s" "%s"; done`,
 		n.name, topic, recorded, n.input.Partitions,
-		pluralS(int64(len(held))), strings.Join(held, ", "), verbS(len(held)), keys, pluralS(keys), timers, pluralS(timers),
+		pluralS(int64(len(held))), strings.Join(held, ", "), recorded, verbS(len(held)),
 		recorded, t.Name, recorded, recorded-1, state, timerSet)
 }
 

@@ -243,15 +243,14 @@ func (a *Access) Stats(who, stream string) {
 }
 
 // StatePartitions adds RecordedPartitions and RecordPartitions on a stateful stage's record of its
-// partition count, and StateSizes on its state hashes and timer sets (those of some partitions: the
+// partition count, and StateHeld on its state hashes and timer sets (those of some partitions: the
 // check reads those of the recorded count).
 func (a *Access) StatePartitions(who, record string, hashes, timers []string) {
 	a.add(who, record, 1, "get", record)
 	a.add(who, record, 1, "set", record, "1")
 	for i := range hashes {
-		a.add(who, hashes[i], 1, "hlen", hashes[i])
-		a.add(who, hashes[i], 1, append([]string{"hmget", hashes[i]}, runtimeFields...)...)
 		a.add(who, timers[i], 1, "zcard", timers[i])
+		a.add(who, hashes[i], 1, "hscan", hashes[i], "0", "match", kindFields, "count", "100")
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // topic whose partition count changes under existing state would look for each key's state in
 // another partition than the one that holds it. The runtime records, per stateful stage and input
 // topic, the partition count its state was written for (Keys.StatePartitions), and at start
-// compares it with the topic's, looking at the state of the recorded partitions (StateSizes). Each
+// compares it with the topic's, looking at the state of the recorded partitions (StateHeld). Each
 // is a command on one key, so it works on a cluster as on a single server.
 
 // RecordedPartitions returns the partition count recorded at key, and false when none is.
@@ -39,42 +39,49 @@ func (c *Client) RecordPartitions(ctx context.Context, key string, partitions in
 	return nil
 }
 
-// runtimeFields are the fields of a state hash that the runtime keeps beside the kind's keys.
-var runtimeFields = []string{WatermarkField, IdleField}
-
-// StateSizes returns, for each partition's state hash and timer set (hashes[i] and timers[i]), the
-// number of keys of the kind's state (the runtime's fields, such as the watermark, are not counted)
-// and of timers, in one pipeline of commands on one key each.
-func (c *Client) StateSizes(ctx context.Context, hashes, timers []string) (keys, timerCounts []int64, err error) {
+// StateHeld reports, for each partition's state hash and timer set (hashes[i] and timers[i]),
+// whether it holds state: a timer, or a field of the hash other than flowrun's own, whose names
+// begin with a NUL byte (the watermark, the idle mark, a kind's count of its keys). Each command is
+// on one key; a hash is scanned (HSCAN) only up to its first such field.
+func (c *Client) StateHeld(ctx context.Context, hashes, timers []string) ([]bool, error) {
 	pipe := c.rdb.Pipeline()
-	lens := make([]*goredis.IntCmd, len(hashes))
-	marks := make([]*goredis.SliceCmd, len(hashes))
 	cards := make([]*goredis.IntCmd, len(timers))
-	for i := range hashes {
-		lens[i] = pipe.HLen(ctx, hashes[i])
-		marks[i] = pipe.HMGet(ctx, hashes[i], runtimeFields...)
+	for i := range timers {
 		cards[i] = pipe.ZCard(ctx, timers[i])
 	}
 	_, _ = pipe.Exec(ctx)
-	keys, timerCounts = make([]int64, len(hashes)), make([]int64, len(timers))
+	held := make([]bool, len(hashes))
 	for i := range hashes {
-		n, err := lens[i].Result()
+		n, err := cards[i].Result()
 		if err != nil {
-			return nil, nil, wrap(classify(err), "reading state", hashes[i])
+			return nil, wrap(classify(err), "reading timers", timers[i])
 		}
-		own, err := marks[i].Result()
-		if err != nil {
-			return nil, nil, wrap(classify(err), "reading the runtime's fields in", hashes[i])
+		if held[i] = n > 0; held[i] {
+			continue
 		}
-		for _, v := range own {
-			if v != nil {
-				n--
-			}
+		if held[i], err = c.hasKindFields(ctx, hashes[i]); err != nil {
+			return nil, err
 		}
-		if timerCounts[i], err = cards[i].Result(); err != nil {
-			return nil, nil, wrap(classify(err), "reading timers", timers[i])
-		}
-		keys[i] = n
 	}
-	return keys, timerCounts, nil
+	return held, nil
+}
+
+// kindFields matches the fields of a state hash that are not flowrun's own.
+const kindFields = "[^\x00]*"
+
+// hasKindFields reports whether a state hash has a field that is not flowrun's own.
+func (c *Client) hasKindFields(ctx context.Context, hash string) (bool, error) {
+	var cursor uint64
+	for {
+		fields, next, err := c.rdb.HScan(ctx, hash, cursor, kindFields, 100).Result()
+		if err != nil {
+			return false, wrap(classify(err), "reading state", hash)
+		}
+		if len(fields) > 0 {
+			return true, nil
+		}
+		if cursor = next; cursor == 0 {
+			return false, nil
+		}
+	}
 }

@@ -1,15 +1,16 @@
 package redis
 
 import (
+	"slices"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// The record of a stateful stage's partition count reads back as written, and StateSizes counts the
-// kind's keys and timers of each partition, not the runtime's fields: partitions whose state holds
-// nothing but a watermark and an idle mark, or no state at all, count none.
-func TestStatePartitionsAndSizes(t *testing.T) {
+// The record of a stateful stage's partition count reads back as written, and StateHeld finds the
+// partitions that hold keys of the kind or timers, not those whose state hash holds only flowrun's
+// own fields, or nothing.
+func TestStatePartitionsAndHeldState(t *testing.T) {
 	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		record := k.StatePartitions("in", "count")
@@ -23,26 +24,26 @@ func TestStatePartitionsAndSizes(t *testing.T) {
 			t.Fatalf("the record: %d, %v, %v; want 3", n, found, err)
 		}
 
-		hashes := []string{k.State("in", 0, "count"), k.State("in", 1, "count"), k.State("in", 2, "count")}
-		timers := []string{k.Timers("in", 0, "count"), k.Timers("in", 1, "count"), k.Timers("in", 2, "count")}
+		hashes := []string{k.State("in", 0, "count"), k.State("in", 1, "count"), k.State("in", 2, "count"), k.State("in", 3, "count")}
+		timers := []string{k.Timers("in", 0, "count"), k.Timers("in", 1, "count"), k.Timers("in", 2, "count"), k.Timers("in", 3, "count")}
 		u := c.Universal()
-		if err := u.HSet(ctx, hashes[0], WatermarkField, "1000", IdleField, "1", "a", "1", "b", "2").Err(); err != nil {
+		// 0: keys of the kind besides flowrun's own fields; 1: only flowrun's own fields (a drained
+		// aggregate's: its watermark, idle mark and count of keys, 0); 2: a timer alone; 3: nothing.
+		if err := u.HSet(ctx, hashes[0], WatermarkField, "1000", "\x00keys", "1", "a", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := u.ZAdd(ctx, timers[0], goredis.Z{Score: 60_000, Member: "close:a"}).Err(); err != nil {
+		if err := u.HSet(ctx, hashes[1], WatermarkField, "1000", IdleField, "1", "\x00keys", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := u.HSet(ctx, hashes[1], WatermarkField, "1000", IdleField, "1").Err(); err != nil {
+		if err := u.ZAdd(ctx, timers[2], goredis.Z{Score: 60_000, Member: "close:a"}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		keys, timerCounts, err := c.StateSizes(ctx, hashes, timers)
+		held, err := c.StateHeld(ctx, hashes, timers)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for p, want := range [][2]int64{{2, 1}, {0, 0}, {0, 0}} {
-			if keys[p] != want[0] || timerCounts[p] != want[1] {
-				t.Errorf("partition %d: %d keys and %d timers, want %d and %d", p, keys[p], timerCounts[p], want[0], want[1])
-			}
+		if want := []bool{true, false, true, false}; !slices.Equal(held, want) {
+			t.Errorf("StateHeld = %v, want %v", held, want)
 		}
 	})
 }
