@@ -226,10 +226,10 @@ var mutations = []mutation{
 	// State of stateful stages (the fence of its commit is unfenced-ack's).
 	{
 		name: "state-of-failed-attempt", why: "a failed attempt's state writes are kept, so a retried message counts twice",
-		file: "runtime/keyed_state.go", find: `	outs, err = attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record))
+		file: "runtime/keyed_state.go", find: `	outs, err = attempt(stages.WithOutcomes(ctx, a.record))
 	if err != nil {
 `,
-		replace: `	outs, err = attempt(stages.WithOutcomes(context.WithValue(ctx, attemptStateKey{}, a), a.record))
+		replace: `	outs, err = attempt(stages.WithOutcomes(ctx, a.record))
 	if err != nil {
 		a.join(false)
 `,
