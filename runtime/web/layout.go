@@ -59,7 +59,7 @@ func newGraphView(p *flow.Plan) graphView {
 	g := p.Graph()
 	stateful := map[string]bool{} // a repartition stage keeps only a watermark: it finds nothing late
 	for _, s := range p.Stages {
-		if k, err := stages.StageKindOf(s); err == nil && k.Traits.Stateful && s.Kind != flow.RepartitionKind {
+		if k, err := stages.StageKindOf(s); err == nil && k.TraitsFor(s.Config).Stateful && s.Kind != flow.RepartitionKind {
 			stateful["stage."+s.Name] = true
 		}
 	}
