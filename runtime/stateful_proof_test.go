@@ -169,11 +169,11 @@ func sameCounts(t *testing.T, what string, got, want map[windowID]windowCount) {
 			diffs = append(diffs, fmt.Sprintf("%s at %d: %+v, not expected", w.key, w.start, g))
 		}
 	}
-	if len(diffs) > 0 {
-		if len(diffs) > 20 {
-			diffs = append(diffs[:20], fmt.Sprintf("... %d more", len(diffs)-20))
+	if n := len(diffs); n > 0 {
+		if n > 20 {
+			diffs = append(diffs[:20], fmt.Sprintf("... %d more", n-20))
 		}
-		t.Errorf("%s: %d of %d windows differ:\n%s", what, len(diffs), len(want), strings.Join(diffs, "\n"))
+		t.Errorf("%s: %d windows differ (of %d expected):\n%s", what, n, len(want), strings.Join(diffs, "\n"))
 	}
 }
 
