@@ -363,7 +363,8 @@ func TestAggregateCountsExactlyThroughKillCycles(t *testing.T) {
 			if midBatch == 0 {
 				t.Error("no kill struck a batch in flight: nothing was killed mid-stream")
 			}
-			// Every window closed and was forgotten: the state holds the watermarks, no window, no timer.
+			// Every window closed and was forgotten: the state holds the watermark and a count of
+			// groups with open windows that is back to 0, exact through the kills; no window, no timer.
 			for p := 0; p < 4; p++ {
 				state, err := c.Universal().HGetAll(ctx, keys.State("in", p, "count")).Result()
 				if err != nil {
@@ -373,8 +374,12 @@ func TestAggregateCountsExactlyThroughKillCycles(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if count := state[stages.KeyCountKey]; count != "0" {
+					t.Errorf("partition %d: %q groups with open windows after the job, want 0", p, count)
+				}
+				delete(state, stages.KeyCountKey)
 				if delete(state, redis.WatermarkField); len(state) > 0 || timers > 0 {
-					t.Errorf("partition %d keeps %d state fields and %d timers after the job", p, len(state), timers)
+					t.Errorf("partition %d keeps %d state fields and %d timers after the job: %q", p, len(state), timers, slices.Sorted(maps.Keys(state)))
 				}
 			}
 			t.Logf("%d SIGKILL cycles over %d messages in %s: %d kills with batches in flight (%d entries), %d results, %d leases lost",
