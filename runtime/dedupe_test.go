@@ -2,11 +2,13 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
@@ -14,29 +16,33 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// A dedupe stage passes the first message of each pair and drops the second, a second later in
-// event time; it forgets each key once its partition's watermark is within past the key's first
-// message, by its own time, while traffic goes on: what it still remembers is exactly the keys
-// whose time is not up, each with its timer, and its count of keys is theirs.
+// A dedupe stage passes the first message of each key and drops the copies that follow within its
+// span, and forgets each key by its own time while traffic goes on. A message comes every 10s of
+// event time, the seven keys in turn: a key comes back every 70s, four times within its 5 minutes
+// (the fourth 20s before they are up: dropped) and a fifth time 50s after (passed, and remembered
+// from then on). Each key's time is its own, and it is mostly the other keys' messages that move
+// its partition's watermark past it. The input comes in two jobs, one after the other; after each,
+// the state holds exactly the keys whose time is not up, each with the time of its first message
+// and a timer due when its time is up, and their count, and nothing else.
 func TestDedupeDropsDuplicatesAndForgetsKeysByTheirOwnTime(t *testing.T) {
-	const pairs, keys = 100, 10
-	const within = 5 * time.Minute
+	const perJob, keys, partitions = 140, 7, 3
+	const step, within = int64(10_000), int64(5 * 60_000) // ms
 	src := `
 pipeline "dedupe" {}
 variable "out" {}
+variable "from" {}
 topic "in" {
   partitions = 3
   key        = msg.key
 }
 source "gen" {
   kind   = "generate"
-  count  = ` + strconv.Itoa(2*pairs) + `
+  count  = ` + strconv.Itoa(perJob) + `
   output = topic.in
-  # Pairs of the same key, a second apart; each key comes back every ten minutes.
   template = {
-    key  = "k${floor(index / 2) % ` + strconv.Itoa(keys) + `}"
-    pair = floor(index / 2)
-    at   = floor(index / 2) * 60000 + index % 2 * 1000
+    key = "k${(index + tonumber(var.from)) % ` + strconv.Itoa(keys) + `}"
+    seq = index + tonumber(var.from)
+    at  = (index + tonumber(var.from) + 1) * ` + strconv.FormatInt(step, 10) + `
   }
 }
 stage "once" {
@@ -52,63 +58,122 @@ sink "out" {
   path  = var.out
 }
 `
+	// The computation, per partition and in order: a message is a duplicate when its key's first
+	// message is less than within before it and within of it is not up at the watermark (the
+	// latest event time in the partition so far); otherwise it passes and is the key's first.
+	type memory struct {
+		watermark  int64
+		remembered map[string]int64 // key -> its first message's time, whose time is not up
+	}
+	type outcome struct {
+		passed             map[int]bool // by seq
+		duplicates         int
+		state              [partitions]memory
+		nearTheEnd, reborn int // duplicates in a key's last 30s; keys passed again after their time
+		forgotten          int // keys seen in their partition that the state no longer holds
+	}
+	var jobs [2]outcome
+	first := map[string]int64{}
+	watermarks := [partitions]int64{}
+	for job := range jobs {
+		o := &jobs[job]
+		o.passed = map[int]bool{}
+		for seq := job * perJob; seq < (job+1)*perJob; seq++ {
+			key, at := "k"+strconv.Itoa(seq%keys), int64(seq+1)*step
+			p := redis.Partition(key, partitions)
+			watermarks[p] = max(watermarks[p], at)
+			f, seen := first[key]
+			switch {
+			case seen && f+within > watermarks[p] && at-f < within:
+				o.duplicates++
+				if at-f >= within-30_000 {
+					o.nearTheEnd++
+				}
+			default:
+				if seen {
+					o.reborn++
+				}
+				first[key] = at
+				o.passed[seq] = true
+			}
+		}
+		for p := range o.state {
+			o.state[p] = memory{watermark: watermarks[p], remembered: map[string]int64{}}
+		}
+		for key, f := range first {
+			p := redis.Partition(key, partitions)
+			if f+within > watermarks[p] {
+				o.state[p].remembered[key] = f
+			} else {
+				o.forgotten++
+			}
+		}
+		if o.nearTheEnd == 0 || o.reborn == 0 || o.forgotten == 0 || o.forgotten == len(first) {
+			t.Fatalf("job %d: %d duplicates in a key's last 30s, %d keys passed again, %d of %d forgotten at the end: "+
+				"the input does not test what it says", job, o.nearTheEnd, o.reborn, o.forgotten, len(first))
+		}
+	}
+
 	for _, b := range allBackends {
 		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
 			c := b.open(t)
 			out := filepath.Join(t.TempDir(), "out.jsonl")
-			plan := buildSource(t, src, "out="+out)
-			j := runJob(t, c, plan, runtime.Options{})
-			if n := j.node(t, "once"); n.In != 2*pairs || n.Filtered != pairs || n.Out != pairs || n.Duplicates != pairs {
-				t.Fatalf("once: %+v, want %d in, %d filtered, %d out, %d duplicates", n, 2*pairs, pairs, pairs, pairs)
-			}
-			got := jsonLines(t, readFile(t, out))
-			if dups := tally(t, countBy(t, got, "pair"), pairs); dups > 0 {
-				t.Fatalf("%d pairs passed twice", dups)
-			}
-			for _, m := range got {
-				if at, _ := m["at"].(float64); int64(at)%60000 != 0 {
-					t.Fatalf("the second of a pair passed: %v", m)
+			var prefix string
+			for job, want := range jobs {
+				plan := buildSource(t, src, "out="+out, "from="+strconv.Itoa(job*perJob))
+				if job == 0 {
+					prefix = plan.KeyPrefix
 				}
-			}
+				plan.KeyPrefix = prefix // the same pipeline again
+				j := runJob(t, c, plan, runtime.Options{})
+				wantOut := int64(len(want.passed))
+				if n := j.node(t, "once"); n.In != perJob || n.Out != wantOut || n.Filtered != int64(want.duplicates) || n.Duplicates != int64(want.duplicates) {
+					t.Fatalf("job %d: once: %+v, want %d in, %d out, %d filtered and duplicates", job, n, perJob, wantOut, want.duplicates)
+				}
 
-			ctx := context.Background()
-			keysOf := redis.Keys{Prefix: plan.KeyPrefix}
-			remembered := 0
-			for p := 0; p < 3; p++ {
-				state, err := c.Universal().HGetAll(ctx, keysOf.State("in", p, "once")).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				wm, err := strconv.ParseInt(state["\x00watermark"], 10, 64)
-				if err != nil {
-					t.Fatalf("partition %d: no watermark in its state: %v", p, state)
-				}
-				timers, err := c.Universal().ZCard(ctx, keysOf.Timers("in", p, "once")).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				delete(state, "\x00watermark")
-				// The stage counts its keys in its state (max_keys), exactly.
-				if count := state[stages.KeyCountKey]; count != strconv.Itoa(len(state)-1) {
-					t.Errorf("partition %d: the key count is %q for %d keys", p, count, len(state)-1)
-				}
-				delete(state, stages.KeyCountKey)
-				for key, v := range state {
-					first, err := strconv.ParseInt(v, 10, 64)
+				keysOf := redis.Keys{Prefix: prefix}
+				for p, mem := range want.state {
+					state, err := c.Universal().HGetAll(ctx, keysOf.State("in", p, "once")).Result()
 					if err != nil {
-						t.Fatalf("partition %d: key %s holds %q", p, key, v)
+						t.Fatal(err)
 					}
-					if first+within.Milliseconds() <= wm {
-						t.Errorf("partition %d: key %s, first at %d, is still remembered at watermark %d", p, key, first, wm)
+					if wm := state[redis.WatermarkField]; wm != strconv.FormatInt(mem.watermark, 10) {
+						t.Errorf("job %d, partition %d: watermark %q, want %d", job, p, wm, mem.watermark)
+					}
+					delete(state, redis.WatermarkField)
+					// The stage counts its keys in its state (max_keys), exactly.
+					if count := state[stages.KeyCountKey]; count != strconv.Itoa(len(mem.remembered)) {
+						t.Errorf("job %d, partition %d: the key count is %q for %d keys", job, p, count, len(mem.remembered))
+					}
+					delete(state, stages.KeyCountKey)
+					timers, err := c.Universal().ZRangeWithScores(ctx, keysOf.Timers("in", p, "once"), 0, -1).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					due := map[string]float64{}
+					for _, z := range timers {
+						due[fmt.Sprint(z.Member)] = z.Score
+					}
+					wantState, wantDue := map[string]string{}, map[string]float64{}
+					for key, f := range mem.remembered {
+						wantState[key] = strconv.FormatInt(f, 10)
+						wantDue["key:"+key] = float64(f + within)
+					}
+					if !maps.Equal(state, wantState) || !maps.Equal(due, wantDue) {
+						t.Errorf("job %d, partition %d at watermark %d: remembers %v with timers %v, want %v with timers %v",
+							job, p, mem.watermark, state, due, wantState, wantDue)
 					}
 				}
-				if int(timers) != len(state) {
-					t.Errorf("partition %d: %d timers for %d keys", p, timers, len(state))
-				}
-				remembered += len(state)
 			}
-			if remembered == 0 || remembered >= keys {
-				t.Errorf("%d keys remembered at the end, want some of the %d but not all: the recent ones", remembered, keys)
+			passed := map[int]int{}
+			for job := range jobs {
+				for seq := range jobs[job].passed {
+					passed[seq] = 1
+				}
+			}
+			if got := countBy(t, jsonLines(t, readFile(t, out)), "seq"); !maps.Equal(got, passed) {
+				t.Errorf("passed %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(passed)))
 			}
 		})
 	}
