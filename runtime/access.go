@@ -109,13 +109,21 @@ func (r *runner) accessChecks() *redis.Access {
 				streams = append(streams, o.stream)
 			}
 		}
-		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, markers, streams)
+		var state, timers string
+		if n.stateful {
+			state, timers = r.keys.State(n.input.Name, u.partition, n.name), r.keys.Timers(n.input.Name, u.partition, n.name)
+			a.State(who, state, timers)
+		}
+		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, timers, markers, streams)
 		a.Stats(who, u.stream)
 		if u.leaseKey != "" {
 			a.Lease(who, u.leaseKey)
 		}
 		if u.retryKey != "" {
 			a.Retries(who, u.retryKey)
+		}
+		for _, wr := range n.writers {
+			a.Watermarks(who, wr.state)
 		}
 	}
 	for _, n := range r.nodes {

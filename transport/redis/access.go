@@ -140,8 +140,11 @@ func (a *Access) Group(who, stream, group string) {
 // retry set and lease ("" for none). The settle script checks, before it acks, what the unit's
 // outputs wrote in the same transaction: markers are a marker of each effectively-once output
 // stream, streams the streams of its other outputs; all of them at once in the check.
-func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, markers, streams []string) {
-	if retryKey == "" && leaseKey == "" && len(markers)+len(streams) == 0 {
+//
+// A stateful stage's unit settles its state with the batch: state and timers are its state hash
+// and timer set ("" for others).
+func (a *Access) Settle(who, stream, group, retryKey, leaseKey, state, timers string, markers, streams []string) {
+	if retryKey == "" && leaseKey == "" && state == "" && len(markers)+len(streams) == 0 {
 		a.add(who, stream, 1, "xack", stream, group, "0-1")
 		return
 	}
@@ -151,6 +154,9 @@ func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, markers, 
 	}
 	if leaseKey != "" {
 		keys[2] = leaseKey
+	}
+	if state != "" {
+		keys[3], keys[4] = state, timers
 	}
 	a.script(who, settleScript, true, append(append(keys, markers...), streams...)...)
 	a.guards(who, markers, streams)
@@ -253,6 +259,23 @@ func (a *Access) StatePartitions(who, record string, hashes, timers []string) {
 		a.add(who, hashes[i], 1, "hscan", hashes[i], "0", "match", kindFields, "count", "100")
 	}
 }
+
+// State adds what a stateful stage's unit sends on its partition's state hash and timer set: the
+// reads (ReadState, ReadStates, ReadWatermarks, DueTimers), and the writes that the settle script
+// makes (Settle with the same keys).
+func (a *Access) State(who, hash, timers string) {
+	a.add(who, hash, 1, "hget", hash, "field")
+	a.add(who, hash, 1, "hmget", hash, "field")
+	a.add(who, timers, 1, "zrangebyscore", timers, "-inf", "0", "withscores", "limit", "0", "1")
+	a.add(who, hash, 1, "hset", hash, "field", "value")
+	a.add(who, hash, 1, "hdel", hash, "field")
+	a.add(who, timers, 1, "zadd", timers, "0", "timer")
+	a.add(who, timers, 1, "zrem", timers, "timer")
+}
+
+// Watermarks adds ReadWatermarks on the state hash of another partition: the watermark of a writer
+// of a repartition topic.
+func (a *Access) Watermarks(who, hash string) { a.add(who, hash, 1, "hmget", hash, "field") }
 
 // Type adds KeyTypes on a key.
 func (a *Access) Type(who, key string) { a.add(who, key, 1, "type", key) }
