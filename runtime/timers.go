@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"sort"
 	"time"
@@ -79,10 +80,13 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *
 			case err != nil:
 				return nil, fmt.Errorf("timer %s: %w", t.Name, err)
 			}
-			origin := &message{id: fmt.Sprintf("timer-%s-%d", t.Name, t.At), partition: w.u.partition}
 			for i := range results {
 				o := &results[i]
-				out, err := w.r.topicOutput(n, origin, o.Topic, &o.Message, i, w.u.partition)
+				origin, err := timerOrigin(t, &o.Message, w.u.partition)
+				var out redis.Output
+				if err == nil {
+					out, err = w.r.topicOutput(n, origin, o.Topic, &o.Message, i, w.u.partition)
+				}
 				if err != nil {
 					n.log.Error("a timer's output cannot be written; it is dropped", "timer", t.Name, "err", err)
 					continue
@@ -92,6 +96,23 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *
 		}
 	}
 	return outs, nil
+}
+
+// timerOrigin names an output of a timer for effectively-once delivery by the timer, its time and
+// the output's content: a batch processed again after a crash makes the same outputs, which are then
+// written once, while a timer that fires again at the same time with something new to say (an
+// on_update emit after a later batch) is not taken for a repeat. The payload is encoded once, here.
+func timerOrigin(t redis.DueTimer, m *stages.Message, partition int) (*message, error) {
+	payload, err := m.Payload()
+	if err != nil {
+		return nil, err
+	}
+	*m = stages.NewMessage(m.Key, payload, m.Headers)
+	h := fnv.New64a()
+	h.Write([]byte(m.Key))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return &message{id: fmt.Sprintf("timer-%s-%d-%x", t.Name, t.At, h.Sum64()), partition: partition}, nil
 }
 
 // dueTimers returns the timers due at wm, as the batch sees them: those committed, less those the
