@@ -95,10 +95,11 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 // events late; testdata/sessions: session windows (their bounds, a view that merges two sessions,
 // late views, a session open through a crash); testdata/bounded: max_keys (a third key
 // dead-lettered, the count through a crash, a place freed when a key is forgotten or a group's
-// windows close); and testdata/late: what the counters say of a late message and a duplicate that
-// are dropped, dead-lettered or passed on.
+// windows close); testdata/late: what the counters say of a late message and a duplicate that
+// are dropped, dead-lettered or passed on; and testdata/updates: every on_update emit of an
+// effectively-once aggregate, though two batches end at the same event time.
 func TestStatefulStagesUnderTest(t *testing.T) {
-	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded", "testdata/late"} {
+	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded", "testdata/late", "testdata/updates"} {
 		tests, files, diags := flow.CheckTests(dir, flow.Options{})
 		if diags.HasErrors() || len(tests) != 1 {
 			t.Fatalf("%s: want one valid test file: %s", dir, diags.Error())
