@@ -292,11 +292,11 @@ var processBackends = []struct {
 // counted a random number of entries more (seen in Redis), mostly with batches in flight; the
 // next process takes the partitions over when the killed one's leases expire (--lease-ttl
 // 300ms), reads the entries the killed one left pending again, and goes on from the state that
-// was committed with their acks. 100 cycles on the single server; 25 on the cluster, whose
-// processes take longer to start and whose commits write a batch's outputs before its acks, the
-// crash window that effectively-once markers close.
+// was committed with their acks. 100 cycles on the single server and on the cluster, whose
+// commits write a batch's outputs before its acks: the crash window that effectively-once markers
+// close.
 func TestAggregateCountsExactlyThroughKillCycles(t *testing.T) {
-	cycles := map[string]int{"server": 100, "cluster": 25}
+	cycles := map[string]int{"server": 100, "cluster": 100}
 	bin := flowrunBinary(t)
 	for _, b := range processBackends {
 		t.Run(b.name, func(t *testing.T) {
