@@ -188,15 +188,9 @@ func windowKey(group string, id int64) string {
 }
 
 func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
-	if err := m.Decode(); err != nil {
+	group, err := s.groupOf(m)
+	if err != nil {
 		return out, err
-	}
-	group := m.Key
-	if s.groupBy != nil {
-		var err error
-		if group, err = s.groupBy.EvalString(&expr.Env{Msg: m.Value}); err != nil {
-			return out, evalError(err)
-		}
 	}
 	at, err := EventTime(s.eventTime, m)
 	if err != nil {
@@ -239,19 +233,28 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 	return out, Permanent(s.lateError(at, watermark)) // counted as dead-lettered, with the reason "late: ..."
 }
 
+// groupOf is the group m counts in: group_by's value, or its key.
+func (s *aggregateStage) groupOf(m *Message) (string, error) {
+	if err := m.Decode(); err != nil {
+		return "", err
+	}
+	if s.groupBy == nil {
+		return m.Key, nil
+	}
+	group, err := s.groupBy.EvalString(&expr.Env{Msg: m.Value})
+	if err != nil {
+		return "", evalError(err)
+	}
+	return group, nil
+}
+
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
 // (StatePrefetcher): the group's index, the count of groups and, for tumbling and hopping windows,
 // the windows that hold its event time (a session's are found through the index).
 func (s *aggregateStage) StateKeys(m *Message, keys []string) []string {
-	if m.Decode() != nil {
-		return keys
-	}
-	group := m.Key
-	if s.groupBy != nil {
-		var err error
-		if group, err = s.groupBy.EvalString(&expr.Env{Msg: m.Value}); err != nil {
-			return keys
-		}
+	group, err := s.groupOf(m)
+	if err != nil {
+		return keys // Process reports it
 	}
 	keys = append(keys, groupPrefix+group, KeyCountKey)
 	if s.session {
