@@ -2,8 +2,10 @@ package stages
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 // readLog is a memState that records the keys read.
@@ -86,4 +88,54 @@ stage "st" {
 			}
 		})
 	}
+}
+
+// timersFailing is a memState whose SetTimer fails while fail is set: an attempt that fails after
+// its window was written.
+type timersFailing struct {
+	*memState
+	fail bool
+}
+
+func (s *timersFailing) SetTimer(ctx context.Context, name string, at time.Time) error {
+	if s.fail {
+		return errors.New("no timers now")
+	}
+	return s.memState.SetTimer(ctx, name, at)
+}
+
+// TestAWindowDecodedOnceIsNeverOutOfDate: the aggregate keeps the windows it wrote decoded, and
+// takes one only while the state holds the bytes it wrote: an attempt that failed after writing its
+// window leaves the state as it was, and the next message counts from there, not from the window
+// the failed attempt changed.
+func TestAWindowDecodedOnceIsNeverOutOfDate(t *testing.T) {
+	st := &timersFailing{memState: newMemState()}
+	p := plan(t, `
+stage "st" {
+  kind       = "aggregate"
+  input      = topic.in
+  output     = topic.a
+  group_by   = msg.user
+  event_time = msg.at
+  window {
+    type = "tumbling"
+    size = "1m"
+  }
+  aggregate = { n = count(), total = sum(msg.amount) }
+}
+`+sinkA)
+	proc, err := Compile(p.Stage("st"), Env{Node: "st", State: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs := st.batch(t, proc, event("a", 0, 1, ""))
+	noErrors(t, errs)
+	st.fail = true
+	if _, errs := st.batch(t, proc, event("a", 0.1, 10, "")); errs[0] == nil {
+		t.Fatal("the attempt did not fail")
+	}
+	st.fail = false
+	_, errs = st.batch(t, proc, event("a", 0.2, 100, ""))
+	noErrors(t, errs)
+	wantWindows(t, "the window", windows(t, st.end(t, proc), "n", "total"), "a [0, 1) n=2 total=101")
 }

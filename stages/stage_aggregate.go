@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -170,6 +172,7 @@ type aggregateStage struct {
 	fields        []flow.Aggregate
 	state         State
 	keys          keyLimit // max_keys: groups with open windows
+	decoded       windowCache
 }
 
 // IdleTimeout makes an idle partition's watermark move with the clock (stages.IdleAdvancer).
@@ -396,6 +399,7 @@ func (s *aggregateStage) fold(ctx context.Context, key string, w *windowState, v
 	if err := s.state.Put(ctx, windowPrefix+key, b); err != nil {
 		return err
 	}
+	s.decoded.keep(PartitionOf(ctx), key, b, w)
 	if err := s.state.SetTimer(ctx, windowPrefix+key, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
 		return err
 	}
@@ -410,6 +414,9 @@ func (s *aggregateStage) load(ctx context.Context, key string) (*windowState, er
 	b, found, err := s.state.Get(ctx, windowPrefix+key)
 	if err != nil || !found {
 		return nil, err
+	}
+	if w := s.decoded.take(PartitionOf(ctx), key, b); w != nil {
+		return w, nil
 	}
 	var w windowState
 	if err := json.Unmarshal(b, &w); err != nil {
@@ -524,6 +531,56 @@ func (s *aggregateStage) result(w *windowState) map[string]any {
 		"end":   time.UnixMilli(w.End).UTC().Format(time.RFC3339Nano),
 	}
 	return v
+}
+
+// windowCache keeps the windows that the stage encoded last, each with the bytes it wrote, so that
+// the next message of a window whose state still holds those bytes takes the window as it is
+// instead of decoding its JSON again: a window is decoded once per process, not once per message.
+// The bytes are compared, so the cache cannot be out of date, whatever the state went through (a
+// failed attempt, another process); a window taken out is the taker's to change, and is kept again
+// only once written.
+type windowCache struct {
+	mu      sync.Mutex
+	windows map[windowCacheKey]cachedWindow
+}
+
+type windowCacheKey struct {
+	partition int
+	key       string
+}
+
+type cachedWindow struct {
+	raw []byte
+	w   *windowState
+}
+
+// maxCachedWindows bounds the cache; past it, it starts again empty.
+const maxCachedWindows = 1 << 16
+
+// take returns the window that raw encodes, if the cache has it, and forgets it.
+func (c *windowCache) take(partition int, key string, raw []byte) *windowState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := windowCacheKey{partition, key}
+	cw, ok := c.windows[k]
+	if !ok {
+		return nil
+	}
+	delete(c.windows, k)
+	if !bytes.Equal(cw.raw, raw) {
+		return nil
+	}
+	return cw.w
+}
+
+// keep remembers the window w that raw encodes, as written to the state.
+func (c *windowCache) keep(partition int, key string, raw []byte, w *windowState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.windows == nil || len(c.windows) >= maxCachedWindows {
+		c.windows = make(map[windowCacheKey]cachedWindow)
+	}
+	c.windows[windowCacheKey{partition, key}] = cachedWindow{raw: raw, w: w}
 }
 
 // windowState is a window's accumulators, as its state holds them (JSON).
