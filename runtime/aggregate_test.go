@@ -56,12 +56,9 @@ sink "out" {
   path  = var.out
 }
 `
-	type window struct {
-		customer, start string
-	}
-	want := map[window][2]int{} // orders, revenue
+	want := map[aggregateWindow][2]int{} // orders, revenue
 	for i := 0; i < n; i++ {
-		w := window{"c" + strconv.Itoa(i%customers), time.UnixMilli(int64(i) * 10000 / 60000 * 60000).UTC().Format(time.RFC3339)}
+		w := aggregateWindow{"c" + strconv.Itoa(i%customers), time.UnixMilli(int64(i) * 10000 / 60000 * 60000).UTC().Format(time.RFC3339), ""}
 		got := want[w]
 		want[w] = [2]int{got[0] + 1, got[1] + i}
 	}
@@ -70,23 +67,42 @@ sink "out" {
 			c := b.open(t)
 			out := filepath.Join(t.TempDir(), "out.jsonl")
 			runJob(t, c, buildSource(t, src, "out="+out), runtime.Options{})
-			got := jsonLines(t, readFile(t, out))
-			if len(got) != len(want) {
-				t.Fatalf("%d windows emitted, want %d", len(got), len(want))
-			}
-			seen := map[window]bool{}
-			for _, m := range got {
-				w := window{m["key"].(string), m["window"].(map[string]any)["start"].(string)}
-				if seen[w] {
-					t.Fatalf("window %v emitted twice", w)
-				}
-				seen[w] = true
-				exp, ok := want[w]
-				if !ok || int(m["orders"].(float64)) != exp[0] || int(m["revenue"].(float64)) != exp[1] {
-					t.Errorf("window %v: %v, want %d orders and %d revenue", w, m, exp[0], exp[1])
-				}
-			}
+			eachWindowOnce(t, jsonLines(t, readFile(t, out)), want, "orders", windowOf)
 		})
+	}
+}
+
+// aggregateWindow names a result of an aggregate: its key and its window's start, and its end where
+// it tells windows apart (sessions).
+type aggregateWindow struct{ key, start, end string }
+
+func windowOf(m map[string]any) aggregateWindow {
+	return aggregateWindow{m["key"].(string), m["window"].(map[string]any)["start"].(string), ""}
+}
+
+func sessionOf(m map[string]any) aggregateWindow {
+	w := m["window"].(map[string]any)
+	return aggregateWindow{m["key"].(string), w["start"].(string), w["end"].(string)}
+}
+
+// eachWindowOnce checks that an aggregate's results are the windows of want, each once, with its
+// count (the field count) and revenue.
+func eachWindowOnce(t *testing.T, got []map[string]any, want map[aggregateWindow][2]int, count string, id func(map[string]any) aggregateWindow) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d windows emitted, want %d", len(got), len(want))
+	}
+	seen := map[aggregateWindow]bool{}
+	for _, m := range got {
+		w := id(m)
+		if seen[w] {
+			t.Fatalf("window %v emitted twice", w)
+		}
+		seen[w] = true
+		exp, ok := want[w]
+		if !ok || int(m[count].(float64)) != exp[0] || int(m["revenue"].(float64)) != exp[1] {
+			t.Errorf("window %v: %v, want %d %s and %d revenue", w, m, exp[0], count, exp[1])
+		}
 	}
 }
 
@@ -133,15 +149,12 @@ sink "out" {
   path  = var.out
 }
 `
-	type session struct {
-		user, start, end string
-	}
-	want := map[session][2]int{} // views, revenue
+	want := map[aggregateWindow][2]int{} // views, revenue
 	last := map[string]int64{}
 	first := map[string]int64{}
 	tally := map[string][2]int{}
 	flush := func(user string) {
-		s := session{user, time.UnixMilli(first[user]).UTC().Format(time.RFC3339), time.UnixMilli(last[user] + gap.Milliseconds()).UTC().Format(time.RFC3339)}
+		s := aggregateWindow{user, time.UnixMilli(first[user]).UTC().Format(time.RFC3339), time.UnixMilli(last[user] + gap.Milliseconds()).UTC().Format(time.RFC3339)}
 		want[s] = tally[user]
 	}
 	for i := 0; i < n; i++ {
@@ -164,23 +177,7 @@ sink "out" {
 			c := b.open(t)
 			out := filepath.Join(t.TempDir(), "out.jsonl")
 			runJob(t, c, buildSource(t, src, "out="+out), runtime.Options{})
-			got := jsonLines(t, readFile(t, out))
-			if len(got) != len(want) {
-				t.Fatalf("%d sessions emitted, want %d", len(got), len(want))
-			}
-			seen := map[session]bool{}
-			for _, m := range got {
-				w := m["window"].(map[string]any)
-				s := session{m["key"].(string), w["start"].(string), w["end"].(string)}
-				if seen[s] {
-					t.Fatalf("session %v emitted twice", s)
-				}
-				seen[s] = true
-				exp, ok := want[s]
-				if !ok || int(m["views"].(float64)) != exp[0] || int(m["revenue"].(float64)) != exp[1] {
-					t.Errorf("session %v: %v, want %d views and %d revenue", s, m, exp[0], exp[1])
-				}
-			}
+			eachWindowOnce(t, jsonLines(t, readFile(t, out)), want, "views", sessionOf)
 		})
 	}
 }

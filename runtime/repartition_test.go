@@ -54,10 +54,9 @@ sink "out" {
   path  = var.out
 }
 `
-	type window struct{ customer, start string }
-	want := map[window][2]int{} // orders, revenue
+	want := map[aggregateWindow][2]int{} // orders, revenue
 	for i := 0; i < n; i++ {
-		w := window{"c" + strconv.Itoa(i%customers), time.UnixMilli(int64(i) * 5000 / 60000 * 60000).UTC().Format(time.RFC3339)}
+		w := aggregateWindow{"c" + strconv.Itoa(i%customers), time.UnixMilli(int64(i) * 5000 / 60000 * 60000).UTC().Format(time.RFC3339), ""}
 		got := want[w]
 		want[w] = [2]int{got[0] + 1, got[1] + i}
 	}
@@ -73,22 +72,7 @@ sink "out" {
 			if d := j.summary.DeadLettered(); d != 0 {
 				t.Fatalf("%d messages dead-lettered (late?)\n%s", d, j.log)
 			}
-			got := jsonLines(t, readFile(t, out))
-			seen := map[window]bool{}
-			for _, m := range got {
-				w := window{m["key"].(string), m["window"].(map[string]any)["start"].(string)}
-				if seen[w] {
-					t.Fatalf("window %v emitted twice", w)
-				}
-				seen[w] = true
-				exp, ok := want[w]
-				if !ok || int(m["orders"].(float64)) != exp[0] || int(m["revenue"].(float64)) != exp[1] {
-					t.Errorf("window %v: %v, want %d orders and %d revenue", w, m, exp[0], exp[1])
-				}
-			}
-			if len(got) != len(want) {
-				t.Fatalf("%d windows emitted, want %d", len(got), len(want))
-			}
+			eachWindowOnce(t, jsonLines(t, readFile(t, out)), want, "orders", windowOf)
 		})
 	}
 }
