@@ -87,6 +87,7 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 	if c.diags.HasErrors() {
 		return nil, c.diags
 	}
+	c.plan.fuseStages(nil)
 	return c.plan, c.diags
 }
 

@@ -52,6 +52,8 @@ type GraphNode struct {
 	// letters go to, if it names one.
 	Retry           string
 	DeadLetterTopic string
+	// Chain names the fused chain a stage runs in (Chain.Name); "" when it runs in a hop of its own.
+	Chain string
 }
 
 // Label is the node's label, one line each: its name and detail, then a topic's key or a stage's or
@@ -75,6 +77,7 @@ type GraphEdge struct {
 	Label    string   // a route case's condition, "default"; "" for most edges
 	Topic    string   // the name of the topic the edge carries
 	Implicit bool     // the edge stands for an implicit topic
+	Fused    bool     // the edge is inside a fused chain: its messages pass in memory, not through a stream
 }
 
 // Graph returns the plan's graph.
@@ -110,8 +113,12 @@ func (p *Plan) Graph() Graph {
 		if s.Spec != nil && s.Spec.Detail != nil {
 			detail = s.Spec.Detail(s.Config)
 		}
-		add(GraphNode{ID: "stage." + s.Name, Type: "stage", Name: s.Name, Kind: s.Kind, Detail: detail,
-			Retry: retryLine(s.Retry), DeadLetterTopic: deadLetterName(s.DeadLetter)})
+		n := GraphNode{ID: "stage." + s.Name, Type: "stage", Name: s.Name, Kind: s.Kind, Detail: detail,
+			Retry: retryLine(s.Retry), DeadLetterTopic: deadLetterName(s.DeadLetter)}
+		if s.Chain != nil {
+			n.Chain = s.Chain.Name()
+		}
+		add(n)
 	}
 	for _, s := range p.Sinks {
 		add(GraphNode{ID: "sink." + s.Name, Type: "sink", Name: s.Name, Kind: s.Kind, Detail: s.Kind + " sink",
@@ -141,8 +148,9 @@ func (p *Plan) Graph() Graph {
 			continue
 		}
 		if topic, ok := implicit[e.From]; ok {
+			fused := p.Fused(p.Topic(topic))
 			for _, w := range writers[e.From] {
-				edge(GraphEdge{From: w, To: e.To, Kind: EdgeReads, Topic: topic, Implicit: true})
+				edge(GraphEdge{From: w, To: e.To, Kind: EdgeReads, Topic: topic, Implicit: true, Fused: fused})
 			}
 			continue
 		}
@@ -187,13 +195,29 @@ func writeDOT(w io.Writer, p *Plan) error {
 	}
 	g := p.Graph()
 	for _, n := range g.Nodes {
-		fmt.Fprintf(&b, "  %s [%s, label=%s];\n", dotQuote(n.ID), shapes[n.Type], dotQuote(strings.Join(n.Label(), "\n")))
+		if n.Chain == "" {
+			fmt.Fprintf(&b, "  %s [%s, label=%s];\n", dotQuote(n.ID), shapes[n.Type], dotQuote(strings.Join(n.Label(), "\n")))
+		}
+	}
+	for i, c := range p.Chains {
+		// A fused chain is one box around its stages: one hop, one consumer group.
+		fmt.Fprintf(&b, "  subgraph cluster_fused_%d {\n    label=%s;\n    style=dashed;\n    color=\"#b08d2e\";\n    fontsize=9;\n",
+			i, dotQuote("fused: "+c.Name()+" (one hop)"))
+		for _, n := range g.Nodes {
+			if n.Chain == c.Name() {
+				fmt.Fprintf(&b, "    %s [%s, label=%s];\n", dotQuote(n.ID), shapes[n.Type], dotQuote(strings.Join(n.Label(), "\n")))
+			}
+		}
+		b.WriteString("  }\n")
 	}
 	for _, e := range g.Edges {
 		var attrs []string
-		if e.Kind == EdgeDeadLetter {
+		switch {
+		case e.Kind == EdgeDeadLetter:
 			attrs = append(attrs, `style=dashed`, `color="#c0392b"`, `fontcolor="#c0392b"`, `label="dead letters"`)
-		} else if e.Label != "" {
+		case e.Fused:
+			attrs = append(attrs, `label="in memory"`)
+		case e.Label != "":
 			attrs = append(attrs, "label="+dotQuote(e.Label))
 		}
 		suffix := ""
@@ -219,13 +243,29 @@ func writeMermaid(w io.Writer, p *Plan) error {
 	open := map[string]string{"source": `[/`, "topic": `[(`, "stage": `(`, "sink": `[[`}
 	closing := map[string]string{"source": `/]`, "topic": `)]`, "stage": `)`, "sink": `]]`}
 	g := p.Graph()
+	node := func(indent string, n GraphNode) {
+		fmt.Fprintf(&b, "%s%s%s%s%s\n", indent, mermaidID(n.ID), open[n.Type], mermaidQuote(strings.Join(n.Label(), "<br/>")), closing[n.Type])
+	}
 	for _, n := range g.Nodes {
-		fmt.Fprintf(&b, "  %s%s%s%s\n", mermaidID(n.ID), open[n.Type], mermaidQuote(strings.Join(n.Label(), "<br/>")), closing[n.Type])
+		if n.Chain == "" {
+			node("  ", n)
+		}
+	}
+	for i, c := range p.Chains {
+		fmt.Fprintf(&b, "  subgraph fused_%d [%s]\n", i, mermaidQuote("fused: "+c.Name()+" (one hop)"))
+		for _, n := range g.Nodes {
+			if n.Chain == c.Name() {
+				node("    ", n)
+			}
+		}
+		b.WriteString("  end\n")
 	}
 	for _, e := range g.Edges {
 		switch {
 		case e.Kind == EdgeDeadLetter:
 			fmt.Fprintf(&b, "  %s -. dead letters .-> %s\n", mermaidID(e.From), mermaidID(e.To))
+		case e.Fused:
+			fmt.Fprintf(&b, "  %s -- in memory --> %s\n", mermaidID(e.From), mermaidID(e.To))
 		case e.Label != "":
 			fmt.Fprintf(&b, "  %s -- %s --> %s\n", mermaidID(e.From), mermaidQuote(e.Label), mermaidID(e.To))
 		default:
@@ -258,6 +298,9 @@ func (p *Plan) Describe() map[string]any {
 	topics := []any{}
 	for _, t := range p.Topics {
 		d := map[string]any{"name": t.Name, "partitions": t.Partitions, "implicit": t.Implicit}
+		if p.Fused(t) {
+			d["fused"] = true // a link of a chain: no stream holds it
+		}
 		if t.Key != nil {
 			d["key"] = t.Key.String()
 		}
@@ -280,12 +323,20 @@ func (p *Plan) Describe() map[string]any {
 	}
 	stages := []any{}
 	for _, s := range p.Stages {
-		stages = append(stages, map[string]any{
+		d := map[string]any{
 			"name": s.Name, "kind": s.Kind, "input": topicName(s.Input), "output": topicName(s.Output),
 			"retry": describeRetry(s.Retry), "dead_letter": topicName(s.DeadLetter), "ordering": string(s.Ordering),
 			"concurrency": s.Concurrency, "timeout": FormatDuration(s.Timeout), "delivery": string(s.Delivery),
-			"config": p.describeAttrs(s.Config),
-		})
+			"fuse": s.Fuse, "config": p.describeAttrs(s.Config),
+		}
+		if s.Chain != nil {
+			d["chain"] = s.Chain.Name()
+		}
+		stages = append(stages, d)
+	}
+	chains := []any{}
+	for _, c := range p.Chains {
+		chains = append(chains, map[string]any{"name": c.Name(), "stages": c.Names()})
 	}
 	sinks := []any{}
 	for _, s := range p.Sinks {
@@ -308,7 +359,7 @@ func (p *Plan) Describe() map[string]any {
 	}
 	return map[string]any{
 		"name": p.Name, "description": p.Description, "key_prefix": p.KeyPrefix, "delivery": string(p.Delivery),
-		"topics": topics, "sources": sources, "stages": stages, "sinks": sinks, "edges": edges,
+		"topics": topics, "sources": sources, "stages": stages, "sinks": sinks, "edges": edges, "chains": chains,
 	}
 }
 

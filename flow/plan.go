@@ -27,6 +27,8 @@ type Plan struct {
 	Stages  []*Stage  // in dependency order: a stage comes after every stage that feeds it
 	Sinks   []*Sink   // in declaration order
 	Edges   []Edge    // every connection between a node and a topic, for graphs and lag reports
+	// Chains are the groups of stages that run in one hop (fusion.go).
+	Chains []*Chain
 
 	Variables []Variable // declared variables with their final values
 
@@ -161,6 +163,10 @@ type Stage struct {
 	// Repartitions, for a stage of RepartitionKind, is the stateful stage it repartitions for; its
 	// Config is that stage's.
 	Repartitions *Stage
+	// Fuse lets the stage run in one hop with the stages it is chained with (fusion.go).
+	Fuse bool
+	// Chain is the chain the stage runs in; nil when it runs in a hop of its own.
+	Chain *Chain
 }
 
 // Outputs lists every topic the stage may write to, in a stable order, dead letters excluded.

@@ -49,6 +49,12 @@ var stageSpec = &BlockSpec{
 			Name: "delivery", Type: TypeString, Enum: []string{string(AtLeastOnce), string(EffectivelyOnce)},
 			DefaultDoc: "the pipeline's delivery", Doc: "The delivery guarantee of this stage's outputs.",
 		},
+		{
+			Name: "fuse", Type: TypeBool, Default: true,
+			Doc: "Whether the stage may run in one hop with the stage it reads as stage.NAME, and with the one " +
+				"that reads it so: the messages between them then pass in memory, not through a stream. Stateless " +
+				"stages chained by stage references fuse unless one of them sets false; see Fusion in docs/running.md.",
+		},
 	},
 }
 
@@ -66,6 +72,7 @@ func (c *compiler) compileStage(b *Block) *Stage {
 		Concurrency: int(attrs.Int("concurrency")),
 		Timeout:     attrs.Duration("timeout"),
 		Delivery:    c.plan.Delivery,
+		Fuse:        attrs.Bool("fuse"),
 		Range:       b.DeclRange,
 	}
 	if p, ok := attrs.retry("retry"); ok {

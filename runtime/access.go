@@ -127,6 +127,16 @@ func (r *runner) accessChecks() *redis.Access {
 		}
 	}
 	for _, n := range r.nodes {
+		if n.resumeAs == "" {
+			continue
+		}
+		// Its link was checked for entries left from a run without fusion (fuseChains).
+		for p := 0; p < n.input.Partitions; p++ {
+			a.Stats(n.typ+" "+n.name, r.keys.Stream(n.input.Name, p))
+			a.Retries(n.typ+" "+n.name, r.keys.Retry(n.input.Name, p, n.name))
+		}
+	}
+	for _, n := range r.nodes {
 		if !n.stateful {
 			continue
 		}
@@ -222,6 +232,20 @@ type accessOutput struct{ stream, dedup string }
 // of its output topics, a redis_stream sink's stream, its dead-letter topic's partitions, and its
 // own dead-letter stream (also the fallback of a dead-letter topic whose key fails).
 func (r *runner) committedOutputs(n *node) []accessOutput {
+	if n.chain != nil && n.chain.nodes[0] == n {
+		// A chain's commits write what each of its stages writes, its dead letters included, and
+		// the inputs of the stages after the first, where a retry for an unfused stage goes (handOn).
+		var outs []accessOutput
+		for _, m := range n.chain.nodes {
+			outs = append(outs, r.nodeOutputs(m)...)
+		}
+		return outs
+	}
+	return r.nodeOutputs(n)
+}
+
+// nodeOutputs is committedOutputs of a node that runs in a hop of its own.
+func (r *runner) nodeOutputs(n *node) []accessOutput {
 	var outs []accessOutput
 	once := n.delivery == flow.EffectivelyOnce
 	from := n.typ + "." + n.name

@@ -71,7 +71,7 @@ func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Mes
 	}
 	out := redis.Output{Stream: r.streamKey(t, p), Entry: e}
 	if n.delivery == flow.EffectivelyOnce {
-		out.DedupKey = r.keys.Dedup(t.Name, p, n.name, n.inputName(), m.partition, m.id, i)
+		out.DedupKey = r.keys.Dedup(t.Name, p, n.name, n.inputName(), m.partition, m.id+m.path, i)
 	}
 	return out, nil
 }

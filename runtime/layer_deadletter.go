@@ -30,7 +30,7 @@ func (r *runner) withDeadLetters(n *node, next messageFunc) messageFunc {
 		var f *failedForGood
 		if errors.As(err, &f) {
 			out := r.deadLetterMessage(n, m, f.err, f.attempts, f.firstFailure)
-			return result{outs: []redis.Output{out}, deadLettered: true}, buf, f.err
+			return result{deadLetters: []redis.Output{out}}, buf, f.err
 		}
 		return res, buf, err
 	}

@@ -8,8 +8,9 @@ import (
 )
 
 // withRetries makes the attempts at a message. A failed attempt is retried by the node's retry
-// policy: after a delay in the process, or, with a durable pass and a delay longer than
-// Options.RetryInPlaceUpTo, parked in the unit's retry set (the result's retry) while later
+// policy: after a delay in the process, or, where the unit has a retry set and the node does not
+// retry in place, with a delay longer than Options.RetryInPlaceUpTo, parked in the retry set (the
+// result's retries) while later
 // messages go on. A transient failure (the downstream is away) pauses the node instead: the next
 // attempt waits at the node's breaker for its turn to probe, by the transient retry policy, which
 // by default never gives up. A permanent failure, or a policy that gives up, fails the message for
@@ -66,16 +67,17 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				continue
 			}
 			delay := r.jittered(policy.Delay(attempts), policy.Jitter)
-			if p.durable && delay > r.opts.RetryInPlaceUpTo {
+			if p.retrySet && !n.retryInPlace && delay > r.opts.RetryInPlaceUpTo {
 				r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
-				return result{retry: &redis.Retry{
+				return result{retries: []redis.Retry{{
 					Entry: redis.Entry{
 						ID: m.id, Key: key, Payload: payload, Headers: headers,
 						TraceParent: m.trace.parent, TraceState: m.trace.state, TraceDropped: m.trace.dropped,
 					},
 					Attempts: attempts, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
-					Due: r.clock.Now().Add(delay),
-				}}, buf, err
+					Due:   r.clock.Now().Add(delay),
+					Stage: n.resumeAs, Path: m.path, // a fused stage's retry resumes the chain at that stage
+				}}}, buf, err
 			}
 			r.log.Debug("attempt failed; retrying", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
 			t := r.clock.NewTimer(delay)

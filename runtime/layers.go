@@ -31,9 +31,9 @@ type attemptFunc func(ctx context.Context, m *message, buf []redis.Output) ([]re
 
 // pass is what the worker tells the layers about this processing of a message.
 type pass struct {
-	// durable lets a retry due later than Options.RetryInPlaceUpTo wait in the unit's retry set
-	// instead of in the process.
-	durable bool
+	// retrySet: the unit has a retry set, where a retry due later than Options.RetryInPlaceUpTo
+	// waits instead of in the process unless the node retries in place.
+	retrySet bool
 	// stopping is closed when the worker stops: waits end, and the message is abandoned (neither
 	// acknowledged nor dead-lettered, so that it is delivered again after the restart).
 	stopping <-chan struct{}
@@ -41,10 +41,10 @@ type pass struct {
 
 // result is what processing one message came to.
 type result struct {
-	outs         []redis.Output
-	deadLettered bool         // outs is the message's dead letter
-	retry        *redis.Retry // the message waits in the retry set for its next attempt
-	abandoned    bool         // shutdown interrupted it: not acked, not dead-lettered
+	outs        []redis.Output
+	deadLetters []redis.Output // the message's dead letters (a fused chain's stages may each give some)
+	retries     []redis.Retry  // messages that wait in the retry set for their next attempt
+	abandoned   bool           // shutdown interrupted it: not acked, not dead-lettered
 }
 
 // layers composes the node's policies around its handler.
@@ -54,7 +54,11 @@ func (r *runner) layers(n *node) messageFunc {
 }
 
 // processMessage runs a message through the node's layers.
-func (r *runner) processMessage(n *node, m *message, buf []redis.Output, durable bool, stopping <-chan struct{}) (result, []redis.Output) {
-	res, buf, _ := n.process(r.hard, m, buf, pass{durable: durable, stopping: stopping})
+func (r *runner) processMessage(n *node, m *message, buf []redis.Output, retrySet bool, stopping <-chan struct{}) (result, []redis.Output) {
+	if m.retry != nil && m.retry.Stage != "" && n.chain == nil {
+		res, buf, _ := r.handOn(n, m, buf) // for a stage that ran fused after n
+		return res, buf
+	}
+	res, buf, _ := n.process(r.hard, m, buf, pass{retrySet: retrySet, stopping: stopping})
 	return res, buf
 }

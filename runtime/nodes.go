@@ -66,8 +66,13 @@ type node struct {
 	// topic is written by no node of the plan): it starts a trace for a message without trace
 	// context. Elsewhere such a message belongs to a trace that was not sampled.
 	startsTraces bool
-	stats        nodeStats
-	metricAttrs  metric.MeasurementOption // the node's attributes on its metrics
+	// chain is the fused chain the node runs in (fusion.go); nil when it runs in a hop of its own.
+	chain *chain
+	// resumeAs, for a stage after the first of a chain, names it in the retries it parks in the
+	// chain's retry set, where the next attempt starts; "" elsewhere.
+	resumeAs    string
+	stats       nodeStats
+	metricAttrs metric.MeasurementOption // the node's attributes on its metrics
 
 	log             *slog.Logger // the runner's, with the node's name
 	backpressureLog sync.Once    // the first wait at a capped topic is logged
@@ -133,7 +138,11 @@ func (n *node) close() error {
 
 // message is one input entry while a node works on it.
 type message struct {
-	id         string
+	id string
+	// path tells apart the messages that the stages of a fused chain made of the entry id: the
+	// index of the message among its siblings at each stage that made more than one ("" for an
+	// entry read from a stream). With id, it identifies an effectively-once output.
+	path       string
 	partition  int
 	msg        stages.Message
 	trace      traceContext // the trace context the message arrived with
@@ -247,7 +256,9 @@ func (r *runner) addStage(s *flow.Stage) error {
 		n.idleTimeout = 0 // its writers' watermarks move while they are idle
 	}
 	r.nodes = append(r.nodes, n)
-	r.addUnits(n)
+	if !inChain(s) || r.opts.NoFusion {
+		r.addUnits(n) // a stage fused after another gets units only if its link runs as a stream (fuseChains)
+	}
 	return nil
 }
 

@@ -105,6 +105,8 @@ type Options struct {
 	// named name (a test captures what sinks receive). The replacement's optional lifecycle
 	// (stages.Opener, stages.Flusher, io.Closer) is the one that runs.
 	WrapSink func(name string, made stages.Sink) stages.Sink
+	// NoFusion runs every stage in a hop of its own, as if each set fuse = false (flow.Chain).
+	NoFusion bool
 	// PipelinePath is the pipeline's path as the user gave it, for the commands that the log and the
 	// summary suggest (flowrun dlq list PATH --stage NAME). Default "PATH".
 	PipelinePath string
@@ -394,11 +396,31 @@ func (r *runner) selectNodes() (map[string]bool, error) {
 		}
 		selected[n] = true
 	}
+	if !r.opts.NoFusion {
+		for _, c := range r.plan.Chains {
+			var in, out []string
+			for _, s := range c.Stages {
+				if selected[s.Name] {
+					in = append(in, s.Name)
+				} else {
+					out = append(out, s.Name)
+				}
+			}
+			if len(in) > 0 && len(out) > 0 {
+				return nil, &ConfigError{fmt.Sprintf("stages %s run fused, in one hop, so one process runs them all: "+
+					"name %s too, or set fuse = false on the stage after the one where the processes should part",
+					strings.Join(c.Names(), ", "), strings.Join(out, ", "))}
+			}
+		}
+	}
 	return selected, nil
 }
 
 // run starts everything, waits for the end, and shuts down in order.
 func (r *runner) run(ctx context.Context) (*Summary, error) {
+	if !r.opts.NoFusion {
+		r.fuseChains(ctx)
+	}
 	if err := r.checkAccess(ctx); err != nil {
 		return nil, err
 	}

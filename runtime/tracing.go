@@ -120,10 +120,10 @@ func (t tracing) endProcess(span trace.Span, res result, err error) {
 		return
 	}
 	switch {
-	case res.deadLettered:
+	case len(res.deadLetters) > 0:
 		span.SetStatus(codes.Error, "dead-lettered")
 		span.SetAttributes(attribute.Bool("flowrun.dead_lettered", true))
-	case res.retry != nil:
+	case len(res.retries) > 0:
 		span.SetAttributes(attribute.Bool("flowrun.retry_scheduled", true))
 	case res.abandoned:
 		span.SetAttributes(attribute.Bool("flowrun.abandoned", true))

@@ -418,6 +418,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		backing = append(backing, message{
 			id:           rt.Entry.ID,
 			partition:    w.u.partition,
+			path:         rt.Path,
 			msg:          entryMessage(n, rt.Entry),
 			trace:        traceOf(rt.Entry),
 			attempts:     rt.Attempts,
@@ -440,31 +441,29 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if n.prefetch != nil && len(msgs) > 0 {
 		state.prefetch(ctx, n.prefetch, msgs)
 	}
-	durable := w.u.retryKey != "" && !n.retryInPlace
 	written := 0
 	var admits []*partitionGate // one per output to a capped topic
 	abandoned := false
-	for i, res := range r.processAll(n, msgs, durable, ctx.Done()) {
+	for i, res := range r.processAll(n, msgs, w.u.retryKey != "", ctx.Done()) {
 		m := msgs[i]
 		if res.abandoned {
 			abandoned = true
 			continue
 		}
 		outs = append(outs, res.outs...)
-		if !res.deadLettered {
-			written += len(res.outs)
-			if gated := r.backpressure.gates; len(gated) > 0 {
-				for j := range res.outs {
-					if g := gated[res.outs[j].Stream]; g != nil {
-						admits = append(admits, g)
-					}
+		outs = append(outs, res.deadLetters...)
+		written += len(res.outs)
+		if gated := r.backpressure.gates; len(gated) > 0 {
+			for j := range res.outs {
+				if g := gated[res.outs[j].Stream]; g != nil {
+					admits = append(admits, g)
 				}
 			}
 		}
-		if res.retry != nil {
-			retries = append(retries, *res.retry)
-			if res.retry.Due.Before(w.nextRetries) {
-				w.nextRetries = res.retry.Due
+		for _, rt := range res.retries {
+			retries = append(retries, rt)
+			if rt.Due.Before(w.nextRetries) {
+				w.nextRetries = rt.Due
 			}
 		}
 		if m.retry != nil {
@@ -540,7 +539,9 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		return nil
 	}
 	r.outage.ok()
-	n.stats.out.Add(int64(c.written))
+	if n.chain == nil { // a chain counts what each of its stages passed on (fusion.go)
+		n.stats.out.Add(int64(c.written))
+	}
 	if c.state != nil {
 		n.stats.late.Add(c.state.late)
 		n.stats.duplicates.Add(c.state.duplicates)

@@ -24,7 +24,12 @@ type DeadLetters struct {
 	node    string
 	nodeTyp string
 	input   *flow.Topic // nil for a source
-	streams []string
+	// retryTo is the node whose retry sets take the replays: the node itself, or for a stage fused
+	// after others (flow.Chain) the chain's first stage, which reads for the chain; resume is then
+	// the node's name, where the chain starts the replayed message.
+	retryTo, resume string
+	retryIn         *flow.Topic
+	streams         []string
 
 	// Clock says when "now" is for Replay, which makes the replayed messages due now. Default: the
 	// wall clock.
@@ -47,6 +52,9 @@ func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetter
 		names = append(names, s.Name)
 		if s.Name == node {
 			d.nodeTyp, d.input, deadLetter = "stage", s.Input, s.DeadLetter
+			if s.Chain != nil && s.Chain.Head() != s {
+				d.retryTo, d.retryIn, d.resume = s.Chain.Head().Name, s.Chain.Head().Input, s.Name
+			}
 		}
 	}
 	for _, s := range plan.Sinks {
@@ -58,6 +66,9 @@ func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetter
 	if d.nodeTyp == "" {
 		sort.Strings(names)
 		return nil, fmt.Errorf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, node, strings.Join(names, ", "))
+	}
+	if d.retryTo == "" {
+		d.retryTo, d.retryIn = node, d.input
 	}
 	d.streams = []string{d.keys.DeadLetter(node)}
 	if deadLetter != nil {
@@ -171,7 +182,8 @@ type ReplayResult struct {
 }
 
 // Replay sends dead letters back to the node that gave them up, and to it alone: each goes into the
-// node's retry set for its partition, due now, with its attempts counted afresh. The node's running
+// node's retry set for its partition (for a stage fused after others, the chain's, marked to start
+// at the stage), due now, with its attempts counted afresh. The node's running
 // process picks it up (or the next one to run). Replaying again what was replayed is allowed: the
 // operator decides.
 func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, error) {
@@ -208,12 +220,13 @@ func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, e
 				ID: env.ID, Key: env.Key, Payload: env.Payload, Headers: env.Headers,
 				TraceParent: env.TraceParent, TraceState: env.TraceState,
 			},
-			Due: now,
+			Due:   now,
+			Stage: d.resume,
 		}
 		if retry.Entry.ID == "" {
 			retry.Entry.ID = dl.ID
 		}
-		if err := d.rdb.AddRetries(ctx, d.keys.Retry(d.input.Name, env.Partition, d.node), retry); err != nil {
+		if err := d.rdb.AddRetries(ctx, d.keys.Retry(d.retryIn.Name, env.Partition, d.retryTo), retry); err != nil {
 			return res, err
 		}
 		if err := d.rdb.MarkReplayed(ctx, d.keys.Replayed(dl.Stream), now, dl.ID); err != nil {

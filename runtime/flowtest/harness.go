@@ -86,6 +86,7 @@ type incarnation struct {
 // RunFile runs the runs of a checked test file against plan, the pipeline compiled with the file's
 // variables, and returns a result per run that ran (in file order).
 func RunFile(ctx context.Context, file *flow.TestFile, plan *flow.Plan, opts Options) []*RunResult {
+	plan.UnfuseTopics(file.Topics()) // a link of a chain that the file names must be a stream
 	h := &harness{file: file, plan: plan, opts: opts, captured: newCaptures(), mocks: map[string]*mockFunc{},
 		finished: map[string]counters{}}
 	logTo := opts.Log

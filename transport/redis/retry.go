@@ -41,6 +41,10 @@ type Retry struct {
 	LastError    string
 	// Due is when the next attempt may start.
 	Due time.Time
+	// Stage, for a message of a fused chain (flow.Chain), is the stage of the chain whose attempt
+	// failed: the next attempt starts there, with the message as the stage before it made it. Empty:
+	// the retry set's own node. Path tells apart messages a chain's stages made of one entry.
+	Stage, Path string
 
 	member string // the stored form, when read from a retry set
 }
@@ -60,6 +64,8 @@ type retryRecord struct {
 	Attempts     int    `json:"attempts"`
 	FirstFailure int64  `json:"first_failure_ms"`
 	LastError    string `json:"last_error,omitempty"`
+	Stage        string `json:"stage,omitempty"`
+	Path         string `json:"path,omitempty"`
 }
 
 func (r Retry) encode() (string, error) {
@@ -69,7 +75,7 @@ func (r Retry) encode() (string, error) {
 	b, err := json.Marshal(retryRecord{
 		ID: r.Entry.ID, Key: r.Entry.Key, Payload: r.Entry.Payload, Headers: r.Entry.Headers,
 		TraceParent: r.Entry.TraceParent, TraceState: r.Entry.TraceState, TraceDropped: r.Entry.TraceDropped, Attempts: r.Attempts,
-		FirstFailure: r.FirstFailure.UnixMilli(), LastError: r.LastError,
+		FirstFailure: r.FirstFailure.UnixMilli(), LastError: r.LastError, Stage: r.Stage, Path: r.Path,
 	})
 	return string(b), err
 }
@@ -85,7 +91,7 @@ func decodeRetry(member string, score float64) (Retry, error) {
 			TraceParent: rec.TraceParent, TraceState: rec.TraceState, TraceDropped: rec.TraceDropped,
 		},
 		Attempts: rec.Attempts, FirstFailure: time.UnixMilli(rec.FirstFailure), LastError: rec.LastError,
-		Due: time.UnixMilli(int64(score)), member: member,
+		Due: time.UnixMilli(int64(score)), Stage: rec.Stage, Path: rec.Path, member: member,
 	}, nil
 }
 

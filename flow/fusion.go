@@ -1,0 +1,193 @@
+package flow
+
+import (
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// Fusion: consecutive stages that a pipeline chains with stage references (input = stage.NAME)
+// run as one hop. The first stage of a chain reads its input topic; each stage's results go to the
+// next one in memory instead of through a stream; the last one writes the chain's outputs, with
+// the input's acknowledgement, in one commit. A topic block that a user declared is always a
+// stream: fusion only removes the implicit topics that no block names.
+
+// A Chain is a run of two or more stages that run in one hop, in order: Stages[0] reads the chain's
+// input topic, and each later stage reads its predecessor's implicit output.
+type Chain struct {
+	Stages []*Stage
+}
+
+// Name names the chain for graphs and logs: its stages joined by "+".
+func (c *Chain) Name() string {
+	name := ""
+	for i, s := range c.Stages {
+		if i > 0 {
+			name += "+"
+		}
+		name += s.Name
+	}
+	return name
+}
+
+// Names lists the chain's stages' names, in order.
+func (c *Chain) Names() []string {
+	names := make([]string, len(c.Stages))
+	for i, s := range c.Stages {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Head is the chain's first stage, the one that reads its input.
+func (c *Chain) Head() *Stage { return c.Stages[0] }
+
+// Fused reports whether topic t is a link inside a chain: an implicit topic that no stream holds,
+// since its writer hands its messages to its reader in memory.
+func (p *Plan) Fused(t *Topic) bool {
+	for _, c := range p.Chains {
+		for _, s := range c.Stages[1:] {
+			if s.Input == t {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fuseStages finds the plan's chains (Plan.Chains, Stage.Chain). Stage b joins the chain of the
+// stage a before it when:
+//   - b reads a's implicit output (input = stage.a, and a declares no output topic), and nothing
+//     else reads it, not even a test file (readers counts those);
+//   - neither keeps state: a stateful stage's state and watermark belong to its input partition;
+//   - neither sets fuse = false, and b is not a repartition stage;
+//   - they have the same delivery, and b's ordering asks no more than a's: in a chain every stage
+//     works in the lanes of the chain's first stage (ordering "partition" is stricter than "key",
+//     which is stricter than "none").
+func (p *Plan) fuseStages(extraReaders map[string]bool) {
+	for _, s := range p.Stages {
+		s.Chain = nil
+	}
+	p.Chains = nil
+	readers := map[*Topic]int{}
+	byName := map[string]*Stage{}
+	for _, s := range p.Stages {
+		byName[s.Name] = s
+		if s.Input != nil {
+			readers[s.Input]++
+		}
+	}
+	for _, s := range p.Sinks {
+		if s.Input != nil {
+			readers[s.Input]++
+		}
+	}
+	for _, s := range p.Stages { // in dependency order: a comes before b
+		a := s.upstreamFused(byName, readers, extraReaders)
+		if a == nil {
+			continue
+		}
+		if a.Chain == nil {
+			a.Chain = &Chain{Stages: []*Stage{a}}
+			p.Chains = append(p.Chains, a.Chain)
+		}
+		a.Chain.Stages = append(a.Chain.Stages, s)
+		s.Chain = a.Chain
+	}
+}
+
+// upstreamFused returns the stage that b fuses with, or nil (see fuseStages).
+func (b *Stage) upstreamFused(stages map[string]*Stage, readers map[*Topic]int, extraReaders map[string]bool) *Stage {
+	t := b.Input
+	if t == nil || !t.Implicit || t.Stage == "" || readers[t] != 1 || extraReaders[t.Name] {
+		return nil
+	}
+	a := stages[t.Stage]
+	if a == nil || a.Output != t || !b.Fuse || !a.Fuse || b.Kind == RepartitionKind || a.Kind == RepartitionKind {
+		return nil
+	}
+	if a.stateful() || b.stateful() || a.Delivery != b.Delivery {
+		return nil
+	}
+	if orderingStrictness(b.Ordering) > orderingStrictness(a.Ordering) {
+		return nil
+	}
+	return a
+}
+
+func (s *Stage) stateful() bool {
+	return s.Spec == nil || (s.Spec.Stateful != nil && s.Spec.Stateful(s.Config))
+}
+
+func orderingStrictness(o Ordering) int {
+	switch o {
+	case OrderNone:
+		return 0
+	case OrderByKey:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// Unfuse runs every stage of the plan in its own hop, as if each had fuse = false.
+func (p *Plan) Unfuse() {
+	for _, s := range p.Stages {
+		s.Chain = nil
+	}
+	p.Chains = nil
+}
+
+// UnfuseTopics runs unfused the links of the plan's chains that are the named topics, for a test
+// file that sends into a stage's implicit output or reads it: a fused link is no stream.
+func (p *Plan) UnfuseTopics(names map[string]bool) {
+	if len(names) == 0 {
+		return
+	}
+	p.fuseStages(names)
+}
+
+// Topics names the topics a test file sends into or looks at: its send and expect blocks' topics,
+// and every name its asserts' conditions spell (output.NAME, output["NAME"]). A test that names a
+// link of a chain needs it as a stream (Plan.UnfuseTopics).
+func (f *TestFile) Topics() map[string]bool {
+	names := map[string]bool{}
+	for _, run := range f.Runs {
+		for _, step := range run.Steps {
+			for _, s := range step.Sends {
+				names[s.Topic] = true
+			}
+			topicsOfChecks(names, step.Expect, step.Asserts)
+		}
+		topicsOfChecks(names, run.Expect, run.Asserts)
+	}
+	delete(names, "")
+	return names
+}
+
+func topicsOfChecks(names map[string]bool, expects []*TestExpect, asserts []*TestAssert) {
+	for _, e := range expects {
+		names[e.Topic] = true
+	}
+	for _, a := range asserts {
+		sx, ok := a.Condition.(hclsyntax.Expression)
+		if !ok {
+			continue
+		}
+		hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
+			switch e := n.(type) {
+			case *hclsyntax.LiteralValueExpr:
+				if e.Val.Type() == cty.String && e.Val.IsKnown() && !e.Val.IsNull() {
+					names[e.Val.AsString()] = true
+				}
+			case *hclsyntax.ScopeTraversalExpr:
+				for _, step := range e.Traversal {
+					if a, ok := step.(hcl.TraverseAttr); ok {
+						names[a.Name] = true
+					}
+				}
+			}
+			return nil
+		})
+	}
+}

@@ -1,0 +1,245 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// A fused chain (flow.Chain) runs in the units of its first stage: a batch is read once from the
+// chain's input, each message goes through the stages in turn in memory, and the last stage's
+// outputs are committed with the input's acknowledgement, once. Each stage keeps its own layers
+// (retries, timeout, dead letters, metrics, span): a stage's result is handed to the next stage as
+// the entry it would have written, so that what the next stage sees is exactly what it would have
+// read from the stream between them. A stage after the first whose retry waits in Redis parks, in
+// the chain's retry set, the message as the stage before it made it, with the stage's name: its
+// next attempt starts at that stage.
+
+// chain is a fused chain as this process runs it.
+type chain struct {
+	name  string
+	nodes []*node       // in order; nodes[0] owns the units
+	steps []messageFunc // each node's own layers (nodes[0].process is the chain's)
+}
+
+// fuseChains wires the plan's chains into this process's nodes. A stage after the first has no
+// units of its own, unless the stream between it and the stage before it still holds work from a
+// run without fusion (leftovers): that link then runs as a stream this time, so that its entries
+// are processed. Without Redis to ask, every link runs as a stream: that is never wrong.
+func (r *runner) fuseChains(ctx context.Context) {
+	stagesByName := map[string]*node{}
+	for _, n := range r.nodes {
+		if n.typ == "stage" {
+			stagesByName[n.name] = n
+		}
+	}
+	for _, fc := range r.plan.Chains {
+		var run []*node
+		flush := func() {
+			if len(run) > 1 {
+				r.newChain(run)
+			}
+			run = nil
+		}
+		for i, s := range fc.Stages {
+			n := stagesByName[s.Name]
+			if n == nil { // not selected: Options.Nodes takes a chain whole (selectNodes)
+				flush()
+				continue
+			}
+			if i > 0 && len(run) > 0 {
+				if left, err := r.linkLeftovers(ctx, n); err != nil || left != "" {
+					if err != nil {
+						left = "its input could not be checked for entries left from an earlier run: " + err.Error()
+					}
+					r.log.Warn("stage runs unfused this time: "+left, "stage", n.name, "after", run[len(run)-1].name)
+					flush()
+				}
+			}
+			if len(run) > 0 {
+				run = append(run, n)
+				continue
+			}
+			run = []*node{n}
+		}
+		flush()
+	}
+	for _, n := range r.nodes {
+		if n.typ == "stage" && n.input != nil && n.resumeAs == "" && !r.hasUnits(n) {
+			r.addUnits(n)
+		}
+	}
+}
+
+// linkLeftovers says what the stream that n reads in a chain still holds for it from a run without
+// fusion: entries not yet delivered to n's group, entries delivered and not acknowledged, retries
+// waiting. "" when nothing.
+func (r *runner) linkLeftovers(ctx context.Context, n *node) (string, error) {
+	for p := 0; p < n.input.Partitions; p++ {
+		stream := r.keys.Stream(n.input.Name, p)
+		st, err := r.rdb.StreamStats(ctx, stream)
+		if err != nil {
+			return "", err
+		}
+		for _, g := range st.Groups {
+			if g.Name == n.group && (g.Lag > 0 || g.Pending > 0) {
+				return fmt.Sprintf("%s still holds %d entries not yet read and %d not yet acknowledged by it", stream, g.Lag, g.Pending), nil
+			}
+		}
+		if len(st.Groups) == 0 && st.Length > 0 {
+			return fmt.Sprintf("%s holds %d entries it has not read", stream, st.Length), nil
+		}
+		if _, waiting, err := r.rdb.NextRetry(ctx, r.keys.Retry(n.input.Name, p, n.name)); err != nil || waiting {
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("messages wait for a retry in %s", r.keys.Retry(n.input.Name, p, n.name)), nil
+		}
+	}
+	return "", nil
+}
+
+// hasUnits reports whether n has units in this process.
+func (r *runner) hasUnits(n *node) bool {
+	for _, u := range r.units {
+		if u.node == n {
+			return true
+		}
+	}
+	return false
+}
+
+// newChain makes nodes, in order, one chain whose first node processes for all.
+func (r *runner) newChain(nodes []*node) {
+	c := &chain{nodes: nodes}
+	for i, n := range nodes {
+		if i > 0 {
+			c.name += "+"
+			n.resumeAs = n.name
+		}
+		c.name += n.name
+		n.chain = c
+		c.steps = append(c.steps, n.process)
+	}
+	head := nodes[0]
+	for _, n := range nodes[1:] {
+		// The chain reads in the lanes of its first stage (the strictest ordering of the chain, see
+		// flow.Chain), as many as its most concurrent stage asks for, no more at a time than any of its
+		// stages' outputs allow (max_lag).
+		head.inline = head.inline && n.inline
+		head.lanes = max(head.lanes, n.lanes)
+		head.readCount = min(head.readCount, n.readCount)
+	}
+	head.process = r.fused(c)
+	r.log.Debug("stages fused", "chain", c.name)
+}
+
+// fused is the messageFunc of a chain's first node: the message through the chain.
+func (r *runner) fused(c *chain) messageFunc {
+	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
+		from := 0
+		if m.retry != nil && m.retry.Stage != "" {
+			if from = c.index(m.retry.Stage); from < 0 {
+				return r.handOn(c.nodes[0], m, buf)
+			}
+		}
+		var counts [8]int64 // what each stage passed on; longer chains allocate
+		passed := counts[:0]
+		if len(c.nodes) > len(counts) {
+			passed = make([]int64, 0, len(c.nodes))
+		}
+		passed = passed[:len(c.nodes)]
+		res, buf := r.runChain(ctx, c, from, m, buf, p, passed)
+		if !res.abandoned {
+			for i, n := range c.nodes {
+				n.stats.out.Add(passed[i])
+			}
+		}
+		return res, buf, nil
+	}
+}
+
+// runChain runs m through the chain's stages from the i-th one. The outputs of the last stage are
+// appended to buf, and the result's outs is the appended part; passed counts each stage's outputs.
+func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, buf []redis.Output, p pass, passed []int64) (result, []redis.Output) {
+	start := len(buf)
+	res, buf, _ := c.steps[i](ctx, m, buf, p)
+	if res.abandoned || i == len(c.nodes)-1 || len(res.deadLetters)+len(res.retries) > 0 {
+		passed[i] += int64(len(res.outs))
+		return res, buf
+	}
+	// The stage's outputs are the next stage's messages: take them out of buf, which the next
+	// stage's outputs fill in their place.
+	made := res.outs
+	if len(made) == 1 {
+		made = []redis.Output{made[0]} // does not escape: the common case allocates nothing more
+	} else {
+		made = append([]redis.Output(nil), made...)
+	}
+	buf = buf[:start]
+	passed[i] += int64(len(made))
+	next := c.nodes[i+1]
+	var all result
+	for j := range made {
+		e := made[j].Entry
+		mj := message{id: m.id, path: m.path, partition: m.partition, msg: entryMessage(next, e), trace: traceOf(e)}
+		if len(made) > 1 {
+			mj.path = m.path + "." + strconv.Itoa(j)
+		}
+		next.stats.in.Add(1)
+		rj, b := r.runChain(ctx, c, i+1, &mj, buf, p, passed)
+		buf = b
+		if rj.abandoned {
+			// The whole entry comes again after the restart: drop what its other messages made.
+			return result{abandoned: true}, buf[:start]
+		}
+		all.deadLetters = append(all.deadLetters, rj.deadLetters...)
+		all.retries = append(all.retries, rj.retries...)
+	}
+	all.outs = buf[start:len(buf):len(buf)]
+	return all, buf
+}
+
+// index returns the position of the named stage in the chain, or -1.
+func (c *chain) index(stage string) int {
+	for i, n := range c.nodes {
+		if n.name == stage {
+			return i
+		}
+	}
+	return -1
+}
+
+// handOn passes on a due retry for a stage that does not run in head's chain (the pipeline changed,
+// or the link runs unfused this time): to the stage's input topic, which it then reads, as the stage
+// before it would have written it. A stage that is gone, or fused after another one now, cannot
+// take it that way: the message is dead-lettered, to be replayed from there (flowrun dlq replay).
+func (r *runner) handOn(head *node, m *message, buf []redis.Output) (result, []redis.Output, error) {
+	var to *node
+	for _, n := range r.nodes {
+		if n.typ == "stage" && n.name == m.retry.Stage {
+			to = n
+		}
+	}
+	if to == nil || to.input == nil || to.resumeAs != "" {
+		err := errors.New("a retry waited here for stage " + m.retry.Stage + ", which this process does not run as a stage with a stream of its own " +
+			"(the pipeline changed); replay the message to send it where the stage runs now")
+		return result{deadLetters: []redis.Output{r.deadLetterMessage(head, m, err, m.attempts, m.firstFailure)}}, buf, err
+	}
+	out, err := r.topicOutput(head, m, to.input, &m.msg, 0, m.partition)
+	if err != nil {
+		return result{deadLetters: []redis.Output{r.deadLetterMessage(head, m, err, m.attempts, m.firstFailure)}}, buf, err
+	}
+	out.Entry.TraceParent, out.Entry.TraceState = m.trace.parent, m.trace.state
+	buf = append(buf, out)
+	return result{outs: buf[len(buf)-1 : len(buf) : len(buf)]}, buf, nil
+}
+
+// inChain reports whether s runs fused after another stage in this process's plan.
+func inChain(s *flow.Stage) bool {
+	return s.Chain != nil && s.Chain.Head() != s
+}
