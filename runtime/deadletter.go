@@ -25,10 +25,13 @@ type Envelope struct {
 	Topic         string    `json:"topic,omitempty"` // where the message was read
 	Stream        string    `json:"stream"`
 	// File and Line say where a file or stdin source read a message it could not pass on.
-	File      string            `json:"file,omitempty"`
-	Line      int64             `json:"line,omitempty"`
-	Partition int               `json:"partition"`
-	ID        string            `json:"id,omitempty"`
+	File      string `json:"file,omitempty"`
+	Line      int64  `json:"line,omitempty"`
+	Partition int    `json:"partition"`
+	ID        string `json:"id,omitempty"`
+	// Path tells apart the messages that the stages of a fused chain made of the entry ID (see
+	// Retry.Path); empty for a message read from a stream.
+	Path      string            `json:"path,omitempty"`
 	Key       string            `json:"key,omitempty"`
 	Payload   json.RawMessage   `json:"payload,omitempty"`    // the original JSON payload
 	RawFields map[string]string `json:"raw_fields,omitempty"` // a malformed entry's fields
@@ -56,7 +59,7 @@ func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int,
 	payload, perr := m.msg.Payload()
 	env := Envelope{
 		Error: r.plan.Redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: r.clock.Now(),
-		Partition: m.partition, ID: m.id, Key: m.msg.Key, Headers: m.msg.Headers,
+		Partition: m.partition, ID: m.id, Path: m.path, Key: m.msg.Key, Headers: m.msg.Headers,
 	}
 	if perr == nil && json.Valid(payload) {
 		env.Payload = payload

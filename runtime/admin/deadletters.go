@@ -221,7 +221,7 @@ func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, e
 				TraceParent: env.TraceParent, TraceState: env.TraceState,
 			},
 			Due:   now,
-			Stage: d.resume,
+			Stage: d.resume, Path: env.Path,
 		}
 		if retry.Entry.ID == "" {
 			retry.Entry.ID = dl.ID

@@ -16,7 +16,8 @@ import (
 const examplesDir = "../../examples/pipelines"
 
 // TestEveryExampleShipsPassingTests runs the test files of every example pipeline, as
-// `flowrun test examples/pipelines/*` does.
+// `flowrun test examples/pipelines/*` does: with its chains fused, and again with every stage in a
+// hop of its own, expecting the same outputs.
 func TestEveryExampleShipsPassingTests(t *testing.T) {
 	entries, err := os.ReadDir(examplesDir)
 	if err != nil {
@@ -39,15 +40,17 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 				t.Fatalf("example %s has no test files: each example ships tests of its happy and failure paths", path)
 			}
 			for _, tf := range tests {
-				results := flowtest.RunFile(context.Background(), tf, tf.Plan, flowtest.Options{Seed: 1})
-				if len(results) != len(tf.Runs) {
-					t.Errorf("%s: %d results for %d runs", tf.Path, len(results), len(tf.Runs))
-				}
-				for _, r := range results {
-					if !r.Passed() {
-						var out bytes.Buffer
-						flowtest.WriteText(&out, r, files, true)
-						t.Errorf("%s", out.String())
+				for _, noFusion := range []bool{false, true} {
+					results := flowtest.RunFile(context.Background(), tf, tf.Plan, flowtest.Options{Seed: 1, NoFusion: noFusion})
+					if len(results) != len(tf.Runs) {
+						t.Errorf("%s (no fusion: %v): %d results for %d runs", tf.Path, noFusion, len(results), len(tf.Runs))
+					}
+					for _, r := range results {
+						if !r.Passed() {
+							var out bytes.Buffer
+							flowtest.WriteText(&out, r, files, true)
+							t.Errorf("no fusion: %v\n%s", noFusion, out.String())
+						}
 					}
 				}
 			}

@@ -30,6 +30,8 @@ type Options struct {
 	Update bool
 	// Log receives the pipeline's log (debug level); nil discards it.
 	Log io.Writer
+	// NoFusion runs every stage in a hop of its own (runtime.Options.NoFusion).
+	NoFusion bool
 }
 
 // Timing of the pipeline in a test, on the virtual clock.
@@ -195,6 +197,7 @@ func (h *harness) start(ctx context.Context) error {
 	rt, err := runtime.New(h.plan, runtime.Options{
 		Redis:          client,
 		Clock:          h.clock,
+		NoFusion:       h.opts.NoFusion,
 		LeaseTTL:       testLeaseTTL,
 		Block:          testBlock,
 		RetryPoll:      testBlock,      // nobody else schedules retries: a unit knows when its own are due

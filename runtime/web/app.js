@@ -155,10 +155,10 @@
 
   function drawEdge(e, id, lines, labels) {
     const [mx, my] = e.label_at;
-    const cls = 'edge ' + e.kind + (e.implicit ? ' implicit' : '');
+    const cls = 'edge ' + e.kind + (e.implicit ? ' implicit' : '') + (e.fused ? ' fused' : '');
     const g = make('g', {class: cls, 'data-edge': id}, lines);
     const title = make('title', {}, g);
-    title.textContent = `${e.from} → ${e.to} (topic ${e.topic}${e.implicit ? ', implicit' : ''})` + (e.label ? '\n' + e.label : '');
+    title.textContent = `${e.from} → ${e.to} (topic ${e.topic}${e.implicit ? ', implicit' : ''}${e.fused ? ', fused: in memory' : ''})` + (e.label ? '\n' + e.label : '');
     make('path', {d: edgePath(e.points), 'marker-end': e.kind === 'dead_letter' ? 'url(#arrow-dead)' : 'url(#arrow)'}, g);
     // Up to three lines: a route's condition, the rate, and the reader's lag and pending entries.
     const label = make('text', {class: 'edge-label', x: mx, y: my - 4, 'text-anchor': 'middle', 'data-edge': id}, labels);

@@ -133,6 +133,8 @@ type edgeJSON struct {
 	Topic string `json:"topic"` // the topic the edge carries
 	// Implicit marks an edge drawn straight from a stage to a reader of its implicit output topic.
 	Implicit bool `json:"implicit,omitempty"`
+	// Fused marks an edge inside a fused chain: its messages pass in memory, not through a stream.
+	Fused bool `json:"fused,omitempty"`
 	// Points is the line to draw, [x, y] pairs from the source's box to the target's: two for an
 	// edge between neighbouring layers (drawn as a curve), more for one that runs along a lane
 	// below the boxes. LabelAt is where its numbers go.
@@ -279,7 +281,7 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 	}
 
 	for _, ve := range g.view.edges {
-		e := edgeJSON{From: ve.from, To: ve.to, Kind: ve.kind, Label: ve.label, Topic: ve.topic, Implicit: ve.implicit,
+		e := edgeJSON{From: ve.from, To: ve.to, Kind: ve.kind, Label: ve.label, Topic: ve.topic, Implicit: ve.implicit, Fused: ve.fused,
 			Points: ve.points, LabelAt: ve.labelAt}
 		if _, ok := counters[ve.counted]; ok && ve.counted != "" {
 			var r float64

@@ -28,6 +28,7 @@ type viewNode struct {
 type viewEdge struct {
 	from, to, kind, label, topic string
 	implicit                     bool
+	fused                        bool   // inside a fused chain: in memory, no stream
 	counted                      string // the node whose counter gives the rate; "" when none does
 	reader                       string // the node whose input partitions the edge shows
 	points                       [][2]int
@@ -65,7 +66,11 @@ func newGraphView(p *flow.Plan) graphView {
 	}
 	byID := map[string]*viewNode{}
 	for _, n := range g.Nodes {
-		vn := &viewNode{id: n.ID, typ: n.Type, name: n.Name, kind: n.Kind, detail: n.Detail,
+		detail := n.Detail
+		if n.Chain != "" {
+			detail += " · fused: " + n.Chain // its chain runs in one hop (flow.Chain)
+		}
+		vn := &viewNode{id: n.ID, typ: n.Type, name: n.Name, kind: n.Kind, detail: detail,
 			deadLetterTopic: n.DeadLetterTopic, key: n.Key, partitions: n.Partitions, stateful: stateful[n.ID]}
 		v.nodes = append(v.nodes, vn)
 		byID[vn.id] = vn
@@ -77,7 +82,7 @@ func newGraphView(p *flow.Plan) graphView {
 		}
 	}
 	for _, e := range g.Edges {
-		ve := &viewEdge{from: e.From, to: e.To, kind: string(e.Kind), label: e.Label, topic: e.Topic, implicit: e.Implicit}
+		ve := &viewEdge{from: e.From, to: e.To, kind: string(e.Kind), label: e.Label, topic: e.Topic, implicit: e.Implicit, fused: e.Fused}
 		switch e.Kind {
 		case flow.EdgeReads:
 			ve.counted, ve.reader = byID[e.To].name, byID[e.To].name

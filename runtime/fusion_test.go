@@ -1,0 +1,273 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// fusionPoisoned holds the runs whose poison messages fail for good.
+var fusionPoisoned sync.Map
+
+// fusionCalls counts the calls of the fusion test functions per run and message.
+var fusionCalls sync.Map
+
+func fusionCount(name string, m stages.Message) int64 {
+	v, _ := fusionCalls.LoadOrStore(fmt.Sprint(name, "/", m.Value["run"], "/", m.Value["seq"]), new(atomic.Int64))
+	return v.(*atomic.Int64).Add(1)
+}
+
+func fusionCalled(name, run string, seq int) int64 {
+	v, ok := fusionCalls.Load(fmt.Sprint(name, "/", run, "/", seq))
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+func init() {
+	// fusion.first marks each message with how often it has been called for it.
+	stages.Register("fusion.first", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		m.Value["first_calls"] = fusionCount("first", m)
+		return []stages.Message{m}, nil
+	})
+	// fusion.split makes two messages of each, told apart by part.
+	stages.Register("fusion.split", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		var out []stages.Message
+		for part := 0; part < 2; part++ {
+			v := map[string]any{}
+			for k, x := range m.Value {
+				v[k] = x
+			}
+			v["part"] = part
+			out = append(out, stages.Message{Key: m.Key, Value: v})
+		}
+		return out, nil
+	})
+	// fusion.flaky fails its first attempt at every message; a message marked poison fails for good
+	// while its run is in fusionPoisoned.
+	stages.Register("fusion.flaky", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		if _, on := fusionPoisoned.Load(m.Value["run"]); on && m.Value["poison"] == true {
+			return nil, stages.Permanent(errors.New("poisoned"))
+		}
+		if fusionCount(fmt.Sprint("flaky", m.Value["part"]), m) == 1 {
+			return nil, errors.New("not yet")
+		}
+		return []stages.Message{m}, nil
+	})
+}
+
+const fusionPipeline = `
+pipeline "fusion" {
+  delivery = var.delivery
+}
+variable "out" {}
+variable "run" {}
+variable "delivery" { default = "at_least_once" }
+retry "later" {
+  max_attempts = 3
+  backoff      = "constant"
+  initial      = "20ms"
+}
+topic "in" {
+  partitions = 2
+  key        = msg.key
+}
+stage "first" {
+  kind  = "go"
+  func  = "fusion.first"
+  input = topic.in
+}
+stage "split" {
+  kind  = "go"
+  func  = "fusion.split"
+  input = stage.first
+}
+stage "flaky" {
+  kind  = "go"
+  func  = "fusion.flaky"
+  input = stage.split
+  retry = retry.later
+}
+sink "out" {
+  kind  = "file"
+  input = stage.flaky
+  path  = var.out
+}
+`
+
+// publishFusion publishes n messages of a run, the one with seq poisonSeq marked poison.
+func publishFusion(t *testing.T, pub *runtime.Publisher, run string, n, poisonSeq int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		m := fmt.Sprintf(`{"key":"k%d","seq":%d,"run":%q,"poison":%v}`, i%4, i, run, i == poisonSeq)
+		if err := pub.Publish(context.Background(), "in", stages.NewMessage("", []byte(m), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAFusedStageRetriesFromItself runs three stages fused in one hop. The third fails each
+// message's first attempt; its retries wait in the chain's retry set and start again at the third
+// stage, with the message as the second made it: the first stage runs once per message, each
+// message's two parts arrive once each, and every stage counts what it did as if it ran alone. A
+// message the third stage dead-letters goes back to it alone when replayed.
+func TestAFusedStageRetriesFromItself(t *testing.T) {
+	const n = 20
+	for _, b := range []backend{server, cluster} {
+		for _, delivery := range []string{"at_least_once", "effectively_once"} {
+			t.Run(b.name+"/"+delivery, func(t *testing.T) {
+				c := b.open(t)
+				out := filepath.Join(t.TempDir(), "out.jsonl")
+				run := t.Name() + itoa(prefixes.Add(1))
+				plan := buildSource(t, fusionPipeline, "out="+out, "run="+run, "delivery="+delivery)
+				if len(plan.Chains) != 1 || plan.Chains[0].Name() != "first+split+flaky" {
+					t.Fatalf("chains %v, want first+split+flaky", plan.Chains)
+				}
+				pub, err := runtime.NewPublisher(c, plan)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fusionPoisoned.Store(run, true)
+				publishFusion(t, pub, run, n, 7)
+				if err := pub.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				j := runJob(t, c, plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond})
+
+				parts := arrivedParts(t, readFile(t, out))
+				for seq := 0; seq < n; seq++ {
+					want := 1
+					if seq == 7 {
+						want = 0
+					}
+					for part := 0; part < 2; part++ {
+						if got := parts[[2]int{seq, part}]; got != want {
+							t.Errorf("message %d part %d arrived %d times, want %d", seq, part, got, want)
+						}
+					}
+					if calls := fusionCalled("first", run, seq); calls != 1 {
+						t.Errorf("the first stage ran %d times for message %d, want once: a retry of the third started the chain again", calls, seq)
+					}
+				}
+				if got := strings.Count(j.log, "retry scheduled"); got != 2*(n-1) {
+					t.Errorf("%d retries went through the retry set, want %d", got, 2*(n-1))
+				}
+				want := map[string][3]int64{"first": {n, n, 0}, "split": {n, 2 * n, 0}, "flaky": {2 * n, 2 * (n - 1), 2}}
+				for name, w := range want {
+					if s := j.node(t, name); s.In != w[0] || s.Out != w[1] || s.DeadLettered != w[2] {
+						t.Errorf("%s: in %d out %d dead-lettered %d, want %v", name, s.In, s.Out, s.DeadLettered, w)
+					}
+				}
+
+				// The poisoned message's two parts are the third stage's dead letters, as the second
+				// stage made them; replayed once the poison is cured, they start at the third stage.
+				dl, err := admin.OpenDeadLetters(c, plan, "flaky")
+				if err != nil {
+					t.Fatal(err)
+				}
+				list, err := dl.List(context.Background())
+				if err != nil || len(list) != 2 {
+					t.Fatalf("flaky has %d dead letters (%v), want 2", len(list), err)
+				}
+				var ids []string
+				for _, d := range list {
+					var p map[string]any
+					if err := json.Unmarshal(d.Envelope.Payload, &p); err != nil || p["first_calls"] == nil || p["part"] == nil {
+						t.Errorf("a dead letter holds %s, want the message as the second stage made it", d.Envelope.Payload)
+					}
+					ids = append(ids, d.ID)
+				}
+				res, err := dl.Replay(context.Background(), ids)
+				if err != nil || len(res.Replayed) != 2 {
+					t.Fatalf("replay: %+v %v", res, err)
+				}
+				fusionPoisoned.Delete(run)
+				runJob(t, c, plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond})
+				parts = arrivedParts(t, readFile(t, out))
+				for part := 0; part < 2; part++ {
+					if got := parts[[2]int{7, part}]; got != 1 {
+						t.Errorf("after the replay, message 7 part %d arrived %d times, want once", part, got)
+					}
+				}
+				if calls := fusionCalled("first", run, 7); calls != 1 {
+					t.Errorf("the first stage ran %d times for the replayed message, want once", calls)
+				}
+			})
+		}
+	}
+}
+
+// arrivedParts counts the arrivals of each message part in a file sink's output.
+func arrivedParts(t *testing.T, out string) map[[2]int]int {
+	t.Helper()
+	parts := map[[2]int]int{}
+	for _, m := range jsonLines(t, out) {
+		parts[[2]int{int(m["seq"].(float64)), int(m["part"].(float64))}]++
+	}
+	return parts
+}
+
+// TestLeftoversOfAnUnfusedRunAreRead starts a chain's first stage alone, unfused, so that the
+// stream between it and the next stage fills, then runs the whole pipeline fused: the link runs as
+// a stream this time, and every message arrives.
+func TestLeftoversOfAnUnfusedRunAreRead(t *testing.T) {
+	const n = 12
+	c := server.open(t)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	run := t.Name() + itoa(prefixes.Add(1))
+	src := strings.Replace(fusionPipeline, `  retry = retry.later`, `  retry = retry.later
+  retry_in_place = true`, 1)
+	plan := buildSource(t, src, "out="+out, "run="+run)
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishFusion(t, pub, run, n, -1)
+	if err := pub.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, c, plan, runtime.Options{NoFusion: true, Nodes: []string{"first"}})
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	var waiting int64
+	for p := 0; p < 2; p++ {
+		l, err := c.StreamLen(context.Background(), keys.Stream("first.out", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting += l
+	}
+	if waiting != n {
+		t.Fatalf("the stream after the first stage holds %d entries, want %d", waiting, n)
+	}
+	j := runJob(t, c, plan, runtime.Options{})
+	if !strings.Contains(j.log, "stage runs unfused this time") {
+		t.Errorf("the log does not say that split ran unfused:\n%s", j.log)
+	}
+	parts := arrivedParts(t, readFile(t, out))
+	var missing []string
+	for seq := 0; seq < n; seq++ {
+		for part := 0; part < 2; part++ {
+			if parts[[2]int{seq, part}] != 1 {
+				missing = append(missing, fmt.Sprintf("%d/%d:%d", seq, part, parts[[2]int{seq, part}]))
+			}
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("messages that did not arrive once (seq/part:times): %v", missing)
+	}
+}
