@@ -408,7 +408,7 @@ func (r *runner) selectNodes() (map[string]bool, error) {
 			}
 			if len(in) > 0 && len(out) > 0 {
 				return nil, &ConfigError{fmt.Sprintf("stages %s run fused, in one hop, so one process runs them all: "+
-					"name %s too, or set fuse = false on the stage after the one where the processes should part",
+					"name %s too, set fuse = false on the stage after the one where the processes should part, or run with --no-fusion",
 					strings.Join(c.Names(), ", "), strings.Join(out, ", "))}
 			}
 		}
