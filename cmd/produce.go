@@ -53,6 +53,9 @@ func newProduceCommand(stdio IO) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if why := fusedLink(plan, topic); why != "" {
+				return exitError{code: ExitInvalid, message: "nothing would read what you publish: " + why + "."}
+			}
 			var key *flow.KeyExpr
 			if keyExpr != "" {
 				if key, err = compileKeyFlag(stdio, keyExpr); err != nil {

@@ -309,3 +309,18 @@ sink "out" {
 	cancel()
 	<-done
 }
+
+// TestProduceRefusesALinkOfAFusedChain: what goes into the implicit topic between two fused stages
+// would sit there unread, so produce says where to publish instead.
+func TestProduceRefusesALinkOfAFusedChain(t *testing.T) {
+	t.Setenv(EnvRedisURL, "") // the topic is checked before Redis is needed
+	code, _, errOut := runIn(t, `{"id": 1}`+"\n", "produce", "../examples/pipelines/etl", "completed.out")
+	if code != ExitInvalid {
+		t.Fatalf("exit %d, want %d\n%s", code, ExitInvalid, errOut)
+	}
+	for _, want := range []string{"link inside the fused chain completed+normalise", "topic raw", "fuse = false on stage normalise"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}

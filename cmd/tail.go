@@ -47,6 +47,9 @@ func newTailCommand(stdio IO) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if why := fusedLink(plan, topic); why != "" {
+				fmt.Fprintf(stdio.Err, "flowrun: %s; tail shows what an unfused run wrote there.\n", why)
+			}
 			client, closeRedis, err := conn.connect(c.Context(), stdio.Err, false)
 			if err != nil {
 				return err
