@@ -133,8 +133,13 @@ stage "work" {
   kind        = "go"
   func        = "faults.slow"
   input       = topic.in
-  output      = topic.mid
   concurrency = 4
+}
+stage "pass" {
+  kind   = "filter"
+  input  = stage.work
+  output = topic.mid
+  where  = true
 }
 sink "out" {
   kind   = "redis_stream"
@@ -146,7 +151,8 @@ sink "out" {
 
 // TestKilledProcessRestarts kills a flowrun process with SIGKILL in the middle of its work and starts
 // it again: nothing is lost; with effectively_once, and on a single server, nothing arrives twice;
-// on a cluster with at_least_once, at most the entries the killed process had in flight.
+// on a cluster with at_least_once, at most the entries the killed process had in flight. Its two
+// stages run fused in one hop, and again (unfused) in a hop each.
 func TestKilledProcessRestarts(t *testing.T) {
 	// 12000 messages over 4 partitions, 4 at a time each, 2ms apiece: at least 1.5s of work, of
 	// which the kill, after the first fifth has arrived, leaves most undone.
@@ -159,8 +165,11 @@ func TestKilledProcessRestarts(t *testing.T) {
 		{"server", func(t *testing.T) []string { return []string{redistest.Shared(t).URL()} }},
 		{"cluster", func(t *testing.T) []string { return redistest.SharedCluster(t, 3).URLs() }},
 	} {
-		for _, delivery := range []string{"at_least_once", "effectively_once"} {
-			t.Run(b.name+"/"+delivery, func(t *testing.T) {
+		for _, run := range []struct{ delivery, fusion string }{
+			{"at_least_once", "fused"}, {"effectively_once", "fused"}, {"at_least_once", "unfused"}, {"effectively_once", "unfused"},
+		} {
+			delivery := run.delivery
+			t.Run(b.name+"/"+delivery+"/"+run.fusion, func(t *testing.T) {
 				urls := b.urls(t)
 				c := openURLs(t, urls...)
 				prefix := fmt.Sprintf("kill-%d", prefixes.Add(1))
@@ -173,6 +182,9 @@ func TestKilledProcessRestarts(t *testing.T) {
 				}
 				publishNumbered(t, c, plan, 0, n)
 				args := []string{"run", path, "--lease-ttl", "1s"}
+				if run.fusion == "unfused" {
+					args = append(args, "--no-fusion")
+				}
 				for _, u := range urls {
 					args = append(args, "--redis", u)
 				}
@@ -193,7 +205,8 @@ func TestKilledProcessRestarts(t *testing.T) {
 				// What the killed process had read and not acknowledged, in both hops: the only
 				// entries the next process can process a second time.
 				keys := redis.Keys{Prefix: prefix}
-				inFlight := pendingFor(t, c, keys, "in", 4, "work", "") + pendingFor(t, c, keys, "mid", 4, "out", "")
+				inFlight := pendingFor(t, c, keys, "in", 4, "work", "") + pendingFor(t, c, keys, "work.out", 4, "pass", "") +
+					pendingFor(t, c, keys, "mid", 4, "out", "")
 
 				second := startBinary(t, bin, append(args, "--until-drained")...)
 				if err := waitProcess(t, second); err != nil {
