@@ -20,7 +20,8 @@ import (
 // between writing a batch's outputs and acking its inputs. Each test publishes numbered messages and
 // counts, at the end, which arrived, how often.
 
-// faultPipeline reads keyed messages through a stage into a stream that other applications read.
+// faultPipeline reads keyed messages through a stage, and a filter fused after it, into a stream
+// that other applications read.
 func faultPipeline(prefix, stage, out, delivery string) string {
 	return fmt.Sprintf(`
 pipeline "faults" {
@@ -36,9 +37,14 @@ stage "work" {
   input       = topic.in
   concurrency = 4
 }
+stage "pass" {
+  kind  = "filter"
+  input = stage.work
+  where = true
+}
 sink "out" {
   kind   = "redis_stream"
-  input  = stage.work
+  input  = stage.pass
   stream = %q
 }
 `, prefix, delivery, stage, out)
@@ -245,7 +251,16 @@ func TestKilledProcessRestarts(t *testing.T) {
 // pipeline runs, with a batch held in a stage by a gate: the runtime reconnects, the held batch is
 // committed to the restarted server, and every message arrives once (a single server commits a
 // batch's outputs and acks in one transaction, and a commit whose reply was lost is not done again).
-func TestRedisRestart(t *testing.T) {
+func TestRedisRestart(t *testing.T) { fusedAndNot(t, testRedisRestart) }
+
+// fusedAndNot runs a test with the pipeline's chains fused, and again with every stage in a hop of
+// its own (runtime.Options.NoFusion).
+func fusedAndNot(t *testing.T, test func(t *testing.T, noFusion bool)) {
+	t.Run("fused", func(t *testing.T) { test(t, false) })
+	t.Run("unfused", func(t *testing.T) { test(t, true) })
+}
+
+func testRedisRestart(t *testing.T, noFusion bool) {
 	const n = 2000
 	ctx := context.Background()
 	srv := redistest.Start(t, redistest.WithAOF())
@@ -262,7 +277,7 @@ func TestRedisRestart(t *testing.T) {
 	var log syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := runtime.Run(runCtx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), LeaseTTL: 5 * time.Second})
+		_, err := runtime.Run(runCtx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), LeaseTTL: 5 * time.Second, NoFusion: noFusion})
 		done <- err
 	}()
 	g.waitEntered(t)
@@ -296,7 +311,9 @@ func TestRedisRestart(t *testing.T) {
 // works, first while a gate holds a batch in a stage, then while the rest goes through: it
 // reconnects, nothing is lost, and (on a single server, where a commit is one transaction and a
 // batch whose reply was lost is read again from the pending entries) nothing arrives twice.
-func TestConnectionsKilled(t *testing.T) {
+func TestConnectionsKilled(t *testing.T) { fusedAndNot(t, testConnectionsKilled) }
+
+func testConnectionsKilled(t *testing.T, noFusion bool) {
 	const n, heldKills, maxKills = 3000, 3, 20
 	srv := redistest.Start(t)
 	c := openURLs(t, srv.URL())
@@ -313,7 +330,7 @@ func TestConnectionsKilled(t *testing.T) {
 	var log syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: runner, Logger: newLogger(&log), BatchSize: 50})
+		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: runner, Logger: newLogger(&log), BatchSize: 50, NoFusion: noFusion})
 		done <- err
 	}()
 	killer := srv.Client(t)
