@@ -87,8 +87,11 @@ type SourceInputReport struct {
 }
 
 type TopicReport struct {
-	Name       string            `json:"name"`
-	Length     int64             `json:"length"` // all partitions
+	Name   string `json:"name"`
+	Length int64  `json:"length"` // all partitions
+	// Fused names the chain (flow.Chain) inside which the topic is a link: its stages pass its
+	// messages in memory, and its streams hold only what a run without fusion left there.
+	Fused      string            `json:"fused,omitempty"`
 	Partitions []PartitionReport `json:"partitions"`
 }
 
@@ -249,6 +252,15 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 
 	for _, t := range plan.Topics {
 		tr := TopicReport{Name: t.Name, Partitions: []PartitionReport{}}
+		for _, ch := range plan.Chains {
+			if plan.Fused(t) && ch.Head().Input != t {
+				for _, s := range ch.Stages[1:] {
+					if s.Input == t {
+						tr.Fused = ch.Name()
+					}
+				}
+			}
+		}
 		for p := 0; p < t.Partitions; p++ {
 			var ours []reader
 			var polled []redis.ReaderKeys
