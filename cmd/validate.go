@@ -3,6 +3,7 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
@@ -158,7 +159,15 @@ func testsNote(n int) string {
 // summarize counts a plan's parts for a one-line report.
 func summarize(p *flow.Plan) string {
 	count := func(n int, what string) string { return fmt.Sprintf("%d %s%s", n, what, plural(n)) }
-	return fmt.Sprintf("%s, %s, %s, %s", count(len(p.Sources), "source"), count(len(p.Stages), "stage"),
+	stages := count(len(p.Stages), "stage")
+	if len(p.Chains) > 0 {
+		var names []string
+		for _, c := range p.Chains {
+			names = append(names, c.Name())
+		}
+		stages += " (fused: " + strings.Join(names, ", ") + ")"
+	}
+	return fmt.Sprintf("%s, %s, %s, %s", count(len(p.Sources), "source"), stages,
 		count(len(p.Sinks), "sink"), count(len(p.Topics), "topic"))
 }
 
