@@ -27,20 +27,27 @@ import (
 )
 
 // Every example pipeline runs end to end, on a real Redis, on a Redis Cluster and on the embedded
-// default, and its outputs are checked message by message.
+// default, and again on the real Redis with every stage in a hop of its own (no fusion), and its
+// outputs are checked message by message.
 
 const examples = "../examples/pipelines"
 
 func TestExamplesRunEndToEnd(t *testing.T) {
-	for _, b := range allBackends {
-		t.Run(b.name, func(t *testing.T) {
-			c := b.open(t)
-			t.Run("fanout", func(t *testing.T) { checkFanout(t, c) })
-			t.Run("etl", func(t *testing.T) { checkETL(t, c) })
-			t.Run("greetings", func(t *testing.T) { checkGreetings(t, c) })
-			t.Run("orders", func(t *testing.T) { checkOrders(t, c) })
-			t.Run("retries", func(t *testing.T) { checkRetries(t, c) })
-			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c) })
+	runs := []struct {
+		b    backend
+		name string
+		opts runtime.Options
+	}{{server, "server", runtime.Options{}}, {cluster, "cluster", runtime.Options{}},
+		{embeddedRedis, "embedded", runtime.Options{}}, {server, "server-unfused", runtime.Options{NoFusion: true}}}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			c, opts := r.b.open(t), r.opts
+			t.Run("fanout", func(t *testing.T) { checkFanout(t, c, opts) })
+			t.Run("etl", func(t *testing.T) { checkETL(t, c, opts) })
+			t.Run("greetings", func(t *testing.T) { checkGreetings(t, c, opts) })
+			t.Run("orders", func(t *testing.T) { checkOrders(t, c, opts) })
+			t.Run("retries", func(t *testing.T) { checkRetries(t, c, opts) })
+			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c, opts) })
 		})
 	}
 }
@@ -63,10 +70,10 @@ func TestEveryExampleIsCovered(t *testing.T) {
 }
 
 // checkFanout runs the keyed fan-out: 200 generated events routed by type.
-func checkFanout(t *testing.T, c *redis.Client) {
+func checkFanout(t *testing.T, c *redis.Client, opts runtime.Options) {
 	signups := filepath.Join(t.TempDir(), "signups.jsonl")
 	plan := build(t, filepath.Join(examples, "fanout"), "signups_file="+signups)
-	j := runJob(t, c, plan, runtime.Options{})
+	j := runJob(t, c, plan, opts)
 
 	types := []string{"view", "view", "click", "view", "purchase", "click", "signup"}
 	pages := []string{"/", "/pricing", "/docs", "/blog"}
@@ -111,10 +118,10 @@ func checkFanout(t *testing.T, c *redis.Client) {
 }
 
 // checkETL runs the file-to-file job and compares its output with the transformation done here.
-func checkETL(t *testing.T, c *redis.Client) {
+func checkETL(t *testing.T, c *redis.Client, opts runtime.Options) {
 	out := filepath.Join(t.TempDir(), "clean.jsonl")
 	plan := build(t, filepath.Join(examples, "etl"), "output="+out)
-	runJob(t, c, plan, runtime.Options{})
+	runJob(t, c, plan, opts)
 
 	var want []map[string]any
 	for _, order := range jsonLines(t, readFile(t, filepath.Join(examples, "etl", "data", "orders.jsonl"))) {
@@ -151,10 +158,10 @@ func checkETL(t *testing.T, c *redis.Client) {
 // checkRevenue runs the revenue example as a job and compares its output with a reference
 // computation from its data: orders deduplicated by id, each late one (its minute closed, 10 seconds
 // of grace past, at the latest event time so far) left out, the others summed per customer and minute.
-func checkRevenue(t *testing.T, c *redis.Client) {
+func checkRevenue(t *testing.T, c *redis.Client, opts runtime.Options) {
 	out := filepath.Join(t.TempDir(), "revenue.jsonl")
 	plan := build(t, filepath.Join(examples, "revenue"), "output="+out)
-	runJob(t, c, plan, runtime.Options{})
+	runJob(t, c, plan, opts)
 
 	type minute struct{ customer, start string }
 	type sums struct {
@@ -215,9 +222,9 @@ func checkRevenue(t *testing.T, c *redis.Client) {
 }
 
 // checkGreetings runs the JSON-syntax example.
-func checkGreetings(t *testing.T, c *redis.Client) {
+func checkGreetings(t *testing.T, c *redis.Client, opts runtime.Options) {
 	plan := build(t, filepath.Join(examples, "greetings.hcl.json"))
-	j := runJob(t, c, plan, runtime.Options{})
+	j := runJob(t, c, plan, opts)
 	want := []map[string]any{
 		{"name": "ada", "n": 0.0, "text": "Hello, ADA!"},
 		{"name": "barbara", "n": 3.0, "text": "Hello, BARBARA!"},
@@ -240,7 +247,7 @@ var orderEvents = [][]string{
 }
 
 // checkOrders runs the Redis streaming guide's order flow on events written like redis-cli would.
-func checkOrders(t *testing.T, c *redis.Client) {
+func checkOrders(t *testing.T, c *redis.Client, opts runtime.Options) {
 	ctx := context.Background()
 	// Streams of this run's own, also with -count: the shared server keeps the last run's.
 	run := itoa(prefixes.Add(1))
@@ -256,7 +263,7 @@ func checkOrders(t *testing.T, c *redis.Client) {
 		}
 	}
 	plan := build(t, filepath.Join(examples, "orders"), "stream="+stream, "analytics_stream="+analytics)
-	j := runJob(t, c, plan, runtime.Options{})
+	j := runJob(t, c, plan, opts)
 
 	wording := map[string]string{"order.paid": "paid", "order.shipped": "on its way", "order.cancelled": "cancelled"}
 	var wantNotes, wantRecords []map[string]any
@@ -300,7 +307,7 @@ func checkOrders(t *testing.T, c *redis.Client) {
 
 // checkRetries runs the retry and dead-letter showcase against a ledger that accepts every payment:
 // the payments whose amount is not a number are dead-lettered by the validate stage, once.
-func checkRetries(t *testing.T, c *redis.Client) {
+func checkRetries(t *testing.T, c *redis.Client, opts runtime.Options) {
 	var mu sync.Mutex
 	var received []map[string]any
 	ledger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -315,7 +322,7 @@ func checkRetries(t *testing.T, c *redis.Client) {
 	}))
 	defer ledger.Close()
 	plan := build(t, filepath.Join(examples, "retries"), "ledger_url="+ledger.URL)
-	j := runJob(t, c, plan, runtime.Options{})
+	j := runJob(t, c, plan, opts)
 
 	var wantPaid []map[string]any
 	var wantFailed []string
