@@ -30,7 +30,7 @@ type Output struct {
 	Entry Entry
 	// MaxLen, when positive, caps the stream at about that many entries (XADD MAXLEN ~), for
 	// streams that other applications read and no retention timer trims. It is ignored with
-	// DedupKey.
+	// DedupKey, except in a commit without markers (see Commit).
 	MaxLen int64
 	// DedupKey, when set, makes the output effectively-once. On a single server, a commit that
 	// settles inputs under a lease writes it without a marker, in one script with the acks (see
