@@ -210,3 +210,90 @@ func TestCommitOnceWrongTypeWritesNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestCommitOnceSettlesRetriesAndState: the commit without markers moves retries and writes state
+// with its outputs and acks, and a commit without the lease does none of it: the retry it took
+// stays in the retry set, to be taken again, and its outputs are not written.
+func TestCommitOnceSettlesRetriesAndState(t *testing.T) {
+	forEach(t, singleBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in := k.Stream("in", 0)
+		leaseKey, retryKey := k.Lease("in", 0, "stage"), k.Retry("in", 0, "stage")
+		stateKey, timersKey := k.State("in", 0, "stage"), k.Timers("in", 0, "stage")
+		lease, ok, err := c.AcquireLease(ctx, leaseKey, "owner-a", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		b := readN(t, c, in, 4)
+		now := time.Now()
+		outs := onceOutputs(k, b)
+		retries := []Retry{
+			{Entry: b.Entries[0], Attempts: 1, FirstFailure: now, LastError: "boom", Due: now},
+			{Entry: b.Entries[1], Attempts: 1, FirstFailure: now, LastError: "boom", Due: now.Add(time.Hour)},
+		}
+		state := &StateWrites{Key: stateKey, Set: map[string][]byte{"k": []byte("v")}, TimersKey: timersKey,
+			Timers: map[string]int64{"t": 42}}
+		if _, err := c.Commit(ctx, CommitArgs{Outputs: outs[2:], Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease,
+			RetryKey: retryKey, Retries: retries, State: state}); err != nil {
+			t.Fatal(err)
+		}
+		zcard := func(key string) int64 {
+			n, err := c.Universal().ZCard(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := pending(t, c, in, "stage"); n != 0 {
+			t.Fatalf("pending = %d, want 0", n)
+		}
+		if got := outputsIn(t, c, k); len(got) != 2 {
+			t.Fatalf("%d outputs, want 2", len(got))
+		}
+		if v, found, err := c.ReadState(ctx, stateKey, "k"); err != nil || !found || string(v) != "v" {
+			t.Fatalf("state k = %q, %v, %v; want v", v, found, err)
+		}
+		if n := zcard(retryKey); n != 2 {
+			t.Fatalf("%d retries scheduled, want 2", n)
+		}
+		if n := zcard(timersKey); n != 1 {
+			t.Fatalf("%d timers, want 1", n)
+		}
+		due, _, err := c.ClaimRetries(ctx, retryKey, now.Add(time.Minute), 10, time.Millisecond)
+		if err != nil || len(due) != 1 {
+			t.Fatalf("ClaimRetries = %d due, %v; want 1", len(due), err)
+		}
+		retried := onceOutputs(k, b)[:1]
+
+		// The lease is lost before the retry's commit: nothing of it happens.
+		forceExpire(t, c, leaseKey)
+		lb, ok, err := c.AcquireLease(ctx, leaseKey, "owner-b", time.Minute)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		_, err = c.Commit(ctx, CommitArgs{Outputs: retried, Stream: in, Group: "stage", Lease: &lease, RetryKey: retryKey, RetryDone: due})
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("retry commit without the lease: err = %v, want ErrLeaseLost", err)
+		}
+		if got := outputsIn(t, c, k); len(got) != 2 {
+			t.Fatalf("%d outputs after a commit without the lease, want 2", len(got))
+		}
+		if n := zcard(retryKey); n != 2 {
+			t.Fatalf("%d retries after a commit without the lease, want the 2 (the retry stays to be taken again)", n)
+		}
+		// The new owner takes the retry again and commits it: written once, and gone from the set.
+		again, _, err := c.ClaimRetries(ctx, retryKey, now.Add(2*time.Minute), 10, time.Millisecond) // past the first hold
+		if err != nil || len(again) != 1 {
+			t.Fatalf("ClaimRetries = %d due, %v; want the retry again", len(again), err)
+		}
+		if _, err := c.Commit(ctx, CommitArgs{Outputs: retried, Stream: in, Group: "stage", Lease: &lb, RetryKey: retryKey, RetryDone: again}); err != nil {
+			t.Fatal(err)
+		}
+		if got := outputsIn(t, c, k); len(got) != 3 {
+			t.Fatalf("%d outputs after the retry, want 3", len(got))
+		}
+		if n := zcard(retryKey); n != 1 {
+			t.Fatalf("%d retries after the retry's commit, want 1", n)
+		}
+	})
+}
