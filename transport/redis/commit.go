@@ -274,9 +274,10 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 type commitPlan struct {
 	atomic bool
 	// fenced: the commit is one onceScript call; all are its outputs in order, streams their
-	// distinct streams.
+	// distinct streams and keyOf the index in the script's KEYS of each.
 	fenced bool
 	all    []plainOutput
+	keyOf  map[string]int
 	plain  []plainOutput         // outputs without a dedup key, in order
 	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
 	order  []string              // streams of dedup calls, in first-use order
@@ -407,6 +408,7 @@ func (c *Client) fencedOnce(a CommitArgs) bool {
 func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
 	p.fenced, p.atomic = true, true
 	p.all = make([]plainOutput, len(a.Outputs))
+	p.keyOf = make(map[string]int, 4)
 	for i, o := range a.Outputs {
 		if o.Stream == "" {
 			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
@@ -416,12 +418,16 @@ func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
 		p.all[i] = plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen}
-		if !slices.Contains(p.streams, o.Stream) {
+		if _, ok := p.keyOf[o.Stream]; !ok {
 			p.streams = append(p.streams, o.Stream)
+			p.keyOf[o.Stream] = onceFirstOutputKey + len(p.streams) - 1
 		}
 	}
 	return p, nil
 }
+
+// onceFirstOutputKey is the index in onceScript's KEYS (from 1) of the first output stream.
+const onceFirstOutputKey = 7
 
 // commitFenced makes a commit with onceScript (see Commit).
 func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
@@ -442,7 +448,7 @@ func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) 
 	}
 	args = append(args, settle[0], settle[1], id, p.ttlMS, len(p.all))
 	for _, o := range p.all {
-		args = append(args, 7+slices.Index(p.streams, o.stream), o.maxLen, len(o.values))
+		args = append(args, p.keyOf[o.stream], o.maxLen, len(o.values))
 		args = append(args, o.values...)
 	}
 	args = append(args, settle[2:]...)
