@@ -115,6 +115,14 @@ func (r *runner) accessChecks() *redis.Access {
 			a.State(who, state, timers)
 		}
 		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, timers, markers, streams)
+		if n.delivery == flow.EffectivelyOnce && u.leaseKey != "" && !r.rdb.IsCluster() {
+			// Its effectively-once commits are one script without markers (redis.Commit).
+			var outputs []string
+			for _, o := range r.committedOutputs(n) {
+				outputs = append(outputs, o.stream)
+			}
+			a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, timers, outputs)
+		}
 		a.Stats(who, u.stream)
 		if u.leaseKey != "" {
 			a.Lease(who, u.leaseKey)

@@ -170,6 +170,33 @@ func (a *Access) Settle(who, stream, group, retryKey, leaseKey, state, timers st
 	}
 }
 
+// CommitOnce adds the effectively-once commit of a unit that settles under a lease on a single
+// server (onceScript, see Commit): one script on the unit's keys (as Settle's), the commit record
+// of its lease and the streams its outputs may go to (outputs), and the commands it sends on them.
+func (a *Access) CommitOnce(who, stream, group, retryKey, leaseKey, state, timers string, outputs []string) {
+	keys := []string{stream, stream, leaseKey, stream, stream}
+	if retryKey != "" {
+		keys[1] = retryKey
+	}
+	if state != "" {
+		keys[3], keys[4] = state, timers
+	}
+	commit := LeaseCommit(leaseKey)
+	a.script(who, onceScript, true, append(append(keys, commit), outputs...)...)
+	a.add(who, leaseKey, 1, "get", leaseKey)
+	a.add(who, commit, 1, "get", commit)
+	a.add(who, commit, 1, "set", commit, "commit", "px", "1")
+	for _, s := range outputs {
+		a.add(who, s, 1, "type", s)
+		a.add(who, s, 1, "xadd", s, "*", "payload", "{}")
+	}
+	a.add(who, stream, 1, "xack", stream, group, "0-1")
+	if retryKey != "" {
+		a.add(who, retryKey, 1, "zrem", retryKey, "retry")
+		a.add(who, retryKey, 1, "zadd", retryKey, "0", "retry")
+	}
+}
+
 // Output adds the writes of Commit to a stream: an XADD in a MULTI/EXEC transaction, or with a
 // dedup marker (dedupKey, "" for none) the effectively-once script.
 func (a *Access) Output(who, stream, dedupKey string) {

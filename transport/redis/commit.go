@@ -2,12 +2,15 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -27,9 +30,11 @@ type Output struct {
 	Entry Entry
 	// MaxLen, when positive, caps the stream at about that many entries (XADD MAXLEN ~), for
 	// streams that other applications read and no retention timer trims. It is ignored with
-	// DedupKey.
+	// DedupKey, except in a commit without markers (see Commit).
 	MaxLen int64
-	// DedupKey, when set, makes the output effectively-once: the entry is appended only if the
+	// DedupKey, when set, makes the output effectively-once. On a single server, a commit that
+	// settles inputs under a lease writes it without a marker, in one script with the acks (see
+	// Commit): such a commit is never made twice. Otherwise the entry is appended only if the
 	// marker key does not exist, and the marker (holding the entry's ID) is written in the same
 	// script as the XADD. It must share the stream's hash tag (see Keys.Dedup). A repeated
 	// commit of the same input then writes nothing and returns the first write's ID.
@@ -71,6 +76,10 @@ type CommitArgs struct {
 	// after the outputs, in the same MULTI/EXEC where they share a server, and fenced by Lease,
 	// which must then be the source's lease in the checkpoint key's slot.
 	Checkpoint *Checkpoint
+
+	// commitID, when set, is the ID of a commit made by onceScript in place of a new one: the
+	// tests send one commit twice with it.
+	commitID string
 }
 
 // StateWrites are the state changes of one batch of a stateful stage on one partition. Its keys
@@ -224,10 +233,23 @@ func (a CommitArgs) settles() bool {
 // When the lease is lost the outputs may have been written (they are duplicates the new owner
 // also writes, as at-least-once delivery allows; DedupKey removes them), but nothing is acked
 // and the error wraps ErrLeaseLost.
+//
+// Effectively-once outputs (DedupKey) of a commit that settles inputs under a lease, on a single
+// server (not a cluster), are committed by one script instead (onceScript): it checks the lease
+// first and writes the outputs, acks, retry moves and state together, or nothing. An input is
+// then processed again only if the commit that settles it never ran, so it wrote nothing, and no
+// marker is needed: none is written or read. The script also records the commit's ID under the
+// lease (LeaseCommit), so that the same call sent twice (a client that retries after a lost
+// reply) writes once; the second call returns no IDs. Everywhere else (a cluster, where outputs
+// live on other nodes than the acks; a commit without a lease, whose inputs another consumer may
+// process too; a source's batch, which is written again after a failure) the markers are kept.
 func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 	plan, err := c.planCommit(a)
 	if err != nil {
 		return nil, err
+	}
+	if plan.fenced {
+		return c.commitFenced(ctx, a, plan)
 	}
 	if len(a.Outputs) == 0 {
 		if !a.settles() {
@@ -251,6 +273,11 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 // commitPlan is a validated, encoded batch.
 type commitPlan struct {
 	atomic bool
+	// fenced: the commit is one onceScript call; all are its outputs in order, streams their
+	// distinct streams and keyOf the index in the script's KEYS of each.
+	fenced bool
+	all    []plainOutput
+	keyOf  map[string]int
 	plain  []plainOutput         // outputs without a dedup key, in order
 	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
 	order  []string              // streams of dedup calls, in first-use order
@@ -296,6 +323,9 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	}
 	if (len(a.RetryDone) > 0 || len(a.Retries) > 0) && HashSlot(a.RetryKey) != HashSlot(a.Stream) {
 		return nil, fmt.Errorf("redis: commit: retry set %q is not in the hash slot of stream %s; use Keys.Retry", a.RetryKey, a.Stream)
+	}
+	if c.fencedOnce(a) {
+		return c.planFenced(a, p)
 	}
 	slot := -1
 	sameSlot := true
@@ -359,6 +389,103 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	p.atomic = !c.cluster || sameSlot
 	return p, nil
 }
+
+// fencedOnce reports whether a commit is made by onceScript: it has an effectively-once output,
+// settles inputs under a lease and records no checkpoint, on a single server.
+func (c *Client) fencedOnce(a CommitArgs) bool {
+	if c.cluster || a.Lease == nil || a.Checkpoint != nil || !a.settles() {
+		return false
+	}
+	for i := range a.Outputs {
+		if a.Outputs[i].DedupKey != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// planFenced encodes the outputs of a commit that onceScript makes.
+func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
+	p.fenced, p.atomic = true, true
+	p.all = make([]plainOutput, len(a.Outputs))
+	p.keyOf = make(map[string]int, 4)
+	for i, o := range a.Outputs {
+		if o.Stream == "" {
+			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
+		}
+		values, err := EncodeEntry(o.Entry)
+		if err != nil {
+			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
+		}
+		p.all[i] = plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen}
+		if _, ok := p.keyOf[o.Stream]; !ok {
+			p.streams = append(p.streams, o.Stream)
+			p.keyOf[o.Stream] = onceFirstOutputKey + len(p.streams) - 1
+		}
+	}
+	return p, nil
+}
+
+// onceFirstOutputKey is the index in onceScript's KEYS (from 1) of the first output stream.
+const onceFirstOutputKey = 7
+
+// commitFenced makes a commit with onceScript (see Commit).
+func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
+	keys, settle, err := settleArgs(a)
+	if err != nil {
+		return nil, err
+	}
+	keys = append(keys, LeaseCommit(a.Lease.Key))
+	keys = append(keys, p.streams...)
+	fields := 0
+	for _, o := range p.all {
+		fields += len(o.values)
+	}
+	args := make([]any, 0, 5+3*len(p.all)+fields+len(settle)-2)
+	id := a.commitID
+	if id == "" {
+		id = c.nextCommitID()
+	}
+	args = append(args, settle[0], settle[1], id, p.ttlMS, len(p.all))
+	for _, o := range p.all {
+		args = append(args, p.keyOf[o.stream], o.maxLen, len(o.values))
+		args = append(args, o.values...)
+	}
+	args = append(args, settle[2:]...)
+	res, err := onceScript.Run(ctx, c.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, wrap(classify(err), "committing the effectively-once outputs and acks of group "+a.Group+" on", a.Stream)
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("redis: committing to %s: %w", a.Stream, errUnexpected(res))
+	}
+	if done, _ := res[0].(int64); done == 0 {
+		return make([]string, p.n), nil // this commit was made already: its reply was lost
+	}
+	if len(res) != 1+p.n {
+		return nil, fmt.Errorf("redis: committing to %s: %w", a.Stream, errUnexpected(res))
+	}
+	ids := make([]string, p.n)
+	for i := range ids {
+		ids[i], _ = res[1+i].(string)
+	}
+	return ids, nil
+}
+
+// nextCommitID returns an ID for a commit that no other commit has: a prefix drawn at random once
+// per process and a counter.
+func (c *Client) nextCommitID() string {
+	return commitPrefix + strconv.FormatUint(commitCount.Add(1), 36)
+}
+
+var (
+	commitPrefix = func() string {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b) // never fails (crypto/rand)
+		return hex.EncodeToString(b) + "-"
+	}()
+	commitCount atomic.Uint64
+)
 
 // queueOutputs adds the outputs to a pipeline and returns a function that collects their IDs
 // after Exec. Scripts in pipelines are sent with EVAL (the full text): an EVALSHA that fails

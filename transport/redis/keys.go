@@ -15,6 +15,7 @@ import (
 //	<prefix>:{<topic>:<p>}                         stream: partition p of a topic
 //	<prefix>:{<topic>:<p>}:lease:<stage>           string: lease "<owner>#<token>" of stage on p
 //	<prefix>:{<topic>:<p>}:lease:<stage>:fence     string: fencing-token counter (INCR)
+//	<prefix>:{<topic>:<p>}:lease:<stage>:commit    string: the last effectively-once commit under it
 //	<prefix>:{<topic>:<p>}:retry:<stage>           sorted set: scheduled retries of stage on p
 //	<prefix>:{<topic>:<p>}:dedup:<stage>:<src>     string: effectively-once marker of an output
 //	<prefix>:{<topic>:<p>}:state:<stage>           hash: a stateful stage's state on p
@@ -95,6 +96,11 @@ func (k Keys) Lease(topic string, partition int, stage string) string {
 // LeaseFence returns the key of the fencing-token counter that belongs to a lease key:
 // "<lease key>:fence". AcquireLease INCRs it; it never expires, so tokens only grow.
 func LeaseFence(leaseKey string) string { return leaseKey + ":fence" }
+
+// LeaseCommit returns the key that records the last effectively-once commit made under a lease
+// on a single server (see Commit): "<lease key>:commit". It shares the lease's hash tag, and lives
+// as long as the commit's DedupTTL.
+func LeaseCommit(leaseKey string) string { return leaseKey + ":commit" }
 
 // Retry returns the key of the sorted set of retries that stage has scheduled for entries of
 // partition p of its input topic: "<prefix>:{<topic>:<p>}:retry:<stage>". It shares the tag of

@@ -99,7 +99,14 @@ for g = guarded + 1, #KEYS do
   end
 end
 local i = 3
-local n = tonumber(ARGV[i])
+` + settleSteps + `return acked
+`)
+
+// settleSteps are the settle script's steps from the IDs on, shared with the effectively-once
+// commit script (onceScript): the Lua variable i is the index in ARGV of the number of IDs to ack,
+// KEYS[1] the input stream, KEYS[2] the retry set, KEYS[4] the state hash and KEYS[5] the timer
+// set. They define acked, the number of entries acked.
+const settleSteps = `local n = tonumber(ARGV[i])
 i = i + 1
 local acked = 0
 for j = i, i + n - 1, 1000 do
@@ -127,8 +134,7 @@ for _, op in ipairs(ops) do
   end
   i = i + c
 end
-return acked
-`)
+`
 
 // checkpointScript records a source's checkpoint only if the source's lease still holds the
 // caller's owner and token, so that a process that lost the source to another never moves its
@@ -228,5 +234,58 @@ for i = 2, #KEYS do
   end
   a = a + n
 end
+return ids
+`)
+
+// onceScript commits a batch of effectively-once outputs on a single server in one atomic step
+// that writes its outputs and settles its inputs together, or does nothing: it checks the lease,
+// then that the commit is not one it has already made, then that every output key is a stream or
+// absent, and only then writes the outputs (XADD), acks the inputs, moves the retries, writes the
+// state and records the commit. Nothing it writes is ever written again, because an input that
+// is processed again is one whose commit never ran (see Commit); so it needs no marker per
+// output. A script that returns an error before its first write has written nothing, and one
+// that has written runs to its end (Redis refuses a script's writes for lack of memory only at
+// its first write).
+//
+// The commit key (LeaseCommit of the lease) holds the ID of the last commit made by this script
+// under the lease: the same call sent again (a client that retries after a lost reply) finds it
+// and writes nothing.
+//
+//	KEYS[1..5] as settleScript's (input stream, retry set, lease key, state hash, timer set),
+//	KEYS[6] the commit key, KEYS[7..] the output streams
+//	ARGV[1] group, ARGV[2] lease value, ARGV[3] commit ID, ARGV[4] its time to live in ms,
+//	ARGV[5] the number of outputs, then per output: the index in KEYS of its stream, its MAXLEN
+//	(0: none), the number of field/value strings and them; then the settle arguments from the
+//	number of IDs to ack on, as settleScript's
+//	returns {1, the IDs of the outputs...}, {0} when the commit was already made, or a LEASELOST
+//	or WRONGTYPE error
+var onceScript = goredis.NewScript(`
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
+end
+if redis.call('GET', KEYS[6]) == ARGV[3] then
+  return {0}
+end
+for g = 7, #KEYS do
+  local t = redis.call('TYPE', KEYS[g]).ok
+  if t ~= 'stream' and t ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[g] .. ' holds a ' .. t .. ', not a stream: nothing was written and nothing was acked')
+  end
+end
+local ids = {1}
+local i = 6
+for o = 1, tonumber(ARGV[5]) do
+  local key = KEYS[tonumber(ARGV[i])]
+  local maxlen = ARGV[i + 1]
+  local f = tonumber(ARGV[i + 2])
+  i = i + 3
+  if maxlen ~= '0' then
+    ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i, i + f - 1))
+  else
+    ids[#ids + 1] = redis.call('XADD', key, '*', unpack(ARGV, i, i + f - 1))
+  end
+  i = i + f
+end
+` + settleSteps + `redis.call('SET', KEYS[6], ARGV[3], 'PX', ARGV[4])
 return ids
 `)
