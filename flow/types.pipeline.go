@@ -21,8 +21,9 @@ var pipelineSpec = &BlockSpec{
 			Name: "delivery", Type: TypeString, Default: string(AtLeastOnce),
 			Enum: []string{string(AtLeastOnce), string(EffectivelyOnce)},
 			Doc: "The default delivery guarantee of every stage and sink: at_least_once may deliver a " +
-				"message twice after a crash; effectively_once writes each output with a dedup marker so " +
-				"that downstream sees it once.",
+				"message twice after a crash; effectively_once writes each output so that downstream sees it " +
+				"once (on a single server, a batch's outputs and acks in one script; on a cluster, with a " +
+				"dedup marker per output).",
 		},
 		{
 			Name: "max_message_size", Type: TypeSize, Default: DefaultMaxMessageSize,
