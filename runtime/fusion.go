@@ -24,13 +24,18 @@ type chain struct {
 	name  string
 	nodes []*node       // in order; nodes[0] owns the units
 	steps []messageFunc // each node's own layers (nodes[0].process is the chain's)
+	// head keeps the settings of the first node that the chain changed, to undo it (unchain).
+	head struct {
+		inline    bool
+		lanes     int
+		readCount int64
+	}
 }
 
-// fuseChains wires the plan's chains into this process's nodes. A stage after the first has no
-// units of its own, unless the stream between it and the stage before it still holds work from a
-// run without fusion (leftovers): that link then runs as a stream this time, so that its entries
-// are processed. Without Redis to ask, every link runs as a stream: that is never wrong.
-func (r *runner) fuseChains(ctx context.Context) {
+// fuse wires the plan's chains into this process's nodes (in newRunner, before the run, so that
+// what the run will send, accessChecks, is known), running unfused the links into the stages of
+// cut. A stage after the first of a chain has no units of its own.
+func (r *runner) fuse(cut map[string]bool) {
 	stagesByName := map[string]*node{}
 	for _, n := range r.nodes {
 		if n.typ == "stage" {
@@ -45,26 +50,14 @@ func (r *runner) fuseChains(ctx context.Context) {
 			}
 			run = nil
 		}
-		for i, s := range fc.Stages {
+		for _, s := range fc.Stages {
 			n := stagesByName[s.Name]
-			if n == nil { // not selected: Options.Nodes takes a chain whole (selectNodes)
+			if n == nil || cut[s.Name] { // not selected (Options.Nodes takes a chain whole), or cut
 				flush()
-				continue
 			}
-			if i > 0 && len(run) > 0 {
-				if left, err := r.linkLeftovers(ctx, n); err != nil || left != "" {
-					if err != nil {
-						left = "its input could not be checked for entries left from an earlier run: " + err.Error()
-					}
-					r.log.Warn("stage runs unfused this time: "+left, "stage", n.name, "after", run[len(run)-1].name)
-					flush()
-				}
-			}
-			if len(run) > 0 {
+			if n != nil {
 				run = append(run, n)
-				continue
 			}
-			run = []*node{n}
 		}
 		flush()
 	}
@@ -72,6 +65,49 @@ func (r *runner) fuseChains(ctx context.Context) {
 		if n.typ == "stage" && n.input != nil && n.resumeAs == "" && !r.hasUnits(n) {
 			r.addUnits(n)
 		}
+	}
+}
+
+// checkFusedLinks runs unfused, this time, each link of a chain whose stream still holds work
+// from a run without fusion (leftovers), so that its entries are processed: entries the stage has
+// not read or not acknowledged, retries waiting for it. Where Redis cannot tell, the link runs as a
+// stream too: that is never wrong.
+func (r *runner) checkFusedLinks(ctx context.Context) {
+	cut := map[string]bool{}
+	var chains []*chain
+	for _, n := range r.nodes {
+		if n.chain != nil && n.chain.nodes[0] == n {
+			chains = append(chains, n.chain)
+		}
+	}
+	for _, c := range chains {
+		for i, n := range c.nodes[1:] {
+			left, err := r.linkLeftovers(ctx, n)
+			if err != nil {
+				left = "its input could not be checked for entries left from an earlier run: " + err.Error()
+			}
+			if left != "" {
+				r.log.Warn("stage runs unfused this time: "+left, "stage", n.name, "after", c.nodes[i].name)
+				cut[n.name] = true
+			}
+		}
+	}
+	if len(cut) == 0 {
+		return
+	}
+	for _, c := range chains {
+		r.unchain(c)
+	}
+	r.fuse(cut)
+}
+
+// unchain undoes newChain.
+func (r *runner) unchain(c *chain) {
+	head := c.nodes[0]
+	head.process = c.steps[0]
+	head.inline, head.lanes, head.readCount = c.head.inline, c.head.lanes, c.head.readCount
+	for _, n := range c.nodes {
+		n.chain, n.resumeAs = nil, ""
 	}
 }
 
@@ -126,6 +162,7 @@ func (r *runner) newChain(nodes []*node) {
 		c.steps = append(c.steps, n.process)
 	}
 	head := nodes[0]
+	c.head.inline, c.head.lanes, c.head.readCount = head.inline, head.lanes, head.readCount
 	for _, n := range nodes[1:] {
 		// The chain reads in the lanes of its first stage (the strictest ordering of the chain, see
 		// flow.Chain), as many as its most concurrent stage asks for, no more at a time than any of its

@@ -325,6 +325,9 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		n.claimIdle = claimIdle(n)
 		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+n.claimIdle))
 	}
+	if !opts.NoFusion {
+		r.fuse(nil)
+	}
 	if opts.UntilDrained {
 		for _, p := range r.producers {
 			if !p.finite {
@@ -419,7 +422,7 @@ func (r *runner) selectNodes() (map[string]bool, error) {
 // run starts everything, waits for the end, and shuts down in order.
 func (r *runner) run(ctx context.Context) (*Summary, error) {
 	if !r.opts.NoFusion {
-		r.fuseChains(ctx)
+		r.checkFusedLinks(ctx)
 	}
 	if err := r.checkAccess(ctx); err != nil {
 		return nil, err
