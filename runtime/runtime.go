@@ -238,7 +238,8 @@ type runner struct {
 	hard context.Context
 
 	clock        stages.Clock              // Options.Clock
-	activity     *Activity                 // Options.Activity; nil counts nothing
+	activity     *Activity                 // the run's count, which Options.Activity (if set) follows
+	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
 	randMu       sync.Mutex                // guards opts.Rand
 	own          atomic.Pointer[ownership] // set when the run starts
 	outage       outage
@@ -261,10 +262,11 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		plan:  plan,
 		opts:  opts,
 		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
-		clock: opts.Clock, activity: opts.Activity,
+		clock: opts.Clock, drainKick: make(chan struct{}, 1),
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
+	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
 	r.outage.log, r.outage.clock = r.log, r.clock
