@@ -190,11 +190,7 @@ func (o *ownership) step(ctx context.Context) {
 		return // without a membership count, keep what is held and take nothing new
 	}
 
-	for _, u := range o.sources {
-		if _, ok := o.held[u]; !ok {
-			o.tryAcquire(ctx, u)
-		}
-	}
+	o.acquire(ctx, o.sources, len(o.sources))
 	leases, fair := 0, true
 	for i, units := range o.balanced {
 		held, share := o.balance(ctx, units, max(members[i+1], 1))
@@ -221,32 +217,62 @@ func (o *ownership) balance(ctx context.Context, units []*unit, members int) (ho
 			holding--
 		}
 	}
-	for _, u := range units {
-		if holding >= share {
-			break
-		}
-		if _, ok := o.held[u]; !ok && o.tryAcquire(ctx, u) {
-			holding++
-		}
+	if holding < share {
+		holding += o.acquire(ctx, units, share-holding)
 	}
 	return holding, share
 }
 
-// tryAcquire takes a unit's lease if it is free and starts its worker. Called with o.mu held.
-func (o *ownership) tryAcquire(ctx context.Context, u *unit) bool {
-	lease, ok, err := o.r.rdb.AcquireLease(ctx, u.leaseKey, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
-	if err != nil {
-		if ctx.Err() == nil {
-			o.r.redisFailed(u.node.typ+" "+u.node.name+" taking a lease on "+u.stream, err)
+// acquire takes up to want of the units that this process does not hold, in their order, and
+// starts their workers; it returns how many it took. Each round asks for as many leases as are
+// still wanted in one round trip (a process starting takes all its partitions at once), and the
+// next round tries the following units for those that other processes hold. Called with o.mu held.
+func (o *ownership) acquire(ctx context.Context, units []*unit, want int) int {
+	taken := 0
+	next := 0
+	for taken < want && next < len(units) {
+		var try []*unit
+		for ; next < len(units) && len(try) < want-taken; next++ {
+			if _, ok := o.held[units[next]]; !ok {
+				try = append(try, units[next])
+			}
 		}
-		return false
+		if len(try) == 0 {
+			break
+		}
+		keys := make([]string, len(try))
+		for i, u := range try {
+			keys[i] = u.leaseKey
+		}
+		results, err := o.r.rdb.AcquireLeases(ctx, keys, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.r.redisFailed("taking leases", err)
+			}
+			return taken
+		}
+		failed := false
+		for i, res := range results {
+			u := try[i]
+			if res.Err != nil {
+				if !failed && ctx.Err() == nil {
+					o.r.redisFailed(u.node.typ+" "+u.node.name+" taking a lease on "+u.stream, res.Err)
+				}
+				failed = true
+				continue
+			}
+			if res.Taken {
+				o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
+				lease := res.Lease
+				o.startWorkerLocked(u, &lease)
+				taken++
+			}
+		}
+		if failed {
+			break // Redis is failing: the next step tries again
+		}
 	}
-	if !ok {
-		return false
-	}
-	o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", lease.Token)
-	o.startWorkerLocked(u, &lease)
-	return true
+	return taken
 }
 
 // release gives a unit up: its worker finishes its batch, then the lease is released. Called with
@@ -337,22 +363,31 @@ func (o *ownership) shutdown(hard context.Context) {
 	r := o.r
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// Each step is one round trip for all the units.
+	var leases []redis.Lease
 	for u, h := range o.held {
 		if h.lease != nil && !errors.Is(h.err, errLeaseLost) {
-			_ = r.rdb.ReleaseLease(ctx, *h.lease)
+			leases = append(leases, *h.lease)
 		}
 		delete(o.held, u)
 	}
 	for key, h := range o.sourceLes {
-		_ = r.rdb.ReleaseLease(ctx, h.lease)
+		leases = append(leases, h.lease)
 		delete(o.sourceLes, key)
 	}
+	if len(leases) > 0 {
+		_ = r.rdb.ReleaseLeases(ctx, leases)
+	}
 	seen := map[*unit]bool{}
+	var groups []redis.GroupRef
 	for _, u := range o.worked {
 		if !seen[u] {
 			seen[u] = true
-			_, _ = r.rdb.DeleteIdleConsumer(ctx, u.stream, u.node.group, r.opts.ProcessID)
+			groups = append(groups, redis.GroupRef{Stream: u.stream, Group: u.node.group})
 		}
+	}
+	if len(groups) > 0 {
+		_ = r.rdb.DeleteIdleConsumers(ctx, groups, r.opts.ProcessID)
 	}
 	if err := r.rdb.Leave(ctx, o.memberKeys, r.opts.ProcessID); err != nil {
 		r.log.Warn("leaving the membership failed; the others take over once it expires", "err", err)

@@ -47,8 +47,9 @@ type Options struct {
 	DrainTimeout time.Duration
 	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default and most 1000.
 	BatchSize int
-	// Block is how long a read waits for new entries. It also bounds how long a stop waits for an idle
-	// read to return. Default 500ms.
+	// Block is how long a read waits for new entries. Default 500ms. A stop ends idle reads at once
+	// where the client can (redis.Client.UnblockReads: a single server, a user allowed CLIENT
+	// UNBLOCK); elsewhere it waits up to Block for them to return.
 	Block time.Duration
 	// RetryInPlaceUpTo is the longest retry delay waited in the process even where retries could
 	// wait in Redis (retry_in_place = false): a round trip through the retry set is not worth a
@@ -461,8 +462,11 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		}
 	}()
 	defer func() { drainTimer.Stop(); close(drained) }()
+	readersDone := make(chan struct{})
+	go r.wakeReaders(readersDone)
 	wg.Wait()
 	own.shutdown(hard)
+	close(readersDone)
 	r.closeNodes()
 	if r.out != nil {
 		if err := r.out.Flush(); err != nil {
