@@ -190,19 +190,27 @@ func (o *ownership) step(ctx context.Context) {
 		return // without a membership count, keep what is held and take nothing new
 	}
 
-	o.acquire(ctx, o.sources, len(o.sources))
-	leases, fair := 0, true
+	// Every lease wanted, of the sources and of each node, is asked for at once.
+	wants := []want{{o.sources, len(o.sources)}}
+	holdings, shares := make([]int, len(o.balanced)), make([]int, len(o.balanced))
 	for i, units := range o.balanced {
-		held, share := o.balance(ctx, units, max(members[i+1], 1))
+		holdings[i], shares[i] = o.balance(units, max(members[i+1], 1))
+		wants = append(wants, want{units, shares[i] - holdings[i]})
+	}
+	taken := o.acquire(ctx, wants)
+	leases, fair := 0, true
+	for i := range o.balanced {
+		held := holdings[i] + taken[i+1]
 		leases += held
-		fair = fair && held >= share
+		fair = fair && held >= shares[i]
 	}
 	o.leases, o.fair = leases, fair
 }
 
-// balance moves this process's holding of one node's units towards its fair share among members
-// processes, and returns what it holds and its share. Called with o.mu held.
-func (o *ownership) balance(ctx context.Context, units []*unit, members int) (holding, share int) {
+// balance gives up the units of one node that this process holds beyond its fair share among
+// members processes, and returns what it holds then and its share; step takes what is missing.
+// Called with o.mu held.
+func (o *ownership) balance(units []*unit, members int) (holding, share int) {
 	share = (len(units) + members - 1) / members
 	for _, u := range units {
 		if h, ok := o.held[u]; ok && !h.releasing {
@@ -217,28 +225,35 @@ func (o *ownership) balance(ctx context.Context, units []*unit, members int) (ho
 			holding--
 		}
 	}
-	if holding < share {
-		holding += o.acquire(ctx, units, share-holding)
-	}
 	return holding, share
 }
 
-// acquire takes up to want of the units that this process does not hold, in their order, and
-// starts their workers; it returns how many it took. Each round asks for as many leases as are
-// still wanted in one round trip (a process starting takes all its partitions at once), and the
-// next round tries the following units for those that other processes hold. Called with o.mu held.
-func (o *ownership) acquire(ctx context.Context, units []*unit, want int) int {
-	taken := 0
-	next := 0
-	for taken < want && next < len(units) {
+// want asks acquire for up to n of units, in their order, that this process does not hold.
+type want struct {
+	units []*unit
+	n     int
+}
+
+// acquire takes the units that wants ask for and starts their workers; it returns how many it
+// took of each. Each round asks for every lease still wanted in one round trip (a process starting
+// takes all its partitions at once), and the next round tries the following units in place of
+// those that other processes hold. Called with o.mu held.
+func (o *ownership) acquire(ctx context.Context, wants []want) []int {
+	taken := make([]int, len(wants))
+	next := make([]int, len(wants))
+	for {
 		var try []*unit
-		for ; next < len(units) && len(try) < want-taken; next++ {
-			if _, ok := o.held[units[next]]; !ok {
-				try = append(try, units[next])
+		var of []int // the want of each unit of try
+		for i, w := range wants {
+			for picked := 0; next[i] < len(w.units) && taken[i]+picked < w.n; next[i]++ {
+				if _, ok := o.held[w.units[next[i]]]; !ok {
+					try, of = append(try, w.units[next[i]]), append(of, i)
+					picked++
+				}
 			}
 		}
 		if len(try) == 0 {
-			break
+			return taken
 		}
 		keys := make([]string, len(try))
 		for i, u := range try {
@@ -265,14 +280,13 @@ func (o *ownership) acquire(ctx context.Context, units []*unit, want int) int {
 				o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
 				lease := res.Lease
 				o.startWorkerLocked(u, &lease)
-				taken++
+				taken[of[i]]++
 			}
 		}
 		if failed {
-			break // Redis is failing: the next step tries again
+			return taken // Redis is failing: the next step tries again
 		}
 	}
-	return taken
 }
 
 // release gives a unit up: its worker finishes its batch, then the lease is released. Called with
