@@ -24,6 +24,9 @@ import (
 // ExitDeadLettered ends a job that finished with messages in dead-letter streams.
 const ExitDeadLettered = 3
 
+// embeddedBlock is how long a read on the embedded Redis waits for new entries.
+const embeddedBlock = 20 * time.Millisecond
+
 func newRunCommand(stdio IO) *cobra.Command {
 	var flags pipelineFlags
 	var conn redisFlags
@@ -103,6 +106,11 @@ func newRunCommand(stdio IO) *cobra.Command {
 			}()
 
 			opts.Redis = client.Client()
+			if embedded {
+				// miniredis has no CLIENT UNBLOCK: an idle read waits out its Block before it sees a
+				// stop, so the reads of the in-process server wait briefly.
+				opts.Block = embeddedBlock
+			}
 			opts.Logger = logger
 			opts.PipelinePath = args[0]
 			opts.TracerProvider, opts.SampleRoot, opts.MeterProvider = tel.TracerProvider, tel.SampleRoot, tel.MeterProvider

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -43,7 +44,16 @@ func deadLetterNote(s *runtime.Summary) string {
 // writeSummary prints a run's summary as a table, followed, when messages were dead-lettered, by the first
 // reasons per node and the command that lists them (or, when they do not outlive the process, every
 // dead letter).
-func writeSummary(w io.Writer, s *runtime.Summary) error {
+func writeSummary(w io.Writer, s *runtime.Summary) (err error) {
+	// One write at the end, not one per cell: standard error is not buffered, and the summary is
+	// the last thing a job does.
+	bw := bufio.NewWriter(w)
+	defer func() {
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+	}()
+	w = bw
 	secs := s.Elapsed.Seconds()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "node\tkind\tin\tout\tfiltered\tfailed\tretried\tdead-lettered\tin/s\t\n")
@@ -103,7 +113,7 @@ func writeSummary(w io.Writer, s *runtime.Summary) error {
 			b.WriteString("  " + deadLetterLine(dl) + "\n")
 		}
 	}
-	_, err := w.Write(b.Bytes())
+	_, err = w.Write(b.Bytes())
 	return err
 }
 

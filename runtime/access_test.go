@@ -150,7 +150,7 @@ func ruleOf(t *testing.T, admin *redis.Client, plan *flow.Plan, opts runtime.Opt
 // of the markers of effectively-once outputs (which carry the IDs of the inputs): the selector
 // covers all of that output's markers.
 func exactRules(checks []redis.AccessCheck) []string {
-	rules := []string{"+hello", "+client|setname", "+ping", "+info"}
+	rules := []string{"+hello", "+client|setname", "+ping", "+info", "+client|id", "+client|unblock"}
 	var order []string
 	selectors := map[string][]string{}
 	for _, c := range checks {

@@ -190,23 +190,27 @@ func (o *ownership) step(ctx context.Context) {
 		return // without a membership count, keep what is held and take nothing new
 	}
 
-	for _, u := range o.sources {
-		if _, ok := o.held[u]; !ok {
-			o.tryAcquire(ctx, u)
-		}
-	}
-	leases, fair := 0, true
+	// Every lease wanted, of the sources and of each node, is asked for at once.
+	wants := []want{{o.sources, len(o.sources)}}
+	holdings, shares := make([]int, len(o.balanced)), make([]int, len(o.balanced))
 	for i, units := range o.balanced {
-		held, share := o.balance(ctx, units, max(members[i+1], 1))
+		holdings[i], shares[i] = o.balance(units, max(members[i+1], 1))
+		wants = append(wants, want{units, shares[i] - holdings[i]})
+	}
+	taken := o.acquire(ctx, wants)
+	leases, fair := 0, true
+	for i := range o.balanced {
+		held := holdings[i] + taken[i+1]
 		leases += held
-		fair = fair && held >= share
+		fair = fair && held >= shares[i]
 	}
 	o.leases, o.fair = leases, fair
 }
 
-// balance moves this process's holding of one node's units towards its fair share among members
-// processes, and returns what it holds and its share. Called with o.mu held.
-func (o *ownership) balance(ctx context.Context, units []*unit, members int) (holding, share int) {
+// balance gives up the units of one node that this process holds beyond its fair share among
+// members processes, and returns what it holds then and its share; step takes what is missing.
+// Called with o.mu held.
+func (o *ownership) balance(units []*unit, members int) (holding, share int) {
 	share = (len(units) + members - 1) / members
 	for _, u := range units {
 		if h, ok := o.held[u]; ok && !h.releasing {
@@ -221,32 +225,68 @@ func (o *ownership) balance(ctx context.Context, units []*unit, members int) (ho
 			holding--
 		}
 	}
-	for _, u := range units {
-		if holding >= share {
-			break
-		}
-		if _, ok := o.held[u]; !ok && o.tryAcquire(ctx, u) {
-			holding++
-		}
-	}
 	return holding, share
 }
 
-// tryAcquire takes a unit's lease if it is free and starts its worker. Called with o.mu held.
-func (o *ownership) tryAcquire(ctx context.Context, u *unit) bool {
-	lease, ok, err := o.r.rdb.AcquireLease(ctx, u.leaseKey, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
-	if err != nil {
-		if ctx.Err() == nil {
-			o.r.redisFailed(u.node.typ+" "+u.node.name+" taking a lease on "+u.stream, err)
+// want asks acquire for up to n of units, in their order, that this process does not hold.
+type want struct {
+	units []*unit
+	n     int
+}
+
+// acquire takes the units that wants ask for and starts their workers; it returns how many it
+// took of each. Each round asks for every lease still wanted in one round trip (a process starting
+// takes all its partitions at once), and the next round tries the following units in place of
+// those that other processes hold. Called with o.mu held.
+func (o *ownership) acquire(ctx context.Context, wants []want) []int {
+	taken := make([]int, len(wants))
+	next := make([]int, len(wants))
+	for {
+		var try []*unit
+		var of []int // the want of each unit of try
+		for i, w := range wants {
+			for picked := 0; next[i] < len(w.units) && taken[i]+picked < w.n; next[i]++ {
+				if _, ok := o.held[w.units[next[i]]]; !ok {
+					try, of = append(try, w.units[next[i]]), append(of, i)
+					picked++
+				}
+			}
 		}
-		return false
+		if len(try) == 0 {
+			return taken
+		}
+		keys := make([]string, len(try))
+		for i, u := range try {
+			keys[i] = u.leaseKey
+		}
+		results, err := o.r.rdb.AcquireLeases(ctx, keys, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
+		if err != nil {
+			if ctx.Err() == nil {
+				o.r.redisFailed("taking leases", err)
+			}
+			return taken
+		}
+		failed := false
+		for i, res := range results {
+			u := try[i]
+			if res.Err != nil {
+				if !failed && ctx.Err() == nil {
+					o.r.redisFailed(u.node.typ+" "+u.node.name+" taking a lease on "+u.stream, res.Err)
+				}
+				failed = true
+				continue
+			}
+			if res.Taken {
+				o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
+				lease := res.Lease
+				o.startWorkerLocked(u, &lease)
+				taken[of[i]]++
+			}
+		}
+		if failed {
+			return taken // Redis is failing: the next step tries again
+		}
 	}
-	if !ok {
-		return false
-	}
-	o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", lease.Token)
-	o.startWorkerLocked(u, &lease)
-	return true
 }
 
 // release gives a unit up: its worker finishes its batch, then the lease is released. Called with
@@ -337,22 +377,31 @@ func (o *ownership) shutdown(hard context.Context) {
 	r := o.r
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// Each step is one round trip for all the units.
+	var leases []redis.Lease
 	for u, h := range o.held {
 		if h.lease != nil && !errors.Is(h.err, errLeaseLost) {
-			_ = r.rdb.ReleaseLease(ctx, *h.lease)
+			leases = append(leases, *h.lease)
 		}
 		delete(o.held, u)
 	}
 	for key, h := range o.sourceLes {
-		_ = r.rdb.ReleaseLease(ctx, h.lease)
+		leases = append(leases, h.lease)
 		delete(o.sourceLes, key)
 	}
+	if len(leases) > 0 {
+		_ = r.rdb.ReleaseLeases(ctx, leases)
+	}
 	seen := map[*unit]bool{}
+	var groups []redis.GroupRef
 	for _, u := range o.worked {
 		if !seen[u] {
 			seen[u] = true
-			_, _ = r.rdb.DeleteIdleConsumer(ctx, u.stream, u.node.group, r.opts.ProcessID)
+			groups = append(groups, redis.GroupRef{Stream: u.stream, Group: u.node.group})
 		}
+	}
+	if len(groups) > 0 {
+		_ = r.rdb.DeleteIdleConsumers(ctx, groups, r.opts.ProcessID)
 	}
 	if err := r.rdb.Leave(ctx, o.memberKeys, r.opts.ProcessID); err != nil {
 		r.log.Warn("leaving the membership failed; the others take over once it expires", "err", err)

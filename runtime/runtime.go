@@ -47,8 +47,9 @@ type Options struct {
 	DrainTimeout time.Duration
 	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default and most 1000.
 	BatchSize int
-	// Block is how long a read waits for new entries. It also bounds how long a stop waits for an idle
-	// read to return. Default 500ms.
+	// Block is how long a read waits for new entries. Default 500ms. A stop ends idle reads at once
+	// where the client can (redis.Client.UnblockReads: a single server, a user allowed CLIENT
+	// UNBLOCK); elsewhere it waits up to Block for them to return.
 	Block time.Duration
 	// RetryInPlaceUpTo is the longest retry delay waited in the process even where retries could
 	// wait in Redis (retry_in_place = false): a round trip through the retry set is not worth a
@@ -240,7 +241,8 @@ type runner struct {
 	hard context.Context
 
 	clock        stages.Clock              // Options.Clock
-	activity     *Activity                 // Options.Activity; nil counts nothing
+	activity     *Activity                 // the run's count, which Options.Activity (if set) follows
+	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
 	randMu       sync.Mutex                // guards opts.Rand
 	own          atomic.Pointer[ownership] // set when the run starts
 	outage       outage
@@ -263,10 +265,11 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		plan:  plan,
 		opts:  opts,
 		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
-		clock: opts.Clock, activity: opts.Activity,
+		clock: opts.Clock, drainKick: make(chan struct{}, 1),
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
+	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
 	r.outage.log, r.outage.clock = r.log, r.clock
@@ -484,8 +487,11 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		}
 	}()
 	defer func() { drainTimer.Stop(); close(drained) }()
+	readersDone := make(chan struct{})
+	go r.wakeReaders(readersDone)
 	wg.Wait()
 	own.shutdown(hard)
+	close(readersDone)
 	r.closeNodes()
 	if r.out != nil {
 		if err := r.out.Flush(); err != nil {

@@ -87,6 +87,7 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 	switch {
 	case err == nil:
 		p.done.Store(true)
+		r.kickDrain()
 		r.log.Info("source finished", "source", p.node.name, "messages", p.node.stats.out.Load())
 	case errors.Is(err, errSourceLeaseLost), sctx.Err() != nil && ctx.Err() == nil:
 		r.log.Warn("source lease lost; another process runs the source now", "source", p.node.name)

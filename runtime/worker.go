@@ -202,6 +202,7 @@ func (w *worker) closeAll(ctx context.Context) error {
 	if !w.recover { // a failed commit tries again on the next turn
 		w.closedAll = true
 		w.r.closed.Add(1)
+		w.r.kickDrain()
 	}
 	return nil
 }

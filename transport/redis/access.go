@@ -323,8 +323,10 @@ func (a *Access) Trim(who, stream string) {
 }
 
 // connectRules are what Open and every new connection send: HELLO (or AUTH, which every user
-// may send), CLIENT SETNAME, PING, and INFO to tell a cluster node.
-var connectRules = []string{"+hello", "+client|setname", "+ping", "+info"}
+// may send), CLIENT SETNAME, PING, and INFO to tell a cluster node; and CLIENT ID, with CLIENT
+// UNBLOCK at a stop (UnblockReads). Those two may be refused: the stop then waits out the reads'
+// block.
+var connectRules = []string{"+hello", "+client|setname", "+ping", "+info", "+client|id", "+client|unblock"}
 
 // ErrAccessUnchecked is returned (wrapped) by CheckAccess when the server cannot check a user's
 // permissions: it lacks redis.acl_check_cmd (Redis before 7.0, or the embedded miniredis).
@@ -575,7 +577,8 @@ func aclSetUser(user string, patterns, rules []string) string {
 
 // AccessRule returns an ACL SETUSER command that grants the connection's user every check: the
 // key patterns, then the commands, connecting's own first, for example
-// "ACL SETUSER app ~flow:* +hello +client|setname +ping +info +del +eval ... +zremrangebyscore".
+// "ACL SETUSER app ~flow:* +hello +client|setname +ping +info +client|id +client|unblock +del +eval ...
+// +zremrangebyscore".
 // It adds to what the user has; a user with every key ("~*" or allkeys) must leave out the key
 // patterns, which Redis refuses to add to it.
 func (c *Client) AccessRule(checks []AccessCheck) string {

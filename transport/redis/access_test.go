@@ -177,7 +177,7 @@ func TestAccessRuleEscapesPatterns(t *testing.T) {
 	a.Produce("source s", "ext[1]")
 	a.Produce("source s", "a*b:{t:1}")
 	c := &Client{user: "app one"}
-	if got, want := c.AccessRule(a.Checks()), `ACL SETUSER "app one" ~a\*b:* ~ext\[1\] +hello +client|setname +ping +info +xadd`; got != want {
+	if got, want := c.AccessRule(a.Checks()), `ACL SETUSER "app one" ~a\*b:* ~ext\[1\] +hello +client|setname +ping +info +client|id +client|unblock +xadd`; got != want {
 		t.Errorf("AccessRule = %s\nwant          %s", got, want)
 	}
 }

@@ -93,6 +93,7 @@ type Client struct {
 	maxEntrySize int64
 	clock        Clock         // see WithClock; nil: the wall clock
 	clocked      *clockedReads // see WithClockedReads; nil: reads block in Redis
+	conns        *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
@@ -233,12 +234,14 @@ func mergeTLS(fromURL, given *tls.Config) *tls.Config {
 
 func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc string) (*Client, error) {
 	singleOptions(opts, o)
+	conns := newConnIDs(o.PoolSize)
+	o.OnConnect = conns.onConnect(o.OnConnect)
 	rdb := goredis.NewClient(o)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
 		return nil, &ConnectError{Addr: desc, User: userOf(o.Username), TLS: o.TLSConfig != nil, Err: err}
 	}
-	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username)}
+	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username), conns: conns}
 	// INFO cluster: an error (for example from miniredis, which lacks the section, or an ACL
 	// user without INFO) means we cannot tell, and a plain client is the right guess.
 	if info, err := rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {

@@ -226,7 +226,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 	}
 	b.WriteString("\nBudgets (DESIGN.md section 9; those marked aim are issue 14's)\n\n")
 	b.WriteString("| budget | measured | verdict |\n| --- | --- | --- |\n")
-	for _, row := range budgets(sums) {
+	for _, row := range append(budgets(sums), jobBudgets(cfg, sums)...) {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", row[0], row[1], row[2])
 	}
 	return b.String()

@@ -91,6 +91,10 @@ var scenarios = []scenario{
 	{name: "FW-3 trace 1%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "0.01"},
 	{name: "FW-3 trace 100%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "1"},
 	{name: "FW-3 eo", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3-eo"},
+	{name: "RAW-5 job", kind: kindJob, impl: implRaw, stages: jobHops},
+	{name: "FW-5 job", kind: kindJob, impl: implFlowrun, stages: jobHops, vs: "RAW-5 job"},
+	{name: "RAW-5 job 1k", kind: kindShortJob, impl: implRaw, stages: jobHops},
+	{name: "FW-5 job 1k", kind: kindShortJob, impl: implFlowrun, stages: jobHops, vs: "RAW-5 job 1k"},
 	{name: "Watermill-1 default", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1"},
 	{name: "Watermill-1 batched", kind: kindHops, impl: implWatermill, stages: 1, vs: "RAW-1", consumers: wmConsumers},
 	{name: "Watermill-3 default", kind: kindHops, impl: implWatermill, stages: 3, vs: "RAW-3"},
@@ -135,6 +139,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.runPublish(ctx, sc)
 	case kindBacklog:
 		return h.runBacklog(ctx, sc)
+	case kindJob, kindShortJob:
+		return h.runJob(ctx, sc)
 	}
 	return h.runHops(ctx, sc)
 }

@@ -1,0 +1,27 @@
+package runtime
+
+import "time"
+
+// wakeAgain is how long a stop waits before it wakes the readers again: a worker may have sent
+// its read just after the last round.
+const wakeAgain = 2 * time.Millisecond
+
+// wakeReaders ends the blocking reads of the run's workers when it stops, until done is closed, so
+// that an idle worker does not wait out Options.Block before it sees the stop. A read ended this
+// way returns nothing, as when its time is up (redis.Client.UnblockReads): nothing was delivered,
+// so nothing is left pending. Where the client cannot do that (a cluster, a user without CLIENT
+// UNBLOCK, see redis.ErrCannotUnblock) the reads wait out their Block, as before.
+func (r *runner) wakeReaders(done <-chan struct{}) {
+	for {
+		if err := r.rdb.UnblockReads(r.hard); err != nil || r.hard.Err() != nil {
+			return // unable, or Redis failing (whose dropped connections end the reads anyway)
+		}
+		t := r.clock.NewTimer(wakeAgain)
+		select {
+		case <-done:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
