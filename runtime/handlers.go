@@ -61,8 +61,12 @@ var stageOutputs = sync.Pool{New: func() any { s := make([]stages.Output, 0, 4);
 // fallback is the partition of an unkeyed message. Effectively-once nodes mark the output so that
 // writing it again after a crash writes nothing.
 func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Message, i, fallback int) (redis.Output, error) {
-	key, p, err := route(t, msg, fallback)
-	if err != nil {
+	var key string
+	var p int
+	var err error
+	if m.keptKey(n, t, msg) {
+		key, p = msg.Key, redis.Partition(msg.Key, t.Partitions)
+	} else if key, p, err = route(t, msg, fallback); err != nil {
 		return redis.Output{}, err
 	}
 	e, err := entryOf(key, msg, m.out)
@@ -74,6 +78,21 @@ func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Mes
 		out.DedupKey = r.keys.Dedup(t.Name, p, n.name, n.inputName(), m.partition, m.id+m.path, i)
 	}
 	return out, nil
+}
+
+// keptKey reports whether msg, an output of input m at node n, goes to topic t with the key it
+// arrived with, which its route would compute again: t's key expression is the input topic's, and
+// neither the payload it is computed from nor the key changed on the way (a filter, an identity
+// map). The input's key was computed by that expression when the entry was written.
+func (m *message) keptKey(n *node, t *flow.Topic, msg *stages.Message) bool {
+	if t.Key == nil || n.input == nil || n.input.Key == nil || msg.Key == "" || msg.Key != m.inKey {
+		return false
+	}
+	raw := msg.Unchanged()
+	if len(raw) == 0 || len(raw) != len(m.inPayload) || &raw[0] != &m.inPayload[0] {
+		return false
+	}
+	return t.Key.String() == n.input.Key.String()
 }
 
 // inputName names the node's input in dedup markers: its topic, or for a source the source itself.

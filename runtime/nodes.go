@@ -142,9 +142,12 @@ type message struct {
 	// path tells apart the messages that the stages of a fused chain made of the entry id: the
 	// index of the message among its siblings at each stage that made more than one ("" for an
 	// entry read from a stream). With id, it identifies an effectively-once output.
-	path       string
-	partition  int
-	msg        stages.Message
+	path      string
+	partition int
+	msg       stages.Message
+	// inKey and inPayload are the entry's key and payload as read, for keptKey.
+	inKey      string
+	inPayload  []byte
 	trace      traceContext // the trace context the message arrived with
 	out        traceContext // the trace context its outputs carry: its processing span's
 	deliveries int64        // from a reclaim; 0 when unknown

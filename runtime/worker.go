@@ -408,6 +408,8 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		backing = append(backing, message{
 			id:         e.ID,
 			partition:  w.u.partition,
+			inKey:      e.Key,
+			inPayload:  e.Payload,
 			msg:        entryMessage(n, e),
 			trace:      traceOf(e),
 			deliveries: e.Deliveries,

@@ -99,6 +99,10 @@ func (m *Message) Payload() ([]byte, error) {
 	return b, nil
 }
 
+// Unchanged returns the payload as it arrived while it still describes the message (nothing
+// changed it since), or nil.
+func (m *Message) Unchanged() []byte { return m.raw }
+
 // Changed records that Value may differ from the payload the message arrived with, so that Payload
 // encodes Value again. A kind that modifies a decoded message calls it (a Go stage function need not:
 // its results are taken as changed).
