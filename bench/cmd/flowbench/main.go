@@ -255,7 +255,7 @@ func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error 
 		if filter != nil {
 			picked = filter.MatchString(sc.name)
 		}
-		if !picked || sc.impl == implWatermill {
+		if !picked || sc.impl == implWatermill || sc.impl == implBenthos {
 			continue
 		}
 		if err := os.MkdirAll(h.profilePath(sc), 0o755); err != nil {
