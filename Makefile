@@ -49,7 +49,7 @@ bench: build bench-tools bench-peers
 bench-quick: build bench-tools
 	$(BENCH_GO) vet ./...
 	$(BENCH_GO) test ./...
-	./bin/flowbench -flowrun $(BIN) -quick
+	./bin/flowbench -flowrun $(BIN) -quick -costs
 
 # CPU and allocation profiles of the flat-out phase of RAW-1, FW-1, RAW-3 and FW-3 in bin/profiles
 # (flowrun through a profiling wrapper, bench/cmd/flowrun-pprof), and the top of FW-3's CPU profile.

@@ -204,7 +204,14 @@ func run() error {
 		fmt.Printf("once     %s\n", progressLine(backlogScenario, r))
 	}
 
-	rep := buildReport(m, cfg, results, *quick)
+	var costs costTable // costs.go
+	if *costsFlag && ctx.Err() == nil {
+		var n int
+		costs, n = h.runCosts(ctx, filter)
+		failed += n
+	}
+
+	rep := buildReport(m, cfg, results, *quick) + costs.report()
 	fmt.Println()
 	fmt.Print(rep)
 	if *mdOut != "" {
