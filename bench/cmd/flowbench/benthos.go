@@ -25,7 +25,13 @@ import (
 // benthosVersion is the release that make bench-peers builds, and that the scenarios check for.
 const benthosVersion = "v4.27.0"
 
-var benthosBin = flag.String("benthos", "bin/benthos", "the Benthos binary for the peer scenarios (make bench-peers builds it); without it they are skipped")
+var (
+	benthosBin = flag.String("benthos", "bin/benthos", "the Benthos binary for the peer scenarios (make bench-peers builds it); without it they are skipped")
+	// Experiments: other values of the tuned set-up's settings, to check that they are its best.
+	benthosBatch       = flag.Int("benthos-batch", 1000, "experiment: the tuned Benthos set-up's broker batch count and input limit")
+	benthosMaxInFlight = flag.Int("benthos-max-in-flight", 1, "experiment: the tuned Benthos set-up's output max_in_flight")
+	benthosThreads     = flag.Int("benthos-threads", 0, "experiment: the tuned Benthos set-up's pipeline threads (0: its default, one per CPU)")
+)
 
 // filterWhere passes every message of the harness (amount is 1000 to 9999) after decoding it, in
 // flowrun's language and in Bloblang.
@@ -160,11 +166,11 @@ func benthosConfigs(addr string, httpPort int, streams []string, tuned bool, log
 		var b strings.Builder
 		input := fmt.Sprintf("redis_streams:\n  url: %s\n  streams: [ %q ]\n  consumer_group: bb%d\n  body_key: payload\n", url, streams[i-1], i)
 		if tuned {
-			input += "  limit: 1000\n  auto_replay_nacks: false\n"
+			input += fmt.Sprintf("  limit: %d\n  auto_replay_nacks: false\n", *benthosBatch)
 			// Broker batching: the input's messages travel through the processors and to the
 			// output in batches of up to 1000, which the output writes in one pipeline.
 			input = "broker:\n  inputs:\n    - " + strings.ReplaceAll(strings.TrimSuffix(input, "\n"), "\n", "\n      ") +
-				"\n  batching:\n    count: 1000\n    period: 10ms\n"
+				fmt.Sprintf("\n  batching:\n    count: %d\n    period: 10ms\n", *benthosBatch)
 		}
 		b.WriteString("input:\n  " + strings.ReplaceAll(strings.TrimSuffix(input, "\n"), "\n", "\n  ") + "\n")
 		filters := 1
@@ -175,7 +181,11 @@ func benthosConfigs(addr string, httpPort int, streams []string, tuned bool, log
 			filters = 0
 		}
 		if filters > 0 {
-			b.WriteString("pipeline:\n  processors:\n")
+			b.WriteString("pipeline:\n")
+			if tuned && *benthosThreads > 0 {
+				fmt.Fprintf(&b, "  threads: %d\n", *benthosThreads)
+			}
+			b.WriteString("  processors:\n")
 			for range filters {
 				fmt.Fprintf(&b, "    - mapping: '%s'\n", filterBloblang)
 			}
@@ -184,7 +194,7 @@ func benthosConfigs(addr string, httpPort int, streams []string, tuned bool, log
 		if tuned {
 			// One write at a time of each batch, and no metadata fields (the input's entry ID)
 			// written with the payload.
-			b.WriteString("    max_in_flight: 1\n    metadata:\n      exclude_prefixes: [ \"\" ]\n")
+			fmt.Fprintf(&b, "    max_in_flight: %d\n    metadata:\n      exclude_prefixes: [ \"\" ]\n", *benthosMaxInFlight)
 		}
 		hops = append(hops, b.String())
 	}
@@ -260,17 +270,44 @@ func peersReport(sums map[string]summary, results map[string][]result, quick boo
 			return ""
 		}
 	}
-	version := ""
-	if bin, why := benthosPath(); why == "" {
+	version := benthosVersion
+	if bin, why := benthosPath(); why != "" {
+		version += " (" + why + ")"
+	} else {
 		version = benthosVersionOf(bin)
 		if version != benthosVersion {
 			version += " (not " + benthosVersion + ": rebuild with make bench-peers)"
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nflowrun against Benthos %s (the same rounds; x = flowrun's msg/s over Benthos's)\n\n", version)
-	b.WriteString("| shape | flowrun msg/s | Benthos default msg/s | Benthos tuned msg/s | flowrun / default | flowrun / tuned | aim: >= 2x tuned |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	fmt.Fprintf(&b, "\nflowrun against Benthos %s (the same rounds; x = flowrun's msg/s over Benthos's; tuned: broker batching of %d, limit %d, "+
+		"auto_replay_nacks false, max_in_flight %d, metrics none, no metadata fields, GOGC=400", version, *benthosBatch, *benthosBatch, *benthosMaxInFlight)
+	if *benthosThreads > 0 {
+		fmt.Fprintf(&b, ", pipeline threads %d", *benthosThreads)
+	}
+	b.WriteString(")\n\n")
+	b.WriteString("| shape | flowrun msg/s | Benthos default msg/s | Benthos tuned msg/s | flowrun / default | flowrun / tuned | aim: >= 2x tuned | CPU us/msg: flowrun, default, tuned |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n")
+	// CPU per message through the whole flow (all its hops): on a busy machine, where the rates
+	// depend on the share of the cores each process gets, the steadier figure.
+	cpu := func(names ...string) string {
+		var out []string
+		for _, name := range names {
+			s, ok := sums[name]
+			if !ok || s.ok == 0 {
+				out = append(out, "-")
+				continue
+			}
+			stages := 1
+			for _, sc := range peerScenarios {
+				if sc.name == name {
+					stages = sc.stages
+				}
+			}
+			out = append(out, fmt.Sprintf("%.1f", s.cpu*float64(stages)/1000))
+		}
+		return strings.Join(out, ", ")
+	}
 	rate := func(name string) string {
 		s, ok := sums[name]
 		switch {
@@ -304,7 +341,8 @@ func peersReport(sums map[string]summary, results map[string][]result, quick boo
 		case okt:
 			verdict = "NOT met"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", p.shape, rate(p.fw), rate(p.def), rate(p.tuned), x(def, okd), x(tuned, okt), verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", p.shape, rate(p.fw), rate(p.def), rate(p.tuned), x(def, okd), x(tuned, okt), verdict,
+			cpu(p.fw, p.def, p.tuned))
 	}
 	return b.String()
 }
