@@ -61,11 +61,13 @@ func costCells(base int, limit time.Duration) []costCell {
 	for _, p := range []int{1, 4, 16, 64} {
 		add("partitions", strconv.Itoa(p), func(c *costCell) { c.partitions = p })
 	}
+	// A chain of k stages does k times the work per message: a k-th of the messages, so that its
+	// cell is as short.
 	for _, s := range []int{1, 3, 10} {
-		add("stages", strconv.Itoa(s)+" unfused", func(c *costCell) { c.stages = s })
+		add("stages", strconv.Itoa(s)+" unfused", func(c *costCell) { c.stages, c.n = s, max(base/s, 100) })
 	}
 	for _, s := range []int{3, 10} {
-		add("stages", strconv.Itoa(s)+" fused", func(c *costCell) { c.stages, c.fused = s, true })
+		add("stages", strconv.Itoa(s)+" fused", func(c *costCell) { c.stages, c.fused, c.n = s, true, max(base/s, 100) })
 	}
 	for _, p := range []struct {
 		size  int
