@@ -27,7 +27,10 @@ import (
 // messages in the output topic over the time since it continued, when all are through or the cell's
 // time is up.
 
-var costsFlag = flag.Bool("costs", false, "after the rounds, measure the cost table: flowrun's throughput and peak RSS against partitions, chain length, payload size and distinct keys, and Redis memory per waiting message")
+var (
+	costsFlag      = flag.Bool("costs", false, "after the rounds, measure the cost table: flowrun's throughput and peak RSS against partitions, chain length, payload size and distinct keys, and Redis memory per waiting message")
+	costPartitions = flag.Int("cost-partitions", 0, "experiment: the partitions of the cost table's base (default 4)")
+)
 
 const costPrefix = "fc" // the key_prefix of the cost pipelines
 
@@ -346,6 +349,10 @@ type costTable struct {
 // Redis's memory per waiting message ("cost backlog memory").
 func (h *harness) runCosts(ctx context.Context, filter *regexp.Regexp) (t costTable, failed int) {
 	base, limit := h.cfg.flat, 6*time.Second
+	if *costPartitions > 0 {
+		costBase.partitions = *costPartitions
+		fmt.Printf("EXPERIMENT: the cost table's base has %d partitions\n", *costPartitions)
+	}
 	var done []costResult
 	for _, c := range costCells(base, limit) {
 		if filter != nil && !filter.MatchString(c.name()) || ctx.Err() != nil {
