@@ -50,24 +50,41 @@ var peerScenarios = []scenario{
 	{name: "FW-3 chained", kind: kindHops, impl: implFlowrun, stages: 3, pipeline: "fw3-chained", streams: fixedStreams(fwStream("in"), fwStream("out"))},
 	{name: "Benthos-3 default", kind: kindHops, impl: implBenthos, stages: 3, vs: "FW-3 chained", fewer: true, streams: benthosChainStreams(1), start: startBenthos(false)},
 	{name: "Benthos-3 tuned", kind: kindHops, impl: implBenthos, stages: 3, vs: "FW-3 chained", streams: benthosChainStreams(1), start: startBenthos(true)},
+	// The same chain on topics of 4 partitions (the harness writes each message into the partition
+	// of its key): flowrun's way to use more cores, where Benthos's is its pipeline threads (one per
+	// core by default).
+	{name: "FW-3 chained 4p", kind: kindHops, impl: implFlowrun, stages: 3, pipeline: "fw3-chained-4p",
+		streams: fixedStreams(partitionStreams("in", 4), partitionStreams("out", 4))},
 }
 
 // peerShapes pair each shape's flowrun flow with its two Benthos set-ups, for the report.
 var peerShapes = []struct{ shape, fw, def, tuned string }{
 	{"5-hop chain (source, 3 filters over keyed topics, sink)", "FW-5 keyed", "Benthos-5 default", "Benthos-5 tuned"},
 	{"input, 3 processors, output (flowrun: 3 stages chained with stage.X)", "FW-3 chained", "Benthos-3 default", "Benthos-3 tuned"},
+	{"the same, flowrun's topics of 4 partitions", "FW-3 chained 4p", "Benthos-3 default", "Benthos-3 tuned"},
 }
 
 func init() {
 	scenarios = append(scenarios, peerScenarios...)
 	benchPipelines = append(benchPipelines,
 		benchPipeline{name: "fw5-keyed", k: 3, src: fw5KeyedHCL()},
-		benchPipeline{name: "fw3-chained", k: 3, src: fw3ChainedHCL()},
+		benchPipeline{name: "fw3-chained", k: 3, src: fw3ChainedHCL(1)},
+		benchPipeline{name: "fw3-chained-4p", k: 3, src: fw3ChainedHCL(4)},
 	)
 }
 
 func fixedStreams(s ...string) func() ([]string, format) {
 	return func() ([]string, format) { return s, formatPlain }
+}
+
+// partitionStreams names the partitions of a topic of the benchmark pipelines as one stream
+// argument of the harness's publishers and final consumer (joined by partSep).
+func partitionStreams(topic string, partitions int) string {
+	var s []string
+	for p := range partitions {
+		s = append(s, fmt.Sprintf("%s:{%s:%d}", fwPrefix, topic, p))
+	}
+	return strings.Join(s, partSep)
 }
 
 // benthosChainStreams are the streams of a Benthos flow of hops hops: the harness writes the first
@@ -112,14 +129,16 @@ func fw5KeyedHCL() string {
 }
 
 // fw3ChainedHCL is what a Benthos user's input -> 3 processors -> output is in flowrun: three
-// filters chained with stage references, from topic in to topic out (1 partition each, as FW-3).
-func fw3ChainedHCL() string {
+// filters chained with stage references, from topic in to topic out (1 partition each, as FW-3, or
+// more).
+func fw3ChainedHCL(partitions int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by flowbench: three stages chained with stage.X (one hop once fused).\npipeline \"bench\" {\n  key_prefix = %q\n}\n\n", fwPrefix)
 	b.WriteString(benchRetryHCL)
-	for _, t := range []string{"in", "out", "failed"} {
-		fmt.Fprintf(&b, "topic %q {\n  partitions = 1\n}\n\n", t)
+	for _, t := range []string{"in", "out"} {
+		fmt.Fprintf(&b, "topic %q {\n  partitions = %d\n}\n\n", t, partitions)
 	}
+	b.WriteString("topic \"failed\" {\n  partitions = 1\n}\n\n")
 	b.WriteString(filterStageHCL("s1", "topic.in", ""))
 	b.WriteString(filterStageHCL("s2", "stage.s1", ""))
 	b.WriteString(filterStageHCL("s3", "stage.s2", "topic.out"))
