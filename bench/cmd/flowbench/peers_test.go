@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // TestCostPipelinesCompile builds every cell's pipeline: the stages it says, a declared topic
@@ -136,5 +137,31 @@ func TestBenthosConfigs(t *testing.T) {
 	}
 	if !lint {
 		t.Log("bin/benthos is not built: the configs were not linted")
+	}
+}
+
+// TestPartitionedStreams checks the stream argument of several partitions: each message goes to
+// the partition flowrun's hash gives its key, and one stream stays one stream.
+func TestPartitionedStreams(t *testing.T) {
+	parts := partsOf(partitionStreams("in", 4))
+	if len(parts) != 4 || parts[0] != fwStream("in") || parts[3] != "fb:{in:3}" {
+		t.Fatalf("partitions %v", parts)
+	}
+	if s := partsOf(fwStream("in")); len(s) != 1 || s[0] != fwStream("in") {
+		t.Errorf("one stream became %v", s)
+	}
+	buf := make([]byte, payloadSize)
+	used := map[string]int{}
+	for seq := range 1000 {
+		putPayload(buf, 1, phaseFlat, seq)
+		key := string(buf[keyOffset-1 : keyOffset+keyDigits])
+		got := streamFor(parts, buf)
+		if want := parts[redis.Partition(key, 4)]; got != want {
+			t.Fatalf("key %s went to %s, want %s", key, got, want)
+		}
+		used[got]++
+	}
+	if len(used) != 4 {
+		t.Errorf("1000 messages used %d of 4 partitions", len(used))
 	}
 }
