@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
 EXAMPLE   ?= examples/pipelines/fanout
 RUN_FLAGS ?= --var events=40 --var signups_file=bin/signups.jsonl
 
-.PHONY: all build run test lint fmt bench bench-quick bench-profile bench-tools bench-expr fuzz generate tools clean mutants
+.PHONY: all build run test lint fmt bench bench-quick bench-profile bench-tools bench-peers bench-expr fuzz generate tools clean mutants
 
 all: build
 
@@ -39,17 +39,18 @@ fmt:
 # nothing else meanwhile. BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -md bin/bench.md".
 # The harness is a module of its own (bench/), so that the main module does not depend on Watermill;
 # -mod=mod lets it follow the main module's requirements when they change.
+# Benthos (bench-peers, built once) and the cost table (-costs) add about 5 minutes to make bench.
 BENCH_FLAGS ?=
 BENCH_GO    := cd bench && GOFLAGS=-mod=mod $(GO)
-bench: build bench-tools
-	./bin/flowbench -flowrun $(BIN) $(BENCH_FLAGS)
+bench: build bench-tools bench-peers
+	./bin/flowbench -flowrun $(BIN) -benthos bin/benthos -costs $(BENCH_FLAGS)
 
 # Every scenario once for a few seconds with small counts: proves that the harness still works and
 # asserts nothing about speed (CI runs it).
 bench-quick: build bench-tools
 	$(BENCH_GO) vet ./...
 	$(BENCH_GO) test ./...
-	./bin/flowbench -flowrun $(BIN) -quick
+	./bin/flowbench -flowrun $(BIN) -quick -costs
 
 # CPU and allocation profiles of the flat-out phase of RAW-1, FW-1, RAW-3 and FW-3 in bin/profiles
 # (flowrun through a profiling wrapper, bench/cmd/flowrun-pprof), and the top of FW-3's CPU profile.
@@ -61,6 +62,25 @@ bench-profile: build bench-tools
 bench-tools:
 	$(BENCH_GO) build -o ../bin/flowbench ./cmd/flowbench
 	$(BENCH_GO) build -o ../bin/flowrun-pprof ./cmd/flowrun-pprof
+
+# Benthos, the peer of the Benthos scenarios, built once into bin/benthos (never into the
+# repository): the exact version from the Go module proxy (which lists no versions), built in its
+# read-only module directory. Go 1.26 needs -checklinkname=0 for one of its dependencies; the -X
+# stamps the version that a build outside Benthos's own Makefile does not know.
+BENTHOS_VERSION := v4.27.0
+BENTHOS_MODULE  := github.com/benthosdev/benthos/v4
+bench-peers:
+	@if bin/benthos --version 2>/dev/null | grep -qx 'Version: $(BENTHOS_VERSION)'; then \
+		echo "bin/benthos is Benthos $(BENTHOS_VERSION)"; \
+	else \
+		set -e; mkdir -p bin; \
+		dir=$$(cd "$${TMPDIR:-/tmp}" && $(GO) mod download -json $(BENTHOS_MODULE)@$(BENTHOS_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+		test -n "$$dir" || { echo "go mod download $(BENTHOS_MODULE)@$(BENTHOS_VERSION) gave no module directory"; exit 1; }; \
+		echo "building Benthos $(BENTHOS_VERSION) from $$dir into bin/benthos (a few minutes the first time)"; \
+		cd "$$dir" && GOFLAGS="-mod=mod -buildvcs=false" $(GO) build \
+			-ldflags "-checklinkname=0 -X $(BENTHOS_MODULE)/internal/cli.Version=$(BENTHOS_VERSION)" \
+			-o "$(CURDIR)/bin/benthos" ./cmd/benthos; \
+	fi
 
 # The per-message expression benchmarks (flow/expr), also in BENCHMARKS.md.
 bench-expr:

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // The harness's own side of every flow: it publishes into the first stream and is the final
@@ -29,9 +31,26 @@ func entryValues(f format, payload []byte) []any {
 	return []any{fieldPayload, payload}
 }
 
+// partSep joins the streams of a topic's partitions into one stream argument of publish,
+// publishPaced and the consumer: a message goes to the partition its key picks with flowrun's hash,
+// and the consumer reads them all.
+const partSep = "|"
+
+// partsOf returns the streams a stream argument names (one, or the partitions joined by partSep).
+func partsOf(stream string) []string { return strings.Split(stream, partSep) }
+
+// streamFor returns the stream of parts that a payload goes to.
+func streamFor(parts []string, payload []byte) string {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return parts[redis.Partition(string(payload[keyOffset-1:keyOffset+keyDigits]), len(parts))]
+}
+
 // publish writes messages first..first+n-1 of a phase to stream in pipelines of pubBatch.
 func publish(ctx context.Context, rdb *goredis.Client, stream string, f format, phase byte, first, n int) error {
 	buf := make([]byte, pubBatch*payloadSize)
+	parts := partsOf(stream)
 	pipe := rdb.Pipeline()
 	for done := 0; done < n; {
 		k := min(pubBatch, n-done)
@@ -39,7 +58,7 @@ func publish(ctx context.Context, rdb *goredis.Client, stream string, f format, 
 		for i := range k {
 			p := buf[i*payloadSize : (i+1)*payloadSize]
 			putPayload(p, now, phase, first+done+i)
-			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: entryValues(f, p)})
+			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: streamFor(parts, p), Values: entryValues(f, p)})
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("publishing to %s: %w", stream, err)
@@ -83,6 +102,7 @@ func inParallel(n, g int, publish func(first, count int) error) error {
 func publishPaced(ctx context.Context, rdb *goredis.Client, stream string, f format, phase byte, n int, rate float64) error {
 	interval := time.Duration(float64(time.Second) / rate)
 	buf := make([]byte, n*payloadSize) // every message keeps its own bytes until its pipeline ran
+	parts := partsOf(stream)
 	start := time.Now()
 	pipe := rdb.Pipeline()
 	for sent := 0; sent < n; {
@@ -94,7 +114,7 @@ func publishPaced(ctx context.Context, rdb *goredis.Client, stream string, f for
 		for i := sent; i < due; i++ {
 			p := buf[i*payloadSize : (i+1)*payloadSize]
 			putPayload(p, time.Now().UnixNano(), phase, i)
-			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: entryValues(f, p)})
+			pipe.XAdd(ctx, &goredis.XAddArgs{Stream: streamFor(parts, p), Values: entryValues(f, p)})
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("publishing to %s: %w", stream, err)
@@ -114,11 +134,14 @@ type consumer struct {
 	stream string
 }
 
-// create makes the final consumer's group, at the start of the (maybe not yet existing) stream.
+// create makes the final consumer's group, at the start of the (maybe not yet existing) stream
+// (or streams, see partSep).
 func (c *consumer) create(ctx context.Context) error {
-	err := c.rdb.XGroupCreateMkStream(ctx, c.stream, finalGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return err
+	for _, stream := range partsOf(c.stream) {
+		err := c.rdb.XGroupCreateMkStream(ctx, stream, finalGroup, "0").Err()
+		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			return err
+		}
 	}
 	return nil
 }
@@ -129,12 +152,17 @@ func (c *consumer) create(ctx context.Context) error {
 func (c *consumer) receive(ctx context.Context, want int, phase byte, deadline time.Time, on func(ts int64, at time.Time)) (int, time.Time, error) {
 	got := 0
 	var last time.Time
+	parts := partsOf(c.stream)
+	streams := append(parts[:len(parts):len(parts)], parts...)
+	for i := len(parts); i < len(streams); i++ {
+		streams[i] = ">"
+	}
 	for got < want {
 		if time.Now().After(deadline) {
 			return got, last, nil
 		}
 		res, err := c.rdb.XReadGroup(ctx, &goredis.XReadGroupArgs{
-			Group: finalGroup, Consumer: "c", Streams: []string{c.stream, ">"}, Count: 1000, Block: 100 * time.Millisecond,
+			Group: finalGroup, Consumer: "c", Streams: streams, Count: 1000, Block: 100 * time.Millisecond,
 		}).Result()
 		at := time.Now()
 		if errors.Is(err, goredis.Nil) {
@@ -143,26 +171,30 @@ func (c *consumer) receive(ctx context.Context, want int, phase byte, deadline t
 		if err != nil {
 			return got, last, fmt.Errorf("final consumer on %s: %w", c.stream, err)
 		}
-		msgs := res[0].Messages
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-			p, _ := m.Values[fieldPayload].(string)
-			ts, ph, ok := readPayload(p)
-			if !ok {
-				return got, last, fmt.Errorf("final consumer on %s: entry %s is not a benchmark message: %v", c.stream, m.ID, m.Values)
+		for _, r := range res {
+			ids := make([]string, len(r.Messages))
+			for i, m := range r.Messages {
+				ids[i] = m.ID
+				p, _ := m.Values[fieldPayload].(string)
+				ts, ph, ok := readPayload(p)
+				if !ok {
+					return got, last, fmt.Errorf("final consumer on %s: entry %s is not a benchmark message: %v", r.Stream, m.ID, m.Values)
+				}
+				if ph != phase {
+					continue
+				}
+				got++
+				last = at
+				if on != nil {
+					on(ts, at)
+				}
 			}
-			if ph != phase {
+			if len(ids) == 0 {
 				continue
 			}
-			got++
-			last = at
-			if on != nil {
-				on(ts, at)
+			if err := c.rdb.XAck(ctx, r.Stream, finalGroup, ids...).Err(); err != nil {
+				return got, last, err
 			}
-		}
-		if err := c.rdb.XAck(ctx, c.stream, finalGroup, ids...).Err(); err != nil {
-			return got, last, err
 		}
 	}
 	return got, last, nil

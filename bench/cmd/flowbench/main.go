@@ -205,7 +205,14 @@ func run() error {
 		fmt.Printf("once     %s\n", progressLine(backlogScenario, r))
 	}
 
-	rep := buildReport(m, cfg, results, *quick)
+	var costs costTable // costs.go
+	if *costsFlag && ctx.Err() == nil {
+		var n int
+		costs, n = h.runCosts(ctx, filter)
+		failed += n
+	}
+
+	rep := buildReport(m, cfg, results, *quick) + costs.report()
 	fmt.Println()
 	fmt.Print(rep)
 	if *mdOut != "" {
@@ -256,7 +263,7 @@ func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error 
 		if filter != nil {
 			picked = filter.MatchString(sc.name)
 		}
-		if !picked || sc.impl == implWatermill {
+		if !picked || sc.impl == implWatermill || sc.impl == implBenthos {
 			continue
 		}
 		if err := os.MkdirAll(h.profilePath(sc), 0o755); err != nil {

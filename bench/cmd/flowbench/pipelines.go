@@ -34,6 +34,7 @@ type benchPipeline struct {
 	inKey string // the key expression of the input topic, "" for none
 	kind  string // of every stage
 	attrs string // the kind's own attributes, as HCL lines
+	src   string // the whole source, written elsewhere (benthos.go), instead of the above
 }
 
 // aggregateAttrs count and sum per key (the input topic's) in tumbling windows of a second of
@@ -67,6 +68,9 @@ var benchPipelines = []benchPipeline{
 
 // hcl returns the pipeline's source.
 func (p benchPipeline) hcl() string {
+	if p.src != "" {
+		return p.src
+	}
 	var b strings.Builder
 	b.WriteString("# Written by flowbench: a pipeline for benchmarks.\n")
 	fmt.Fprintf(&b, "pipeline \"bench\" {\n  key_prefix = %q\n", fwPrefix)

@@ -220,6 +220,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", sc.name, s.rate, ratio, sc.vs, lat50, lat99, cpu, rcpu,
 			float64(s.peakKB)/1024, mdEscape(strings.Join(notes, "; ")))
 	}
+	b.WriteString(peersReport(sums, results, quick)) // benthos.go
 	if quick {
 		b.WriteString("\nBudgets: not judged in quick mode.\n")
 		return b.String()

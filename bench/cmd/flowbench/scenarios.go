@@ -32,6 +32,7 @@ const (
 	implRaw impl = iota
 	implFlowrun
 	implWatermill
+	implBenthos // benthos.go
 )
 
 // scenario is one system under test with one configuration.
@@ -51,6 +52,12 @@ type scenario struct {
 	async bool
 	// counting is how the messages of a flow are counted as through.
 	counting counting
+	// Set by the scenarios of other files (benthos.go): the streams the harness writes and reads
+	// (instead of streamsOf's), the start of the child process (instead of startSystem's), and
+	// fewer: the flat-out phase has the Watermill count of messages.
+	streams func() ([]string, format)
+	start   func(h *harness, sc scenario, streams []string) (*child, error)
+	fewer   bool
 }
 
 // counting says when a flow's messages are through. Every rate is of input messages: a stage that
@@ -153,11 +160,17 @@ func (h *harness) unavailable(sc scenario) string {
 	if sc.trace != "" && h.fwBatch > 0 {
 		return "not with -fw-batch (no tracing in process)"
 	}
+	if sc.impl == implBenthos {
+		return benthosUnavailable(h)
+	}
 	return ""
 }
 
 // streams returns the streams a scenario's messages go through and the entry format.
 func streamsOf(sc scenario) ([]string, format) {
+	if sc.streams != nil {
+		return sc.streams()
+	}
 	if sc.impl == implFlowrun {
 		var s []string
 		for _, t := range fwTopics(sc.stages) {
@@ -187,6 +200,10 @@ func (h *harness) logPath(sc scenario) string {
 // startSystem starts the child process of a flow scenario. For flowrun it also returns the address
 // of its HTTP server ("" without one).
 func (h *harness) startSystem(sc scenario, streams []string) (*child, string, error) {
+	if sc.start != nil {
+		c, err := sc.start(h, sc, streams)
+		return c, "", err
+	}
 	switch sc.impl {
 	case implRaw:
 		var env []string
@@ -329,7 +346,7 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 	// the rate is how fast the hops bring them to the final consumer. So the harness's publisher
 	// competes with nobody, and every system drains the same backlog of the same size.
 	n := h.cfg.flat
-	if sc.impl == implWatermill {
+	if sc.impl == implWatermill || sc.fewer {
 		n = h.cfg.wmFlat
 	}
 	if err := c.pause(); err != nil {
