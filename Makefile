@@ -34,12 +34,12 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 	$(GO) run ./cmd/flowrun fmt -w examples/pipelines/* examples/plugins/pipeline
 
-# The benchmarks of BENCHMARKS.md: flowrun (bin/flowrun, as a child process) against raw go-redis
-# and Watermill, on a private redis-server, in interleaved rounds. It takes about 14 minutes: run
-# nothing else meanwhile. BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -md bin/bench.md".
-# The harness is a module of its own (bench/), so that the main module does not depend on Watermill;
-# -mod=mod lets it follow the main module's requirements when they change.
-# Benthos (bench-peers, built once) and the cost table (-costs) add about 5 minutes to make bench.
+# The benchmarks of BENCHMARKS.md: flowrun (bin/flowrun, as a child process) against raw go-redis,
+# Watermill and Benthos (bench-peers builds it once), on a private redis-server, in interleaved
+# rounds, then the cost table (-costs). It takes about 20 minutes: run nothing else meanwhile.
+# BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -md bin/bench.md". The harness is a module
+# of its own (bench/), so that the main module does not depend on Watermill; -mod=mod lets it follow
+# the main module's requirements when they change.
 BENCH_FLAGS ?=
 BENCH_GO    := cd bench && GOFLAGS=-mod=mod $(GO)
 bench: build bench-tools bench-peers
