@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -223,9 +224,13 @@ func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, buf 
 	var all result
 	for j := range made {
 		e := made[j].Entry
-		mj := message{id: m.id, path: m.path, partition: m.partition, msg: entryMessage(next, e), trace: traceOf(e)}
+		mj := message{id: m.id, path: m.path, partition: m.partition, trace: traceOf(e)}
 		if len(made) > 1 {
 			mj.path = m.path + "." + strconv.Itoa(j)
+			mj.msg = stages.NewMessage(e.Key, e.Payload, e.Headers)
+		} else {
+			// A message that stage passed on unchanged (a filter's) keeps the fields it decoded.
+			mj.msg = stages.PassedOn(e.Key, e.Payload, e.Headers, &m.msg)
 		}
 		next.stats.in.Add(1)
 		rj, b := r.runChain(ctx, c, i+1, &mj, buf, p, passed)

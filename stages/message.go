@@ -99,6 +99,18 @@ func (m *Message) Payload() ([]byte, error) {
 	return b, nil
 }
 
+// PassedOn returns the message of key, payload and headers that a stage made of from: when
+// payload is from's payload as it arrived and from has decoded it, the message shares from's
+// decoded fields instead of decoding them again (a fused chain hands a filter's messages to the
+// next stage so). Decoding the payload would give the same fields.
+func PassedOn(key string, payload []byte, headers map[string]string, from *Message) Message {
+	m := NewMessage(key, payload, headers)
+	if from.Value != nil && len(payload) > 0 && len(from.raw) == len(payload) && &from.raw[0] == &payload[0] {
+		m.Value = from.Value
+	}
+	return m
+}
+
 // Unchanged returns the payload as it arrived while it still describes the message (nothing
 // changed it since), or nil.
 func (m *Message) Unchanged() []byte { return m.raw }

@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -325,5 +326,34 @@ stage "m" {
 	for i := 0; i < b.N; i++ {
 		m := NewMessage("c-42", payload, nil)
 		out, _ = proc.Process(context.Background(), &m, out[:0])
+	}
+}
+
+// TestPassedOnSharesDecodedFieldsOnlyOfTheSamePayload: a fused chain's next stage reuses the
+// fields a filter decoded, and decodes afresh what a stage changed or made.
+func TestPassedOnSharesDecodedFieldsOnlyOfTheSamePayload(t *testing.T) {
+	payload := []byte(`{"a":1}`)
+	from := NewMessage("k", payload, nil)
+	if err := from.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	if m := PassedOn("k", payload, nil, &from); m.Value == nil || fmt.Sprint(m.Value) != fmt.Sprint(from.Value) {
+		t.Errorf("the same payload: fields %v, want %v shared", m.Value, from.Value)
+	}
+	if m := PassedOn("k", []byte(`{"a":1}`), nil, &from); m.Value != nil {
+		t.Errorf("another payload of the same bytes shares the fields %v: they may be another message's", m.Value)
+	}
+	from.Value["a"] = 2
+	from.Changed()
+	encoded, err := from.Payload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := PassedOn("k", encoded, nil, &from); m.Value != nil {
+		t.Errorf("a changed message shares its fields %v: the next stage must decode what was written", m.Value)
+	}
+	undecoded := NewMessage("k", payload, nil)
+	if m := PassedOn("k", payload, nil, &undecoded); m.Value != nil {
+		t.Errorf("fields %v from a message that never decoded", m.Value)
 	}
 }
