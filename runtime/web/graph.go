@@ -145,7 +145,8 @@ type edgeJSON struct {
 	// process cannot tell (it does not run the node; a route stage's outputs share one count).
 	Rate *float64 `json:"rate"`
 	// Lag, Pending and Retries are summed over the reading node's partitions (reads edges of
-	// nodes this process runs; null otherwise), and Partitions lists them one by one.
+	// nodes this process runs; null otherwise), and Partitions lists them one by one. An edge
+	// inside a fused chain has none: 0, with no partitions.
 	Lag        *int64          `json:"lag"`
 	Pending    *int64          `json:"pending"`
 	Retries    *int64          `json:"retries"`
@@ -308,6 +309,11 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 				sort.Slice(e.Partitions, func(i, j int) bool { return e.Partitions[i].Partition < e.Partitions[j].Partition })
 				e.Lag, e.Pending, e.Retries = &lag, &pending, &retries
 			}
+		}
+		if _, runs := counters[ve.counted]; ve.fused && runs && e.Lag == nil {
+			// Inside a fused chain nothing waits between the stages: it passes in memory.
+			var none int64
+			e.Lag, e.Pending, e.Retries, e.Partitions = &none, &none, &none, []partitionJSON{}
 		}
 		out.Edges = append(out.Edges, e)
 	}
