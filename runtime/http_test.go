@@ -378,7 +378,7 @@ func TestHTTPGraph(t *testing.T) {
 			t.Errorf("%s -> %s: the rate before anything flows is %v, want 0", e.From, e.To, e.Rate)
 		}
 	}
-	if n := g.node(t, "stage.price"); n.Counters == nil || n.Counters.In != 0 || n.Kind != "map" || n.Detail != "map stage · fused: gate+price" {
+	if n := g.node(t, "stage.price"); n.Counters == nil || n.Counters.In != 0 || n.Kind != "map" || n.Detail != "map stage · fused" {
 		t.Errorf("price before the run's work: %+v", n)
 	}
 	if n := g.node(t, "topic.orders"); n.Partitions != 2 || n.Counters != nil {

@@ -139,8 +139,8 @@ sink "out" {
 	}
 	for id, want := range map[string][2]string{
 		"topic.orders": {"orders", "topic · 2 partitions"},
-		"stage.gate":   {"gate", "go stage: test.gate"},
-		"stage.price":  {"price", "map stage"},
+		"stage.gate":   {"gate", "go stage: test.gate · fused"},
+		"stage.price":  {"price", "map stage · fused"},
 		"sink.out":     {"out", "stdout sink"},
 	} {
 		if name, detail := nodes[id].field("name").text, nodes[id].field("detail").text; name != want[0] || detail != want[1] {

@@ -140,7 +140,8 @@ func TestUnsampledTracesLeaveNoTraceContext(t *testing.T) {
 			defer func() { _ = tp.Shutdown(context.Background()) }()
 			c := server.open(t)
 			plan := buildSource(t, tracedPipeline)
-			runJob(t, c, plan, runtime.Options{TracerProvider: tp, SampleRoot: tc.sampleRoot})
+			// Unfused, so that the entries between the stages are there to look at.
+			runJob(t, c, plan, runtime.Options{TracerProvider: tp, SampleRoot: tc.sampleRoot, NoFusion: true})
 			checkEveryOtherTraced(t, c, plan.KeyPrefix, rec)
 		})
 	}

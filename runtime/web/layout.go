@@ -68,7 +68,7 @@ func newGraphView(p *flow.Plan) graphView {
 	for _, n := range g.Nodes {
 		detail := n.Detail
 		if n.Chain != "" {
-			detail += " · fused: " + n.Chain // its chain runs in one hop (flow.Chain)
+			detail += " · fused" // its chain runs in one hop (flow.Chain); the edges inside it say so
 		}
 		vn := &viewNode{id: n.ID, typ: n.Type, name: n.Name, kind: n.Kind, detail: detail,
 			deadLetterTopic: n.DeadLetterTopic, key: n.Key, partitions: n.Partitions, stateful: stateful[n.ID]}
