@@ -13,43 +13,52 @@ import (
 )
 
 // TestMetrics runs the traced pipeline with a metrics reader and checks the counters, the histograms
-// and the polled gauges.
+// and the polled gauges. It runs as a service until the gauges have been polled with everything
+// delivered: a job may end before its first poll is done.
 func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	plan := buildSource(t, tracedPipeline)
-	runJob(t, server.open(t), plan, runtime.Options{MeterProvider: mp, PollInterval: 10 * time.Millisecond})
+	s := startService(t, server.open(t), plan, runtime.Options{MeterProvider: mp, PollInterval: 10 * time.Millisecond})
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	sums := map[string]map[string]int64{} // metric -> node -> value
-	histograms := map[string]map[string]uint64{}
-	gauges := map[string]int{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch data := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range data.DataPoints {
-					if sums[m.Name] == nil {
-						sums[m.Name] = map[string]int64{}
+	var sums map[string]map[string]int64 // metric -> node -> value
+	var histograms map[string]map[string]uint64
+	var gauges map[string]int
+	collect := func() {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		sums, histograms, gauges = map[string]map[string]int64{}, map[string]map[string]uint64{}, map[string]int{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch data := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, dp := range data.DataPoints {
+						if sums[m.Name] == nil {
+							sums[m.Name] = map[string]int64{}
+						}
+						sums[m.Name][node(dp.Attributes)] = dp.Value
 					}
-					sums[m.Name][node(dp.Attributes)] = dp.Value
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range data.DataPoints {
-					if histograms[m.Name] == nil {
-						histograms[m.Name] = map[string]uint64{}
+				case metricdata.Histogram[float64]:
+					for _, dp := range data.DataPoints {
+						if histograms[m.Name] == nil {
+							histograms[m.Name] = map[string]uint64{}
+						}
+						histograms[m.Name][node(dp.Attributes)] = dp.Count
 					}
-					histograms[m.Name][node(dp.Attributes)] = dp.Count
+				case metricdata.Gauge[int64]:
+					gauges[m.Name] += len(data.DataPoints)
 				}
-			case metricdata.Gauge[int64]:
-				gauges[m.Name] += len(data.DataPoints)
 			}
 		}
 	}
+	waitFor(t, "the four messages delivered and every dead-letter stream polled", func() bool {
+		collect()
+		return sums["flowrun.messages.out"]["print"] == 4 && gauges["flowrun.dead_letters"] == 5
+	})
+	s.stop()
 	for name, want := range map[string]map[string]int64{
 		"flowrun.messages.in":  {"gen": 4, "a": 4, "b": 4, "c": 4, "print": 4},
 		"flowrun.messages.out": {"gen": 4, "a": 4, "b": 4, "c": 4, "print": 4}, // a sink counts what it delivered
