@@ -221,15 +221,6 @@ func (h *harness) runRawJob(ctx context.Context, sc scenario, n int) (res result
 
 // jobBudgets are the aims of issue 15 for jobs, judged on the medians of the rounds.
 func jobBudgets(cfg config, sums map[string]summary) [][3]string {
-	verdict := func(have, met bool) string {
-		switch {
-		case !have:
-			return "n/a"
-		case met:
-			return "met"
-		}
-		return "NOT met"
-	}
 	var rows [][3]string
 	fw, ok1 := sums["FW-5 job"]
 	raw, ok2 := sums["RAW-5 job"]

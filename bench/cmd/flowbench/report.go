@@ -233,18 +233,20 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 	return b.String()
 }
 
+// verdict is a budget's verdict: n/a without a figure, else met or NOT met.
+func verdict(have bool, met bool) string {
+	switch {
+	case !have:
+		return "n/a"
+	case met:
+		return "met"
+	}
+	return "NOT met"
+}
+
 // budgets checks the figures against DESIGN.md section 9.
 func budgets(sums map[string]summary) [][3]string {
 	var rows [][3]string
-	verdict := func(have bool, met bool) string {
-		switch {
-		case !have:
-			return "n/a"
-		case met:
-			return "met"
-		}
-		return "NOT met"
-	}
 	ratio := func(name, base string, goal float64) {
 		s, ok := sums[name]
 		have := ok && s.ratioRounds > 0
