@@ -271,3 +271,53 @@ func TestLeftoversOfAnUnfusedRunAreRead(t *testing.T) {
 		t.Errorf("messages that did not arrive once (seq/part:times): %v", missing)
 	}
 }
+
+// TestARetryForAFusedStageReachesItUnfused replays dead letters of a fused chain's third stage,
+// which go to the chain's retry set marked with the stage, and then runs the pipeline unfused: the
+// first stage's unit, which reads that retry set, passes each on to the third stage's input, and
+// they arrive once, without running the stages before it again.
+func TestARetryForAFusedStageReachesItUnfused(t *testing.T) {
+	const n = 8
+	c := server.open(t)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	run := t.Name() + itoa(prefixes.Add(1))
+	plan := buildSource(t, fusionPipeline, "out="+out, "run="+run)
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fusionPoisoned.Store(run, true)
+	publishFusion(t, pub, run, n, 3)
+	if err := pub.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, c, plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond})
+	dl, err := admin.OpenDeadLetters(c, plan, "flaky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dl.List(context.Background())
+	if err != nil || len(list) != 2 {
+		t.Fatalf("flaky has %d dead letters (%v), want 2", len(list), err)
+	}
+	if _, err := dl.Replay(context.Background(), []string{list[0].ID, list[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	fusionPoisoned.Delete(run)
+	j := runJob(t, c, plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond, NoFusion: true})
+	parts := arrivedParts(t, readFile(t, out))
+	for part := 0; part < 2; part++ {
+		if got := parts[[2]int{3, part}]; got != 1 {
+			t.Errorf("message 3 part %d arrived %d times, want once", part, got)
+		}
+	}
+	if calls := fusionCalled("first", run, 3); calls != 1 {
+		t.Errorf("the first stage ran %d times for the replayed message, want once", calls)
+	}
+	if s := j.node(t, "split"); s.In != 0 {
+		t.Errorf("split read %d messages in the unfused run, want none: the retries were for flaky", s.In)
+	}
+	if s := j.node(t, "first"); s.Out != 2 || s.DeadLettered != 0 {
+		t.Errorf("first: %+v, want the 2 retries passed on to flaky's input", s)
+	}
+}
