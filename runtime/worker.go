@@ -335,10 +335,13 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 	return true, w.process(ctx, redis.Batch{}, due, bad)
 }
 
-// entryMessage is the message of an entry; a stateful stage's has its entry's time, the event time
-// of a message that carries none.
-func entryMessage(n *node, e redis.Entry) stages.Message {
+// entryMessage is the message of an entry (read: as read from a stream, whose reading checked its
+// payload); a stateful stage's has its entry's time, the event time of a message that carries none.
+func entryMessage(n *node, e redis.Entry, read bool) stages.Message {
 	msg := stages.NewMessage(e.Key, e.Payload, e.Headers)
+	if read { // checked as it was read (redis.DecodeEntry); a retry's was not
+		msg = stages.NewEntryMessage(e.Key, e.Payload, e.Headers)
+	}
 	if ms, err := redis.IDMillis(e.ID); err == nil && n.stateful {
 		msg.EntryTime = time.UnixMilli(ms)
 	}
@@ -410,7 +413,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			partition:  w.u.partition,
 			inKey:      e.Key,
 			inPayload:  e.Payload,
-			msg:        entryMessage(n, e),
+			msg:        entryMessage(n, e, true),
 			trace:      traceOf(e),
 			deliveries: e.Deliveries,
 			attempts:   max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
@@ -422,7 +425,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			id:           rt.Entry.ID,
 			partition:    w.u.partition,
 			path:         rt.Path,
-			msg:          entryMessage(n, rt.Entry),
+			msg:          entryMessage(n, rt.Entry, false),
 			trace:        traceOf(rt.Entry),
 			attempts:     rt.Attempts,
 			firstFailure: rt.FirstFailure,

@@ -17,6 +17,14 @@ func NewMessage(key string, payload []byte, headers map[string]string) Message {
 	return Message{Key: key, Headers: headers, raw: payload}
 }
 
+// NewEntryMessage is NewMessage for the payload of an entry read from a stream, which reading
+// checked already (transport/redis DecodeEntry: valid JSON and UTF-8, nested at most MaxDepth
+// deep, the rules DecodePayload checks): decoding it does not check it again. Any other payload
+// takes NewMessage.
+func NewEntryMessage(key string, payload []byte, headers map[string]string) Message {
+	return Message{Key: key, Headers: headers, raw: payload, checked: true}
+}
+
 // Decode parses the payload into Value, if that has not happened yet. The payload must be a JSON
 // object. Numbers decode as json.Number, which keeps every digit of large ids.
 func (m *Message) Decode() error {
@@ -26,7 +34,7 @@ func (m *Message) Decode() error {
 		}
 		return nil
 	}
-	v, err := DecodePayload(m.raw)
+	v, err := decodePayload(m.raw, m.checked)
 	if err != nil {
 		return err
 	}
@@ -38,12 +46,17 @@ func (m *Message) Decode() error {
 // permanent error: retrying cannot fix it. So is a payload that is not valid UTF-8 (encoding/json
 // would turn the bytes into U+FFFD, and the message would change on its way) and one nested more
 // than MaxDepth deep.
-func DecodePayload(payload []byte) (map[string]any, error) {
-	if err := jsonscan.Check(payload); err != nil {
-		return nil, Permanent(fmt.Errorf("payload is %w", err))
-	}
-	if !gjson.ValidBytes(payload) {
-		return nil, invalidPayload(payload)
+func DecodePayload(payload []byte) (map[string]any, error) { return decodePayload(payload, false) }
+
+// decodePayload is DecodePayload, without the checks of a payload that was checked (checked).
+func decodePayload(payload []byte, checked bool) (map[string]any, error) {
+	if !checked {
+		if err := jsonscan.Check(payload); err != nil {
+			return nil, Permanent(fmt.Errorf("payload is %w", err))
+		}
+		if !gjson.ValidBytes(payload) {
+			return nil, invalidPayload(payload)
+		}
 	}
 	d := decoder{data: payload}
 	d.space()

@@ -25,6 +25,8 @@ type Message struct {
 	// raw is the payload as it arrived, kept while it still describes the message so that it can be
 	// passed on without decoding and encoding it again.
 	raw []byte
+	// checked: raw was checked as it was read (NewEntryMessage), so Decode need not check it again.
+	checked bool
 	// sizeHint is the length of the payload the message arrived with, once raw no longer holds it.
 	sizeHint int
 }

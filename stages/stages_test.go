@@ -357,3 +357,23 @@ func TestPassedOnSharesDecodedFieldsOnlyOfTheSamePayload(t *testing.T) {
 		t.Errorf("fields %v from a message that never decoded", m.Value)
 	}
 }
+
+// TestAnEntryMessageDecodesAsAnyOther: an entry's payload, checked as it was read, decodes to the
+// same fields without being checked again.
+func TestAnEntryMessageDecodesAsAnyOther(t *testing.T) {
+	payload := []byte(`{"id":12345678901234567890,"name":"é","items":[{"sku":"a","qty":2}],"ok":true,"none":null}`)
+	a, b := NewMessage("k", payload, nil), NewEntryMessage("k", payload, nil)
+	if err := a.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%#v", a.Value) != fmt.Sprintf("%#v", b.Value) {
+		t.Errorf("an entry message decodes to %#v, want %#v", b.Value, a.Value)
+	}
+	notAnObject := NewEntryMessage("k", []byte(`[1,2]`), nil)
+	if err := notAnObject.Decode(); err == nil || !IsPermanent(err) {
+		t.Errorf("an entry whose payload is an array decodes with %v, want a permanent error", err)
+	}
+}
