@@ -71,16 +71,13 @@ func topicArg(plan *flow.Plan, name string) (*flow.Topic, error) {
 // fusedLink explains that topic t is a link inside a fused chain, which no stream holds; "" when it
 // is not one.
 func fusedLink(plan *flow.Plan, t *flow.Topic) string {
-	for _, c := range plan.Chains {
-		for _, s := range c.Stages[1:] {
-			if s.Input == t {
-				return fmt.Sprintf("topic %s is a link inside the fused chain %s, whose stages pass their messages in memory: "+
-					"no stream holds it while the chain runs. Use the chain's input, topic %s, or set fuse = false on stage %s "+
-					"(or run the pipeline with --no-fusion) to make it a stream", t.Name, c.Name(), c.Head().Input.Name, s.Name)
-			}
-		}
+	c, s := plan.LinkOf(t)
+	if c == nil {
+		return ""
 	}
-	return ""
+	return fmt.Sprintf("topic %s is a link inside the fused chain %s, whose stages pass their messages in memory: "+
+		"no stream holds it while the chain runs. Use the chain's input, topic %s, or set fuse = false on stage %s "+
+		"(or run the pipeline with --no-fusion) to make it a stream", t.Name, c.Name(), c.Head().Input.Name, s.Name)
 }
 
 func quoteList(names []string) string {

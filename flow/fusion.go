@@ -45,14 +45,21 @@ func (c *Chain) Head() *Stage { return c.Stages[0] }
 // Fused reports whether topic t is a link inside a chain: an implicit topic that no stream holds,
 // since its writer hands its messages to its reader in memory.
 func (p *Plan) Fused(t *Topic) bool {
+	c, _ := p.LinkOf(t)
+	return c != nil
+}
+
+// LinkOf returns the chain inside which topic t is a link, and the stage that reads it there; nil
+// when t is no link.
+func (p *Plan) LinkOf(t *Topic) (*Chain, *Stage) {
 	for _, c := range p.Chains {
 		for _, s := range c.Stages[1:] {
 			if s.Input == t {
-				return true
+				return c, s
 			}
 		}
 	}
-	return false
+	return nil, nil
 }
 
 // fuseStages finds the plan's chains (Plan.Chains, Stage.Chain). Stage b joins the chain of the
@@ -128,14 +135,6 @@ func orderingStrictness(o Ordering) int {
 	default:
 		return 2
 	}
-}
-
-// Unfuse runs every stage of the plan in its own hop, as if each had fuse = false.
-func (p *Plan) Unfuse() {
-	for _, s := range p.Stages {
-		s.Chain = nil
-	}
-	p.Chains = nil
 }
 
 // UnfuseTopics runs unfused the links of the plan's chains that are the named topics, for a test

@@ -252,14 +252,8 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 
 	for _, t := range plan.Topics {
 		tr := TopicReport{Name: t.Name, Partitions: []PartitionReport{}}
-		for _, ch := range plan.Chains {
-			if plan.Fused(t) && ch.Head().Input != t {
-				for _, s := range ch.Stages[1:] {
-					if s.Input == t {
-						tr.Fused = ch.Name()
-					}
-				}
-			}
+		if ch, _ := plan.LinkOf(t); ch != nil {
+			tr.Fused = ch.Name()
 		}
 		for p := 0; p < t.Partitions; p++ {
 			var ours []reader
