@@ -180,13 +180,12 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 				if g.LeaseError != "" {
 					note = strings.TrimSpace(note + " lease: " + g.LeaseError)
 				}
-				if !g.Exists && t.Fused != "" {
-					note = strings.TrimSpace("fused in " + t.Fused + ": messages pass in memory " + note)
-					fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t%s\t%s\n", name, t.Name, p.Partition, leaseText(g.Lease, g.LeaseError), note)
-					continue
-				}
 				if !g.Exists {
-					note = strings.TrimSpace("no consumer group yet " + note)
+					why := "no consumer group yet "
+					if t.Fused != "" {
+						why = "fused in " + t.Fused + ": messages pass in memory "
+					}
+					note = strings.TrimSpace(why + note)
 					fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t%s\t%s\n", name, t.Name, p.Partition, leaseText(g.Lease, g.LeaseError), note)
 					continue
 				}

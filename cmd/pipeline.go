@@ -77,7 +77,7 @@ func fusedLink(plan *flow.Plan, t *flow.Topic) string {
 	}
 	return fmt.Sprintf("topic %s is a link inside the fused chain %s, whose stages pass their messages in memory: "+
 		"no stream holds it while the chain runs. Use the chain's input, topic %s, or set fuse = false on stage %s "+
-		"(or run the pipeline with --no-fusion) to make it a stream", t.Name, c.Name(), c.Head().Input.Name, s.Name)
+		"to make it a stream", t.Name, c.Name(), c.Head().Input.Name, s.Name)
 }
 
 func quoteList(names []string) string {

@@ -76,6 +76,9 @@ func newRunCommand(stdio IO) *cobra.Command {
 			if diags.HasErrors() {
 				return exitError{code: ExitInvalid}
 			}
+			if opts.NoFusion {
+				plan.Unfuse() // so that the live page draws the hops as they run
+			}
 			// connect starts the embedded Redis when none is configured; its dead letters are gone
 			// when the process exits.
 			urls, _ := conn.configured()

@@ -1,10 +1,6 @@
 package flow
 
-import (
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/zclconf/go-cty/cty"
-)
+import "strings"
 
 // Fusion: consecutive stages that a pipeline chains with stage references (input = stage.NAME)
 // run as one hop. The first stage of a chain reads its input topic; each stage's results go to the
@@ -19,16 +15,7 @@ type Chain struct {
 }
 
 // Name names the chain for graphs and logs: its stages joined by "+".
-func (c *Chain) Name() string {
-	name := ""
-	for i, s := range c.Stages {
-		if i > 0 {
-			name += "+"
-		}
-		name += s.Name
-	}
-	return name
-}
+func (c *Chain) Name() string { return strings.Join(c.Names(), "+") }
 
 // Names lists the chain's stages' names, in order.
 func (c *Chain) Names() []string {
@@ -137,18 +124,34 @@ func orderingStrictness(o Ordering) int {
 	}
 }
 
-// UnfuseTopics runs unfused the links of the plan's chains that are the named topics, for a test
-// file that sends into a stage's implicit output or reads it: a fused link is no stream.
+// UnfuseTopics runs unfused the links of the plan's chains that are the named topics (all of them
+// for AnyTopic), for a test file that sends into a stage's implicit output or reads it: a fused link
+// is no stream.
 func (p *Plan) UnfuseTopics(names map[string]bool) {
-	if len(names) == 0 {
-		return
+	switch {
+	case names[AnyTopic]:
+		p.Unfuse()
+	case len(names) > 0:
+		p.fuseStages(names)
 	}
-	p.fuseStages(names)
 }
 
+// Unfuse runs every stage of the plan in a hop of its own, as if each set fuse = false.
+func (p *Plan) Unfuse() {
+	for _, s := range p.Stages {
+		s.Chain = nil
+	}
+	p.Chains = nil
+}
+
+// FusedAfter reports whether the stage runs fused after another one: its input is a link of its
+// chain, which the chain's first stage reads for it.
+func (s *Stage) FusedAfter() bool { return s.Chain != nil && s.Chain.Head() != s }
+
 // Topics names the topics a test file sends into or looks at: its send and expect blocks' topics,
-// and every name its asserts' conditions spell (output.NAME, output["NAME"]). A test that names a
-// link of a chain needs it as a stream (Plan.UnfuseTopics).
+// and the outputs its asserts read (output.NAME, output["NAME"]); AnyTopic when an assert reads an
+// output whose name it computes. A test that names a link of a chain needs it as a stream
+// (Plan.UnfuseTopics).
 func (f *TestFile) Topics() map[string]bool {
 	names := map[string]bool{}
 	for _, run := range f.Runs {
@@ -164,29 +167,23 @@ func (f *TestFile) Topics() map[string]bool {
 	return names
 }
 
+// AnyTopic, among TestFile.Topics, stands for every topic.
+const AnyTopic = "*"
+
 func topicsOfChecks(names map[string]bool, expects []*TestExpect, asserts []*TestAssert) {
 	for _, e := range expects {
 		names[e.Topic] = true
 	}
 	for _, a := range asserts {
-		sx, ok := a.Condition.(hclsyntax.Expression)
-		if !ok {
-			continue
-		}
-		hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
-			switch e := n.(type) {
-			case *hclsyntax.LiteralValueExpr:
-				if e.Val.Type() == cty.String && e.Val.IsKnown() && !e.Val.IsNull() {
-					names[e.Val.AsString()] = true
-				}
-			case *hclsyntax.ScopeTraversalExpr:
-				for _, step := range e.Traversal {
-					if a, ok := step.(hcl.TraverseAttr); ok {
-						names[a.Name] = true
-					}
-				}
+		for _, t := range a.Condition.Variables() {
+			if t.RootName() != "output" {
+				continue
 			}
-			return nil
-		})
+			if name, _, ok := traversalStep(t, 1); ok {
+				names[name] = true
+			} else {
+				names[AnyTopic] = true
+			}
+		}
 	}
 }

@@ -201,10 +201,11 @@ func writeDOT(w io.Writer, p *Plan) error {
 	}
 	for i, c := range p.Chains {
 		// A fused chain is one box around its stages: one hop, one consumer group.
+		name := c.Name()
 		fmt.Fprintf(&b, "  subgraph cluster_fused_%d {\n    label=%s;\n    style=dashed;\n    color=\"#b08d2e\";\n    fontsize=9;\n",
-			i, dotQuote("fused: "+c.Name()+" (one hop)"))
+			i, dotQuote("fused: "+name+" (one hop)"))
 		for _, n := range g.Nodes {
-			if n.Chain == c.Name() {
+			if n.Chain == name {
 				fmt.Fprintf(&b, "    %s [%s, label=%s];\n", dotQuote(n.ID), shapes[n.Type], dotQuote(strings.Join(n.Label(), "\n")))
 			}
 		}
@@ -252,9 +253,10 @@ func writeMermaid(w io.Writer, p *Plan) error {
 		}
 	}
 	for i, c := range p.Chains {
-		fmt.Fprintf(&b, "  subgraph fused_%d [%s]\n", i, mermaidQuote("fused: "+c.Name()+" (one hop)"))
+		name := c.Name()
+		fmt.Fprintf(&b, "  subgraph fused_%d [%s]\n", i, mermaidQuote("fused: "+name+" (one hop)"))
 		for _, n := range g.Nodes {
-			if n.Chain == c.Name() {
+			if n.Chain == name {
 				node("    ", n)
 			}
 		}

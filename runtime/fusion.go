@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -181,20 +180,20 @@ func (r *runner) fused(c *chain) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		from := 0
 		if m.retry != nil && m.retry.Stage != "" {
-			if from = c.index(m.retry.Stage); from < 0 {
-				return r.handOn(c.nodes[0], m, buf)
-			}
+			from = c.index(m.retry.Stage) // in the chain: processMessage hands on the others
 		}
 		var counts [8]int64 // what each stage passed on; longer chains allocate
-		passed := counts[:0]
+		passed := counts[:]
 		if len(c.nodes) > len(counts) {
-			passed = make([]int64, 0, len(c.nodes))
+			passed = make([]int64, len(c.nodes))
 		}
 		passed = passed[:len(c.nodes)]
 		res, buf := r.runChain(ctx, c, from, m, buf, p, passed)
-		if !res.abandoned {
-			for i, n := range c.nodes {
-				n.stats.out.Add(passed[i])
+		if !res.abandoned && p.passed != nil {
+			for i, n := range passed {
+				if n > 0 {
+					p.passed[i].Add(n)
+				}
 			}
 		}
 		return res, buf, nil
@@ -260,11 +259,12 @@ func (c *chain) index(stage string) int {
 // or the link runs unfused this time): to the stage's input topic, which it then reads, as the stage
 // before it would have written it. A stage that is gone, or fused after another one now, cannot
 // take it that way: the message is dead-lettered, to be replayed from there (flowrun dlq replay).
-func (r *runner) handOn(head *node, m *message, buf []redis.Output) (result, []redis.Output, error) {
+func (r *runner) handOn(head *node, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 	var to *node
 	for _, n := range r.nodes {
 		if n.typ == "stage" && n.name == m.retry.Stage {
 			to = n
+			break
 		}
 	}
 	if to == nil || to.input == nil || to.resumeAs != "" {
@@ -277,11 +277,9 @@ func (r *runner) handOn(head *node, m *message, buf []redis.Output) (result, []r
 		return result{deadLetters: []redis.Output{r.deadLetterMessage(head, m, err, m.attempts, m.firstFailure)}}, buf, err
 	}
 	out.Entry.TraceParent, out.Entry.TraceState = m.trace.parent, m.trace.state
+	if p.passed != nil {
+		p.passed[0].Add(1) // the chain's first stage passed it on
+	}
 	buf = append(buf, out)
 	return result{outs: buf[len(buf)-1 : len(buf) : len(buf)]}, buf, nil
-}
-
-// inChain reports whether s runs fused after another stage in this process's plan.
-func inChain(s *flow.Stage) bool {
-	return s.Chain != nil && s.Chain.Head() != s
 }

@@ -16,10 +16,10 @@ import (
 //
 // When shutdown abandons a message, the rest of its lane is abandoned too: acking a later message of
 // the same key while an earlier one waits for redelivery would reorder the key.
-func (r *runner) processAll(n *node, msgs []*message, retrySet bool, stopping <-chan struct{}) []result {
+func (r *runner) processAll(n *node, msgs []*message, p pass) []result {
 	results := make([]result, len(msgs))
 	if n.inline || n.stateful || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
-		r.processLane(n, msgs, allIndexes(len(msgs)), results, retrySet, stopping)
+		r.processLane(n, msgs, allIndexes(len(msgs)), results, p)
 		return results
 	}
 	lanes := make([][]int, n.lanes)
@@ -40,7 +40,7 @@ func (r *runner) processAll(n *node, msgs []*message, retrySet bool, stopping <-
 			r.activity.add(1)
 			wg.Go(func() {
 				defer r.activity.add(-1)
-				r.processLane(n, msgs, lane, results, retrySet, stopping)
+				r.processLane(n, msgs, lane, results, p)
 			})
 		}
 	}
@@ -51,10 +51,10 @@ func (r *runner) processAll(n *node, msgs []*message, retrySet bool, stopping <-
 }
 
 // processLane processes the messages at the given indexes in order; their outputs share one buffer.
-func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, retrySet bool, stopping <-chan struct{}) {
+func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, p pass) {
 	buf := make([]redis.Output, 0, len(indexes))
 	for k, i := range indexes {
-		results[i], buf = r.processMessage(n, msgs[i], buf, retrySet, stopping)
+		results[i], buf = r.processMessage(n, msgs[i], buf, p)
 		if results[i].abandoned {
 			for _, j := range indexes[k+1:] {
 				results[j] = result{abandoned: true}

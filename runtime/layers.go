@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync/atomic"
 
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -34,6 +35,9 @@ type pass struct {
 	// retrySet: the unit has a retry set, where a retry due later than Options.RetryInPlaceUpTo
 	// waits instead of in the process unless the node retries in place.
 	retrySet bool
+	// passed counts, for a fused chain's batch, what each of its stages passed on (fusion.go): the
+	// commit adds it to the stages' counts. nil elsewhere.
+	passed []atomic.Int64
 	// stopping is closed when the worker stops: waits end, and the message is abandoned (neither
 	// acknowledged nor dead-lettered, so that it is delivered again after the restart).
 	stopping <-chan struct{}
@@ -54,11 +58,11 @@ func (r *runner) layers(n *node) messageFunc {
 }
 
 // processMessage runs a message through the node's layers.
-func (r *runner) processMessage(n *node, m *message, buf []redis.Output, retrySet bool, stopping <-chan struct{}) (result, []redis.Output) {
-	if m.retry != nil && m.retry.Stage != "" && n.chain == nil {
-		res, buf, _ := r.handOn(n, m, buf) // for a stage that ran fused after n
+func (r *runner) processMessage(n *node, m *message, buf []redis.Output, p pass) (result, []redis.Output) {
+	if m.retry != nil && m.retry.Stage != "" && (n.chain == nil || n.chain.index(m.retry.Stage) < 0) {
+		res, buf, _ := r.handOn(n, m, buf, p) // for a stage that ran fused after n, and no longer does
 		return res, buf
 	}
-	res, buf, _ := n.process(r.hard, m, buf, pass{retrySet: retrySet, stopping: stopping})
+	res, buf, _ := n.process(r.hard, m, buf, p)
 	return res, buf
 }

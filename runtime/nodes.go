@@ -259,7 +259,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 		n.idleTimeout = 0 // its writers' watermarks move while they are idle
 	}
 	r.nodes = append(r.nodes, n)
-	if !inChain(s) || r.opts.NoFusion {
+	if !s.FusedAfter() || r.opts.NoFusion {
 		r.addUnits(n) // a stage fused after another gets units only if its link runs as a stream (fuseChains)
 	}
 	return nil

@@ -12,11 +12,13 @@ const wakeAgain = 2 * time.Millisecond
 // so nothing is left pending. Where the client cannot do that (a cluster, a user without CLIENT
 // UNBLOCK, see redis.ErrCannotUnblock) the reads wait out their Block, as before.
 func (r *runner) wakeReaders(done <-chan struct{}) {
-	for {
+	// The first rounds come quickly, for the reads of workers that are idle; then less and less
+	// often, up to Options.Block, while the work in flight drains.
+	for wait := wakeAgain; ; wait = min(2*wait, r.opts.Block) {
 		if err := r.rdb.UnblockReads(r.hard); err != nil || r.hard.Err() != nil {
 			return // unable, or Redis failing (whose dropped connections end the reads anyway)
 		}
-		t := r.clock.NewTimer(wakeAgain)
+		t := r.clock.NewTimer(wait)
 		select {
 		case <-done:
 			t.Stop()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flowrun/stages"
@@ -338,9 +339,11 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 // entryMessage is the message of an entry (read: as read from a stream, whose reading checked its
 // payload); a stateful stage's has its entry's time, the event time of a message that carries none.
 func entryMessage(n *node, e redis.Entry, read bool) stages.Message {
-	msg := stages.NewMessage(e.Key, e.Payload, e.Headers)
+	var msg stages.Message
 	if read { // checked as it was read (redis.DecodeEntry); a retry's was not
 		msg = stages.NewEntryMessage(e.Key, e.Payload, e.Headers)
+	} else {
+		msg = stages.NewMessage(e.Key, e.Payload, e.Headers)
 	}
 	if ms, err := redis.IDMillis(e.ID); err == nil && n.stateful {
 		msg.EntryTime = time.UnixMilli(ms)
@@ -377,6 +380,8 @@ type batchCommit struct {
 	// commit waits until each has room.
 	admits []*partitionGate
 	state  *batchState // a stateful stage's, whose outcomes count once the batch is committed
+	// passed is what each stage of a fused chain passed on (pass.passed), counted once committed.
+	passed []atomic.Int64
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is
@@ -450,7 +455,11 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	written := 0
 	var admits []*partitionGate // one per output to a capped topic
 	abandoned := false
-	for i, res := range r.processAll(n, msgs, w.u.retryKey != "", ctx.Done()) {
+	p := pass{retrySet: w.u.retryKey != "", stopping: ctx.Done()}
+	if n.chain != nil {
+		p.passed = make([]atomic.Int64, len(n.chain.nodes))
+	}
+	for i, res := range r.processAll(n, msgs, p) {
 		m := msgs[i]
 		if res.abandoned {
 			abandoned = true
@@ -504,7 +513,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.backoff.wait(ctx, w.r)
 		return nil
 	}
-	c := &batchCommit{written: written, abandoned: abandoned, admits: admits, state: state}
+	c := &batchCommit{written: written, abandoned: abandoned, admits: admits, state: state, passed: p.passed}
 	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL,
 		State: writes}
 	if len(retryDone)+len(retries) > 0 {
@@ -545,8 +554,11 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		return nil
 	}
 	r.outage.ok()
-	if n.chain == nil { // a chain counts what each of its stages passed on (fusion.go)
+	if n.chain == nil {
 		n.stats.out.Add(int64(c.written))
+	}
+	for i := range c.passed { // a chain's stages, each what it passed on
+		n.chain.nodes[i].stats.out.Add(c.passed[i].Load())
 	}
 	if c.state != nil {
 		n.stats.late.Add(c.state.late)

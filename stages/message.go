@@ -113,13 +113,14 @@ func (m *Message) Payload() ([]byte, error) {
 }
 
 // PassedOn returns the message of key, payload and headers that a stage made of from: when
-// payload is from's payload as it arrived and from has decoded it, the message shares from's
-// decoded fields instead of decoding them again (a fused chain hands a filter's messages to the
-// next stage so). Decoding the payload would give the same fields.
+// payload is from's payload as it arrived, the message shares from's decoded fields, if any, and
+// its checks, instead of doing them again (a fused chain hands a filter's messages to the next
+// stage so). Decoding the payload would give the same fields.
 func PassedOn(key string, payload []byte, headers map[string]string, from *Message) Message {
 	m := NewMessage(key, payload, headers)
-	if from.Value != nil && len(payload) > 0 && len(from.raw) == len(payload) && &from.raw[0] == &payload[0] {
-		m.Value = from.Value
+	if len(payload) > 0 && len(from.raw) == len(payload) && &from.raw[0] == &payload[0] {
+		// The very bytes from arrived with: decoded as from was, checked if from was.
+		m.Value, m.checked = from.Value, from.checked
 	}
 	return m
 }

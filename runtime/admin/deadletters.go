@@ -52,7 +52,7 @@ func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetter
 		names = append(names, s.Name)
 		if s.Name == node {
 			d.nodeTyp, d.input, deadLetter = "stage", s.Input, s.DeadLetter
-			if s.Chain != nil && s.Chain.Head() != s {
+			if s.FusedAfter() {
 				d.retryTo, d.retryIn, d.resume = s.Chain.Head().Name, s.Chain.Head().Input, s.Name
 			}
 		}
