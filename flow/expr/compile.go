@@ -51,6 +51,10 @@ type Env struct {
 type Program struct {
 	root  *node
 	slots int
+	// fields are the top-level message fields the expression reads (msg.NAME, msg["NAME"]);
+	// wholeMsg says that it reads the message in other ways too (msg itself, msg[key]).
+	fields   []string
+	wholeMsg bool
 }
 
 // knownRoots are the per-message roots that some attribute offers; naming
@@ -113,6 +117,9 @@ type compiler struct {
 	anon   map[*hclsyntax.AnonSymbolExpr]int // splat items in scope, to slot
 	bad    map[hcl.Pos]bool                  // traversals already reported as invalid
 	slots  int
+	// fields and wholeMsg record what of the message the expression reads (Program.Fields).
+	fields   map[string]bool
+	wholeMsg bool
 }
 
 type local struct {
@@ -153,7 +160,12 @@ func Compile(e hcl.Expression, s *Scope) (*Program, hcl.Diagnostics) {
 	if c.diags.HasErrors() {
 		return nil, c.diags
 	}
-	return &Program{root: root, slots: c.slots}, c.diags
+	p := &Program{root: root, slots: c.slots, wholeMsg: c.wholeMsg}
+	for f := range c.fields {
+		p.fields = append(p.fields, f)
+	}
+	sort.Strings(p.fields)
+	return p, c.diags
 }
 
 // checkVariables reports every reference to an unknown root, to a root not
@@ -471,6 +483,16 @@ func (p *Program) EvalString(env *Env) (string, error) {
 		return "", p.root.failf("a string is required, but the value is %s", describe(v))
 	}
 	return s, nil
+}
+
+// Fields returns the top-level fields of the message that the expression reads, sorted, and
+// whether it may read others as well (it names msg itself, or indexes it by a computed key): what
+// a stage that changes fields must leave alone for the expression to mean the same after it.
+func (p *Program) Fields() (fields []string, more bool) {
+	if p == nil {
+		return nil, false
+	}
+	return p.fields, p.wholeMsg
 }
 
 // Range is the source range of the expression.

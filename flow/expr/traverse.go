@@ -79,6 +79,7 @@ func (c *compiler) scopeTraversal(e *hclsyntax.ScopeTraversalExpr) *node {
 	}
 	switch root {
 	case "msg":
+		c.readsMsg(steps)
 		if len(steps) == 1 && steps[0].attr {
 			// The most common shape, msg.field, without the loop.
 			s := &steps[0]
@@ -109,6 +110,25 @@ func (c *compiler) scopeTraversal(e *hclsyntax.ScopeTraversalExpr) *node {
 		}
 	}
 	return n
+}
+
+// readsMsg records the top-level field a traversal of msg reads (Program.Fields).
+func (c *compiler) readsMsg(steps []step) {
+	name, ok := "", false
+	switch {
+	case len(steps) > 0 && steps[0].attr:
+		name, ok = steps[0].name, true
+	case len(steps) > 0 && steps[0].key.k == String:
+		name, ok = steps[0].key.s, true
+	}
+	if !ok {
+		c.wholeMsg = true
+		return
+	}
+	if c.fields == nil {
+		c.fields = map[string]bool{}
+	}
+	c.fields[name] = true
 }
 
 func (c *compiler) relativeTraversal(e *hclsyntax.RelativeTraversalExpr) *node {

@@ -77,6 +77,12 @@ type CommitArgs struct {
 	// which must then be the source's lease in the checkpoint key's slot.
 	Checkpoint *Checkpoint
 
+	// Marks are the watermarks of the writer that commits, for the watermarks hashes of the
+	// partitions it writes to (see Keys.Watermarks). They are set after the outputs: in the same
+	// atomic step on a single server, and once the outputs and the settle are done on a cluster,
+	// so that a reader that sees a mark has the outputs written before it in its stream.
+	Marks []MarkWrite
+
 	// commitID, when set, is the ID of a commit made by onceScript in place of a new one: the
 	// tests send one commit twice with it.
 	commitID string
@@ -91,10 +97,13 @@ type StateWrites struct {
 	TimersKey string            // the timer set
 	Timers    map[string]int64  // timers to set: name -> due time in Unix ms
 	Cancel    []string          // timers to remove
+	HoldsKey  string            // the holds set (Keys.Holds)
+	Holds     map[string]int64  // holds to set: name -> time in Unix ms
+	Release   []string          // holds to remove
 }
 
 func (s *StateWrites) empty() bool {
-	return s == nil || len(s.Set)+len(s.Delete)+len(s.Timers)+len(s.Cancel) == 0
+	return s == nil || len(s.Set)+len(s.Delete)+len(s.Timers)+len(s.Cancel)+len(s.Holds)+len(s.Release) == 0
 }
 
 // ReadState returns a key's state in a state hash, and false when it has none.
@@ -251,11 +260,13 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 	if plan.fenced {
 		return c.commitFenced(ctx, a, plan)
 	}
-	if len(a.Outputs) == 0 {
-		if !a.settles() {
-			return nil, nil
+	if len(a.Outputs) == 0 && (len(a.Marks) == 0 || !plan.atomic) {
+		if a.settles() {
+			if err := c.settle(ctx, a); err != nil { // a lone ack needs no transaction
+				return nil, err
+			}
 		}
-		return nil, c.settle(ctx, a) // a lone ack needs no transaction
+		return nil, c.WriteMarks(ctx, a.Marks)
 	}
 	if plan.atomic {
 		return c.commitAtomic(ctx, a, plan)
@@ -264,10 +275,12 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 	if err != nil {
 		return ids, err
 	}
-	if !a.settles() {
-		return ids, nil
+	if a.settles() {
+		if err := c.settle(ctx, a); err != nil {
+			return ids, err
+		}
 	}
-	return ids, c.settle(ctx, a)
+	return ids, c.WriteMarks(ctx, a.Marks)
 }
 
 // commitPlan is a validated, encoded batch.
@@ -386,6 +399,9 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 			p.streams = append(p.streams, o.stream)
 		}
 	}
+	for _, m := range a.Marks {
+		see(m.Hash)
+	}
 	p.atomic = !c.cluster || sameSlot
 	return p, nil
 }
@@ -427,7 +443,7 @@ func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
 }
 
 // onceFirstOutputKey is the index in onceScript's KEYS (from 1) of the first output stream.
-const onceFirstOutputKey = 7
+const onceFirstOutputKey = 8
 
 // commitFenced makes a commit with onceScript (see Commit).
 func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
@@ -437,6 +453,9 @@ func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) 
 	}
 	keys = append(keys, LeaseCommit(a.Lease.Key))
 	keys = append(keys, p.streams...)
+	for _, m := range a.Marks {
+		keys = append(keys, m.Hash)
+	}
 	fields := 0
 	for _, o := range p.all {
 		fields += len(o.values)
@@ -452,6 +471,11 @@ func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) 
 		args = append(args, o.values...)
 	}
 	args = append(args, settle[2:]...)
+	for _, m := range a.Marks {
+		args = append(args, 2*len(m.Fields))
+		args = append(args, markArgs(m)...)
+	}
+	args = append(args, len(a.Marks))
 	res, err := onceScript.Run(ctx, c.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, wrap(classify(err), "committing the effectively-once outputs and acks of group "+a.Group+" on", a.Stream)
@@ -548,12 +572,16 @@ func (c *Client) writeOutputs(ctx context.Context, pipe goredis.Pipeliner, p *co
 func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
 	pipe := c.rdb.TxPipeline()
 	collect := p.queueOutputs(ctx, pipe)
+	collectMarks := queueMarks(ctx, pipe, a.Marks)
 	var ack goredis.Cmder
 	if a.settles() {
 		ack = queueSettle(ctx, pipe, a, p.guards, p.streams)
 	}
 	_, execErr := pipe.Exec(ctx)
 	ids, err := collect()
+	if err == nil {
+		err = collectMarks()
+	}
 	if err != nil {
 		if ack != nil && isUnwritten(ack.Err()) {
 			return ids, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
@@ -651,11 +679,14 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		}
 		args = append(args, r.Due.UnixMilli(), member)
 	}
-	stateKey, timersKey := a.Stream, a.Stream
+	stateKey, timersKey, holdsKey := a.Stream, a.Stream, a.Stream
 	if s := a.State; !s.empty() {
 		stateKey, timersKey = s.Key, s.TimersKey
 		if timersKey == "" {
 			timersKey = a.Stream
+		}
+		if s.HoldsKey != "" {
+			holdsKey = s.HoldsKey
 		}
 		args = append(args, 2*len(s.Set))
 		for _, k := range slices.Sorted(maps.Keys(s.Set)) {
@@ -673,10 +704,18 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		for _, k := range s.Cancel {
 			args = append(args, k)
 		}
+		args = append(args, 2*len(s.Holds))
+		for _, k := range slices.Sorted(maps.Keys(s.Holds)) {
+			args = append(args, s.Holds[k], k)
+		}
+		args = append(args, len(s.Release))
+		for _, k := range s.Release {
+			args = append(args, k)
+		}
 	} else {
-		args = append(args, 0, 0, 0, 0)
+		args = append(args, 0, 0, 0, 0, 0, 0)
 	}
-	return []string{a.Stream, retryKey, leaseKey, stateKey, timersKey}, args, nil
+	return []string{a.Stream, retryKey, leaseKey, stateKey, timersKey, holdsKey}, args, nil
 }
 
 // settle acks a batch and moves its retries, or records its checkpoint, on its own.

@@ -20,6 +20,8 @@ import (
 //	<prefix>:{<topic>:<p>}:dedup:<stage>:<src>     string: effectively-once marker of an output
 //	<prefix>:{<topic>:<p>}:state:<stage>           hash: a stateful stage's state on p
 //	<prefix>:{<topic>:<p>}:timers:<stage>          sorted set: its durable timers on p
+//	<prefix>:{<topic>:<p>}:holds:<stage>           sorted set: what holds its output watermark back on p
+//	<prefix>:{<topic>:<p>}:watermarks              hash: the watermarks of the writers of p
 //	<prefix>:{<topic>}:state:<stage>:partitions    string: the partition count its state is for
 //	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
 //	<prefix>:members                               sorted set: running processes, by expiry
@@ -120,6 +122,13 @@ func (k Keys) State(topic string, partition int, stage string) string {
 // Timers: see State.
 func (k Keys) Timers(topic string, partition int, stage string) string {
 	return k.Stream(topic, partition) + ":timers:" + stage
+}
+
+// Holds returns the key of the sorted set of a stateful stage's holds on one partition of its
+// input: by time in ms, what keeps the watermark it passes on at or before that time (an open
+// session's start). It shares the input stream's hash tag, like State.
+func (k Keys) Holds(topic string, partition int, stage string) string {
+	return k.Stream(topic, partition) + ":holds:" + stage
 }
 
 // StatePartitions returns the key that records how many partitions the input topic of a stateful

@@ -72,14 +72,15 @@ return 0
 // name) and acking would lose the inputs.
 //
 //	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
-//	(the stream again when not fenced), KEYS[4] state hash and KEYS[5] timer set (the stream
-//	again when unused), then the last marker of each effectively-once call, then the streams of
-//	the plain outputs, as many as the last ARGV says
+//	(the stream again when not fenced), KEYS[4] state hash, KEYS[5] timer set and KEYS[6] holds
+//	set (the stream again when unused), then the last marker of each effectively-once call, then
+//	the streams of the plain outputs, as many as the last ARGV says
 //	ARGV[1] group, ARGV[2] expected lease value ("" when not fenced), then the number of IDs to
 //	ack and the IDs, the number of retry members to remove and them, the number of retries to
 //	add and their (due ms, member) pairs; then the state: twice the number of keys to set and their
 //	(key, value) pairs, the number of keys to delete and them, twice the number of timers to set
-//	and their (due ms, name) pairs, the number of timers to cancel and them. Lua's unpack has a
+//	and their (due ms, name) pairs, the number of timers to cancel and them, twice the number of
+//	holds to set and their (ms, name) pairs, the number of holds to release and them. Lua's unpack has a
 //	stack limit, so each command takes
 //	at most 1000 arguments.
 //	returns the number acked, or a LEASELOST or UNWRITTEN error
@@ -88,7 +89,7 @@ if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
 local guarded = #KEYS - tonumber(ARGV[#ARGV])
-for g = 6, guarded do
+for g = 7, guarded do
   if not redis.call('GET', KEYS[g]) then
     return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
   end
@@ -104,8 +105,9 @@ local i = 3
 
 // settleSteps are the settle script's steps from the IDs on, shared with the effectively-once
 // commit script (onceScript): the Lua variable i is the index in ARGV of the number of IDs to ack,
-// KEYS[1] the input stream, KEYS[2] the retry set, KEYS[4] the state hash and KEYS[5] the timer
-// set. They define acked, the number of entries acked.
+// KEYS[1] the input stream, KEYS[2] the retry set, KEYS[4] the state hash, KEYS[5] the timer set
+// and KEYS[6] the holds set. They define acked, the number of entries acked, and leave i after
+// the arguments they read.
 const settleSteps = `local n = tonumber(ARGV[i])
 i = i + 1
 local acked = 0
@@ -125,7 +127,7 @@ for j = i, i + k - 1, 1000 do
   redis.call('ZADD', KEYS[2], unpack(ARGV, j, math.min(j + 999, i + k - 1)))
 end
 i = i + k
-local ops = {{'HSET', 4}, {'HDEL', 4}, {'ZADD', 5}, {'ZREM', 5}}
+local ops = {{'HSET', 4}, {'HDEL', 4}, {'ZADD', 5}, {'ZREM', 5}, {'ZADD', 6}, {'ZREM', 6}}
 for _, op in ipairs(ops) do
   local c = tonumber(ARGV[i])
   i = i + 1
@@ -251,22 +253,25 @@ return ids
 // under the lease: the same call sent again (a client that retries after a lost reply) finds it
 // and writes nothing.
 //
-//	KEYS[1..5] as settleScript's (input stream, retry set, lease key, state hash, timer set),
-//	KEYS[6] the commit key, KEYS[7..] the output streams
+//	KEYS[1..6] as settleScript's (input stream, retry set, lease key, state hash, timer set, holds
+//	set), KEYS[7] the commit key, then the output streams, then the watermarks hashes to set
+//	(CommitArgs.Marks), as many as the last ARGV says
 //	ARGV[1] group, ARGV[2] lease value, ARGV[3] commit ID, ARGV[4] its time to live in ms,
 //	ARGV[5] the number of outputs, then per output: the index in KEYS of its stream, its MAXLEN
 //	(0: none), the number of field/value strings and them; then the settle arguments from the
-//	number of IDs to ack on, as settleScript's
+//	number of IDs to ack on, as settleScript's; then per watermarks hash twice the number of
+//	fields to set and their (field, value) pairs; then the number of watermarks hashes
 //	returns {1, the IDs of the outputs...}, {0} when the commit was already made, or a LEASELOST
 //	or WRONGTYPE error
 var onceScript = goredis.NewScript(`
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
-if redis.call('GET', KEYS[6]) == ARGV[3] then
+if redis.call('GET', KEYS[7]) == ARGV[3] then
   return {0}
 end
-for g = 7, #KEYS do
+local marks = tonumber(ARGV[#ARGV])
+for g = 8, #KEYS - marks do
   local t = redis.call('TYPE', KEYS[g]).ok
   if t ~= 'stream' and t ~= 'none' then
     return redis.error_reply('WRONGTYPE ' .. KEYS[g] .. ' holds a ' .. t .. ', not a stream: nothing was written and nothing was acked')
@@ -286,6 +291,14 @@ for o = 1, tonumber(ARGV[5]) do
   end
   i = i + f
 end
-` + settleSteps + `redis.call('SET', KEYS[6], ARGV[3], 'PX', ARGV[4])
+` + settleSteps + `for k = #KEYS - marks + 1, #KEYS do
+  local c = tonumber(ARGV[i])
+  i = i + 1
+  if c > 0 then
+    redis.call('HSET', KEYS[k], unpack(ARGV, i, i + c - 1))
+  end
+  i = i + c
+end
+redis.call('SET', KEYS[7], ARGV[3], 'PX', ARGV[4])
 return ids
 `)
