@@ -51,7 +51,10 @@ type Topic struct {
 	// Repartition is the stage the compiler inserted to write this repartition topic (see
 	// RepartitionKind); nil for other topics.
 	Repartition *Stage
-	Range       hcl.Range
+	// Watermark says how the topic's partitions get their watermarks (watermarks.go); nil when no
+	// stateful stage depends on the topic.
+	Watermark *TopicWatermark
+	Range     hcl.Range
 }
 
 // Retention bounds a topic's streams. Zero values mean unbounded.
@@ -167,6 +170,9 @@ type Stage struct {
 	Fuse bool
 	// Chain is the chain the stage runs in; nil when it runs in a hop of its own.
 	Chain *Chain
+	// Watermark is what the stage's units keep of their input partitions' watermarks
+	// (watermarks.go); nil when no stateful stage depends on the stage and it keeps no state.
+	Watermark *StageWatermark
 }
 
 // Outputs lists every topic the stage may write to, in a stable order, dead letters excluded.
@@ -174,6 +180,9 @@ func (s *Stage) Outputs() []*Topic {
 	var out []*Topic
 	if s.Output != nil {
 		out = append(out, s.Output)
+	}
+	if s.Kind == RepartitionKind {
+		return out // its Config is the stateful stage's, whose topics are that stage's
 	}
 	return append(out, s.Config.topics()...)
 }

@@ -1,9 +1,6 @@
 package flow
 
-import (
-	"strings"
-	"time"
-)
+import "strings"
 
 // A stateful stage keeps its state per input partition, so each key's messages must all be in one
 // partition: its input must be partitioned by what its state is keyed by (Kind.StateKey, such as
@@ -72,7 +69,3 @@ func (c *compiler) repartition(s *Stage) *Stage {
 func sameExpr(a, b string) bool {
 	return strings.Join(strings.Fields(a), "") == strings.Join(strings.Fields(b), "")
 }
-
-// RepartitionIdleTimeout is how long a repartition stage's input partition is idle before its
-// watermark moves with the clock, when the stateful stage it feeds names no idle_timeout.
-const RepartitionIdleTimeout = time.Minute

@@ -51,7 +51,6 @@ sink "out" {
 		{"group_by differs from the topic's key", pipeline(4, "key = msg.region", aggregate("group_by = msg.customer")), true},
 		{"group_by on a topic without a key", pipeline(4, "", aggregate("group_by = msg.customer")), true},
 		{"group_by is the topic's key", pipeline(4, "key = msg.customer", aggregate("group_by = msg . customer")), false},
-		{"no group_by: the message's key", pipeline(4, "key = msg.region", aggregate("")), false},
 		{"one partition holds every key", pipeline(1, "key = msg.region", aggregate("group_by = msg.customer")), false},
 		{"dedupe key differs from the topic's key", pipeline(4, "key = msg.customer", dedupe), true},
 		{"dedupe key is the topic's key", pipeline(4, "key = msg.order_id", dedupe), false},

@@ -128,6 +128,16 @@ type Kind struct {
 	// input partition (stages.RegisterStage sets it from the kind's traits): one process at a time
 	// must own such a partition, so the stage's ordering may not be "none".
 	Stateful func(config Attrs) bool
+	// Results marks a stateful kind whose output carries results of its own, new messages whose
+	// event times it sets (an aggregate's windows), rather than the messages it read; the topics
+	// its other attributes name (late) get messages it read. It tells the watermarks it passes on
+	// (watermarks.go).
+	Results bool
+	// KeepsPartition marks a kind whose outputs keep the key their input arrived with (a filter,
+	// a map), or are keyed by what the input is partitioned by (an aggregate's results, by their
+	// group): a stage of the kind on input partition p writes only partition p of an unkeyed topic
+	// of as many partitions.
+	KeepsPartition bool
 }
 
 // KindOutput is one of the topics a stage kind with OwnOutputs writes to.

@@ -109,19 +109,26 @@ func (r *runner) accessChecks() *redis.Access {
 				streams = append(streams, o.stream)
 			}
 		}
-		var state, timers string
+		var state redis.StateKeys
 		if n.stateful {
-			state, timers = r.keys.State(n.input.Name, u.partition, n.name), r.keys.Timers(n.input.Name, u.partition, n.name)
-			a.State(who, state, timers)
+			state = redis.StateKeys{Hash: r.keys.State(n.input.Name, u.partition, n.name), Timers: r.keys.Timers(n.input.Name, u.partition, n.name),
+				Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
+			a.State(who, state.Hash, state.Timers)
 		}
-		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, timers, markers, streams)
+		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, markers, streams)
 		if n.delivery == flow.EffectivelyOnce && u.leaseKey != "" && !r.rdb.IsCluster() {
 			// Its effectively-once commits are one script without markers (redis.Commit).
-			var outputs []string
+			var outputs, marks []string
 			for _, o := range r.committedOutputs(n) {
 				outputs = append(outputs, o.stream)
 			}
-			a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, timers, outputs)
+			if spec := r.timeSpec(u); spec != nil {
+				for _, o := range spec.Outputs {
+					marks = append(marks, o.Hashes...)
+				}
+				marks = append(marks, spec.Close.Hash)
+			}
+			a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, outputs, marks)
 		}
 		a.Stats(who, u.stream)
 		if u.leaseKey != "" {
@@ -130,8 +137,18 @@ func (r *runner) accessChecks() *redis.Access {
 		if u.retryKey != "" {
 			a.Retries(who, u.retryKey)
 		}
-		for _, wr := range n.writers {
-			a.Watermarks(who, wr.state)
+		if spec := r.timeSpec(u); spec != nil {
+			if spec.Marks != "" {
+				a.ReadMarks(who, spec.Marks, u.stream)
+			}
+			for _, o := range spec.Outputs {
+				for _, h := range o.Hashes {
+					a.WriteMarks(who, h)
+				}
+			}
+		}
+		if n.stateful {
+			a.Holds(who, r.keys.Holds(n.input.Name, u.partition, n.name))
 		}
 	}
 	for _, n := range r.nodes {
@@ -165,10 +182,29 @@ func (r *runner) accessChecks() *redis.Access {
 			a.Output(who, o.stream, o.dedup)
 		}
 	}
+	for _, h := range r.markHashes() {
+		a.WriteMarks("the watermarks of the pipeline's topics, reopened at start", h)
+	}
+	for _, u := range r.units { // a job's end test
+		if u.node.timed() {
+			a.ReadMarkField("the end of a job", closeMarkOf(r, u).Hash)
+		}
+	}
+	for _, p := range r.producers {
+		if p.time != nil {
+			a.ReadMarkField("the end of a job", p.time.hashes[0])
+		}
+	}
 	for _, p := range r.producers {
 		who := "source " + p.node.name
 		if p.leaseKey != "" {
 			a.Lease(who, p.leaseKey)
+		}
+		if p.time != nil {
+			a.ReadMarks(who, p.time.hashes[0], r.keys.Stream(p.output.Name, 0))
+			for _, h := range p.time.hashes {
+				a.WriteMarks(who, h)
+			}
 		}
 		var markers []string
 		streams := []string{r.keys.DeadLetter(p.node.name)}

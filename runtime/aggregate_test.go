@@ -38,6 +38,7 @@ source "gen" {
 }
 stage "per_minute" {
   kind       = "aggregate"
+  group_by = msg.customer
   input      = topic.orders
   event_time = msg.at
   window {
@@ -132,6 +133,7 @@ source "gen" {
 }
 stage "sessions" {
   kind       = "aggregate"
+  group_by = msg.user
   input      = topic.views
   event_time = msg.at
   window {
@@ -212,6 +214,7 @@ stage "once" {
 }
 stage "counts" {
   kind       = "aggregate"
+  group_by = msg.id
   input      = topic.in
   event_time = msg.at
   max_keys   = 2

@@ -58,9 +58,11 @@ sink "out" {
   path  = var.out
 }
 `
-	// The computation, per partition and in order: a message is a duplicate when its key's first
-	// message is less than within before it and within of it is not up at the watermark (the
-	// latest event time in the partition so far); otherwise it passes and is the key's first.
+	// The computation, in order: a message is a duplicate when its key's first message is less than
+	// within before it and within of it is not up at the watermark (the latest event time that the
+	// source, the one writer of every partition, has written so far); otherwise it passes and is the
+	// key's first. The state is looked at once the job is done, when every partition's watermark is
+	// the source's last event time.
 	type memory struct {
 		watermark  int64
 		remembered map[string]int64 // key -> its first message's time, whose time is not up
@@ -80,8 +82,10 @@ sink "out" {
 		o.passed = map[int]bool{}
 		for seq := job * perJob; seq < (job+1)*perJob; seq++ {
 			key, at := "k"+strconv.Itoa(seq%keys), int64(seq+1)*step
+			for p := range watermarks {
+				watermarks[p] = max(watermarks[p], at)
+			}
 			p := redis.Partition(key, partitions)
-			watermarks[p] = max(watermarks[p], at)
 			f, seen := first[key]
 			switch {
 			case seen && f+within > watermarks[p] && at-f < within:

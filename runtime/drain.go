@@ -64,13 +64,15 @@ func (r *runner) watchDrain(ctx context.Context) {
 			previous = ""
 		case !done:
 			previous = ""
-		case r.closing.Load() && r.closed.Load() < r.timedUnits():
-			previous = "" // the stateful stages are closing their windows
-		case state == previous && !r.closing.Load() && r.timedUnits() > 0:
-			// The inputs are drained: every open window closes now, and what it emits is processed
-			// before the job ends. Idle readers are woken to see it.
-			r.log.Info("the inputs are drained; closing the open windows")
+		case r.closing.Load() && !r.allClosed(ctx):
+			previous = "" // the watermarks are closing, one hop after another
+		case state == previous && !r.closing.Load() && r.timed():
+			// The inputs are drained: the watermarks close, from the sources on, and every open
+			// window closes and emits what it holds, which is processed before the job ends. Idle
+			// readers are woken to see it.
+			r.log.Info("the inputs are drained; closing the watermarks and the open windows")
 			r.closing.Store(true)
+			close(r.closeSources)
 			_ = r.rdb.UnblockReads(ctx)
 			previous = ""
 		case state == previous:
@@ -87,16 +89,48 @@ func (r *runner) watchDrain(ctx context.Context) {
 	}
 }
 
-// timedUnits counts the units of stateful stages whose timers fire at the end of a job
-// (StageTraits.FireAtEnd) that this process runs.
-func (r *runner) timedUnits() int64 {
-	var n int64
-	for _, u := range r.units {
-		if u.node.fireAtEnd {
-			n++
+// timed reports whether this process runs anything that keeps watermarks.
+func (r *runner) timed() bool {
+	for _, n := range r.nodes {
+		if n.timed() {
+			return true
 		}
 	}
-	return n
+	for _, p := range r.producers {
+		if p.time != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// allClosed reports whether everything this process runs that keeps watermarks has closed them,
+// whichever process ran it: every unit's close mark and every producing source's marks are set.
+func (r *runner) allClosed(ctx context.Context) bool {
+	var hashes, fields []string
+	for _, u := range r.units {
+		if u.node.timed() {
+			c := closeMarkOf(r, u)
+			hashes, fields = append(hashes, c.Hash), append(fields, c.Field)
+		}
+	}
+	for _, p := range r.producers {
+		if p.time != nil && len(p.time.domains) > 0 {
+			hashes = append(hashes, p.time.hashes[0])
+			fields = append(fields, redis.MarkField(p.time.writer, p.time.domains[0].Name))
+		}
+	}
+	values, err := r.rdb.ReadMarkFields(ctx, hashes, fields)
+	if err != nil {
+		r.log.Debug("cannot read whether the watermarks have closed", "err", err)
+		return false
+	}
+	for _, v := range values {
+		if m, err := redis.ParseMark(v); err != nil || !m.Closed {
+			return false
+		}
+	}
+	return true
 }
 
 // streamSourceStarts records the last entry of each redis_stream source's stream as the job starts:

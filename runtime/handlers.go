@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/flowrun/flowrun/flow"
@@ -14,7 +15,8 @@ type stageHandler struct {
 	lifecycle // the processor's, if it has one
 	r         *runner
 	node      *node
-	proc      stages.Processor
+	proc      stages.Processor         // a stage that keeps no state
+	stateful  stages.StatefulProcessor // or one that does
 }
 
 func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
@@ -27,10 +29,8 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	var results []stages.Output
 	var err error
 	dropped := false
-	if h.node.stateful {
-		results, dropped, err = withAttemptState(ctx, m.state, func(ctx context.Context) ([]stages.Output, error) {
-			return h.proc.Process(ctx, &m.msg, *scratch)
-		})
+	if h.stateful != nil {
+		results, dropped, err = h.attempt(ctx, m, *scratch)
 	} else {
 		results, err = h.proc.Process(ctx, &m.msg, *scratch)
 	}
@@ -45,6 +45,11 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	}
 	for i := range results {
 		o := &results[i]
+		if o.DeadLetter != "" {
+			outs = append(outs, h.r.deadLetterMessage(h.node, &message{id: m.id, path: m.path, partition: m.partition, msg: o.Message, out: m.out},
+				errors.New(o.DeadLetter), m.attempts+1, h.r.clock.Now()))
+			continue
+		}
 		out, err := h.r.topicOutput(h.node, m, o.Topic, &o.Message, i, m.partition)
 		if err != nil {
 			return outs, err
@@ -52,6 +57,26 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 		outs = append(outs, out)
 	}
 	return outs, nil
+}
+
+// attempt runs one attempt of a stateful stage with a fresh view of its batch's state, and joins
+// the view's writes to the batch when the attempt succeeds. It reports whether the attempt dropped
+// its message: recorded it late or a duplicate and passed it on nowhere (late = "drop",
+// duplicates = "drop"). An attempt that fails for good at once (a permanent error: the message is
+// dead-lettered) counts its outcomes without its writes, so that a late message dead-lettered
+// counts as late too.
+func (h *stageHandler) attempt(ctx context.Context, m *message, out []stages.Output) ([]stages.Output, bool, error) {
+	a := m.state.Attempt(m.watermark)
+	outs, err := h.stateful.Process(ctx, a, &m.msg, out)
+	if err != nil {
+		if stages.IsPermanent(err) {
+			a.Failed()
+		}
+		return outs, false, err
+	}
+	dropped := len(outs) == 0 && a.Recorded()
+	a.Join(dropped)
+	return outs, dropped, nil
 }
 
 // stageOutputs recycles the slices that processors append their outputs to.

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/state"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -39,16 +40,17 @@ type node struct {
 	timers stages.TimerHandler
 	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StageTraits.FireAtEnd).
 	fireAtEnd bool
-	// idleTimeout is how long a partition is idle before its watermark moves with the clock
-	// (stages.IdleAdvancer); 0: never.
-	idleTimeout time.Duration
 	// prefetch names the state keys of a batch's messages, to read them in one round trip
 	// (stages.StatePrefetcher); nil for kinds that cannot tell.
 	prefetch stages.StatePrefetcher
-	// writers are the writers of a stateful stage's repartition topic, whose watermarks make its
-	// own (watermark_writers.go); nil for other inputs.
-	writers []writer
-	retry   flow.RetryPolicy
+	// outputWatermark says what the watermark of a kind's results is (stages.OutputWatermarker);
+	// nil for kinds that pass on the messages they read.
+	outputWatermark stages.OutputWatermarker
+	// stage and source are the node's block in the plan: a stage's, or a source's that reads a
+	// stream; nil otherwise.
+	stage  *flow.Stage
+	source *flow.Source
+	retry  flow.RetryPolicy
 	// transientRetry is the policy for transient failures: retry's, when the node has a retry
 	// block, else flow.DefaultTransientRetry (no limit).
 	transientRetry flow.RetryPolicy
@@ -156,7 +158,8 @@ type message struct {
 	attempts     int
 	firstFailure time.Time
 	retry        *redis.Retry
-	state        *batchState // its batch's state writes, for a stateful node
+	state        *state.Batch // its batch's state writes, for a stateful node
+	watermark    int64        // a stateful node's watermark as of the message, in Unix ms
 }
 
 // nodeStats counts what a node did, for the summary.
@@ -223,40 +226,45 @@ func (r *runner) addStage(s *flow.Stage) error {
 		return &ConfigError{err.Error()}
 	}
 	traits := kind.TraitsFor(s.Config)
+	_ = kind
 	n := &node{
-		name: s.Name, typ: "stage", kind: s.Kind,
+		name: s.Name, typ: "stage", kind: s.Kind, stage: s,
 		group: redis.Group(s.Name), input: s.Input,
 		ordering: s.Ordering, lanes: s.Concurrency, inline: traits.Inline, stateful: traits.Stateful,
 		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
 	}
-	// A stateful stage's retries wait in place: a message parked in the retry set while the
-	// messages behind it went on would let them move the watermark past its windows, and it would
-	// come back late. Its partition waits for it instead, as its in-order processing requires.
-	n.retryInPlace = n.retryInPlace || n.stateful
+	// A stateful stage's retries wait in place, and so do those of a stage that feeds one: a
+	// message parked in the retry set while the messages behind it went on would let them move the
+	// watermark past its windows, and it would come back late. Its partition waits for it instead.
+	n.retryInPlace = n.retryInPlace || s.Watermark != nil
 	if n.stateful && n.ordering == flow.OrderNone {
 		return &ConfigError{"stage " + s.Name + ": a " + s.Kind + " stage keeps state per partition, which needs ordering = \"key\" or \"partition\", not \"none\""}
 	}
 	n.log = r.log.With(n.typ, n.name)
 	env := r.env(n)
+	h := &stageHandler{r: r, node: n}
+	var impl any
 	if n.stateful {
-		env.State = stateHandle{}
-	}
-	proc, err := kind.New(s, env)
-	if err != nil {
-		return &ConfigError{err.Error()}
-	}
-	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
-	if th, ok := proc.(stages.TimerHandler); ok && n.stateful {
-		n.timers, n.fireAtEnd = th, traits.FireAtEnd
-		if ia, ok := proc.(stages.IdleAdvancer); ok {
-			n.idleTimeout = ia.IdleTimeout()
+		if h.stateful, err = stages.CompileStateful(s, env); err != nil {
+			return &ConfigError{err.Error()}
 		}
+		impl = h.stateful
+	} else {
+		if h.proc, err = stages.Compile(s, env); err != nil {
+			return &ConfigError{err.Error()}
+		}
+		impl = h.proc
 	}
-	if p, ok := proc.(stages.StatePrefetcher); ok && n.stateful {
+	h.lifecycle = lifecycle{impl}
+	n.handler = h
+	if th, ok := impl.(stages.TimerHandler); ok && n.stateful {
+		n.timers, n.fireAtEnd = th, traits.FireAtEnd
+	}
+	if p, ok := impl.(stages.StatePrefetcher); ok && n.stateful {
 		n.prefetch = p
 	}
-	if n.writers = r.writersOf(n); n.writers != nil {
-		n.idleTimeout = 0 // its writers' watermarks move while they are idle
+	if ow, ok := impl.(stages.OutputWatermarker); ok && n.stateful {
+		n.outputWatermark = ow
 	}
 	r.nodes = append(r.nodes, n)
 	if !s.FusedAfter() || r.opts.NoFusion {

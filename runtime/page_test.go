@@ -223,6 +223,7 @@ stage "once" {
 }
 stage "per_minute" {
   kind       = "aggregate"
+  group_by = msg.customer
   input      = stage.once
   event_time = msg.at
   late       = "drop"

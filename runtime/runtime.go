@@ -228,10 +228,11 @@ type runner struct {
 	nodes     []*node            // every node this process runs, in plan order
 	producers []*producingSource // sources that produce messages (generate, file, stdin)
 	units     []*unit            // every partition of a consuming node this process runs
-	// closing is set when a job's inputs are drained and its stateful stages with timers must
-	// close what is open (their windows); closed counts the units that have.
-	closing atomic.Bool
-	closed  atomic.Int64
+	// closing is set when a job's inputs are drained: the watermarks close, and the stateful stages
+	// with timers close what is open (their windows). closeSources is closed with it, to wake the
+	// producing sources' watermarks (source_time.go).
+	closing      atomic.Bool
+	closeSources chan struct{}
 
 	// dedupTTL is how long effectively-once markers live: longer than an input can take to be
 	// delivered again after its outputs were written (a lease expiring, an entry going idle).
@@ -265,7 +266,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		plan:  plan,
 		opts:  opts,
 		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
-		clock: opts.Clock, drainKick: make(chan struct{}, 1),
+		clock: opts.Clock, drainKick: make(chan struct{}, 1), closeSources: make(chan struct{}),
 		keys: redis.Keys{Prefix: plan.KeyPrefix},
 		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
@@ -434,6 +435,9 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		return nil, err
 	}
 	r.warnIfStateMayBeEvicted(ctx)
+	if err := r.reopenMarks(ctx); err != nil {
+		return nil, fmt.Errorf("reopening the watermarks: %w", err)
+	}
 	r.started.Store(r.clock.Now().UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()

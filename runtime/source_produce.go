@@ -34,8 +34,10 @@ type producingSource struct {
 	// positionKey is where a resuming source's checkpoint lives; "" for sources that keep none.
 	positionKey string
 	spread      roundRobin
-	done        atomic.Bool
-	unwritten   atomic.Int64 // entries produced and not yet written (nor dropped by a stop)
+	// time is the source's watermarks, when its topic feeds a stateful stage (source_time.go).
+	time      *sourceTime
+	done      atomic.Bool
+	unwritten atomic.Int64 // entries produced and not yet written (nor dropped by a stop)
 }
 
 func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind) (*producingSource, error) {
@@ -59,6 +61,7 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 		impl = r.opts.WrapSource(s.Name, impl)
 	}
 	p.impl = impl
+	p.time = r.newSourceTime(p)
 	return p, nil
 }
 
@@ -70,6 +73,13 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 		if sctx, ok = own.holdSource(ctx, p.leaseKey); !ok {
 			return
 		}
+	}
+	if p.time != nil {
+		// Its watermarks move while it is idle, and close at a job's end, as long as this process
+		// holds the source.
+		done := make(chan struct{})
+		go func() { defer close(done); p.time.run(sctx) }()
+		defer func() { <-done }()
 	}
 	w := r.startSourceWriter(sctx, p, own)
 	e := &emitter{r: r, src: p, w: w}
@@ -135,7 +145,11 @@ func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) 
 		}
 		return e.Reject(ctx, err, m, at)
 	}
-	return e.w.add(ctx, sourceItem{out: out, position: at.Position})
+	it := sourceItem{out: out, position: at.Position}
+	if e.src.time != nil {
+		it.times = e.src.time.measure(&m)
+	}
+	return e.w.add(ctx, it)
 }
 
 // Reject dead-letters a message the source cannot pass on, such as a line that is not JSON, with

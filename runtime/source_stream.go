@@ -24,7 +24,7 @@ type streamSourceHandler struct {
 }
 
 func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource) {
-	n.group = in.Group
+	n.group, n.source = in.Group, s
 	n.ordering, n.lanes, n.inline = flow.OrderByPartition, 1, true
 	n.handler = &streamSourceHandler{r: r, node: n, out: s.Output}
 	r.units = append(r.units, &unit{

@@ -41,6 +41,8 @@ type sourceItem struct {
 	// position is the source's checkpoint once this entry is written; "" for sources without.
 	position string
 	gate     *partitionGate // the cap of the partition it goes to, if any: it was let through
+	// times are its event times, per domain of the source's watermarks (source_time.go).
+	times []int64
 }
 
 // sourceWriter writes a producing source's entries.
@@ -185,7 +187,12 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			}
 			args.Lease = &lease
 		}
-		_, err := r.rdb.Commit(r.hard, args)
+		var err error
+		if t := w.src.time; t != nil {
+			err = t.write(batch, &args, func() error { _, err := r.rdb.Commit(r.hard, args); return err })
+		} else {
+			_, err = r.rdb.Commit(r.hard, args)
+		}
 		switch {
 		case err == nil:
 			r.outage.ok()

@@ -146,3 +146,25 @@ func verbS(n int) string {
 	}
 	return ""
 }
+
+// warnIfStateMayBeEvicted says at start when the server may evict a stateful stage's state, which has
+// no time to live: under memory pressure an allkeys-* policy would drop windows and dedupe keys.
+func (r *runner) warnIfStateMayBeEvicted(ctx context.Context) {
+	var stateful []string
+	for _, n := range r.nodes {
+		if n.stateful {
+			stateful = append(stateful, n.name)
+		}
+	}
+	if len(stateful) == 0 {
+		return
+	}
+	policy, err := r.rdb.EvictsKeysWithoutTTL(ctx)
+	switch {
+	case err != nil:
+		r.log.Debug("cannot tell whether Redis may evict the state of stateful stages", "err", err)
+	case policy != "":
+		r.log.Warn("Redis may evict keys without a time to live under memory pressure, which would lose the state of stateful stages; "+
+			"set maxmemory-policy to noeviction or a volatile-* policy", "maxmemory_policy", policy, "stages", strings.Join(stateful, ", "))
+	}
+}

@@ -68,7 +68,7 @@ func init() {
 				return nil, err
 			}
 			if watermark.UnixMilli() >= end {
-				stages.Record(ctx, stages.Late)
+				state.Record(stages.Late)
 				return nil, nil
 			}
 			key := m.Key + "@" + strconv.FormatInt(end, 10)

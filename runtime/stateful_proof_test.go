@@ -104,6 +104,7 @@ func countingAt(i int) int64 { return countingBase + int64(i)*countingStep }
 const countingStage = `
 stage "count" {
   kind         = "aggregate"
+  group_by = msg.k
   input        = topic.in
   output       = topic.counts
   event_time   = msg.at
@@ -668,6 +669,7 @@ topic "in" {
 }
 stage "count" {
   kind         = "aggregate"
+  group_by = msg.k
   input        = topic.in
   event_time   = msg.at
   idle_timeout = "1s"
@@ -769,6 +771,7 @@ func TestLateEventsGoWhereLateSays(t *testing.T) {
 		return fmt.Sprintf(`
 stage %q {
   kind       = "aggregate"
+  group_by = msg.k
   input      = topic.in
   event_time = msg.at
   grace      = "3s"

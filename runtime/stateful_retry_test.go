@@ -25,21 +25,23 @@ func init() {
 		Spec: &flow.Kind{
 			Name: "test_window",
 			Doc:  "Counts the messages of each key per minute of event time (a stateful stage of the tests).",
+			Attributes: []flow.Attribute{{Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true,
+				Doc: "The message's event time."}},
 			Example: `stage "tally" {
-  kind  = "test_window"
-  input = topic.in
+  kind       = "test_window"
+  input      = topic.in
+  event_time = msg.at
 }`,
 		},
 		Traits: stages.StageTraits{Stateful: true},
-		New: func(s *flow.Stage, env stages.Env) (stages.Processor, error) {
-			return &windowStage{out: s.Output, state: env.State}, nil
+		NewStateful: func(s *flow.Stage, env stages.Env) (stages.StatefulProcessor, error) {
+			return &windowStage{out: s.Output}, nil
 		},
 	})
 }
 
 type windowStage struct {
-	out   *flow.Topic
-	state stages.State
+	out *flow.Topic
 }
 
 // windowFailures counts the failed attempts at each message of test_window, by run and message.
@@ -48,7 +50,7 @@ var windowFailures = struct {
 	n map[string]int
 }{n: map[string]int{}}
 
-func (s *windowStage) Process(ctx context.Context, m *stages.Message, out []stages.Output) ([]stages.Output, error) {
+func (s *windowStage) Process(ctx context.Context, st stages.State, m *stages.Message, out []stages.Output) ([]stages.Output, error) {
 	if err := m.Decode(); err != nil {
 		return out, err
 	}
@@ -58,11 +60,8 @@ func (s *windowStage) Process(ctx context.Context, m *stages.Message, out []stag
 	}
 	at := number("at")
 	start := at / 60_000 * 60_000
-	watermark, err := s.state.Watermark(ctx)
+	watermark, err := st.Watermark(ctx)
 	if err != nil {
-		return out, err
-	}
-	if err := s.state.Observe(ctx, time.UnixMilli(at)); err != nil {
 		return out, err
 	}
 	if fail := number("fail"); fail > 0 {
@@ -78,17 +77,17 @@ func (s *windowStage) Process(ctx context.Context, m *stages.Message, out []stag
 		}
 	}
 	if start+60_000 <= watermark.UnixMilli() {
-		stages.Record(ctx, stages.Late)
+		st.Record(stages.Late)
 		return out, nil
 	}
 	key := m.Key + "@" + strconv.FormatInt(start, 10)
-	v, _, err := s.state.Get(ctx, key)
+	v, _, err := st.Get(ctx, key)
 	if err != nil {
 		return out, err
 	}
 	n, _ := strconv.Atoi(string(v))
 	n++
-	if err := s.state.Put(ctx, key, []byte(strconv.Itoa(n))); err != nil {
+	if err := st.Put(ctx, key, []byte(strconv.Itoa(n))); err != nil {
 		return out, err
 	}
 	m.Value["window"], m.Value["count"] = start, n
@@ -116,9 +115,10 @@ topic "in" {
   key        = msg.k
 }
 stage "tally" {
-  kind  = "test_window"
-  input = topic.in
-  retry = retry.slow
+  kind       = "test_window"
+  input      = topic.in
+  event_time = msg.at
+  retry      = retry.slow
 }
 sink "out" {
   kind  = "file"

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"math"
-	"sort"
 	"time"
 
+	"github.com/flowrun/flowrun/runtime/state"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -21,65 +20,38 @@ import (
 // once (a window that opens the next), and those fire in the next round.
 const maxTimerRounds = 16
 
-// fireTimers calls the processor's OnTimer for every timer due at the batch's watermark and returns
-// the outputs they made.
-func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, state *batchState) ([]redis.Output, error) {
+// fireTimers calls the processor's OnTimer for every timer due at the batch's watermark wm (Unix
+// ms) and returns the outputs they made.
+func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *state.Batch, wm int64) ([]redis.Output, error) {
 	n := w.u.node
-	wm, err := state.loadWatermark(ctx)
-	if err == nil && w.raiseTo > wm {
-		// The writers of a repartition topic have all passed raiseTo (watermark_writers.go).
-		state.mu.Lock()
-		wm = w.raiseTo
-		state.watermark, state.moved = wm, true
-		state.mu.Unlock()
-	}
-	if err == nil && w.idleAdvance > 0 && wm == 0 && !w.markedIdle {
-		// Idle before it saw anything: say so, for the readers of a repartition topic it writes.
-		state.mu.Lock()
-		state.set = put(state.set, redis.IdleField, []byte("1"))
-		state.mu.Unlock()
-		w.markedIdle = true
-	}
-	if err == nil && w.idleAdvance > 0 && wm > 0 {
-		// An idle partition's watermark moves with the clock (worker.idle), and stays moved.
-		state.mu.Lock()
-		wm += w.idleAdvance.Milliseconds()
-		state.watermark, state.moved = wm, true
-		state.mu.Unlock()
-	}
-	switch {
-	case err != nil:
-		return nil, err
-	case w.closingAll:
-		wm = math.MaxInt64
-	case wm == 0:
+	if wm <= 0 {
 		return nil, nil
 	}
 	var outs []redis.Output
 	fired := map[string]bool{}
 	for round := 0; round < maxTimerRounds; round++ {
-		due, err := w.dueTimers(ctx, state, wm, fired)
+		due, err := st.DueTimers(ctx, wm, int64(w.r.opts.BatchSize), fired)
 		if err != nil || len(due) == 0 {
 			return outs, err
 		}
 		for _, t := range due {
 			fired[t.Name] = true
-			results, _, err := withAttemptState(ctx, state, func(ctx context.Context) ([]stages.Output, error) {
-				if err := (stateHandle{}).CancelTimer(ctx, t.Name); err != nil {
-					return nil, err
-				}
-				return th.OnTimer(ctx, t.Name, time.UnixMilli(t.At), nil)
-			})
+			a := st.Attempt(wm)
+			if err := a.CancelTimer(ctx, t.Name); err != nil {
+				return nil, err
+			}
+			results, err := th.OnTimer(ctx, a, t.Name, time.UnixMilli(t.At), nil)
 			switch {
 			case err != nil && stages.IsPermanent(err):
 				n.log.Error("a timer failed for good; it is dropped", "timer", t.Name, "err", err)
-				_, _, _ = withAttemptState(ctx, state, func(ctx context.Context) ([]stages.Output, error) {
-					return nil, (stateHandle{}).CancelTimer(ctx, t.Name)
-				})
+				drop := st.Attempt(wm)
+				_ = drop.CancelTimer(ctx, t.Name)
+				drop.Join(false)
 				continue
 			case err != nil:
 				return nil, fmt.Errorf("timer %s: %w", t.Name, err)
 			}
+			a.Join(false)
 			for i := range results {
 				o := &results[i]
 				origin, err := timerOrigin(t, &o.Message, w.u.partition)
@@ -113,36 +85,4 @@ func timerOrigin(t redis.DueTimer, m *stages.Message, partition int) (*message, 
 	h.Write([]byte{0})
 	h.Write(payload)
 	return &message{id: fmt.Sprintf("timer-%s-%d-%x", t.Name, t.At, h.Sum64()), partition: partition}, nil
-}
-
-// dueTimers returns the timers due at wm, as the batch sees them: those committed, less those the
-// batch cancelled, moved later or fired already, with those it set; earliest first.
-func (w *worker) dueTimers(ctx context.Context, state *batchState, wm int64, fired map[string]bool) ([]redis.DueTimer, error) {
-	committed, err := w.r.rdb.DueTimers(ctx, state.timers, wm, int64(w.r.opts.BatchSize))
-	if err != nil {
-		if !redis.Unrecoverable(err) {
-			err = stages.Transient(err)
-		}
-		return nil, err
-	}
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	var due []redis.DueTimer
-	for _, t := range committed {
-		if _, moved := state.timerAt[t.Name]; !moved && !state.cancel[t.Name] && !fired[t.Name] {
-			due = append(due, t)
-		}
-	}
-	for name, at := range state.timerAt {
-		if at <= wm && !fired[name] {
-			due = append(due, redis.DueTimer{Name: name, At: at})
-		}
-	}
-	sort.Slice(due, func(i, j int) bool {
-		if due[i].At != due[j].At {
-			return due[i].At < due[j].At
-		}
-		return due[i].Name < due[j].Name
-	})
-	return due, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flowrun/flowrun/runtime/state"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -29,29 +30,25 @@ type worker struct {
 	recovery string // the last pending ID read again
 	// nextRetries is when the unit's retry set is next looked at.
 	nextRetries time.Time
-	// closingAll fires every timer of the unit whatever the watermark: the end of a job's input
-	// closes every open window (closeAll).
-	closingAll bool
-	closedAll  bool
-	// idleSince is when the unit's reads began to find nothing (zero while messages come), and
-	// idleMoved how far its idle watermark has moved the watermark since (idle).
-	idleSince time.Time
-	idleMoved time.Duration
-	// idleAdvance is what the batch being processed adds to the watermark (idle).
-	idleAdvance time.Duration
-	// For a stage that reads a repartition topic (watermark_writers.go): the writers' watermark
-	// read before a batch, writersWM, counts once the stream is processed up to writersUntil;
-	// raiseTo is what the batch being processed raises the watermark to, raisedTo the highest
-	// raise committed.
-	writersWM, raiseTo, raisedTo int64
-	writersUntil                 string
-	writersPending               bool
-	// markedIdle: the unit has recorded that it went idle before it had a watermark (IdleField).
-	markedIdle bool
+	// time is the unit's watermarks (worker_time.go); nil for a unit that no stateful stage
+	// depends on.
+	time *state.Watermarks
+	// stamps: the unit puts its messages' entry times in their headers (stampEntryTime).
+	stamps bool
+	// stateKeys are a stateful stage's keys on the unit's partition.
+	stateKeys state.Keys
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
-	return &worker{r: r, u: u, lease: lease}
+	w := &worker{r: r, u: u, lease: lease}
+	if spec := r.timeSpec(u); spec != nil {
+		w.time, w.stamps = state.NewWatermarks(*spec), stampsEntryTime(spec)
+	}
+	if n := u.node; n.stateful {
+		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name),
+			Timers: r.keys.Timers(n.input.Name, u.partition, n.name), Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
+	}
+	return w
 }
 
 // run reads, processes and commits batches until ctx ends (the process stops or gives the unit up).
@@ -75,12 +72,6 @@ func (w *worker) run(ctx context.Context) error {
 		Count: n.readCount, Block: w.r.opts.Block}
 	var ahead *readResult // the next batch, read while the last one was committed
 	for ctx.Err() == nil {
-		if n.fireAtEnd && !w.closedAll && w.r.closing.Load() && ahead == nil {
-			if err := w.closeAll(ctx); err != nil {
-				return err
-			}
-			continue
-		}
 		if w.u.retryKey != "" && !w.r.clock.Now().Before(w.nextRetries) {
 			handled, err := w.retryDue(ctx)
 			if err != nil {
@@ -129,15 +120,10 @@ func (w *worker) run(ctx context.Context) error {
 		w.r.outage.ok()
 		w.backoff.reset()
 		if batch.Len() > 0 {
-			w.idleSince = time.Time{}
 			if ahead, err = w.processReadingAhead(ctx, batch, args); err != nil {
 				return err
 			}
-		} else if n.writers != nil {
-			if err := w.idleWithWriters(ctx); err != nil {
-				return err
-			}
-		} else if err := w.idle(ctx); err != nil {
+		} else if err := w.idleTurn(ctx); err != nil {
 			return err
 		}
 		if w.r.clock.Now().Sub(lastReclaim) > n.claimIdle {
@@ -153,57 +139,6 @@ func (w *worker) run(ctx context.Context) error {
 	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
 		// Read just before the stop: a batch that was read is processed.
 		return w.process(ctx, ahead.batch, nil, nil)
-	}
-	return nil
-}
-
-// idle moves the watermark of an idle partition of a stage whose kind asks for it
-// (stages.IdleAdvancer): once the reads have found nothing for the kind's idle timeout, with no
-// entry pending and no retry waiting, by the time that passes on the clock from then. A partition
-// that is behind never gets here: its reads find entries.
-func (w *worker) idle(ctx context.Context) error {
-	n := w.u.node
-	if n.idleTimeout <= 0 || w.recover {
-		return nil
-	}
-	now := w.r.clock.Now()
-	if w.idleSince.IsZero() {
-		w.idleSince, w.idleMoved = now, 0
-		return nil
-	}
-	due := now.Sub(w.idleSince) - n.idleTimeout - w.idleMoved
-	if due <= 0 {
-		return nil
-	}
-	if w.u.retryKey != "" {
-		if _, waiting, err := w.r.rdb.NextRetry(ctx, w.u.retryKey); err != nil || waiting {
-			return nil // messages waiting for a retry hold the watermark back
-		}
-	}
-	w.idleAdvance = due
-	defer func() { w.idleAdvance = 0 }()
-	if err := w.process(ctx, redis.Batch{}, nil, nil); err != nil {
-		return err
-	}
-	if !w.recover {
-		w.idleMoved += due
-	}
-	return nil
-}
-
-// closeAll fires every timer the unit has, as if its watermark had passed them all: at the end of a
-// job's input, open windows close and emit what they hold. The watermark itself stays where the
-// events put it.
-func (w *worker) closeAll(ctx context.Context) error {
-	w.closingAll = true
-	defer func() { w.closingAll = false }()
-	if err := w.process(ctx, redis.Batch{}, nil, nil); err != nil {
-		return err
-	}
-	if !w.recover { // a failed commit tries again on the next turn
-		w.closedAll = true
-		w.r.closed.Add(1)
-		w.r.kickDrain()
 	}
 	return nil
 }
@@ -234,6 +169,9 @@ type readResult struct {
 func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args redis.ReadArgs) (*readResult, error) {
 	w.r.activity.add(1)
 	defer w.r.activity.add(-1)
+	if w.time != nil {
+		w.time.Begin()
+	}
 	c := w.prepare(ctx, b, nil, nil)
 	if c == nil {
 		return nil, nil
@@ -337,16 +275,22 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 }
 
 // entryMessage is the message of an entry (read: as read from a stream, whose reading checked its
-// payload); a stateful stage's has its entry's time, the event time of a message that carries none.
-func entryMessage(n *node, e redis.Entry, read bool) stages.Message {
+// payload); a timed unit's has its entry's time, the event time of a message that carries none.
+func (w *worker) entryMessage(e redis.Entry, read bool) stages.Message {
 	var msg stages.Message
 	if read { // checked as it was read (redis.DecodeEntry); a retry's was not
 		msg = stages.NewEntryMessage(e.Key, e.Payload, e.Headers)
 	} else {
 		msg = stages.NewMessage(e.Key, e.Payload, e.Headers)
 	}
-	if ms, err := redis.IDMillis(e.ID); err == nil && n.stateful {
+	if w.time == nil {
+		return msg
+	}
+	if ms, err := redis.IDMillis(e.ID); err == nil {
 		msg.EntryTime = time.UnixMilli(ms)
+	}
+	if w.stamps {
+		stampEntryTime(&msg, e.ID)
 	}
 	return msg
 }
@@ -356,19 +300,21 @@ func entryMessage(n *node, e redis.Entry, read bool) stages.Message {
 // decoded go to the dead-letter stream; messages that wait for a later retry go to the retry set;
 // messages abandoned by a shutdown stay where they were for another process.
 func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
+	if w.time != nil {
+		w.time.Begin()
+	}
+	return w.processBegun(ctx, b, due, badRetries)
+}
+
+// processBegun is process once the batch's watermarks have begun (an idle turn moved them).
+func (w *worker) processBegun(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
 	w.r.activity.add(1)
 	defer w.r.activity.add(-1)
 	c := w.prepare(ctx, b, due, badRetries)
 	if c == nil {
-		w.raiseTo = 0
 		return nil
 	}
-	err := w.commit(ctx, c)
-	if err == nil && !w.recover {
-		w.raisedTo = max(w.raisedTo, w.raiseTo)
-	}
-	w.raiseTo = 0
-	return err
+	return w.commit(ctx, c)
 }
 
 // batchCommit is a processed batch, ready to commit.
@@ -379,38 +325,113 @@ type batchCommit struct {
 	// admits has an element per output to a partition whose backlog is capped (max_lag): the
 	// commit waits until each has room.
 	admits []*partitionGate
-	state  *batchState // a stateful stage's, whose outcomes count once the batch is committed
+	state  *state.Batch // a stateful stage's, whose outcomes count once the batch is committed
 	// passed is what each stage of a fused chain passed on (pass.passed), counted once committed.
 	passed []atomic.Int64
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is
-// nothing to commit or the batch must be delivered again.
+// nothing to commit or the batch must be delivered again. Its steps: the entries that cannot be
+// processed go to the dead letters; the messages are made, with their watermarks (worker_time.go)
+// and state; they are processed; the due timers fire; the watermarks go with the commit.
 func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) *batchCommit {
 	n := w.u.node
-	r := w.r
 	n.stats.in.Add(int64(b.Len()))
-
+	c := &batchCommit{}
+	total := b.Len() + len(due) + len(badRetries)
 	// One allocation each for the batch's outputs (most stages write one per input), acks and
 	// messages: the steady state allocates per batch, not per message.
-	total := b.Len() + len(due) + len(badRetries)
-	outs := make([]redis.Output, 0, total)
-	acks := make([]string, 0, total)
-	var retryDone, retries []redis.Retry
+	c.args = redis.CommitArgs{Outputs: make([]redis.Output, 0, total), IDs: make([]string, 0, total)}
+	var retryDone []redis.Retry
+	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
+	msgs := w.messagesOf(b, due)
+	watermarks, err := w.beginTime(ctx, msgs, b.Len() > 0)
+	if err != nil {
+		return w.again(ctx, "reading the watermark failed; the batch will be processed again", err)
+	}
+	if n.stateful {
+		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
+		for i, m := range msgs {
+			m.state, m.watermark = c.state, watermarks[i]
+		}
+		if n.prefetch != nil && len(msgs) > 0 {
+			var keys []string
+			for _, m := range msgs {
+				keys = n.prefetch.StateKeys(&m.msg, keys)
+			}
+			c.state.Prefetch(ctx, keys)
+		}
+	}
+	retries := w.processMessages(ctx, c, msgs, &retryDone)
+	if w.time != nil && b.Len() > 0 && !c.abandoned {
+		w.time.Reached(maxID(b.IDs())) // the writers' minimum read before the batch may count now
+	}
+	if n.timers != nil && !c.abandoned {
+		fired, err := w.fireTimers(ctx, n.timers, c.state, w.timerWatermark())
+		if err != nil {
+			// The batch's state may be half way through its timers: process the batch again.
+			return w.again(ctx, "firing the due timers failed; the batch will be processed again", err)
+		}
+		c.args.Outputs = append(c.args.Outputs, fired...)
+		c.written += len(fired)
+	}
+	if !c.abandoned {
+		if c.args.Marks, err = w.endTime(ctx, c.state); err != nil {
+			return w.again(ctx, "reading the holds of the watermark failed; the batch will be processed again", err)
+		}
+	}
+	c.args.State = c.state.Writes()
+	if len(c.args.IDs) == 0 && len(c.args.Outputs) == 0 && len(retryDone) == 0 && len(retries) == 0 && c.args.State == nil &&
+		len(c.args.Marks) == 0 {
+		w.timeCommitted() // nothing to make durable: what the watermarks did holds
+		return nil
+	}
+	if err := n.handler.flush(ctx); err != nil {
+		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
+		w.r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
+		w.recover, w.recovery = true, ""
+		w.backoff.wait(ctx, w.r)
+		return nil
+	}
+	c.args.Stream, c.args.Group, c.args.Lease, c.args.DedupTTL = w.u.stream, n.group, w.lease, w.r.dedupTTL
+	if len(retryDone)+len(retries) > 0 {
+		c.args.RetryKey, c.args.RetryDone, c.args.Retries = w.u.retryKey, retryDone, retries
+	}
+	return c
+}
+
+// again gives a batch up, to be processed again once the recovery reads its entries again.
+func (w *worker) again(ctx context.Context, why string, err error) *batchCommit {
+	if ctx.Err() == nil {
+		w.r.log.Warn(why, "node", w.u.node.name, "err", err)
+	}
+	w.recover, w.recovery = true, ""
+	w.backoff.wait(ctx, w.r)
+	return nil
+}
+
+// deadLetterUnreadable dead-letters what a batch holds that cannot be processed: malformed
+// entries, entries deleted while pending, retries that cannot be decoded.
+func (w *worker) deadLetterUnreadable(c *batchCommit, b redis.Batch, badRetries []redis.Retry, retryDone *[]redis.Retry) {
+	n, r := w.u.node, w.r
 	for _, bad := range b.Malformed {
-		outs = append(outs, r.deadLetterMalformed(n, w.u, bad))
-		acks = append(acks, bad.ID)
+		c.args.Outputs = append(c.args.Outputs, r.deadLetterMalformed(n, w.u, bad))
+		c.args.IDs = append(c.args.IDs, bad.ID)
 	}
 	for _, id := range b.Deleted {
-		outs = append(outs, r.deadLetterDeleted(n, w.u, id))
-		acks = append(acks, id)
+		c.args.Outputs = append(c.args.Outputs, r.deadLetterDeleted(n, w.u, id))
+		c.args.IDs = append(c.args.IDs, id)
 	}
 	for _, bad := range badRetries {
-		outs = append(outs, r.deadLetterMalformed(n, w.u, &redis.MalformedEntryError{
+		c.args.Outputs = append(c.args.Outputs, r.deadLetterMalformed(n, w.u, &redis.MalformedEntryError{
 			ID: bad.Entry.ID, Reason: "a member of the retry set cannot be decoded",
 		}))
-		retryDone = append(retryDone, bad)
+		*retryDone = append(*retryDone, bad)
 	}
+}
+
+// messagesOf makes the messages of a batch's entries and due retries, in that order.
+func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
 	backing := make([]message, 0, len(b.Entries)+len(due))
 	for _, e := range b.Entries {
 		backing = append(backing, message{
@@ -418,7 +439,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			partition:  w.u.partition,
 			inKey:      e.Key,
 			inPayload:  e.Payload,
-			msg:        entryMessage(n, e, true),
+			msg:        w.entryMessage(e, true),
 			trace:      traceOf(e),
 			deliveries: e.Deliveries,
 			attempts:   max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
@@ -430,48 +451,43 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			id:           rt.Entry.ID,
 			partition:    w.u.partition,
 			path:         rt.Path,
-			msg:          entryMessage(n, rt.Entry, false),
+			msg:          w.entryMessage(rt.Entry, false),
 			trace:        traceOf(rt.Entry),
 			attempts:     rt.Attempts,
 			firstFailure: rt.FirstFailure,
 			retry:        rt,
 		})
 	}
-	var state *batchState
-	if n.stateful {
-		state = r.newBatchState(w.u)
-	}
-	if n.writers != nil && b.Len() > 0 {
-		w.followWriters(ctx)
-	}
 	msgs := make([]*message, len(backing))
 	for i := range backing {
-		backing[i].state = state
 		msgs[i] = &backing[i]
 	}
-	if n.prefetch != nil && len(msgs) > 0 {
-		state.prefetch(ctx, n.prefetch, msgs)
-	}
-	written := 0
-	var admits []*partitionGate // one per output to a capped topic
-	abandoned := false
+	return msgs
+}
+
+// processMessages runs the batch's messages through the node and collects what to commit: their
+// outputs and dead letters, their acks, and the retries to schedule, which it returns.
+func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*message, retryDone *[]redis.Retry) []redis.Retry {
+	n, r := w.u.node, w.r
+	var retries []redis.Retry
 	p := pass{retrySet: w.u.retryKey != "", stopping: ctx.Done()}
 	if n.chain != nil {
 		p.passed = make([]atomic.Int64, len(n.chain.nodes))
 	}
+	c.passed = p.passed
 	for i, res := range r.processAll(n, msgs, p) {
 		m := msgs[i]
 		if res.abandoned {
-			abandoned = true
+			c.abandoned = true
 			continue
 		}
-		outs = append(outs, res.outs...)
-		outs = append(outs, res.deadLetters...)
-		written += len(res.outs)
+		c.args.Outputs = append(c.args.Outputs, res.outs...)
+		c.args.Outputs = append(c.args.Outputs, res.deadLetters...)
+		c.written += len(res.outs)
 		if gated := r.backpressure.gates; len(gated) > 0 {
 			for j := range res.outs {
 				if g := gated[res.outs[j].Stream]; g != nil {
-					admits = append(admits, g)
+					c.admits = append(c.admits, g)
 				}
 			}
 		}
@@ -482,44 +498,12 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			}
 		}
 		if m.retry != nil {
-			retryDone = append(retryDone, *m.retry)
+			*retryDone = append(*retryDone, *m.retry)
 		} else {
-			acks = append(acks, m.id)
+			c.args.IDs = append(c.args.IDs, m.id)
 		}
 	}
-	if n.writers != nil && !abandoned {
-		w.raiseAfter(b)
-	}
-	if n.timers != nil && !abandoned {
-		fired, err := w.fireTimers(ctx, n.timers, state)
-		if err != nil {
-			// The batch's state may be half way through its timers: process the batch again.
-			r.log.Warn("firing the due timers failed; the batch will be processed again", "node", n.name, "err", err)
-			w.recover, w.recovery = true, ""
-			w.backoff.wait(ctx, w.r)
-			return nil
-		}
-		outs = append(outs, fired...)
-		written += len(fired)
-	}
-	writes := state.writes()
-	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 && writes == nil {
-		return nil
-	}
-	if err := n.handler.flush(ctx); err != nil {
-		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
-		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
-		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx, w.r)
-		return nil
-	}
-	c := &batchCommit{written: written, abandoned: abandoned, admits: admits, state: state, passed: p.passed}
-	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL,
-		State: writes}
-	if len(retryDone)+len(retries) > 0 {
-		c.args.RetryKey, c.args.RetryDone, c.args.Retries = w.u.retryKey, retryDone, retries
-	}
-	return c
+	return retries
 }
 
 // commit writes a prepared batch's outputs with its acks and retry moves in one step.
@@ -541,6 +525,9 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	switch {
 	case errors.Is(err, redis.ErrLeaseLost):
 		r.log.Warn("lost the partition to another process; its entries are left to the new owner", "node", n.name, "stream", w.u.stream)
+		if w.time != nil {
+			w.time.Republish()
+		}
 		return errLeaseLost
 	case err != nil && r.hard.Err() != nil:
 		return nil // the drain time is over: what was not committed stays pending for another process
@@ -554,17 +541,19 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		return nil
 	}
 	r.outage.ok()
+	if !c.abandoned {
+		w.timeCommitted()
+	}
 	if n.chain == nil {
 		n.stats.out.Add(int64(c.written))
 	}
 	for i := range c.passed { // a chain's stages, each what it passed on
 		n.chain.nodes[i].stats.out.Add(c.passed[i].Load())
 	}
-	if c.state != nil {
-		n.stats.late.Add(c.state.late)
-		n.stats.duplicates.Add(c.state.duplicates)
-		n.stats.dropped.Add(c.state.dropped)
-	}
+	late, duplicates, dropped := c.state.Outcomes()
+	n.stats.late.Add(late)
+	n.stats.duplicates.Add(duplicates)
+	n.stats.dropped.Add(dropped)
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}

@@ -119,8 +119,6 @@ type Env struct {
 	Stdout *LineWriter
 	// MaxMessageSize is the pipeline's max_message_size in bytes: a source rejects larger messages.
 	MaxMessageSize int64
-	// State is the kind's per-key state (see State); nil unless the kind is Stateful.
-	State State
 	// Functions looks up the Go stage functions (stages.Register) by name; a test replaces some
 	// with mocks. nil means Lookup.
 	Functions func(name string) (Func, bool)
@@ -129,21 +127,30 @@ type Env struct {
 	Redact func(string) string
 }
 
-// State is a stateful kind's handle on its per-key state and durable timers (Env.State, for kinds
-// whose StageTraits say Stateful). State lives in Redis, in the hash slot of the input partition,
-// and moves with the partition's lease: nothing is restored when another process takes over.
+// StatefulProcessor is a compiled stateful stage (StageTraits.Stateful): Process gets, with each
+// message, the state of the message's input partition as this attempt sees it. Like a Processor's,
+// it appends the outputs of m to out; an error fails the attempt, and its state writes with it.
+type StatefulProcessor interface {
+	Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error)
+}
+
+// State is a stateful stage's per-key state, durable timers and watermark on one input partition,
+// for one attempt at a message (or one timer): the runtime hands it to StatefulProcessor.Process and
+// TimerHandler.OnTimer, and it is good for that call only. State lives in Redis, in the hash slot of
+// the input partition, and moves with the partition's lease: nothing is restored when another
+// process takes over.
 //
-// Every call takes the context that Process got, which names the partition and the batch. Reads
-// see the partition's committed state with the batch's own earlier writes; writes are committed
-// together with the acknowledgement of the batch's input entries, in one step fenced by the
-// partition's lease, and are discarded with the attempt when it fails. So a crash at any point
-// neither loses nor repeats a state change.
+// Reads see the partition's committed state with the batch's own earlier writes; writes are
+// committed together with the acknowledgement of the batch's input entries, in one step fenced by
+// the partition's lease, and are discarded with the attempt when it fails. So a crash at any point
+// neither loses nor repeats a state change. Every call takes the context that Process got.
 //
-// Time in a stateful stage is event time: each message's time as the kind reads it (a field, or
-// the time its entry was written) is Observed, and the partition's watermark is the largest event
-// time observed, persisted with the state, never going backwards. A timer is due once the watermark
-// reaches it: the runtime then calls the kind's OnTimer (TimerHandler) in the batch that moved the
-// watermark, and commits what it writes and outputs with that batch.
+// Time in a stateful stage is event time: each message's time as the stage's event_time reads it
+// (or the time its entry was first written). The partition's watermark says how far event time has
+// got there: no message that is still to come is more than the stage's grace behind it (see
+// docs/running.md). It never goes backwards, and it is persisted with the state. A timer is due once
+// the watermark reaches it: the runtime then calls the kind's OnTimer (TimerHandler) in the batch
+// that moved the watermark, and commits what it writes and outputs with that batch.
 //
 // Keys and timer names are the kind's own; the state hash's fields that begin with a NUL byte are
 // flowrun's: the runtime's watermark, and KeyCountKey, where the aggregate and dedupe kinds count
@@ -154,12 +161,20 @@ type State interface {
 	Delete(ctx context.Context, key string) error
 	SetTimer(ctx context.Context, name string, at time.Time) error
 	CancelTimer(ctx context.Context, name string) error
-	// Observe records the event time of the message being processed: the watermark moves to it if
-	// it is later. A failed attempt's observations are dropped with its writes.
-	Observe(ctx context.Context, eventTime time.Time) error
-	// Watermark returns the partition's watermark as the attempt sees it (its own observations
-	// included); the zero time before anything was observed.
+	// Watermark returns the partition's watermark as of the message being processed (a message
+	// from outside the pipeline moves it as it is read); the zero time before there is one.
 	Watermark(ctx context.Context) (time.Time, error)
+	// Hold keeps the watermark that the stage passes on to the readers of its results at or before
+	// at, until Release: for a kind whose later results may carry an earlier time than its
+	// OutputWatermarker says (an open session's start). Holds are state, committed with the batch.
+	Hold(ctx context.Context, name string, at time.Time) error
+	Release(ctx context.Context, name string) error
+	// Record counts an outcome of the message (late, duplicate) for the stage's counters (the job
+	// summary, metrics, flowrun test's metrics.NODE); like the writes, only if the attempt succeeds,
+	// or fails for good (a late message dead-lettered counts as late).
+	Record(o Outcome)
+	// Partition is the input partition, for errors that name it.
+	Partition() int
 }
 
 // TimerHandler is implemented by stateful processors that use timers: OnTimer is called for each
@@ -167,7 +182,17 @@ type State interface {
 // sets it again. An error keeps the timer, and the batch is processed again (a Permanent error
 // drops the timer, and is logged).
 type TimerHandler interface {
-	OnTimer(ctx context.Context, name string, at time.Time, out []Output) ([]Output, error)
+	OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error)
+}
+
+// OutputWatermarker is implemented by stateful kinds whose outputs are results of their own rather
+// than the messages they read (flow.Kind.Results: an aggregate's windows): OutputWatermark returns
+// the earliest event time a result it writes later can carry, given its input's watermark (for
+// windows, their start: the watermark less grace and the window's size), before its holds (see
+// State.Hold). The readers of its results take it as their watermark. A kind whose outputs are the
+// messages it read passes its input's watermark on and needs none of this.
+type OutputWatermarker interface {
+	OutputWatermark(watermark time.Time) time.Time
 }
 
 // StatePrefetcher is implemented by stateful processors that can tell, before a batch is
@@ -180,9 +205,10 @@ type StatePrefetcher interface {
 }
 
 // IdleAdvancer is implemented by timed stateful processors whose watermark must move while their
-// partition is idle, so that its last windows close: once a partition has had no message for
-// IdleTimeout, and has nothing pending and no retry waiting, its watermark moves on by the time
-// that passes on the clock from then (never to the clock's now: event times may lie in the past).
+// input is idle, so that their last windows close: once the pipeline's writers of the input have
+// had nothing to write for IdleTimeout (and nothing pending, no retry waiting), their watermarks
+// move on by the time that passes on the clock from then (never to the clock's now: event times may
+// lie in the past). The shortest IdleTimeout of the stateful stages a writer feeds is its own.
 type IdleAdvancer interface {
 	IdleTimeout() time.Duration
 }
@@ -241,35 +267,3 @@ const (
 	// Duplicate: the message repeated one seen before.
 	Duplicate
 )
-
-type outcomesKey struct{}
-
-// Record counts an outcome of the message that Process is working on. It counts only in a stateful
-// stage (elsewhere it does nothing) and, like the attempt's state writes, only when the attempt
-// succeeds.
-func Record(ctx context.Context, o Outcome) {
-	if rec, ok := ctx.Value(outcomesKey{}).(func(Outcome)); ok {
-		rec(o)
-	}
-}
-
-// WithOutcomes returns a context in which Record calls rec: the runtime's, for one attempt.
-func WithOutcomes(ctx context.Context, rec func(Outcome)) context.Context {
-	return context.WithValue(ctx, outcomesKey{}, rec)
-}
-
-type partitionKey struct{}
-
-// PartitionOf returns the input partition whose message (or timer) a stateful stage's Process (or
-// OnTimer) is working on, for errors that name it; -1 outside those calls.
-func PartitionOf(ctx context.Context) int {
-	if p, ok := ctx.Value(partitionKey{}).(int); ok {
-		return p
-	}
-	return -1
-}
-
-// WithPartition returns a context for which PartitionOf returns p: the runtime's, for one attempt.
-func WithPartition(ctx context.Context, p int) context.Context {
-	return context.WithValue(ctx, partitionKey{}, p)
-}

@@ -48,7 +48,7 @@ func (l keyLimit) admit(ctx context.Context, state State) error {
 		return err
 	}
 	if l.max > 0 && n >= l.max {
-		return Permanent(fmt.Errorf("partition %d of stage %s already holds max_keys = %d keys", PartitionOf(ctx), l.stage, l.max))
+		return Permanent(fmt.Errorf("partition %d of stage %s already holds max_keys = %d keys", state.Partition(), l.stage, l.max))
 	}
 	return state.Put(ctx, KeyCountKey, strconv.AppendInt(nil, n+1, 10))
 }

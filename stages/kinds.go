@@ -21,7 +21,11 @@ type StageKind struct {
 	// TraitsOf, when set, gives the traits of each stage from its configuration, in place of
 	// Traits, for a kind whose traits depend on it: a go stage is stateful when its function is.
 	TraitsOf func(config flow.Attrs) StageTraits
-	New      func(s *flow.Stage, env Env) (Processor, error)
+	// New makes the processor of a stage that keeps no state; NewStateful that of a stateful one
+	// (StageTraits.Stateful), which gets its state with each message. A kind sets the one its
+	// traits call for, or both when they depend on the configuration.
+	New         func(s *flow.Stage, env Env) (Processor, error)
+	NewStateful func(s *flow.Stage, env Env) (StatefulProcessor, error)
 }
 
 // TraitsFor returns the traits of a stage of the kind with this configuration.
@@ -38,8 +42,9 @@ type StageTraits struct {
 	// in the goroutine that reads them, as more goroutines would cost more than they save. Kinds
 	// with side effects or waits (a Go function may call a service) run in lanes (concurrency).
 	Inline bool
-	// Stateful kinds keep per-key state and timers through Env.State. Their stages need a lease
-	// per partition (an ordering other than "none"), so that one process at a time owns the state.
+	// Stateful kinds keep per-key state and timers, which their processor (StatefulProcessor) gets
+	// with each message. Their stages need a lease per partition (an ordering other than "none"),
+	// so that one process at a time owns the state.
 	Stateful bool
 	// FireAtEnd makes every timer of a stateful kind fire when a job's inputs are drained (flowrun
 	// run --until-drained), whatever the watermark: windows close, so that a job's output is
@@ -106,7 +111,7 @@ var kinds = struct {
 // a spec without a name, a missing constructor or a kind registered twice. It tells the language
 // which stages of the kind are stateful (flow.Kind.Stateful), so that validate checks their ordering.
 func RegisterStage(k StageKind) {
-	checkRegistration("stage", k.Spec, k.New != nil)
+	checkRegistration("stage", k.Spec, k.New != nil || k.NewStateful != nil)
 	kinds.Lock()
 	defer kinds.Unlock()
 	k.Spec.Stateful = func(config flow.Attrs) bool { return k.TraitsFor(config).Stateful }
@@ -164,11 +169,26 @@ func lookup[K any](registered map[string]K, family, name, kind string) (K, error
 	return k, nil
 }
 
-// Compile builds the processor of a stage of the plan.
+// Compile builds the processor of a stage of the plan that keeps no state.
 func Compile(s *flow.Stage, env Env) (Processor, error) {
 	k, err := StageKindOf(s)
 	if err != nil {
 		return nil, err
 	}
+	if k.New == nil || k.TraitsFor(s.Config).Stateful {
+		return nil, fmt.Errorf("stage %s: a %s stage keeps state: CompileStateful builds it", s.Name, s.Kind)
+	}
 	return k.New(s, env)
+}
+
+// CompileStateful builds the processor of a stateful stage of the plan.
+func CompileStateful(s *flow.Stage, env Env) (StatefulProcessor, error) {
+	k, err := StageKindOf(s)
+	if err != nil {
+		return nil, err
+	}
+	if k.NewStateful == nil || !k.TraitsFor(s.Config).Stateful {
+		return nil, fmt.Errorf("stage %s: a %s stage keeps no state: Compile builds it", s.Name, s.Kind)
+	}
+	return k.NewStateful(s, env)
 }

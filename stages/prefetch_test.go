@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"github.com/flowrun/flowrun/flow"
 	"slices"
 	"testing"
 	"time"
@@ -60,8 +61,10 @@ stage "st" {
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := &readLog{memState: newMemState()}
+			st.self = st
 			p := plan(t, src)
-			proc, err := Compile(p.Stage("st"), Env{Node: "st", State: st})
+			st.eventTime = flow.EventTimeOf(p.Stage("st"))
+			proc, err := CompileStateful(p.Stage("st"), Env{Node: "st"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,12 +72,13 @@ stage "st" {
 			if !ok {
 				t.Fatal("the kind names no state keys ahead")
 			}
-			ctx := WithPartition(context.Background(), 2)
+			ctx := context.Background()
 			for i, payload := range []string{event("a", 0, 1, ""), event("b", 0.5, 2, ""), event("a", 1.5, 3, ""), event("a", 2.5, 4, "")} {
 				m := NewMessage("", []byte(payload), nil)
 				named := prefetcher.StateKeys(&m, nil)
 				st.read = nil
-				if _, err := proc.Process(ctx, &m, nil); err != nil {
+				st.observe(&m)
+				if _, err := proc.Process(ctx, st, &m, nil); err != nil {
 					t.Fatal(err)
 				}
 				for _, k := range st.read {
@@ -110,6 +114,7 @@ func (s *timersFailing) SetTimer(ctx context.Context, name string, at time.Time)
 // the failed attempt changed.
 func TestAWindowDecodedOnceIsNeverOutOfDate(t *testing.T) {
 	st := &timersFailing{memState: newMemState()}
+	st.self = st
 	p := plan(t, `
 stage "st" {
   kind       = "aggregate"
@@ -124,7 +129,8 @@ stage "st" {
   aggregate = { n = count(), total = sum(msg.amount) }
 }
 `+sinkA)
-	proc, err := Compile(p.Stage("st"), Env{Node: "st", State: st})
+	st.eventTime = flow.EventTimeOf(p.Stage("st"))
+	proc, err := CompileStateful(p.Stage("st"), Env{Node: "st"})
 	if err != nil {
 		t.Fatal(err)
 	}

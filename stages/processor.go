@@ -11,6 +11,10 @@ import (
 type Output struct {
 	Topic   *flow.Topic
 	Message Message
+	// DeadLetter, when set, sends the message to the stage's dead letters with this reason instead
+	// of to Topic, while the attempt succeeds: a stateful stage's message that was late for some of
+	// its windows and counted in others.
+	DeadLetter string
 }
 
 // evalError makes an expression's evaluation error permanent: the same message would fail the

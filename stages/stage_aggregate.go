@@ -25,30 +25,39 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:     "aggregate",
-			StateKey: "group_by",
+			Name:           "aggregate",
+			StateKey:       "group_by",
+			Results:        true,
+			KeepsPartition: true,
 			Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
-				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC). Windows " +
+				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC); a result's " +
+				"event time is its window's start. Windows " +
 				"are half-open [start, end): tumbling and hopping ones aligned to the Unix epoch, a session from a " +
 				"group's first event to gap after its last. A window closes when the partition's " +
-				"watermark (the latest event time it has seen) passes its end plus grace; an event for a closed window " +
-				"is late. A group's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
-				"repartition topic keyed by the group (<stage>.by_key), whose watermark is the least of its writers'.",
+				"watermark passes its end plus grace; an event for a closed window " +
+				"is late for it. A group's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
+				"repartition topic keyed by the group (<stage>.by_key).",
 			Attributes: []flow.Attribute{
-				{Name: "group_by", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the message's key", Doc: "The group a message counts in, such as msg.customer_id."},
+				{
+					Name: "group_by", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true,
+					Doc: "The group a message counts in, such as group_by = msg.customer_id; a constant, such as group_by = \"all\", " +
+						"counts every message in one group.",
+				},
 				{
 					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
 					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
 				},
-				{Name: "grace", Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How late an event may be, past its window's end, in event time."},
+				{Name: "grace", Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How far behind the watermark an event may be and still count, in event time: a window closes once the watermark passes its end plus grace."},
 				{
 					Name: "late", Type: flow.TypeTopicOrChoice, Enum: []string{"drop", "dead_letter"}, Default: "dead_letter",
-					Doc: `What happens to an event whose windows have all closed: "drop" (counted as filtered), "dead_letter", or topic.NAME.`,
+					Doc: `What happens to an event for a window that has closed: "drop" (counted as dropped), "dead_letter", or topic.NAME. ` +
+						`An event that is late for some of its windows (hopping) counts in the others, and goes where late says for those.`,
 				},
 				{
 					Name: "idle_timeout", Type: flow.TypeDuration, Default: time.Minute,
-					Doc: "A partition that has had no message for this long, with nothing pending and no retry waiting, moves its watermark on " +
-						"by the time that passes on the clock, so that its last windows close; \"0s\": only events move it.",
+					Doc: "A writer of the stage's input (a source, or a stage before it) that has had nothing to write for this long, with nothing pending " +
+						"and no retry waiting, moves its watermark on by the time that passes on the clock, so that the last windows close; " +
+						"the shortest idle_timeout of the stateful stages a writer feeds is its own; \"0s\": only events move it.",
 				},
 				{
 					Name: "emit", Type: flow.TypeString, Enum: []string{"on_close", "on_update"}, Default: "on_close",
@@ -81,13 +90,13 @@ func init() {
 			Check: checkWindow,
 		},
 		Traits: StageTraits{Stateful: true, FireAtEnd: true},
-		New: func(s *flow.Stage, env Env) (Processor, error) {
+		NewStateful: func(s *flow.Stage, env Env) (StatefulProcessor, error) {
 			w := s.Config.Blocks("window")[0]
 			a := &aggregateStage{
 				out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
 				size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
 				session: w.String("type") == "session", gap: w.Duration("gap"),
-				onUpdate: s.Config.String("emit") == "on_update", fields: s.Config.Aggregates("aggregate"), state: env.State,
+				onUpdate: s.Config.String("emit") == "on_update", fields: s.Config.Aggregates("aggregate"),
 				idleTimeout: s.Config.Duration("idle_timeout"), keys: newKeyLimit(s),
 			}
 			if a.advance == 0 {
@@ -159,7 +168,7 @@ func checkWindow(c *flow.KindCheck) {
 
 type aggregateStage struct {
 	out           *flow.Topic
-	groupBy       *expr.Program // nil: the message's key
+	groupBy       *expr.Program
 	eventTime     *expr.Program // nil: the entry's time
 	size, advance time.Duration // tumbling and hopping windows
 	session       bool
@@ -170,7 +179,6 @@ type aggregateStage struct {
 	onUpdate      bool
 	idleTimeout   time.Duration
 	fields        []flow.Aggregate
-	state         State
 	keys          keyLimit // max_keys: groups with open windows
 	decoded       windowCache
 }
@@ -184,13 +192,13 @@ func (s *aggregateStage) IdleTimeout() time.Duration { return s.idleTimeout }
 // and hopping windows, which are aligned and so never share one; a session's start moves as events
 // join it, so the index numbers the group's sessions instead. A window's timers are named by its
 // key: windowPrefix closes it, updatePrefix emits its value after a batch (emit = "on_update").
-const windowPrefix, updatePrefix, groupPrefix = "w:", "u:", "g:"
+const windowPrefix, updatePrefix, groupPrefix, forgetPrefix = "w:", "u:", "g:", "c:"
 
 func windowKey(group string, id int64) string {
 	return group + "\x00" + strconv.FormatInt(id, 10)
 }
 
-func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
+func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
 	group, err := s.groupOf(m)
 	if err != nil {
 		return out, err
@@ -199,10 +207,7 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 	if err != nil {
 		return out, err
 	}
-	if err := s.state.Observe(ctx, at); err != nil {
-		return out, err
-	}
-	watermark, err := s.state.Watermark(ctx)
+	watermark, err := st.Watermark(ctx)
 	if err != nil {
 		return out, err
 	}
@@ -217,32 +222,45 @@ func (s *aggregateStage) Process(ctx context.Context, m *Message, out []Output) 
 		}
 		values[i] = v.Interface()
 	}
-	var added bool
+	a := &adding{st: st, group: group, at: at.UnixMilli(), watermark: watermark.UnixMilli(), values: values}
 	if s.session {
-		added, err = s.addToSession(ctx, group, at.UnixMilli(), watermark.UnixMilli(), values)
+		err = s.addToSession(ctx, a)
 	} else {
-		added, err = s.addToWindows(ctx, group, at.UnixMilli(), watermark.UnixMilli(), values)
+		err = s.addToWindows(ctx, a)
 	}
-	if err != nil || added {
+	if err != nil || len(a.late) == 0 {
 		return out, err
 	}
-	Record(ctx, Late) // routed, dropped or dead-lettered, it counts as late
+	st.Record(Late) // routed, dropped or dead-lettered, it counts as late
+	reason := s.lateError(at, watermark, a)
 	switch {
 	case s.lateTopic != nil:
 		return append(out, Output{Topic: s.lateTopic, Message: *m}), nil
 	case s.late == "drop":
 		return out, nil
+	case a.added:
+		// Counted in its other windows: the attempt succeeds, and the message is dead-lettered
+		// for these.
+		return append(out, Output{Message: *m, DeadLetter: reason.Error()}), nil
 	}
-	return out, Permanent(s.lateError(at, watermark)) // counted as dead-lettered, with the reason "late: ..."
+	return out, Permanent(reason) // counted as dead-lettered, with the reason "late: ..."
 }
 
-// groupOf is the group m counts in: group_by's value, or its key.
+// adding is one message on its way into its group's windows.
+type adding struct {
+	st        State
+	group     string
+	at        int64 // its event time, Unix ms
+	watermark int64
+	values    []any        // the aggregate fields' arguments
+	added     bool         // it counts in at least one window
+	late      []openWindow // the windows it is late for; for a session, the one it would have made
+}
+
+// groupOf is the group m counts in: group_by's value.
 func (s *aggregateStage) groupOf(m *Message) (string, error) {
 	if err := m.Decode(); err != nil {
 		return "", err
-	}
-	if s.groupBy == nil {
-		return m.Key, nil
 	}
 	group, err := s.groupBy.EvalString(&expr.Env{Msg: m.Value})
 	if err != nil {
@@ -274,111 +292,157 @@ func (s *aggregateStage) StateKeys(m *Message, keys []string) []string {
 	return keys
 }
 
-func (s *aggregateStage) lateError(at, watermark time.Time) error {
+// lateError says why a message is late: the windows it is late for, and the watermark.
+func (s *aggregateStage) lateError(at, watermark time.Time, a *adding) error {
 	t, wm := at.UTC().Format(time.RFC3339Nano), watermark.UTC().Format(time.RFC3339Nano)
 	if s.session {
-		return fmt.Errorf("late: its event time %s is more than gap (%s) and grace (%s) before the watermark %s, and no open session of its group is less than gap away",
-			t, s.gap, s.grace, wm)
+		return fmt.Errorf("late: its event time %s is before the end of a session of its group that closed, or its own session, "+
+			"gap (%s) long, would have closed more than grace (%s) before the watermark %s", t, s.gap, s.grace, wm)
 	}
-	return fmt.Errorf("late: its event time %s is more than grace (%s) past the end of its window at the watermark %s", t, s.grace, wm)
+	windows := make([]string, len(a.late))
+	for i, w := range a.late {
+		windows[i] = fmt.Sprintf("[%s, %s)", time.UnixMilli(w.Start).UTC().Format(time.RFC3339Nano), time.UnixMilli(w.End).UTC().Format(time.RFC3339Nano))
+	}
+	what := "its window " + windows[0]
+	if len(windows) > 1 {
+		what = "its windows " + strings.Join(windows, ", ")
+	}
+	if a.added {
+		what += " (it counts in its others)"
+	}
+	return fmt.Errorf("late: its event time %s is in %s, which closed at the watermark %s: more than grace (%s) past the end", t, what, wm, s.grace)
 }
 
 // addToWindows folds one message into the tumbling or hopping windows of its group that hold its
-// event time and have not closed; false when all of them have.
-func (s *aggregateStage) addToWindows(ctx context.Context, group string, at, watermark int64, values []any) (bool, error) {
+// event time and have not closed, and lists those that have in a.late.
+func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 	size, advance, grace := s.size.Milliseconds(), s.advance.Milliseconds(), s.grace.Milliseconds()
-	added := false
 	// The windows that hold at start at multiples of advance, from the latest at or before it back
-	// to the one that ends just after it.
-	for start := floorDiv(at, advance) * advance; start > at-size; start -= advance {
+	// to the one that ends just after it. A window is closed once end + grace is at or before the
+	// watermark: the batch that moved the watermark there fires its timer, after its messages, and
+	// the answer must not depend on where batches end.
+	for start := floorDiv(a.at, advance) * advance; start > a.at-size; start -= advance {
 		end := start + size
-		if end+grace <= watermark {
-			continue // closed: late for this window
+		if end+grace <= a.watermark {
+			a.late = append(a.late, openWindow{ID: start, Start: start, End: end})
+			continue
 		}
-		key := windowKey(group, start)
-		w, err := s.load(ctx, key)
+		key := windowKey(a.group, start)
+		w, err := s.load(ctx, a.st, key)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if w == nil {
-			g, err := s.loadGroup(ctx, group)
+			g, err := s.loadGroup(ctx, a.st, a.group)
 			if err != nil {
-				return false, err
+				return err
 			}
-			if g, err = s.admit(ctx, g); err != nil {
-				return false, err
+			if g, err = s.admit(ctx, a.st, g); err != nil {
+				return err
 			}
 			g.Windows = append(g.Windows, openWindow{ID: start, Start: start, End: end})
-			if err := s.putGroup(ctx, group, g); err != nil {
-				return false, err
+			if err := s.putGroup(ctx, a.st, a.group, g); err != nil {
+				return err
 			}
-			w = s.newWindow(group, start, end)
+			w = s.newWindow(a.group, start, end)
 		}
-		if err := s.fold(ctx, key, w, values, at); err != nil {
-			return false, err
+		if err := s.fold(ctx, a.st, key, w, a.values, a.at); err != nil {
+			return err
 		}
-		added = true
+		a.added = true
 	}
-	return added, nil
+	slices.Reverse(a.late) // earliest first
+	return nil
 }
 
 // addToSession folds one message into its group's sessions: into the open sessions it is less than
-// gap away from (merged into the earliest, when it bridges several), or into a new one. False when
-// it joins none and a session of its own would have closed already: it is late.
-func (s *aggregateStage) addToSession(ctx context.Context, group string, at, watermark int64, values []any) (bool, error) {
+// gap away from (merged into the earliest, when it bridges several), or into a new one.
+//
+// It is late when it falls before the end of a session of its group that has closed (its end plus
+// grace at or before the watermark), which has emitted its result or is about to: joining it would
+// give a second, overlapping result. The group's index remembers how far its closed sessions reach
+// (ClosedUntil) until no event that could reach them would be on time any more. It is late too when
+// it joins no open session and its own would have closed already.
+func (s *aggregateStage) addToSession(ctx context.Context, a *adding) error {
 	gap, grace := s.gap.Milliseconds(), s.grace.Milliseconds()
-	g, err := s.loadGroup(ctx, group)
+	g, err := s.loadGroup(ctx, a.st, a.group)
 	if err != nil {
-		return false, err
+		return err
 	}
 	// The message's own session would be [at, at+gap): it joins the open sessions that overlap it.
 	// A session whose end is grace past the watermark has closed, although its timer fires only
 	// after this batch's messages: the answer must not depend on where batches end.
 	var joins, others []openWindow
+	var closedUntil int64
 	if g != nil {
+		closedUntil = g.ClosedUntil
 		for _, o := range g.Windows {
-			if o.End+grace > watermark && o.Start < at+gap && at < o.End {
+			switch {
+			case o.End+grace <= a.watermark:
+				closedUntil = max(closedUntil, o.End)
+				others = append(others, o)
+			case o.Start < a.at+gap && a.at < o.End:
 				joins = append(joins, o)
-			} else {
+			default:
 				others = append(others, o)
 			}
 		}
 	}
-	if len(joins) == 0 && at+gap+grace <= watermark {
-		return false, nil
+	if a.at < closedUntil || len(joins) == 0 && a.at+gap+grace <= a.watermark {
+		a.late = []openWindow{{Start: a.at, End: a.at + gap}}
+		return nil
 	}
 	var id int64
 	var w *windowState
 	if len(joins) == 0 {
-		if g, err = s.admit(ctx, g); err != nil {
-			return false, err
+		if g, err = s.admit(ctx, a.st, g); err != nil {
+			return err
 		}
 		id, g.Next = g.Next, g.Next+1
-		w = s.newWindow(group, at, at+gap)
+		w = s.newWindow(a.group, a.at, a.at+gap)
 	} else {
-		// The earliest session takes the others in; they are forgotten with their timers, so that
-		// they emit nothing of their own.
+		// The earliest session takes the others in; they are forgotten with their timers and
+		// holds, so that they emit nothing of their own.
 		id = joins[0].ID
-		if w, err = s.loadSession(ctx, group, id); err != nil {
-			return false, err
+		if w, err = s.loadSession(ctx, a.st, a.group, id); err != nil {
+			return err
 		}
 		for _, o := range joins[1:] {
-			other, err := s.loadSession(ctx, group, o.ID)
+			other, err := s.loadSession(ctx, a.st, a.group, o.ID)
 			if err != nil {
-				return false, err
+				return err
 			}
 			w.merge(other, s.fields)
-			if err := s.forgetWindow(ctx, windowKey(group, o.ID)); err != nil {
-				return false, err
+			if err := s.forgetWindow(ctx, a.st, windowKey(a.group, o.ID)); err != nil {
+				return err
 			}
 		}
-		w.Start, w.End = min(w.Start, at), max(w.End, at+gap)
+		w.Start, w.End = min(w.Start, a.at), max(w.End, a.at+gap)
 	}
-	if err := s.fold(ctx, windowKey(group, id), w, values, at); err != nil {
-		return false, err
+	key := windowKey(a.group, id)
+	if err := s.fold(ctx, a.st, key, w, a.values, a.at); err != nil {
+		return err
+	}
+	// Its result will carry its start, which may lie before what OutputWatermark says of later
+	// results: hold the watermark the stage passes on there until it closes.
+	if err := a.st.Hold(ctx, windowPrefix+key, time.UnixMilli(w.Start)); err != nil {
+		return err
 	}
 	g.Windows = append(others, openWindow{ID: id, Start: w.Start, End: w.End})
-	return true, s.putGroup(ctx, group, g)
+	a.added = true
+	return s.putGroup(ctx, a.st, a.group, g)
+}
+
+// OutputWatermark is the earliest start a result of a window can have that the stage emits after
+// its input's watermark reached watermark (stages.OutputWatermarker): a tumbling or hopping window
+// that has not closed ends more than grace before the watermark, and so starts after the
+// watermark less grace and its size; a session that starts later starts after the watermark less
+// gap and grace, and the open ones hold the watermark at their starts (addToSession).
+func (s *aggregateStage) OutputWatermark(watermark time.Time) time.Time {
+	if s.session {
+		return watermark.Add(-s.gap - s.grace)
+	}
+	return watermark.Add(-s.grace - s.size)
 }
 
 func (s *aggregateStage) newWindow(group string, start, end int64) *windowState {
@@ -388,7 +452,7 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // fold adds one message's values to a window and writes it, with its timers: the one that closes it,
 // at its end plus grace (moved when a session's end moves), and, with emit = "on_update", one that
 // emits its value after this batch.
-func (s *aggregateStage) fold(ctx context.Context, key string, w *windowState, values []any, at int64) error {
+func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.Func, values[i], at)
 	}
@@ -396,26 +460,26 @@ func (s *aggregateStage) fold(ctx context.Context, key string, w *windowState, v
 	if err != nil {
 		return err
 	}
-	if err := s.state.Put(ctx, windowPrefix+key, b); err != nil {
+	if err := st.Put(ctx, windowPrefix+key, b); err != nil {
 		return err
 	}
-	s.decoded.keep(PartitionOf(ctx), key, b, w)
-	if err := s.state.SetTimer(ctx, windowPrefix+key, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
+	s.decoded.keep(st.Partition(), key, b, w)
+	if err := st.SetTimer(ctx, windowPrefix+key, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
 		return err
 	}
 	if s.onUpdate {
 		// Due at once: timers fire after the batch's messages, so this emits once per batch.
-		return s.state.SetTimer(ctx, updatePrefix+key, time.UnixMilli(at))
+		return st.SetTimer(ctx, updatePrefix+key, time.UnixMilli(at))
 	}
 	return nil
 }
 
-func (s *aggregateStage) load(ctx context.Context, key string) (*windowState, error) {
-	b, found, err := s.state.Get(ctx, windowPrefix+key)
+func (s *aggregateStage) load(ctx context.Context, st State, key string) (*windowState, error) {
+	b, found, err := st.Get(ctx, windowPrefix+key)
 	if err != nil || !found {
 		return nil, err
 	}
-	if w := s.decoded.take(PartitionOf(ctx), key, b); w != nil {
+	if w := s.decoded.take(st.Partition(), key, b); w != nil {
 		return w, nil
 	}
 	var w windowState
@@ -429,29 +493,34 @@ func (s *aggregateStage) load(ctx context.Context, key string) (*windowState, er
 }
 
 // loadSession reads a session that its group's index lists.
-func (s *aggregateStage) loadSession(ctx context.Context, group string, id int64) (*windowState, error) {
+func (s *aggregateStage) loadSession(ctx context.Context, st State, group string, id int64) (*windowState, error) {
 	key := windowKey(group, id)
-	w, err := s.load(ctx, key)
+	w, err := s.load(ctx, st, key)
 	if err == nil && w == nil {
 		err = Permanent(fmt.Errorf("the state of session %q, which its group's index lists, is missing", key))
 	}
 	return w, err
 }
 
-// forgetWindow deletes a window's state and cancels its timers.
-func (s *aggregateStage) forgetWindow(ctx context.Context, key string) error {
-	if err := s.state.Delete(ctx, windowPrefix+key); err != nil {
+// forgetWindow deletes a window's state and cancels its timers and hold.
+func (s *aggregateStage) forgetWindow(ctx context.Context, st State, key string) error {
+	if err := st.Delete(ctx, windowPrefix+key); err != nil {
 		return err
 	}
-	if err := s.state.CancelTimer(ctx, windowPrefix+key); err != nil {
+	if err := st.CancelTimer(ctx, windowPrefix+key); err != nil {
 		return err
 	}
-	return s.state.CancelTimer(ctx, updatePrefix+key)
+	if s.session {
+		if err := st.Release(ctx, windowPrefix+key); err != nil {
+			return err
+		}
+	}
+	return st.CancelTimer(ctx, updatePrefix+key)
 }
 
 // loadGroup reads a group's index of its open windows; nil when it has none.
-func (s *aggregateStage) loadGroup(ctx context.Context, group string) (*groupState, error) {
-	b, found, err := s.state.Get(ctx, groupPrefix+group)
+func (s *aggregateStage) loadGroup(ctx context.Context, st State, group string) (*groupState, error) {
+	b, found, err := st.Get(ctx, groupPrefix+group)
 	if err != nil || !found {
 		return nil, err
 	}
@@ -463,36 +532,49 @@ func (s *aggregateStage) loadGroup(ctx context.Context, group string) (*groupSta
 }
 
 // admit returns a group's index, counting the group in (max_keys) when it has none yet.
-func (s *aggregateStage) admit(ctx context.Context, g *groupState) (*groupState, error) {
-	if g != nil {
+func (s *aggregateStage) admit(ctx context.Context, st State, g *groupState) (*groupState, error) {
+	if g != nil && len(g.Windows) > 0 {
 		return g, nil
 	}
-	if err := s.keys.admit(ctx, s.state); err != nil {
+	if err := s.keys.admit(ctx, st); err != nil {
 		return nil, err
 	}
-	return &groupState{}, nil
+	if g == nil {
+		g = &groupState{}
+	}
+	return g, nil
 }
 
 // putGroup writes a group's index, its windows by start; once it has none, it deletes it and counts
 // the group out.
-func (s *aggregateStage) putGroup(ctx context.Context, group string, g *groupState) error {
+func (s *aggregateStage) putGroup(ctx context.Context, st State, group string, g *groupState) error {
 	if len(g.Windows) == 0 {
-		if err := s.state.Delete(ctx, groupPrefix+group); err != nil {
+		// Its last window closed: it counts out. A session's index stays while its closed sessions
+		// may still be reached (ClosedUntil), until the timer that forgets it.
+		if err := s.keys.release(ctx, st); err != nil {
 			return err
 		}
-		return s.keys.release(ctx, s.state)
+		if g.ClosedUntil == 0 {
+			return st.Delete(ctx, groupPrefix+group)
+		}
+		if err := st.SetTimer(ctx, forgetPrefix+group, time.UnixMilli(g.ClosedUntil+s.gap.Milliseconds()+s.grace.Milliseconds())); err != nil {
+			return err
+		}
 	}
 	slices.SortFunc(g.Windows, func(a, b openWindow) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.ID, b.ID)) })
 	b, err := json.Marshal(g)
 	if err != nil {
 		return err
 	}
-	return s.state.Put(ctx, groupPrefix+group, b)
+	return st.Put(ctx, groupPrefix+group, b)
 }
 
 // OnTimer emits a window's result: when it closes, and then forgets it; or, with emit = "on_update",
 // after a batch that changed it.
-func (s *aggregateStage) OnTimer(ctx context.Context, name string, _ time.Time, out []Output) ([]Output, error) {
+func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
+	if group, ok := strings.CutPrefix(name, forgetPrefix); ok {
+		return out, s.forgetClosed(ctx, st, group)
+	}
 	closing := strings.HasPrefix(name, windowPrefix)
 	key, ok := strings.CutPrefix(name, windowPrefix)
 	if !closing {
@@ -500,23 +582,45 @@ func (s *aggregateStage) OnTimer(ctx context.Context, name string, _ time.Time, 
 			return out, nil
 		}
 	}
-	w, err := s.load(ctx, key)
+	w, err := s.load(ctx, st, key)
 	if err != nil || w == nil {
 		return out, err
 	}
-	out = append(out, Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w)}})
+	out = append(out, Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w),
+		Headers: map[string]string{EventTimeHeader: strconv.FormatInt(w.Start, 10)}}})
 	if !closing {
 		return out, nil
 	}
-	if err := s.forgetWindow(ctx, key); err != nil {
+	if err := s.forgetWindow(ctx, st, key); err != nil {
 		return out, err
 	}
-	g, err := s.loadGroup(ctx, w.Group)
+	g, err := s.loadGroup(ctx, st, w.Group)
 	if err != nil || g == nil {
 		return out, err // nil: a window written before groups had an index
 	}
 	g.Windows = slices.DeleteFunc(g.Windows, func(o openWindow) bool { return windowKey(w.Group, o.ID) == key })
-	return out, s.putGroup(ctx, w.Group, g)
+	if s.session {
+		g.ClosedUntil = max(g.ClosedUntil, w.End)
+	}
+	return out, s.putGroup(ctx, st, w.Group, g)
+}
+
+// forgetClosed forgets how far a group's closed sessions reached, once no event that reaches them
+// can be on time (its own session would have closed): the index goes if it has no open session.
+func (s *aggregateStage) forgetClosed(ctx context.Context, st State, group string) error {
+	g, err := s.loadGroup(ctx, st, group)
+	if err != nil || g == nil {
+		return err
+	}
+	if len(g.Windows) == 0 {
+		return st.Delete(ctx, groupPrefix+group)
+	}
+	g.ClosedUntil = 0
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	return st.Put(ctx, groupPrefix+group, b)
 }
 
 // result is a window's output payload.
@@ -603,6 +707,9 @@ func (w *windowState) merge(o *windowState, fields []flow.Aggregate) {
 type groupState struct {
 	Next    int64        `json:"n,omitempty"`
 	Windows []openWindow `json:"w"`
+	// ClosedUntil is the latest end of the group's sessions that have closed, while an event that
+	// falls before it could still be on time otherwise; 0 for tumbling and hopping windows.
+	ClosedUntil int64 `json:"c,omitempty"`
 }
 
 // openWindow is a window in its group's index: the id in its state key and timers, and its bounds.

@@ -287,9 +287,10 @@ source "s" {
   output = topic.in
 }
 stage "agg" {
-  kind   = "aggregate"
-  input  = topic.in
-  output = topic.out
+  kind     = "aggregate"
+  input    = topic.in
+  output   = topic.out
+  group_by = msg.k
   window {
     ` + tc.window + `
   }

@@ -17,8 +17,9 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:     "dedupe",
-			StateKey: "key",
+			Name:           "dedupe",
+			KeepsPartition: true,
+			StateKey:       "key",
 			Doc: "Passes on the first message of each key and drops (or sends to a topic) every later message of " +
 				"the same key whose event time is less than within apart from the first's. A key is forgotten once " +
 				"the partition's watermark (the latest event time it has seen) is within past its first message. " +
@@ -52,9 +53,9 @@ func init() {
 			},
 		},
 		Traits: StageTraits{Stateful: true},
-		New: func(s *flow.Stage, env Env) (Processor, error) {
+		NewStateful: func(s *flow.Stage, env Env) (StatefulProcessor, error) {
 			d := &dedupeStage{out: s.Output, key: s.Config.Expr("key"), eventTime: s.Config.Expr("event_time"),
-				within: s.Config.Duration("within"), state: env.State, keys: newKeyLimit(s)}
+				within: s.Config.Duration("within"), keys: newKeyLimit(s)}
 			d.duplicates, _ = s.Config.TopicOrChoice("duplicates")
 			return d, nil
 		},
@@ -67,14 +68,13 @@ type dedupeStage struct {
 	eventTime  *expr.Program // nil: the entry's time
 	within     time.Duration
 	duplicates *flow.Topic // nil: drop them
-	state      State
 	keys       keyLimit
 }
 
 // keyTimer is the name of the timer that forgets a key.
 func keyTimer(key string) string { return "key:" + key }
 
-func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
+func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
 	if err := m.Decode(); err != nil {
 		return out, err
 	}
@@ -89,14 +89,11 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	if err != nil {
 		return out, err
 	}
-	if err := s.state.Observe(ctx, at); err != nil {
-		return out, err
-	}
-	first, seen, err := s.state.Get(ctx, key)
+	first, seen, err := st.Get(ctx, key)
 	if err != nil {
 		return out, err
 	}
-	watermark, err := s.state.Watermark(ctx)
+	watermark, err := st.Watermark(ctx)
 	if err != nil {
 		return out, err
 	}
@@ -106,7 +103,7 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 		// of a batch fire after its messages, and the answer must not depend on where batches end.
 		firstAt := time.UnixMilli(ms)
 		if err == nil && firstAt.Add(s.within).After(watermark) && absDuration(at.Sub(firstAt)) < s.within {
-			Record(ctx, Duplicate)
+			st.Record(Duplicate)
 			if s.duplicates == nil {
 				return out, nil
 			}
@@ -114,14 +111,14 @@ func (s *dedupeStage) Process(ctx context.Context, m *Message, out []Output) ([]
 		}
 	}
 	if !seen {
-		if err := s.keys.admit(ctx, s.state); err != nil {
+		if err := s.keys.admit(ctx, st); err != nil {
 			return out, err
 		}
 	}
-	if err := s.state.Put(ctx, key, []byte(strconv.FormatInt(at.UnixMilli(), 10))); err != nil {
+	if err := st.Put(ctx, key, []byte(strconv.FormatInt(at.UnixMilli(), 10))); err != nil {
 		return out, err
 	}
-	if err := s.state.SetTimer(ctx, keyTimer(key), at.Add(s.within)); err != nil {
+	if err := st.SetTimer(ctx, keyTimer(key), at.Add(s.within)); err != nil {
 		return out, err
 	}
 	return append(out, Output{Topic: s.out, Message: *m}), nil
@@ -142,15 +139,15 @@ func (s *dedupeStage) StateKeys(m *Message, keys []string) []string {
 
 // OnTimer forgets a key: the watermark is within past its first message. A key's timer is set with
 // it and cancelled only by forgetting it, so the key is there to count out.
-func (s *dedupeStage) OnTimer(ctx context.Context, name string, _ time.Time, out []Output) ([]Output, error) {
+func (s *dedupeStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
 	key, ok := strings.CutPrefix(name, "key:")
 	if !ok {
 		return out, nil
 	}
-	if err := s.state.Delete(ctx, key); err != nil {
+	if err := st.Delete(ctx, key); err != nil {
 		return out, err
 	}
-	return out, s.keys.release(ctx, s.state)
+	return out, s.keys.release(ctx, st)
 }
 
 func absDuration(d time.Duration) time.Duration {

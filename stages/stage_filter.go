@@ -11,8 +11,9 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name: "filter",
-			Doc:  "Passes on the messages for which where holds and drops the others.",
+			Name:           "filter",
+			KeepsPartition: true,
+			Doc:            "Passes on the messages for which where holds and drops the others.",
 			Attributes: []flow.Attribute{
 				{Name: "where", Type: flow.TypeMessageBool, Required: true, Roots: []string{"msg"}, Doc: "The condition a message must meet to pass."},
 			},

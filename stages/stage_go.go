@@ -45,7 +45,8 @@ func init() {
 			}
 			return StageTraits{Stateful: true, FireAtEnd: fn.FireAtEnd}
 		},
-		New: newGoStage,
+		New:         newGoStage,
+		NewStateful: newStatefulGoStage,
 	})
 }
 
@@ -69,7 +70,7 @@ func checkGoFunc(c *flow.KindCheck) {
 }
 
 // newGoStage finds the stage's function: env.Functions first, so that a test's mock stands in for a
-// function of either form (a mock keeps no state), then the stateful functions.
+// function (a mock keeps no state), then the registered ones.
 func newGoStage(s *flow.Stage, env Env) (Processor, error) {
 	name := s.Config.String("func")
 	lookup := env.Functions
@@ -79,15 +80,23 @@ func newGoStage(s *flow.Stage, env Env) (Processor, error) {
 	if fn, ok := lookup(name); ok {
 		return &goStage{out: s.Output, fn: fn}, nil
 	}
+	return nil, fmt.Errorf("stage %s: no Go stage function %q is registered in this binary", s.Name, name)
+}
+
+// newStatefulGoStage finds the stage's stateful function (RegisterStateful); a test's mock of it
+// (env.Functions) stands in for it, keeping no state.
+func newStatefulGoStage(s *flow.Stage, env Env) (StatefulProcessor, error) {
+	name := s.Config.String("func")
+	if env.Functions != nil {
+		if fn, ok := env.Functions(name); ok {
+			return mockedStatefulStage{&goStage{out: s.Output, fn: fn}}, nil
+		}
+	}
 	fn, ok := LookupStateful(name)
 	if !ok {
-		return nil, fmt.Errorf("stage %s: no Go stage function %q is registered in this binary", s.Name, name)
+		return nil, fmt.Errorf("stage %s: no stateful Go stage function %q is registered in this binary", s.Name, name)
 	}
-	if env.State == nil {
-		return nil, fmt.Errorf("stage %s: the stateful function %q needs a state handle (Env.State)", s.Name, name)
-	}
-	st := &statefulGoStage{out: s.Output, fn: fn, eventTime: s.Config.Expr("event_time"),
-		state: funcState{State: env.State, timers: fn.OnTimer != nil}}
+	st := &statefulGoStage{out: s.Output, fn: fn, eventTime: s.Config.Expr("event_time")}
 	if fn.OnTimer != nil {
 		return &timedGoStage{st}, nil
 	}
@@ -107,34 +116,38 @@ func (s *goStage) Process(ctx context.Context, m *Message, out []Output) ([]Outp
 	return call(s.out, out, func() ([]Message, error) { return s.fn(ctx, *m) })
 }
 
-// statefulGoStage calls a function registered with RegisterStateful, after it observed the
-// message's event time.
+// statefulGoStage calls a function registered with RegisterStateful, once the message's event time
+// is known: a message that has none cannot be placed in time, and is dead-lettered.
 type statefulGoStage struct {
 	out       *flow.Topic
 	fn        StatefulFunc
 	eventTime *expr.Program // nil: the entry's time
-	state     State
 }
 
-func (s *statefulGoStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
+func (s *statefulGoStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
 	if err := m.Decode(); err != nil {
 		return out, err
 	}
-	at, err := EventTime(s.eventTime, m)
-	if err != nil {
+	if _, err := EventTime(s.eventTime, m); err != nil {
 		return out, err
 	}
-	if err := s.state.Observe(ctx, at); err != nil {
-		return out, err
-	}
-	return call(s.out, out, func() ([]Message, error) { return s.fn.Process(ctx, *m, s.state) })
+	state := funcState{State: st, timers: s.fn.OnTimer != nil}
+	return call(s.out, out, func() ([]Message, error) { return s.fn.Process(ctx, *m, state) })
+}
+
+// mockedStatefulStage is a test's mock of a stateful function: a plain function in its place.
+type mockedStatefulStage struct{ *goStage }
+
+func (s mockedStatefulStage) Process(ctx context.Context, _ State, m *Message, out []Output) ([]Output, error) {
+	return s.goStage.Process(ctx, m, out)
 }
 
 // timedGoStage is a stateful function with OnTimer: the runtime fires its timers (TimerHandler).
 type timedGoStage struct{ *statefulGoStage }
 
-func (s *timedGoStage) OnTimer(ctx context.Context, name string, at time.Time, out []Output) ([]Output, error) {
-	return call(s.out, out, func() ([]Message, error) { return s.fn.OnTimer(ctx, name, at, s.state) })
+func (s *timedGoStage) OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error) {
+	state := funcState{State: st, timers: true}
+	return call(s.out, out, func() ([]Message, error) { return s.fn.OnTimer(ctx, name, at, state) })
 }
 
 // call runs a function and appends what it returned to out, as outputs to topic.

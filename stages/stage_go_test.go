@@ -92,21 +92,24 @@ func TestStatefulGoStage(t *testing.T) {
 		t.Fatalf("traits of a stage of a plain function: %+v", tr)
 	}
 	if _, err := Compile(total, Env{}); err == nil {
-		t.Fatal("a stateful function's stage was made without a state handle")
+		t.Fatal("a stateful function's stage was made as a stateless one")
 	}
 
 	state := newMemState()
-	proc, err := Compile(total, Env{State: state})
+	state.eventTime = flow.EventTimeOf(total)
+	proc, err := CompileStateful(total, Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, at := range []int64{60_000, 30_000} {
-		outs, err := process(t, proc, `{"n": 5, "at": `+strconv.FormatInt(at, 10)+`}`)
+		m := NewMessage("k", []byte(`{"n": 5, "at": `+strconv.FormatInt(at, 10)+`}`), nil)
+		state.observe(&m)
+		outs, err := proc.Process(context.Background(), state, &m, nil)
 		if err != nil || len(outs) != 1 || outs[0].Topic != total.Output || outs[0].Message.Value["total"] != 5*(i+1) {
 			t.Fatalf("message %d: %+v, %v", i, outs, err)
 		}
 	}
-	// The stage observed each message's event time before the function ran: the timer is a minute
+	// The function sees the partition's watermark, the latest event time: the timer is a minute
 	// past the latest of them.
 	if state.timers["k"] != 120_000 || string(state.values["k"]) != "10" {
 		t.Fatalf("state after two messages: %v, timers %v", state.values, state.timers)
@@ -115,18 +118,19 @@ func TestStatefulGoStage(t *testing.T) {
 	if !ok {
 		t.Fatal("a stateful function with OnTimer is no TimerHandler")
 	}
-	outs, err := th.OnTimer(context.Background(), "k", time.UnixMilli(120_000), nil)
+	outs, err := th.OnTimer(context.Background(), state, "k", time.UnixMilli(120_000), nil)
 	if err != nil || len(outs) != 1 || outs[0].Topic != total.Output || outs[0].Message.Value["total"] != "10" || len(state.values) != 0 {
 		t.Fatalf("OnTimer: %+v, %v; state %v", outs, err, state.values)
 	}
-	if _, err := th.OnTimer(context.Background(), "panic", time.Time{}, nil); !IsPermanent(err) || !strings.Contains(err.Error(), "boom") {
+	if _, err := th.OnTimer(context.Background(), state, "panic", time.Time{}, nil); !IsPermanent(err) || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("a panicking OnTimer: %v", err)
 	}
-	if _, err := process(t, proc, `{"n": 1, "at": "yesterday"}`); !IsPermanent(err) {
+	bad := NewMessage("k", []byte(`{"n": 1, "at": "yesterday"}`), nil)
+	if _, err := proc.Process(context.Background(), state, &bad, nil); !IsPermanent(err) {
 		t.Fatalf("an event time of neither form: %v", err)
 	}
 
-	proc, err = Compile(untimed, Env{State: newMemState()})
+	proc, err = CompileStateful(untimed, Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,12 +139,12 @@ func TestStatefulGoStage(t *testing.T) {
 	}
 	m := NewMessage("k", []byte(`{}`), nil)
 	m.EntryTime = time.UnixMilli(1)
-	if _, err := proc.Process(context.Background(), &m, nil); !IsPermanent(err) || !errors.Is(err, errNoOnTimer) {
+	if _, err := proc.Process(context.Background(), newMemState(), &m, nil); !IsPermanent(err) || !errors.Is(err, errNoOnTimer) {
 		t.Fatalf("a timer set without OnTimer: %v", err)
 	}
 
 	// A test's mock (Env.Functions) stands in for a stateful function as a plain one.
-	mocked, err := Compile(total, Env{State: newMemState(), Functions: func(name string) (Func, bool) {
+	mocked, err := CompileStateful(total, Env{Functions: func(name string) (Func, bool) {
 		return func(_ context.Context, m Message) ([]Message, error) { return []Message{m}, nil }, name == "test.total"
 	}})
 	if err != nil {
@@ -149,7 +153,8 @@ func TestStatefulGoStage(t *testing.T) {
 	if _, timed := mocked.(TimerHandler); timed {
 		t.Fatal("a mock of a stateful function fires its timers")
 	}
-	if outs, err := process(t, mocked, `{"n": 1}`); err != nil || len(outs) != 1 || outs[0].Message.Value["total"] != nil {
+	mm := NewMessage("k", []byte(`{"n": 1}`), nil)
+	if outs, err := mocked.Process(context.Background(), newMemState(), &mm, nil); err != nil || len(outs) != 1 || outs[0].Message.Value["total"] != nil {
 		t.Fatalf("the mock: %+v, %v", outs, err)
 	}
 }

@@ -11,8 +11,9 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name: "map",
-			Doc:  "Changes each message: set adds or replaces fields, then drop removes fields.",
+			Name:           "map",
+			KeepsPartition: true,
+			Doc:            "Changes each message: set adds or replaces fields, then drop removes fields.",
 			Attributes: []flow.Attribute{
 				{Name: "set", Type: flow.TypeMessageFields, Roots: []string{"msg"}, Doc: "Fields to add or replace, as an object of expressions over msg."},
 				{Name: "drop", Type: flow.TypeStringList, Doc: "Names of fields to remove."},

@@ -11,9 +11,10 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:       "route",
-			Doc:        "Sends each message to the output of the first case whose condition holds, or to default.",
-			OutputsDoc: "the outputs of its case blocks and its default",
+			Name:           "route",
+			KeepsPartition: true,
+			Doc:            "Sends each message to the output of the first case whose condition holds, or to default.",
+			OutputsDoc:     "the outputs of its case blocks and its default",
 			Attributes: []flow.Attribute{
 				{Name: "default", Type: flow.TypeTopicRef, Doc: "The topic for messages that match no case; without it they are dropped and counted."},
 			},

@@ -7,6 +7,9 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
 )
 
 // memState is a State in memory for the tests of the stateful kinds: one partition (partition 2),
@@ -15,11 +18,19 @@ import (
 type memState struct {
 	values    map[string][]byte
 	timers    map[string]int64
+	holds     map[string]int64
 	watermark int64 // Unix ms
+	// eventTime is the stage's event time, which the state measures the watermark by, as the
+	// runtime does for a partition that only the outside writes.
+	eventTime *expr.Program
+	late      int
+	dups      int
+	// self is the State that the kinds get: the memState, or a test's wrapper of it.
+	self State
 }
 
 func newMemState() *memState {
-	return &memState{values: map[string][]byte{}, timers: map[string]int64{}}
+	return &memState{values: map[string][]byte{}, timers: map[string]int64{}, holds: map[string]int64{}}
 }
 
 func (s *memState) Get(_ context.Context, key string) ([]byte, bool, error) {
@@ -47,9 +58,40 @@ func (s *memState) CancelTimer(_ context.Context, name string) error {
 	return nil
 }
 
-func (s *memState) Observe(_ context.Context, t time.Time) error {
-	s.watermark = max(s.watermark, t.UnixMilli())
+func (s *memState) Hold(_ context.Context, name string, at time.Time) error {
+	s.holds[name] = at.UnixMilli()
 	return nil
+}
+
+func (s *memState) Release(_ context.Context, name string) error {
+	delete(s.holds, name)
+	return nil
+}
+
+func (s *memState) Record(o Outcome) {
+	switch o {
+	case Late:
+		s.late++
+	case Duplicate:
+		s.dups++
+	}
+}
+
+func (s *memState) Partition() int { return 2 }
+
+// state is the State the kinds get.
+func (s *memState) state() State {
+	if s.self != nil {
+		return s.self
+	}
+	return s
+}
+
+// observe moves the watermark to a message's event time, as the runtime does before Process.
+func (s *memState) observe(m *Message) {
+	if at, err := EventTime(s.eventTime, m); err == nil {
+		s.watermark = max(s.watermark, at.UnixMilli())
+	}
 }
 
 func (s *memState) Watermark(context.Context) (time.Time, error) {
@@ -61,25 +103,26 @@ func (s *memState) Watermark(context.Context) (time.Time, error) {
 
 // attempt runs f on the state, and puts the state back as it was when f fails.
 func (s *memState) attempt(f func() error) error {
-	values, timers, watermark := maps.Clone(s.values), maps.Clone(s.timers), s.watermark
+	values, timers, holds := maps.Clone(s.values), maps.Clone(s.timers), maps.Clone(s.holds)
 	err := f()
 	if err != nil {
-		s.values, s.timers, s.watermark = values, timers, watermark
+		s.values, s.timers, s.holds = values, timers, holds
 	}
 	return err
 }
 
 // batch processes payloads as one batch of partition 2: it returns the outputs, and each payload's
 // error (nil for those that went through).
-func (s *memState) batch(t *testing.T, proc Processor, payloads ...string) ([]Output, []error) {
+func (s *memState) batch(t *testing.T, proc StatefulProcessor, payloads ...string) ([]Output, []error) {
 	t.Helper()
-	ctx := WithPartition(context.Background(), 2)
+	ctx := context.Background()
 	var outs []Output
 	errs := make([]error, len(payloads))
 	for i, p := range payloads {
 		m := NewMessage("", []byte(p), nil)
+		s.observe(&m)
 		errs[i] = s.attempt(func() error {
-			o, err := proc.Process(ctx, &m, outs)
+			o, err := proc.Process(ctx, s.state(), &m, outs)
 			if err == nil {
 				outs = o
 			}
@@ -90,12 +133,12 @@ func (s *memState) batch(t *testing.T, proc Processor, payloads ...string) ([]Ou
 }
 
 // end fires every timer, as a job does once its input is drained (FireAtEnd).
-func (s *memState) end(t *testing.T, proc Processor) []Output {
+func (s *memState) end(t *testing.T, proc StatefulProcessor) []Output {
 	t.Helper()
-	return s.fire(t, WithPartition(context.Background(), 2), proc, math.MaxInt64, nil)
+	return s.fire(t, context.Background(), proc, math.MaxInt64, nil)
 }
 
-func (s *memState) fire(t *testing.T, ctx context.Context, proc Processor, wm int64, outs []Output) []Output {
+func (s *memState) fire(t *testing.T, ctx context.Context, proc StatefulProcessor, wm int64, outs []Output) []Output {
 	t.Helper()
 	th, ok := proc.(TimerHandler)
 	if !ok {
@@ -126,7 +169,7 @@ func (s *memState) fire(t *testing.T, ctx context.Context, proc Processor, wm in
 			fired[name] = true
 			delete(s.timers, name)
 			if err := s.attempt(func() error {
-				o, err := th.OnTimer(ctx, name, time.UnixMilli(at), outs)
+				o, err := th.OnTimer(ctx, s.state(), name, time.UnixMilli(at), outs)
 				if err == nil {
 					outs = o
 				}
@@ -149,11 +192,12 @@ func (s *memState) keyCount(t *testing.T) int64 {
 }
 
 // statefulProcessor compiles the stage name of the pipeline with a fresh memState.
-func statefulProcessor(t *testing.T, stagesSrc, name string) (Processor, *memState) {
+func statefulProcessor(t *testing.T, stagesSrc, name string) (StatefulProcessor, *memState) {
 	t.Helper()
 	st := newMemState()
 	p := plan(t, stagesSrc)
-	proc, err := Compile(p.Stage(name), Env{Node: name, State: st})
+	st.eventTime = flow.EventTimeOf(p.Stage(name))
+	proc, err := CompileStateful(p.Stage(name), Env{Node: name})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,22 +141,22 @@ func (a *Access) Group(who, stream, group string) {
 // outputs wrote in the same transaction: markers are a marker of each effectively-once output
 // stream, streams the streams of its other outputs; all of them at once in the check.
 //
-// A stateful stage's unit settles its state with the batch: state and timers are its state hash
-// and timer set ("" for others).
-func (a *Access) Settle(who, stream, group, retryKey, leaseKey, state, timers string, markers, streams []string) {
-	if retryKey == "" && leaseKey == "" && state == "" && len(markers)+len(streams) == 0 {
+// A stateful stage's unit settles its state with the batch: state are its state hash, timer set
+// and holds set (zero for others).
+func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, state StateKeys, markers, streams []string) {
+	if retryKey == "" && leaseKey == "" && state.Hash == "" && len(markers)+len(streams) == 0 {
 		a.add(who, stream, 1, "xack", stream, group, "0-1")
 		return
 	}
-	keys := []string{stream, stream, stream, stream, stream}
+	keys := []string{stream, stream, stream, stream, stream, stream}
 	if retryKey != "" {
 		keys[1] = retryKey
 	}
 	if leaseKey != "" {
 		keys[2] = leaseKey
 	}
-	if state != "" {
-		keys[3], keys[4] = state, timers
+	if state.Hash != "" {
+		keys[3], keys[4], keys[5] = state.Hash, state.Timers, state.Holds
 	}
 	a.script(who, settleScript, true, append(append(keys, markers...), streams...)...)
 	a.guards(who, markers, streams)
@@ -172,17 +172,18 @@ func (a *Access) Settle(who, stream, group, retryKey, leaseKey, state, timers st
 
 // CommitOnce adds the effectively-once commit of a unit that settles under a lease on a single
 // server (onceScript, see Commit): one script on the unit's keys (as Settle's), the commit record
-// of its lease and the streams its outputs may go to (outputs), and the commands it sends on them.
-func (a *Access) CommitOnce(who, stream, group, retryKey, leaseKey, state, timers string, outputs []string) {
-	keys := []string{stream, stream, leaseKey, stream, stream}
+// of its lease, the streams its outputs may go to (outputs) and the watermarks hashes it sets
+// (marks), and the commands it sends on them.
+func (a *Access) CommitOnce(who, stream, group, retryKey, leaseKey string, state StateKeys, outputs, marks []string) {
+	keys := []string{stream, stream, leaseKey, stream, stream, stream}
 	if retryKey != "" {
 		keys[1] = retryKey
 	}
-	if state != "" {
-		keys[3], keys[4] = state, timers
+	if state.Hash != "" {
+		keys[3], keys[4], keys[5] = state.Hash, state.Timers, state.Holds
 	}
 	commit := LeaseCommit(leaseKey)
-	a.script(who, onceScript, true, append(append(keys, commit), outputs...)...)
+	a.script(who, onceScript, true, append(append(append(keys, commit), outputs...), marks...)...)
 	a.add(who, leaseKey, 1, "get", leaseKey)
 	a.add(who, commit, 1, "get", commit)
 	a.add(who, commit, 1, "set", commit, "commit", "px", "1")
@@ -196,6 +197,9 @@ func (a *Access) CommitOnce(who, stream, group, retryKey, leaseKey, state, timer
 		a.add(who, retryKey, 1, "zadd", retryKey, "0", "retry")
 	}
 }
+
+// StateKeys are a stateful stage's keys on one partition: its state hash, timer set and holds set.
+type StateKeys struct{ Hash, Timers, Holds string }
 
 // Output adds the writes of Commit to a stream: an XADD in a MULTI/EXEC transaction, or with a
 // dedup marker (dedupKey, "" for none) the effectively-once script.
@@ -300,9 +304,28 @@ func (a *Access) State(who, hash, timers string) {
 	a.add(who, timers, 1, "zrem", timers, "timer")
 }
 
-// Watermarks adds ReadWatermarks on the state hash of another partition: the watermark of a writer
-// of a repartition topic.
-func (a *Access) Watermarks(who, hash string) { a.add(who, hash, 1, "hmget", hash, "field") }
+// Holds adds the reads of a stateful stage's holds (Holds); their writes go with the settle.
+func (a *Access) Holds(who, key string) {
+	a.add(who, key, 1, "zrange", key, "0", "0", "withscores")
+	a.add(who, key, 1, "zadd", key, "0", "hold")
+	a.add(who, key, 1, "zrem", key, "hold")
+}
+
+// ReadMarks adds ReadMarks on a partition's watermarks hash and its stream.
+func (a *Access) ReadMarks(who, hash, stream string) {
+	a.add(who, hash, 1, "hgetall", hash)
+	a.add(who, stream, 1, "xrevrange", stream, "+", "-", "count", "1")
+}
+
+// ReadMarkField adds ReadMarkFields on a watermarks hash: a job's end test.
+func (a *Access) ReadMarkField(who, hash string) { a.add(who, hash, 1, "hget", hash, "field") }
+
+// WriteMarks adds the writes of a writer's marks to a partition's watermarks hash (with commits,
+// WriteMarks, ReopenMarks).
+func (a *Access) WriteMarks(who, hash string) {
+	a.add(who, hash, 1, "hset", hash, "field", "value")
+	a.script(who, reopenScript, true, hash)
+}
 
 // Type adds KeyTypes on a key.
 func (a *Access) Type(who, key string) { a.add(who, key, 1, "type", key) }

@@ -32,7 +32,7 @@ func (u accessKeys) everything() *Access {
 	a := NewAccess(u.k)
 	a.Members("process", a.keys.Members())
 	a.Consume("stage st", u.in, "st")
-	a.Settle("stage st", u.in, "st", u.retry, u.lease, "", "", []string{u.dedup}, []string{u.dlq})
+	a.Settle("stage st", u.in, "st", u.retry, u.lease, StateKeys{}, []string{u.dedup}, []string{u.dlq})
 	a.Lease("stage st", u.lease)
 	a.Retries("stage st", u.retry)
 	a.Output("stage st", u.out, u.dedup)
@@ -218,8 +218,8 @@ func TestAccessCoversTheOperations(t *testing.T) {
 	t.Run("consume and settle", func(t *testing.T) {
 		c := only(t, "consume", func(a *Access) {
 			a.Consume("stage st", u.in, "st")
-			a.Settle("stage st", u.in, "st", u.retry, u.lease, "", "", []string{u.dedup}, []string{u.dlq})
-			a.Settle("stage plain", u.in, "plain", "", "", "", "", nil, nil)
+			a.Settle("stage st", u.in, "st", u.retry, u.lease, StateKeys{}, []string{u.dedup}, []string{u.dlq})
+			a.Settle("stage plain", u.in, "plain", "", "", StateKeys{}, nil, nil)
 			a.Lease("stage st", u.lease)
 			a.Retries("stage st", u.retry)
 			a.Output("stage st", u.out, u.dedup)

@@ -134,47 +134,9 @@ func (c *Client) ReadStates(ctx context.Context, hash string, keys []string) ([]
 	return out, nil
 }
 
-// Watermark is a partition's watermark as ReadWatermarks reads it from its state hash.
-type Watermark struct {
-	At int64 // Unix ms; 0: none yet
-	// Idle says that the partition had been idle for its idle timeout before it had a watermark
-	// (IdleField).
-	Idle bool
-}
-
-// ReadWatermarks returns the watermarks of several state hashes (those of other partitions, in
-// other slots), in one round trip per server.
-func (c *Client) ReadWatermarks(ctx context.Context, hashes []string) ([]Watermark, error) {
-	pipe := c.rdb.Pipeline()
-	cmds := make([]*goredis.SliceCmd, len(hashes))
-	for i, h := range hashes {
-		cmds[i] = pipe.HMGet(ctx, h, WatermarkField, IdleField)
-	}
-	_, _ = pipe.Exec(ctx)
-	wms := make([]Watermark, len(hashes))
-	for i, cmd := range cmds {
-		vals, err := cmd.Result()
-		if err != nil {
-			return nil, wrap(classify(err), "reading the watermark in", hashes[i])
-		}
-		if s, ok := vals[0].(string); ok {
-			if wms[i].At, err = strconv.ParseInt(s, 10, 64); err != nil {
-				return nil, fmt.Errorf("the watermark in %s is %q, not a time in Unix ms", hashes[i], s)
-			}
-		}
-		wms[i].Idle = vals[1] != nil
-	}
-	return wms, nil
-}
-
 // WatermarkField is the field of a state hash (StateWrites.Key) that holds the partition's
 // watermark, in Unix ms: the fields that begin with a NUL byte are the runtime's, not the kind's.
 const WatermarkField = "\x00watermark"
-
-// IdleField is the field of a state hash that a partition sets when it has been idle for its idle
-// timeout before it had a watermark: a repartition topic's reader then leaves it out of the
-// minimum of its writers' watermarks.
-const IdleField = "\x00idle"
 
 // DueTimer is a timer of a timer set (StateWrites.TimersKey) and when it is due, in Unix ms.
 type DueTimer struct {

@@ -32,7 +32,7 @@ func TestStatePartitionsAndHeldState(t *testing.T) {
 		if err := u.HSet(ctx, hashes[0], WatermarkField, "1000", "\x00keys", "1", "a", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := u.HSet(ctx, hashes[1], WatermarkField, "1000", IdleField, "1", "\x00keys", "0").Err(); err != nil {
+		if err := u.HSet(ctx, hashes[1], WatermarkField, "1000", "\x00idle", "1", "\x00keys", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := u.ZAdd(ctx, timers[2], goredis.Z{Score: 60_000, Member: "close:a"}).Err(); err != nil {

@@ -200,3 +200,23 @@ func (c *Client) Holds(ctx context.Context, key string, n int64) ([]DueTimer, er
 	}
 	return out, nil
 }
+
+// ReadMarkFields returns the values of fields[i] of hashes[i] ("" for none), in one round trip per
+// server: the marks a job's end test looks at.
+func (c *Client) ReadMarkFields(ctx context.Context, hashes, fields []string) ([]string, error) {
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(hashes))
+	for i := range hashes {
+		cmds[i] = pipe.HGet(ctx, hashes[i], fields[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	out := make([]string, len(hashes))
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		if err != nil && !isNil(err) {
+			return nil, wrap(classify(err), "reading the watermarks in", hashes[i])
+		}
+		out[i] = v
+	}
+	return out, nil
+}

@@ -8,8 +8,9 @@ source "in" {
   output = topic.orders
 }
 stage "revenue" {
-  kind  = "aggregate"
-  input = topic.orders
+  kind     = "aggregate"
+  group_by = msg.customer
+  input    = topic.orders
   window {
     type = "tumbling"
     size = "1m"
@@ -17,8 +18,8 @@ stage "revenue" {
   aggregate = {
     orders  = count()
     revenue = summ(msg.amount) # ERROR: There is no aggregate function "summ". Did you mean "sum"?
-    top     = top_k(msg.sku) # ERROR: top_k takes 2 arguments, not 1.
-    total   = msg.amount # ERROR: aggregate.total must call one of
+    top     = top_k(msg.sku)   # ERROR: top_k takes 2 arguments, not 1.
+    total   = msg.amount       # ERROR: aggregate.total must call one of
   }
 }
 sink "out" {

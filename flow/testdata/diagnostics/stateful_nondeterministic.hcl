@@ -15,8 +15,9 @@ stage "once" {
   event_time = timestamp() # ERROR: timestamp() gives another value on every call
 }
 stage "revenue" {
-  kind  = "aggregate"
-  input = topic.orders
+  kind     = "aggregate"
+  group_by = msg.customer
+  input    = topic.orders
   window {
     type = "tumbling"
     size = "1m"

@@ -25,6 +25,7 @@ stage "once" {
 
 stage "per_minute" {
   kind       = "aggregate"
+  group_by   = msg.user
   input      = topic.clicks
   event_time = msg.at
   max_keys   = 2

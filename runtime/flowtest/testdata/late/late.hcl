@@ -12,6 +12,7 @@ topic "orders" {
 
 stage "dropping" {
   kind       = "aggregate"
+  group_by   = msg.customer
   input      = topic.orders
   event_time = msg.at
   window {
@@ -24,6 +25,7 @@ stage "dropping" {
 
 stage "dead_lettering" {
   kind       = "aggregate"
+  group_by   = msg.customer
   input      = topic.orders
   event_time = msg.at
   window {

@@ -15,6 +15,7 @@ topic "late_views" {
 
 stage "sessions" {
   kind       = "aggregate"
+  group_by   = msg.user
   input      = topic.views
   event_time = msg.at
   window {
@@ -34,6 +35,7 @@ stage "sessions" {
 # The same sessions as a changelog: their value after every batch that changed them.
 stage "updates" {
   kind       = "aggregate"
+  group_by   = msg.user
   input      = topic.views
   event_time = msg.at
   window {

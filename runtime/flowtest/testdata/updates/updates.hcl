@@ -10,6 +10,7 @@ topic "views" {
 
 stage "per_minute" {
   kind       = "aggregate"
+  group_by   = msg.user
   input      = topic.views
   event_time = msg.at
   emit       = "on_update"

@@ -1,0 +1,391 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// Store is what this package reads from Redis: the committed state, timers and holds of a
+// partition, and the watermarks of its writers. *redis.Client is one.
+type Store interface {
+	ReadState(ctx context.Context, hash, key string) ([]byte, bool, error)
+	ReadStates(ctx context.Context, hash string, keys []string) ([][]byte, error)
+	DueTimers(ctx context.Context, key string, until, count int64) ([]redis.DueTimer, error)
+	Holds(ctx context.Context, key string, n int64) ([]redis.DueTimer, error)
+	ReadMarks(ctx context.Context, hash, stream string) (map[string]string, string, error)
+	Backlog(ctx context.Context, stream string, groups []string) (int64, error)
+}
+
+// Keys are the Redis keys of a stateful stage's state on one partition (redis.Keys.State, Timers,
+// Holds), all in the partition's slot.
+type Keys struct {
+	Hash, Timers, Holds string
+}
+
+// Batch collects the state writes of one batch of a stateful stage on one partition. Each attempt
+// at a message writes into an Attempt of its own; a successful attempt's writes join the batch's,
+// and the batch's commit writes them with the acks in one fenced step (Writes). A failed attempt's
+// writes are dropped with it; a batch that is not committed (a lost lease, a crash) drops all of
+// them, and the partition's next owner processes the batch again from the committed state.
+type Batch struct {
+	store     Store
+	keys      Keys
+	partition int
+
+	mu      sync.Mutex // the lanes of a batch would write concurrently (the stateful ones do not)
+	set     map[string][]byte
+	del     map[string]bool
+	timerAt map[string]int64
+	cancel  map[string]bool
+	holdAt  map[string]int64
+	release map[string]bool
+	// watermark is what the batch commits as the partition's own watermark, in Unix ms (SetWatermark);
+	// moved says it changed.
+	watermark int64
+	moved     bool
+	// late, duplicates and dropped are the batch's recorded outcomes, counted once it commits.
+	late, duplicates, dropped int64
+	// fetched holds the committed values of the keys read ahead for the batch (Prefetch), nil for
+	// a key the state does not hold.
+	fetched map[string][]byte
+}
+
+// NewBatch starts the state of a batch on a partition.
+func NewBatch(store Store, keys Keys, partition int) *Batch {
+	return &Batch{store: store, keys: keys, partition: partition}
+}
+
+// Outcomes are the batch's recorded outcomes: messages found late, duplicates, and those of them
+// passed on nowhere.
+func (b *Batch) Outcomes() (late, duplicates, dropped int64) {
+	if b == nil {
+		return 0, 0, 0
+	}
+	return b.late, b.duplicates, b.dropped
+}
+
+// Prefetch reads the state keys that the batch's messages will read (stages.StatePrefetcher) in one
+// round trip. The partition's lease keeps every other process from writing its state, so the values
+// stay committed ones until the batch commits its own writes, which Get reads first. A failed read
+// is no error: Get then reads each key when it is asked.
+func (b *Batch) Prefetch(ctx context.Context, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	vals, err := b.store.ReadStates(ctx, b.keys.Hash, keys)
+	if err != nil {
+		return
+	}
+	b.fetched = make(map[string][]byte, len(keys))
+	for i, k := range keys {
+		b.fetched[k] = vals[i]
+	}
+}
+
+// SetWatermark makes the batch commit the partition's own watermark (redis.WatermarkField).
+func (b *Batch) SetWatermark(at int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watermark, b.moved = at, true
+}
+
+// Writes are the batch's state changes for its commit; nil when it changed nothing.
+func (b *Batch) Writes() *redis.StateWrites {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.set)+len(b.del)+len(b.timerAt)+len(b.cancel)+len(b.holdAt)+len(b.release) == 0 && !b.moved {
+		return nil
+	}
+	w := &redis.StateWrites{Key: b.keys.Hash, TimersKey: b.keys.Timers, HoldsKey: b.keys.Holds, Set: b.set,
+		Timers: b.timerAt, Holds: b.holdAt}
+	if b.moved {
+		w.Set = put(w.Set, redis.WatermarkField, []byte(strconv.FormatInt(b.watermark, 10)))
+	}
+	for k := range b.del {
+		w.Delete = append(w.Delete, k)
+	}
+	for k := range b.cancel {
+		w.Cancel = append(w.Cancel, k)
+	}
+	for k := range b.release {
+		w.Release = append(w.Release, k)
+	}
+	return w
+}
+
+// LoadWatermark reads the partition's own watermark as committed (redis.WatermarkField), in Unix
+// ms; 0 when it has none.
+func LoadWatermark(ctx context.Context, store Store, hash string) (int64, error) {
+	v, found, err := store.ReadState(ctx, hash, redis.WatermarkField)
+	if err != nil {
+		if !redis.Unrecoverable(err) {
+			err = stages.Transient(err)
+		}
+		return 0, err
+	}
+	if !found {
+		return 0, nil
+	}
+	wm, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the watermark in %s is %q, not a time in Unix ms", hash, v)
+	}
+	return wm, nil
+}
+
+// DueTimers returns the timers due at wm, as the batch sees them: those committed, less those the
+// batch cancelled, moved later or fired already, with those it set; earliest first.
+func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string]bool) ([]redis.DueTimer, error) {
+	committed, err := b.store.DueTimers(ctx, b.keys.Timers, wm, count)
+	if err != nil {
+		if !redis.Unrecoverable(err) {
+			err = stages.Transient(err)
+		}
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var due []redis.DueTimer
+	for _, t := range committed {
+		if _, moved := b.timerAt[t.Name]; !moved && !b.cancel[t.Name] && !fired[t.Name] {
+			due = append(due, t)
+		}
+	}
+	for name, at := range b.timerAt {
+		if at <= wm && !fired[name] {
+			due = append(due, redis.DueTimer{Name: name, At: at})
+		}
+	}
+	sort.Slice(due, func(i, j int) bool {
+		if due[i].At != due[j].At {
+			return due[i].At < due[j].At
+		}
+		return due[i].Name < due[j].Name
+	})
+	return due, nil
+}
+
+// MinHold returns the earliest hold of the partition as the batch leaves it (committed holds, less
+// those it released or moved, with those it set), and false when there is none.
+func (b *Batch) MinHold(ctx context.Context) (int64, bool, error) {
+	b.mu.Lock()
+	changed := int64(len(b.holdAt) + len(b.release))
+	least, found := int64(0), false
+	for _, at := range b.holdAt {
+		if !found || at < least {
+			least, found = at, true
+		}
+	}
+	b.mu.Unlock()
+	// The first committed hold that the batch left alone is among the first changed+1.
+	committed, err := b.store.Holds(ctx, b.keys.Holds, changed+1)
+	if err != nil {
+		if !redis.Unrecoverable(err) {
+			err = stages.Transient(err)
+		}
+		return 0, false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range committed {
+		if _, moved := b.holdAt[h.Name]; moved || b.release[h.Name] {
+			continue
+		}
+		if !found || h.At < least {
+			least, found = h.At, true
+		}
+		break
+	}
+	return least, found, nil
+}
+
+// Attempt is one attempt's view of its batch's state: the stages.State that a stateful kind gets
+// with a message (or a timer).
+type Attempt struct {
+	batch   *Batch
+	set     map[string][]byte
+	del     map[string]bool
+	timerAt map[string]int64
+	cancel  map[string]bool
+	holdAt  map[string]int64
+	release map[string]bool
+	// watermark is the partition's watermark as of the attempt's message, in Unix ms.
+	watermark int64
+	// late and duplicates count the attempt's Record calls.
+	late, duplicates int64
+}
+
+// Attempt starts an attempt at a message whose partition's watermark is watermark (Unix ms).
+func (b *Batch) Attempt(watermark int64) *Attempt {
+	return &Attempt{batch: b, watermark: watermark}
+}
+
+// Join adds a successful attempt's writes to its batch, and its outcomes; dropped says that it
+// passed the message on nowhere after recording it late or a duplicate.
+func (a *Attempt) Join(dropped bool) {
+	b := a.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, v := range a.set {
+		b.set = put(b.set, k, v)
+		delete(b.del, k)
+	}
+	for k := range a.del {
+		delete(b.set, k)
+		b.del = put(b.del, k, true)
+	}
+	for k, at := range a.timerAt {
+		b.timerAt = put(b.timerAt, k, at)
+		delete(b.cancel, k)
+	}
+	for k := range a.cancel {
+		delete(b.timerAt, k)
+		b.cancel = put(b.cancel, k, true)
+	}
+	for k, at := range a.holdAt {
+		b.holdAt = put(b.holdAt, k, at)
+		delete(b.release, k)
+	}
+	for k := range a.release {
+		delete(b.holdAt, k)
+		b.release = put(b.release, k, true)
+	}
+	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+	if dropped {
+		b.dropped++
+	}
+}
+
+// Failed counts the outcomes of an attempt that failed for good (its message is dead-lettered),
+// without its writes: a late message dead-lettered counts as late.
+func (a *Attempt) Failed() {
+	b := a.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+}
+
+// Recorded reports whether the attempt recorded an outcome (late, duplicate).
+func (a *Attempt) Recorded() bool { return a.late+a.duplicates > 0 }
+
+func (a *Attempt) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if v, ok := a.set[key]; ok {
+		return v, true, nil
+	}
+	if a.del[key] {
+		return nil, false, nil
+	}
+	b := a.batch
+	b.mu.Lock()
+	v, set := b.set[key]
+	deleted := b.del[key]
+	b.mu.Unlock()
+	ahead, fetched := b.fetched[key] // written only before the batch's attempts begin
+	switch {
+	case set:
+		return v, true, nil
+	case deleted:
+		return nil, false, nil
+	case fetched:
+		return ahead, ahead != nil, nil
+	}
+	v, found, err := b.store.ReadState(ctx, b.keys.Hash, key)
+	if err != nil && !redis.Unrecoverable(err) {
+		// Redis is away: the node pauses and tries again, as for a downstream service, rather than
+		// spending the message's attempts (or dead-lettering it) on an outage.
+		err = stages.Transient(err)
+	}
+	return v, found, err
+}
+
+// checkKey refuses the keys of the runtime's own fields of the state hash: a kind, or a Go function
+// keyed by what its messages say, that wrote one would corrupt the partition's watermark.
+func checkKey(key string) error {
+	if key == redis.WatermarkField {
+		return stages.Permanent(fmt.Errorf("the state key %q is a field of the runtime's own", key))
+	}
+	return nil
+}
+
+func (a *Attempt) Put(_ context.Context, key string, value []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	a.set = put(a.set, key, append([]byte(nil), value...))
+	delete(a.del, key)
+	return nil
+}
+
+func (a *Attempt) Delete(_ context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	delete(a.set, key)
+	a.del = put(a.del, key, true)
+	return nil
+}
+
+func (a *Attempt) SetTimer(_ context.Context, name string, at time.Time) error {
+	a.timerAt = put(a.timerAt, name, at.UnixMilli())
+	delete(a.cancel, name)
+	return nil
+}
+
+func (a *Attempt) CancelTimer(_ context.Context, name string) error {
+	delete(a.timerAt, name)
+	a.cancel = put(a.cancel, name, true)
+	return nil
+}
+
+func (a *Attempt) Hold(_ context.Context, name string, at time.Time) error {
+	a.holdAt = put(a.holdAt, name, at.UnixMilli())
+	delete(a.release, name)
+	return nil
+}
+
+func (a *Attempt) Release(_ context.Context, name string) error {
+	delete(a.holdAt, name)
+	a.release = put(a.release, name, true)
+	return nil
+}
+
+func (a *Attempt) Watermark(context.Context) (time.Time, error) {
+	if a.watermark <= 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(a.watermark), nil
+}
+
+func (a *Attempt) Record(o stages.Outcome) {
+	switch o {
+	case stages.Late:
+		a.late++
+	case stages.Duplicate:
+		a.duplicates++
+	}
+}
+
+func (a *Attempt) Partition() int { return a.batch.partition }
+
+var _ stages.State = (*Attempt)(nil)
+
+func put[V any](m map[string]V, k string, v V) map[string]V {
+	if m == nil {
+		m = map[string]V{}
+	}
+	m[k] = v
+	return m
+}

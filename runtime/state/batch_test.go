@@ -1,0 +1,85 @@
+package state
+
+import (
+	"context"
+	"testing"
+
+	"github.com/flowrun/flowrun/internal/embedded"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+func open(t *testing.T) (*embedded.Server, *redis.Client) {
+	t.Helper()
+	srv, err := embedded.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	c, err := redis.Open(context.Background(), redis.Options{URLs: []string{srv.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return srv, c
+}
+
+// TestPrefetchReadsABatchsKeysAtOnce: the state a batch's messages read comes from one read ahead
+// (one command however many keys), found and missing keys alike, with the batch's own writes over it.
+func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
+	srv, c := open(t)
+	ctx := context.Background()
+	if err := c.Universal().HSet(ctx, "state", "a", "1", "b", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch(c, Keys{Hash: "state"}, 0)
+	before := srv.CommandCount()
+	b.Prefetch(ctx, []string{"a", "b", "c", "a"})
+	read := func(key string) (string, bool) {
+		a := b.Attempt(0)
+		v, found, err := a.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Join(false)
+		return string(v), found
+	}
+	for key, want := range map[string]string{"a": "1", "b": "2", "c": ""} {
+		if v, found := read(key); v != want || found != (want != "") {
+			t.Errorf("Get(%q) = %q, %v; want %q", key, v, found, want)
+		}
+	}
+	if n := srv.CommandCount() - before; n != 1 {
+		t.Errorf("%d commands for the batch's reads, want 1", n)
+	}
+	a := b.Attempt(0)
+	if err := a.Put(ctx, "a", []byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	a.Join(false)
+	if v, _ := read("a"); v != "3" {
+		t.Errorf("after the batch's own write, Get(a) = %q, want 3", v)
+	}
+}
+
+// TestStateRefusesTheRuntimesFields: a kind, or a Go function, cannot write or delete the field of
+// the state hash that is the runtime's (the watermark's); its message fails for good. The kinds'
+// own entries that begin with a NUL byte (stages.KeyCountKey) are theirs to write.
+func TestStateRefusesTheRuntimesFields(t *testing.T) {
+	ctx := context.Background()
+	a := NewBatch(nil, Keys{}, 0).Attempt(0)
+	if err := a.Put(ctx, redis.WatermarkField, []byte("0")); !stages.IsPermanent(err) {
+		t.Errorf("Put of the runtime's field: %v", err)
+	}
+	if err := a.Delete(ctx, redis.WatermarkField); !stages.IsPermanent(err) {
+		t.Errorf("Delete of the runtime's field: %v", err)
+	}
+	if len(a.set)+len(a.del) != 0 {
+		t.Errorf("the attempt wrote %v and deleted %v", a.set, a.del)
+	}
+	for _, key := range []string{"watermark", stages.KeyCountKey} {
+		if err := a.Put(ctx, key, []byte("0")); err != nil || string(a.set[key]) != "0" {
+			t.Errorf("Put of a key of the kind's own, %q: %v, %v", key, err, a.set)
+		}
+	}
+}
