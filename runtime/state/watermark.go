@@ -41,11 +41,11 @@ type Spec struct {
 	// Carries lists the domains (by index) whose watermark a measuring unit puts in the headers of
 	// the messages it passes on (stages.WatermarkHeader).
 	Carries []int
-	Writers     []string
-	Marks       string
-	Stream      string // the input partition
-	Group       string
-	Outputs     []Output
+	Writers []string
+	Marks   string
+	Stream  string // the input partition
+	Group   string
+	Outputs []Output
 	// Close is where the unit says that it has closed (a job's end), for the end test of the jobs
 	// that run it, in whichever process: a field of a watermarks hash.
 	Close CloseMark
