@@ -110,7 +110,9 @@ type Kind struct {
 	Example string
 
 	// OwnOutputs, for a stage kind that writes to the topics its own attributes name (route) in
-	// place of the output attribute, lists those topics with a label for graphs.
+	// place of the output attribute, lists those topics with a label for graphs. The topics that a
+	// kind's other attributes name are its side outputs (Stage.SideOutputs), where it sends some
+	// messages in place of its output, such as an aggregate's late = topic.NAME.
 	OwnOutputs func(config Attrs) []KindOutput
 	// OutputsDoc says in words where such a kind writes: "the outputs of its case blocks and its default".
 	OutputsDoc string
