@@ -130,6 +130,13 @@ type Kind struct {
 	// input partition (stages.RegisterStage sets it from the kind's traits): one process at a time
 	// must own such a partition, so the stage's ordering may not be "none".
 	Stateful func(config Attrs) bool
+	// KeepsKey, when set, tells whether a stage of this kind with this configuration passes every
+	// message on with the key it arrived with (stages.RegisterStage sets it from the kind's traits:
+	// filter, map and route do; a go stage does when its function is registered with
+	// stages.KeepsKey). Only after such a stage does the next one fuse (fusion.go): after a stage
+	// that may set new keys, the next would see a key's messages from several input partitions at
+	// once. Without it, a kind's stages may change keys.
+	KeepsKey func(config Attrs) bool
 }
 
 // KindOutput is one of the topics a stage kind with OwnOutputs writes to.

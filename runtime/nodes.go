@@ -245,7 +245,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 	if err != nil {
 		return &ConfigError{err.Error()}
 	}
-	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc}
+	n.handler = &stageHandler{lifecycle: lifecycle{proc}, r: r, node: n, proc: proc, keepsKey: keyClaimOf(s, traits)}
 	if th, ok := proc.(stages.TimerHandler); ok && n.stateful {
 		n.timers, n.fireAtEnd = th, traits.FireAtEnd
 		if ia, ok := proc.(stages.IdleAdvancer); ok {

@@ -33,7 +33,7 @@ func init() {
 				}
 			},
 		},
-		Traits: StageTraits{Inline: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
 			return &mapStage{out: s.Output, set: s.Config.Fields("set"), drop: s.Config.Strings("drop")}, nil
 		},
