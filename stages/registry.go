@@ -11,7 +11,8 @@ import (
 // Message is one message as a stage function sees it.
 type Message struct {
 	// Key is the message's key: it picks the partition and orders the messages of one key. A function
-	// may change it; the output topic's key expression, if any, recomputes it.
+	// may change it, unless it is registered with KeepsKey; the output topic's key expression, if
+	// any, recomputes it.
 	Key string
 	// Value is the message's JSON payload, decoded: strings, json.Number numbers (which keep every
 	// digit of large ids), bools, nil, []any and map[string]any. A function may modify and return it.
