@@ -158,6 +158,15 @@ func (a Attrs) Blocks(name string) []Attrs { return a.blocks[name] }
 // topics lists every topic the attributes and nested blocks refer to, in a stable order: nested blocks
 // by type and in source order, then attributes by name (for a route: its cases, then its default).
 func (a Attrs) topics() []*Topic {
+	var out []*Topic
+	for _, t := range a.topicAttrs() {
+		out = append(out, t.Topic)
+	}
+	return out
+}
+
+// topicAttrs is topics, each labelled with the name of the attribute that names it.
+func (a Attrs) topicAttrs() []KindOutput {
 	var names []string
 	for n, v := range a.values {
 		if _, ok := v.(*Topic); ok {
@@ -165,19 +174,14 @@ func (a Attrs) topics() []*Topic {
 		}
 	}
 	sort.Strings(names)
-	var out []*Topic
-	var blockTypes []string
-	for t := range a.blocks {
-		blockTypes = append(blockTypes, t)
-	}
-	sort.Strings(blockTypes)
-	for _, t := range blockTypes {
+	var out []KindOutput
+	for _, t := range sortedKeys(a.blocks) {
 		for _, b := range a.blocks[t] {
-			out = append(out, b.topics()...)
+			out = append(out, b.topicAttrs()...)
 		}
 	}
 	for _, n := range names {
-		out = append(out, a.values[n].(*Topic))
+		out = append(out, KindOutput{Topic: a.values[n].(*Topic), Label: n})
 	}
 	return out
 }

@@ -33,6 +33,9 @@ func (c *compiler) checkGraph(blocks map[*Stage]*Block) {
 				p.Edges = append(p.Edges, Edge{From: from, To: "topic." + o.Topic.Name, Kind: EdgeWrites, Label: o.Label})
 			}
 		}
+		for _, o := range s.SideOutputs() {
+			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + o.Topic.Name, Kind: EdgeSideOutput, Label: o.Label})
+		}
 		if s.DeadLetter != nil {
 			p.Edges = append(p.Edges, Edge{From: from, To: "topic." + s.DeadLetter.Name, Kind: EdgeDeadLetter})
 		}
@@ -53,12 +56,13 @@ func (c *compiler) checkGraph(blocks map[*Stage]*Block) {
 	}
 }
 
-// checkCycles reports every cycle of the data flow with its path. Dead-letter edges do not count:
-// a stage that repairs dead letters and feeds them back is a legitimate loop that only failures take.
+// checkCycles reports every cycle of the data flow with its path. Dead-letter and side-output
+// edges do not count: a stage that repairs dead letters (or late events, or duplicates) and feeds
+// them back is a legitimate loop that only those messages take.
 func (c *compiler) checkCycles(blocks map[*Stage]*Block) {
 	next := map[string][]string{}
 	for _, e := range c.plan.Edges {
-		if e.Kind != EdgeDeadLetter {
+		if e.Kind != EdgeDeadLetter && e.Kind != EdgeSideOutput {
 			next[e.From] = append(next[e.From], e.To)
 		}
 	}

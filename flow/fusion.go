@@ -54,6 +54,10 @@ func (p *Plan) LinkOf(t *Topic) (*Chain, *Stage) {
 //   - b reads a's implicit output (input = stage.a, and a declares no output topic), and nothing
 //     else reads it, not even a test file (readers counts those);
 //   - neither keeps state: a stateful stage's state and watermark belong to its input partition;
+//   - a keeps every message's key (Kind.KeepsKey): the chain runs in the lanes of its first
+//     stage's input partitions and keys, so a message that a passed on with another key would
+//     reach b in the lane of the old one, and a new key's messages from several partitions at
+//     once, where a stream between them gives b each key in one partition, in order;
 //   - neither sets fuse = false, and b is not a repartition stage;
 //   - they have the same delivery, and b's ordering asks no more than a's: in a chain every stage
 //     works in the lanes of the chain's first stage (ordering "partition" is stricter than "key",
@@ -100,7 +104,7 @@ func (b *Stage) upstreamFused(stages map[string]*Stage, readers map[*Topic]int, 
 	if a == nil || a.Output != t || !b.Fuse || !a.Fuse || b.Kind == RepartitionKind || a.Kind == RepartitionKind {
 		return nil
 	}
-	if a.stateful() || b.stateful() || a.Delivery != b.Delivery {
+	if a.stateful() || b.stateful() || !a.keepsKey() || a.Delivery != b.Delivery {
 		return nil
 	}
 	if orderingStrictness(b.Ordering) > orderingStrictness(a.Ordering) {
@@ -111,6 +115,11 @@ func (b *Stage) upstreamFused(stages map[string]*Stage, readers map[*Topic]int, 
 
 func (s *Stage) stateful() bool {
 	return s.Spec == nil || (s.Spec.Stateful != nil && s.Spec.Stateful(s.Config))
+}
+
+// keepsKey reports whether the stage passes every message on with the key it arrived with.
+func (s *Stage) keepsKey() bool {
+	return s.Spec != nil && s.Spec.KeepsKey != nil && s.Spec.KeepsKey(s.Config)
 }
 
 func orderingStrictness(o Ordering) int {

@@ -1,15 +1,25 @@
 package flow_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 )
 
+func init() {
+	pass := func(_ context.Context, m stages.Message) ([]stages.Message, error) { return []stages.Message{m}, nil }
+	stages.Register("fusetest.keeps", pass, stages.KeepsKey())
+	stages.Register("fusetest.rekeys", pass)
+}
+
 // TestWhichStagesFuse compiles small pipelines and checks the chains they make: stateless stages
-// chained by stage references fuse; a declared topic, a second reader, state, fuse = false, a
-// stricter ordering downstream and another delivery keep a stream between them.
+// chained by stage references fuse, after a stage that keeps its messages' keys (filter, map, a Go
+// function registered with stages.KeepsKey); a declared topic, a second reader, state,
+// fuse = false, a stricter ordering downstream, another delivery, and a stage that may change
+// keys before it keep a stream between them.
 func TestWhichStagesFuse(t *testing.T) {
 	const head = `
 topic "in" {
@@ -109,6 +119,38 @@ stage "b" {
   delivery = "effectively_once"
 }
 ` + sink, ""},
+		{"after a Go function that keeps keys", head + `
+stage "b" {
+  kind  = "go"
+  input = stage.a
+  func  = "fusetest.keeps"
+}
+stage "c" {
+  kind  = "filter"
+  input = stage.b
+  where = true
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.c
+}
+`, "a+b+c"},
+		{"after a Go function that may change keys", head + `
+stage "b" {
+  kind  = "go"
+  input = stage.a
+  func  = "fusetest.rekeys"
+}
+stage "c" {
+  kind  = "filter"
+  input = stage.b
+  where = true
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.c
+}
+`, "a+b"},
 		{"a stateful stage", head + `
 stage "b" {
   kind   = "dedupe"
@@ -123,7 +165,7 @@ stage "b" {
 			if diags.HasErrors() {
 				t.Fatal(diags)
 			}
-			plan, diags := flow.Compile(cfg, flow.Options{})
+			plan, diags := flow.Compile(cfg, flow.Options{GoFuncs: stages.Names()})
 			if diags.HasErrors() {
 				t.Fatal(diags)
 			}

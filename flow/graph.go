@@ -74,7 +74,7 @@ func (n GraphNode) Label() []string {
 type GraphEdge struct {
 	From, To string   // addresses
 	Kind     EdgeKind // an implicit topic's edges are reads: they stand for its readers' edges
-	Label    string   // a route case's condition, "default"; "" for most edges
+	Label    string   // a route case's condition, "default", a side output's "late"; "" for most edges
 	Topic    string   // the name of the topic the edge carries
 	Implicit bool     // the edge stands for an implicit topic
 	Fused    bool     // the edge is inside a fused chain: its messages pass in memory, not through a stream
@@ -216,6 +216,8 @@ func writeDOT(w io.Writer, p *Plan) error {
 		switch {
 		case e.Kind == EdgeDeadLetter:
 			attrs = append(attrs, `style=dashed`, `color="#c0392b"`, `fontcolor="#c0392b"`, `label="dead letters"`)
+		case e.Kind == EdgeSideOutput:
+			attrs = append(attrs, `style=dashed`, `color="#7d3c98"`, `fontcolor="#7d3c98"`, "label="+dotQuote(e.Label))
 		case e.Fused:
 			attrs = append(attrs, `label="in memory"`)
 		case e.Label != "":
@@ -262,10 +264,17 @@ func writeMermaid(w io.Writer, p *Plan) error {
 		}
 		b.WriteString("  end\n")
 	}
-	for _, e := range g.Edges {
+	// Dead letters and side outputs are dotted, and coloured as in DOT: linkStyle names links by
+	// their position among the chart's links, which are these edges, in this order.
+	var deadLinks, sideLinks []string
+	for i, e := range g.Edges {
 		switch {
 		case e.Kind == EdgeDeadLetter:
+			deadLinks = append(deadLinks, fmt.Sprint(i))
 			fmt.Fprintf(&b, "  %s -. dead letters .-> %s\n", mermaidID(e.From), mermaidID(e.To))
+		case e.Kind == EdgeSideOutput:
+			sideLinks = append(sideLinks, fmt.Sprint(i))
+			fmt.Fprintf(&b, "  %s -. %s .-> %s\n", mermaidID(e.From), e.Label, mermaidID(e.To)) // an attribute's name
 		case e.Fused:
 			fmt.Fprintf(&b, "  %s -- in memory --> %s\n", mermaidID(e.From), mermaidID(e.To))
 		case e.Label != "":
@@ -273,6 +282,12 @@ func writeMermaid(w io.Writer, p *Plan) error {
 		default:
 			fmt.Fprintf(&b, "  %s --> %s\n", mermaidID(e.From), mermaidID(e.To))
 		}
+	}
+	if len(deadLinks) > 0 {
+		fmt.Fprintf(&b, "  linkStyle %s stroke:#c0392b,color:#c0392b\n", strings.Join(deadLinks, ","))
+	}
+	if len(sideLinks) > 0 {
+		fmt.Fprintf(&b, "  linkStyle %s stroke:#7d3c98,color:#7d3c98\n", strings.Join(sideLinks, ","))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

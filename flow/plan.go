@@ -175,16 +175,40 @@ type Stage struct {
 	Watermark *StageWatermark
 }
 
-// Outputs lists every topic the stage may write to, in a stable order, dead letters excluded.
+// Outputs lists every topic the stage may write to, in a stable order, dead letters excluded: its
+// output, a kind's own outputs (a route's cases) and its side outputs (SideOutputs).
 func (s *Stage) Outputs() []*Topic {
 	var out []*Topic
 	if s.Output != nil {
 		out = append(out, s.Output)
 	}
 	if s.Kind == RepartitionKind {
-		return out // its Config is the stateful stage's, whose topics are that stage's
+		return out // its Config is the stateful stage's, whose side outputs are that stage's
 	}
 	return append(out, s.Config.topics()...)
+}
+
+// SideOutputs lists the topics that the stage sends some messages to in place of its output, each
+// labelled with the attribute that names it: an aggregate's late = topic.NAME, a dedupe's
+// duplicates = topic.NAME. They are the topics its kind's attributes name, but for the kind's own
+// outputs (Kind.OwnOutputs, a route's cases). Dead letters are not among them (DeadLetter).
+func (s *Stage) SideOutputs() []KindOutput {
+	if s.Kind == RepartitionKind {
+		return nil
+	}
+	own := map[*Topic]bool{}
+	if s.Spec != nil && s.Spec.OwnOutputs != nil {
+		for _, o := range s.Spec.OwnOutputs(s.Config) {
+			own[o.Topic] = true
+		}
+	}
+	var out []KindOutput
+	for _, o := range s.Config.topicAttrs() {
+		if !own[o.Topic] {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Sink delivers messages out of the pipeline.
@@ -215,8 +239,11 @@ type Variable struct {
 type EdgeKind string
 
 const (
-	EdgeReads      EdgeKind = "reads"       // topic -> stage or sink
-	EdgeWrites     EdgeKind = "writes"      // source or stage -> topic
+	EdgeReads  EdgeKind = "reads"  // topic -> stage or sink
+	EdgeWrites EdgeKind = "writes" // source or stage -> topic: its output, a route's cases
+	// EdgeSideOutput is a stage's route for some of its messages in place of its output (Stage.
+	// SideOutputs): stage -> topic, labelled with the attribute, "late" or "duplicates".
+	EdgeSideOutput EdgeKind = "side_output"
 	EdgeDeadLetter EdgeKind = "dead_letter" // stage or sink -> its dead_letter topic
 )
 
@@ -224,8 +251,12 @@ const (
 type Edge struct {
 	From, To string
 	Kind     EdgeKind
-	Label    string // e.g. a route case's condition
+	Label    string // a route case's condition, "default", a side output's attribute ("late")
 }
+
+// Writes reports whether the edge's node writes messages to the topic as its results: its output,
+// a route's cases, its side outputs (late, duplicates); not its dead letters.
+func (e Edge) Writes() bool { return e.Kind == EdgeWrites || e.Kind == EdgeSideOutput }
 
 // Topic returns the topic with the given name, or nil.
 func (p *Plan) Topic(name string) *Topic {

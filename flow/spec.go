@@ -110,7 +110,9 @@ type Kind struct {
 	Example string
 
 	// OwnOutputs, for a stage kind that writes to the topics its own attributes name (route) in
-	// place of the output attribute, lists those topics with a label for graphs.
+	// place of the output attribute, lists those topics with a label for graphs. The topics that a
+	// kind's other attributes name are its side outputs (Stage.SideOutputs), where it sends some
+	// messages in place of its output, such as an aggregate's late = topic.NAME.
 	OwnOutputs func(config Attrs) []KindOutput
 	// OutputsDoc says in words where such a kind writes: "the outputs of its case blocks and its default".
 	OutputsDoc string
@@ -133,11 +135,13 @@ type Kind struct {
 	// its other attributes name (late) get messages it read. It tells the watermarks it passes on
 	// (watermarks.go).
 	Results bool
-	// KeepsPartition marks a kind whose outputs keep the key their input arrived with (a filter,
-	// a map), or are keyed by what the input is partitioned by (an aggregate's results, by their
-	// group): a stage of the kind on input partition p writes only partition p of an unkeyed topic
-	// of as many partitions.
-	KeepsPartition bool
+	// KeepsKey, when set, tells whether a stage of this kind with this configuration passes every
+	// message on with the key it arrived with (stages.RegisterStage sets it from the kind's traits:
+	// filter, map and route do; a go stage does when its function is registered with
+	// stages.KeepsKey). Only after such a stage does the next one fuse (fusion.go): after a stage
+	// that may set new keys, the next would see a key's messages from several input partitions at
+	// once. Without it, a kind's stages may change keys.
+	KeepsKey func(config Attrs) bool
 }
 
 // KindOutput is one of the topics a stage kind with OwnOutputs writes to.

@@ -53,9 +53,10 @@ var stageSpec = &BlockSpec{
 			Name: "fuse", Type: TypeBool, Default: true,
 			Doc: "Whether the stage may run in one hop with the stage it reads as stage.NAME, and with the one " +
 				"that reads it so: the messages between them then pass in memory, not through a stream. Two stages " +
-				"fuse when both are stateless, have the same delivery, the later one's ordering is no stricter, " +
-				"nothing else (no other stage or sink, no test file) reads the output between them, and neither sets " +
-				"false; see Fusion in docs/running.md.",
+				"fuse when both are stateless, the earlier one keeps its messages' keys (filter, map, and a go " +
+				"stage whose function is registered with stages.KeepsKey), they have the same delivery, the later " +
+				"one's ordering is no stricter, nothing else (no other stage or sink, no test file) reads the output " +
+				"between them, and neither sets false; see Fusion in docs/running.md.",
 		},
 	},
 }

@@ -288,10 +288,13 @@ func sortedDomains(m map[string]TimeDomain) []TimeDomain {
 }
 
 // samePartition reports whether stage s, on its input partition p, writes only partition p of t:
-// t has as many partitions and no key of its own, and s keeps each message's key (or, for an
-// aggregate, keys its results by the group, which its input is partitioned by).
+// t has as many partitions and no key of its own, and s keeps each message's key (flow.Kind.KeepsKey),
+// or writes results keyed by what its input is partitioned by (an aggregate's, by their group).
 func samePartition(s *Stage, t *Topic) bool {
-	return s.Input != nil && t.Key == nil && t.Partitions == s.Input.Partitions && s.Spec != nil && s.Spec.KeepsPartition
+	if s.Input == nil || t.Key != nil || t.Partitions != s.Input.Partitions || s.Spec == nil {
+		return false
+	}
+	return s.Spec.Results || s.Spec.KeepsKey != nil && s.Spec.KeepsKey(s.Config)
 }
 
 // checkTimedStage refuses what would make the watermarks that stage s passes on wrong.

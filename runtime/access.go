@@ -226,7 +226,7 @@ func (r *runner) accessChecks() *redis.Access {
 	for _, n := range r.nodes {
 		// Writers into a topic with a max_lag measure its backlog.
 		for _, e := range r.plan.Edges {
-			if e.From != n.typ+"."+n.name || e.Kind != flow.EdgeWrites {
+			if e.From != n.typ+"."+n.name || !e.Writes() {
 				continue
 			}
 			for _, s := range r.streams[strings.TrimPrefix(e.To, "topic.")] {
@@ -273,8 +273,9 @@ func (r *runner) producing(n *node) bool {
 type accessOutput struct{ stream, dedup string }
 
 // committedOutputs lists the streams that a consuming node's commits may write: every partition
-// of its output topics, a redis_stream sink's stream, its dead-letter topic's partitions, and its
-// own dead-letter stream (also the fallback of a dead-letter topic whose key fails).
+// of its output topics (side outputs included, such as an aggregate's late topic), a redis_stream
+// sink's stream, its dead-letter topic's partitions, and its own dead-letter stream (also the
+// fallback of a dead-letter topic whose key fails).
 func (r *runner) committedOutputs(n *node) []accessOutput {
 	if n.chain != nil && n.chain.nodes[0] == n {
 		// A chain's commits write what each of its stages writes, its dead letters included, and
@@ -294,7 +295,7 @@ func (r *runner) nodeOutputs(n *node) []accessOutput {
 	once := n.delivery == flow.EffectivelyOnce
 	from := n.typ + "." + n.name
 	for _, e := range r.plan.Edges {
-		if e.From != from || e.Kind != flow.EdgeWrites {
+		if e.From != from || !e.Writes() {
 			continue
 		}
 		t := r.plan.Topic(strings.TrimPrefix(e.To, "topic."))

@@ -21,7 +21,8 @@ import (
 // accessPipeline uses every kind of key and operation a run has: producing and stream sources, a
 // file source's position, leases, durable retries, a dead-letter topic and the nodes' own
 // dead-letter streams, a stage without leases, a stage read by reference, a redis_stream sink,
-// retention, topics with a max_lag written by a source and by a stage.
+// retention, topics with a max_lag written by a source and by a stage, and a side output (a
+// dedupe's duplicates) into a topic with a max_lag.
 const accessPipeline = `
 pipeline "access" {
   delivery = var.delivery
@@ -113,6 +114,26 @@ stage "per_run" {
 sink "counted" {
   kind  = "stdout"
   input = stage.per_run
+}
+# Keyed like its input (no repartition topic); its duplicates go to a topic of their own.
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.orders
+  key        = msg.key
+  within     = "1h"
+  duplicates = topic.dupes
+}
+topic "dupes" {
+  partitions = 2
+  max_lag    = 1000
+}
+sink "dupes_out" {
+  kind  = "stdout"
+  input = topic.dupes
+}
+sink "firsts" {
+  kind  = "stdout"
+  input = stage.once
 }
 `
 
@@ -228,6 +249,13 @@ func TestTheAccessCheckCoversTheRun(t *testing.T) {
 			}
 			if n := j.node(t, "strict"); n.DeadLettered != 25 {
 				t.Errorf("strict: %+v, want 25 dead letters", n)
+			}
+			// Keys k0, k1, k2 and e: the 21 others are duplicates, written to topic dupes.
+			if n := j.node(t, "once"); n.Out != 25 || n.Duplicates != 21 {
+				t.Errorf("once: %+v, want 25 out, 21 of them duplicates", n)
+			}
+			if n := j.node(t, "dupes_out"); n.In != 21 {
+				t.Errorf("dupes_out: %+v, want the 21 duplicates", n)
 			}
 			if n, err := admin.Universal().XLen(ctx, extOut).Result(); err != nil || n != 25 {
 				t.Errorf("%s holds %d entries (%v), want 25", extOut, n, err)

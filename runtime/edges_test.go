@@ -748,7 +748,7 @@ func init() {
 			return nil, stages.Transient(errors.New("the inventory service is unavailable"))
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 }
 
 // TestGoStageWaitsOutTransientFailures: a Go stage whose function returns stages.Transient errors

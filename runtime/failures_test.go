@@ -38,11 +38,11 @@ func init() {
 			return nil, errors.New("not yet")
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 	// test.never fails every attempt.
 	stages.Register("test.never", func(context.Context, stages.Message) ([]stages.Message, error) {
 		return nil, errors.New("the downstream service is down")
-	})
+	}, stages.KeepsKey())
 }
 
 const retryPipeline = `

@@ -397,7 +397,7 @@ func init() {
 			}
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 }
 
 type gate struct {

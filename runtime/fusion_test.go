@@ -43,7 +43,7 @@ func init() {
 	stages.Register("fusion.first", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
 		m.Value["first_calls"] = fusionCount("first", m)
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 	// fusion.split makes two messages of each, told apart by part.
 	stages.Register("fusion.split", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
 		var out []stages.Message
@@ -56,7 +56,7 @@ func init() {
 			out = append(out, stages.Message{Key: m.Key, Value: v})
 		}
 		return out, nil
-	})
+	}, stages.KeepsKey())
 	// fusion.flaky fails its first attempt at every message; a message marked poison fails for good
 	// while its run is in fusionPoisoned.
 	stages.Register("fusion.flaky", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
@@ -67,7 +67,7 @@ func init() {
 			return nil, errors.New("not yet")
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 }
 
 const fusionPipeline = `
@@ -320,4 +320,97 @@ func TestARetryForAFusedStageReachesItUnfused(t *testing.T) {
 	if s := j.node(t, "first"); s.Out != 2 || s.DeadLettered != 0 {
 		t.Errorf("first: %+v, want the 2 retries passed on to flaky's input", s)
 	}
+}
+
+func init() {
+	// fusion.liar is registered with KeepsKey, but gives the messages marked rekey another key.
+	stages.Register("fusion.liar", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		if m.Value["rekey"] == true {
+			m.Key = "other"
+		}
+		return []stages.Message{m}, nil
+	}, stages.KeepsKey())
+}
+
+// TestAKeepsKeyFunctionThatChangesAKeyIsCaught: a Go function registered with stages.KeepsKey
+// has the stage after it fused with it, which relies on the declaration. A message the function
+// passes on with another key is dead-lettered at once by the function's stage, with an error that
+// names the function, and goes no further; the others go on. The declaration is held to with the
+// chain fused or not.
+func TestAKeepsKeyFunctionThatChangesAKeyIsCaught(t *testing.T) {
+	fusedAndNot(t, func(t *testing.T, noFusion bool) {
+		const n = 8
+		c := server.open(t)
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		plan := buildSource(t, `
+pipeline "liar" {}
+variable "out" {}
+topic "in" {
+  partitions = 2
+  key        = msg.key
+}
+stage "liar" {
+  kind  = "go"
+  func  = "fusion.liar"
+  input = topic.in
+}
+stage "after" {
+  kind  = "filter"
+  input = stage.liar
+  where = true
+}
+sink "out" {
+  kind  = "file"
+  input = stage.after
+  path  = var.out
+}
+`, "out="+out)
+		if len(plan.Chains) != 1 || plan.Chains[0].Name() != "liar+after" {
+			t.Fatalf("chains %v, want liar+after", plan.Chains)
+		}
+		pub, err := runtime.NewPublisher(c, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			m := fmt.Sprintf(`{"key":"k%d","seq":%d,"rekey":%v}`, i, i, i%4 == 1)
+			if err := pub.Publish(context.Background(), "in", stages.NewMessage("", []byte(m), nil)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pub.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		j := runJob(t, c, plan, runtime.Options{NoFusion: noFusion})
+
+		var arrived []int
+		for _, m := range jsonLines(t, readFile(t, out)) {
+			arrived = append(arrived, int(m["seq"].(float64)))
+		}
+		sort.Ints(arrived)
+		if got := fmt.Sprint(arrived); got != "[0 2 3 4 6 7]" {
+			t.Errorf("arrived %s, want every message but 1 and 5", got)
+		}
+		if s := j.node(t, "liar"); s.In != n || s.Out != n-2 || s.DeadLettered != 2 || s.Retried != 0 {
+			t.Errorf("liar: %+v, want %d in, %d out, 2 dead-lettered at once", s, n, n-2)
+		}
+		if s := j.node(t, "after"); s.In != n-2 || s.DeadLettered != 0 {
+			t.Errorf("after: %+v, want the %d others", s, n-2)
+		}
+		dl, err := admin.OpenDeadLetters(c, plan, "liar")
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := dl.List(context.Background())
+		if err != nil || len(list) != 2 {
+			t.Fatalf("liar has %d dead letters (%v), want 2", len(list), err)
+		}
+		for _, d := range list {
+			want := `the Go stage function "fusion.liar" is registered with stages.KeepsKey, but changed a message's key from "` +
+				d.Envelope.Key + `" to "other"`
+			if !strings.Contains(d.Envelope.Error, want) || d.Envelope.Attempts != 1 {
+				t.Errorf("dead letter of %s after %d attempts: %q, want it to say %s", d.Envelope.Key, d.Envelope.Attempts, d.Envelope.Error, want)
+			}
+		}
+	})
 }

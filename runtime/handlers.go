@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/flowrun/flowrun/flow"
@@ -17,6 +19,10 @@ type stageHandler struct {
 	node      *node
 	proc      stages.Processor         // a stage that keeps no state
 	stateful  stages.StatefulProcessor // or one that does
+	// keepsKey, for a stage whose kind declares that it keeps keys (stages.StageTraits.KeepsKey,
+	// and through it flow.Kind.KeepsKey, which fusion relies on), says who declared it and how to
+	// undo it, for the error of an output that does not; nil for other stages.
+	keepsKey *keyClaim
 }
 
 func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
@@ -29,6 +35,7 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	var results []stages.Output
 	var err error
 	dropped := false
+	key := m.msg.Key
 	if h.stateful != nil {
 		results, dropped, err = h.attempt(ctx, m, *scratch)
 	} else {
@@ -37,6 +44,11 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	*scratch = results
 	if err != nil {
 		return outs, err
+	}
+	if h.keepsKey != nil {
+		if err := h.keepsKey.check(key, results); err != nil {
+			return outs, err
+		}
 	}
 	if len(results) == 0 && (!h.node.fireAtEnd || dropped) {
 		// A windowed kind (FireAtEnd) holds its messages in windows: they are not filtered out,
@@ -77,6 +89,45 @@ func (h *stageHandler) attempt(ctx context.Context, m *message, out []stages.Out
 	dropped := len(outs) == 0 && a.Recorded()
 	a.Join(dropped)
 	return outs, dropped, nil
+}
+
+// keyClaim is a stage's declaration that its outputs keep the key of the message they came from.
+type keyClaim struct {
+	who  string // who declares it: `the Go stage function "acme.score" is registered with stages.KeepsKey`
+	undo string // how to stop declaring it: "register it without KeepsKey"
+}
+
+// keyClaimOf returns the declaration that stage s keeps keys, nil when it makes none.
+func keyClaimOf(s *flow.Stage, traits stages.StageTraits) *keyClaim {
+	switch {
+	case !traits.KeepsKey:
+		return nil
+	case s.Kind == "go":
+		return &keyClaim{fmt.Sprintf("the Go stage function %q is registered with stages.KeepsKey", s.Config.String("func")),
+			"register it without KeepsKey"}
+	}
+	return &keyClaim{fmt.Sprintf("stage kind %q declares KeepsKey in its traits", s.Kind), "leave KeepsKey out of its traits"}
+}
+
+// check holds a stage to the claim: an output whose key is not the input's, key, fails the message
+// for good. A stage fused after it would otherwise see that key's messages in the lanes of the keys
+// they came with, from several partitions at once.
+func (c *keyClaim) check(key string, results []stages.Output) error {
+	for i := range results {
+		if k := results[i].Message.Key; k != key {
+			return stages.Permanent(fmt.Errorf("%s, but changed a message's key from %s to %s: keep the key it got, or %s "+
+				"(a stage fused after it relies on the claim)", c.who, quoteKey(key), quoteKey(k), c.undo))
+		}
+	}
+	return nil
+}
+
+// quoteKey quotes a key for an error, cut short past 64 bytes.
+func quoteKey(k string) string {
+	if len(k) > 64 {
+		return strconv.Quote(k[:64]) + "..."
+	}
+	return strconv.Quote(k)
 }
 
 // stageOutputs recycles the slices that processors append their outputs to.

@@ -226,7 +226,6 @@ func (r *runner) addStage(s *flow.Stage) error {
 		return &ConfigError{err.Error()}
 	}
 	traits := kind.TraitsFor(s.Config)
-	_ = kind
 	n := &node{
 		name: s.Name, typ: "stage", kind: s.Kind, stage: s,
 		group: redis.Group(s.Name), input: s.Input,
@@ -242,7 +241,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 	}
 	n.log = r.log.With(n.typ, n.name)
 	env := r.env(n)
-	h := &stageHandler{r: r, node: n}
+	h := &stageHandler{r: r, node: n, keepsKey: keyClaimOf(s, traits)}
 	var impl any
 	if n.stateful {
 		if h.stateful, err = stages.CompileStateful(s, env); err != nil {

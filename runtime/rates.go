@@ -29,9 +29,11 @@ type Rates struct {
 func (r Rates) Seconds() float64 { return r.Until.Sub(r.Since).Seconds() }
 
 // NodeRate is what a node did per second over a window: entries read, entries written (a sink:
-// messages delivered), messages dead-lettered.
+// messages delivered), messages dead-lettered, and the messages a stateful stage found late or
+// repeated (whatever it did with them: with late or duplicates = topic.NAME, written there).
 type NodeRate struct {
 	In, Out, DeadLettered float64
+	Late, Duplicates      float64
 }
 
 // rateSamples keeps the last samples of the counters.
@@ -48,7 +50,7 @@ type counterSample struct {
 	counts []nodeCounts
 }
 
-type nodeCounts struct{ in, out, dead int64 }
+type nodeCounts struct{ in, out, dead, late, duplicates int64 }
 
 func (s *rateSamples) interval() time.Duration {
 	s.mu.Lock()
@@ -63,7 +65,8 @@ func (s *rateSamples) interval() time.Duration {
 func (s *rateSamples) add(now time.Time, nodes []*node) {
 	c := counterSample{at: now, counts: make([]nodeCounts, len(nodes))}
 	for i, n := range nodes {
-		c.counts[i] = nodeCounts{in: n.stats.in.Load(), out: n.stats.out.Load(), dead: n.stats.deadLettered.Load()}
+		c.counts[i] = nodeCounts{in: n.stats.in.Load(), out: n.stats.out.Load(), dead: n.stats.deadLettered.Load(),
+			late: n.stats.late.Load(), duplicates: n.stats.duplicates.Load()}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,7 +96,8 @@ func (s *rateSamples) rates(nodes []*node) Rates {
 	for i, n := range nodes {
 		a, b := first.counts[i], last.counts[i]
 		r.Nodes[n.name] = NodeRate{In: perSecond(b.in-a.in, secs), Out: perSecond(b.out-a.out, secs),
-			DeadLettered: perSecond(b.dead-a.dead, secs)}
+			DeadLettered: perSecond(b.dead-a.dead, secs), Late: perSecond(b.late-a.late, secs),
+			Duplicates: perSecond(b.duplicates-a.duplicates, secs)}
 	}
 	return r
 }

@@ -343,12 +343,13 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	return r, nil
 }
 
-// cappedReads returns, for each node that writes to topics with a max_lag, the smallest of those:
-// such a node reads no more at a time, so that one batch's outputs pass a cap by at most the cap.
+// cappedReads returns, for each node that writes to topics with a max_lag (outputs and side
+// outputs, such as an aggregate's late topic), the smallest of those: such a node reads no more at
+// a time, so that one batch's outputs pass a cap by at most the cap.
 func cappedReads(plan *flow.Plan) map[string]int64 {
 	limits := map[string]int64{}
 	for _, e := range plan.Edges {
-		if e.Kind != flow.EdgeWrites {
+		if !e.Writes() {
 			continue
 		}
 		t := plan.Topic(strings.TrimPrefix(e.To, "topic."))
@@ -362,12 +363,12 @@ func cappedReads(plan *flow.Plan) map[string]int64 {
 	return limits
 }
 
-// writtenTopics returns the topics that some node of the plan writes (outputs and dead letters),
-// whichever process runs it.
+// writtenTopics returns the topics that some node of the plan writes (outputs, side outputs such
+// as an aggregate's late topic, and dead letters), whichever process runs it.
 func writtenTopics(plan *flow.Plan) map[string]bool {
 	written := map[string]bool{}
 	for _, e := range plan.Edges {
-		if e.Kind == flow.EdgeWrites || e.Kind == flow.EdgeDeadLetter {
+		if e.Writes() || e.Kind == flow.EdgeDeadLetter {
 			written[strings.TrimPrefix(e.To, "topic.")] = true
 		}
 	}

@@ -33,7 +33,7 @@ func init() {
 		}
 		m.Value["spin"] = x % 2
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 	// test.flaky fails the first attempt at every message whose seq is divisible by 10, once per
 	// run (the message's field run).
 	stages.Register("test.flaky", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
@@ -43,7 +43,7 @@ func init() {
 			}
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 }
 
 // flakySeen holds the messages test.flaky failed, by run and seq.

@@ -687,7 +687,7 @@ func init() {
 			}
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 }
 
 // publishKeyed publishes messages from..to-1 to topic in, keyed over 40 keys, each with its number
@@ -871,7 +871,7 @@ func init() {
 			}
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 }
 
 // TestDueRetriesWaitThroughFailedClaims: failed messages wait in their partitions' retry sets, and

@@ -16,11 +16,12 @@
 //		stages.Register("acme.score", func(ctx context.Context, m stages.Message) ([]stages.Message, error) {
 //			m.Value["score"] = score(m.Value)
 //			return []stages.Message{m}, nil
-//		})
+//		}, stages.KeepsKey())
 //	}
 //
 // and a custom binary blank-imports that package and calls cmd.Main (see examples/plugins, which
-// also registers a sink kind of its own). A pipeline then uses the function with kind = "go" and
+// also registers a sink kind of its own). KeepsKey declares that the function passes every message
+// on with the key it got, so that the stage after it may run fused with it (registry.go). A pipeline then uses the function with kind = "go" and
 // func = "acme.score". A function that keeps state per key, with timers in event time, registers
 // with RegisterStateful instead (a StatefulFunc), and gets the stage's State.
 //

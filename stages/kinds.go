@@ -50,6 +50,12 @@ type StageTraits struct {
 	// run --until-drained), whatever the watermark: windows close, so that a job's output is
 	// complete. A kind whose timers forget (dedupe) leaves it unset.
 	FireAtEnd bool
+	// KeepsKey declares that the kind's outputs keep the key of the message they came from
+	// (Output.Message.Key is the input's): filter, map and route do, a go stage does when its
+	// function is registered with KeepsKey. Only after such a stage may the next one run fused, in
+	// the same hop (flow.Kind.KeepsKey). The runtime holds a kind to it: an output with another key
+	// fails the message for good, and it is dead-lettered.
+	KeepsKey bool
 }
 
 // SinkKind registers a kind of sink.
@@ -109,12 +115,14 @@ var kinds = struct {
 
 // RegisterStage registers a stage kind. Like Register it is meant for init functions, and panics on
 // a spec without a name, a missing constructor or a kind registered twice. It tells the language
-// which stages of the kind are stateful (flow.Kind.Stateful), so that validate checks their ordering.
+// which stages of the kind are stateful (flow.Kind.Stateful), so that validate checks their
+// ordering, and which keep their messages' keys (flow.Kind.KeepsKey), so that stages fuse after them.
 func RegisterStage(k StageKind) {
 	checkRegistration("stage", k.Spec, k.New != nil || k.NewStateful != nil)
 	kinds.Lock()
 	defer kinds.Unlock()
 	k.Spec.Stateful = func(config flow.Attrs) bool { return k.TraitsFor(config).Stateful }
+	k.Spec.KeepsKey = func(config flow.Attrs) bool { return k.TraitsFor(config).KeepsKey }
 	flow.RegisterKind("stage", k.Spec)
 	kinds.stages[k.Spec.Name] = k
 }

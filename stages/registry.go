@@ -11,7 +11,8 @@ import (
 // Message is one message as a stage function sees it.
 type Message struct {
 	// Key is the message's key: it picks the partition and orders the messages of one key. A function
-	// may change it; the output topic's key expression, if any, recomputes it.
+	// may change it, unless it is registered with KeepsKey; the output topic's key expression, if
+	// any, recomputes it.
 	Key string
 	// Value is the message's JSON payload, decoded: strings, json.Number numbers (which keep every
 	// digit of large ids), bools, nil, []any and map[string]any. A function may modify and return it.
@@ -69,15 +70,39 @@ type StatefulFunc struct {
 
 var registry = struct {
 	sync.RWMutex
-	funcs    map[string]Func
+	funcs    map[string]registeredFunc
 	stateful map[string]StatefulFunc
-}{funcs: map[string]Func{}, stateful: map[string]StatefulFunc{}}
+}{funcs: map[string]registeredFunc{}, stateful: map[string]StatefulFunc{}}
 
-// Register makes fn available to pipelines as func = name in a stage of kind "go". It is meant for
-// init functions and panics on an empty name, a nil function, or a name registered twice, since
-// each is a programming error that must not reach production.
-func Register(name string, fn Func) {
-	register("Register", name, fn == nil, func() { registry.funcs[name] = fn })
+// registeredFunc is a function registered with Register, with what its registration declared.
+type registeredFunc struct {
+	fn       Func
+	keepsKey bool
+}
+
+// A FuncOption declares, at registration, something about the function that the pipeline may rely
+// on (KeepsKey).
+type FuncOption func(*registeredFunc)
+
+// KeepsKey declares that the function passes every message on with the key of the message it got
+// (Message.Key): it returns that message, changed or not, or messages with its Key. A stage that
+// reads the function's stage as stage.NAME may then run fused with it, in one hop (see Fusion in
+// docs/running.md): a function that may set other keys ends a fused chain, since the stage after it
+// would otherwise see a new key's messages from several input partitions at once instead of one at
+// a time. The runtime holds the function to it: an output with another key fails the message for
+// good (a Permanent error that names the function), and the message is dead-lettered.
+func KeepsKey() FuncOption { return func(r *registeredFunc) { r.keepsKey = true } }
+
+// Register makes fn available to pipelines as func = name in a stage of kind "go", with what the
+// options declare about it (KeepsKey). It is meant for init functions and panics on an empty name,
+// a nil function, or a name registered twice, since each is a programming error that must not
+// reach production.
+func Register(name string, fn Func, options ...FuncOption) {
+	r := registeredFunc{fn: fn}
+	for _, o := range options {
+		o(&r)
+	}
+	register("Register", name, fn == nil, func() { registry.funcs[name] = r })
 }
 
 // RegisterStateful makes the stateful function fn available to pipelines as func = name in a stage
@@ -108,8 +133,15 @@ func register(how, name string, missing bool, add func()) {
 func Lookup(name string) (Func, bool) {
 	registry.RLock()
 	defer registry.RUnlock()
-	fn, ok := registry.funcs[name]
-	return fn, ok
+	r, ok := registry.funcs[name]
+	return r.fn, ok
+}
+
+// FuncKeepsKey reports whether the function registered under name with Register declared KeepsKey.
+func FuncKeepsKey(name string) bool {
+	registry.RLock()
+	defer registry.RUnlock()
+	return registry.funcs[name].keepsKey
 }
 
 // LookupStateful returns the function registered under name with RegisterStateful.

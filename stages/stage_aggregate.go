@@ -25,10 +25,9 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:           "aggregate",
-			StateKey:       "group_by",
-			Results:        true,
-			KeepsPartition: true,
+			Name:     "aggregate",
+			StateKey: "group_by",
+			Results:  true,
 			Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
 				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC); a result's " +
 				"event time is its window's start. Windows " +

@@ -17,9 +17,8 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:           "dedupe",
-			KeepsPartition: true,
-			StateKey:       "key",
+			Name:     "dedupe",
+			StateKey: "key",
 			Doc: "Passes on the first message of each key and drops (or sends to a topic) every later message of " +
 				"the same key whose event time is less than within apart from the first's. A key is forgotten once " +
 				"the partition's watermark (the latest event time it has seen) is within past its first message. " +
@@ -52,7 +51,7 @@ func init() {
 				}
 			},
 		},
-		Traits: StageTraits{Stateful: true},
+		Traits: StageTraits{Stateful: true, KeepsKey: true},
 		NewStateful: func(s *flow.Stage, env Env) (StatefulProcessor, error) {
 			d := &dedupeStage{out: s.Output, key: s.Config.Expr("key"), eventTime: s.Config.Expr("event_time"),
 				within: s.Config.Duration("within"), keys: newKeyLimit(s)}

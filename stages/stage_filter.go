@@ -11,9 +11,8 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:           "filter",
-			KeepsPartition: true,
-			Doc:            "Passes on the messages for which where holds and drops the others.",
+			Name: "filter",
+			Doc:  "Passes on the messages for which where holds and drops the others.",
 			Attributes: []flow.Attribute{
 				{Name: "where", Type: flow.TypeMessageBool, Required: true, Roots: []string{"msg"}, Doc: "The condition a message must meet to pass."},
 			},
@@ -24,7 +23,7 @@ func init() {
   where  = msg.amount > 100 && msg.country == "DE"
 }`,
 		},
-		Traits: StageTraits{Inline: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
 			return &filterStage{out: s.Output, where: s.Config.Expr("where")}, nil
 		},

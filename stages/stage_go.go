@@ -18,7 +18,9 @@ func init() {
 		Spec: &flow.Kind{
 			Name: "go",
 			Doc: "Runs a Go function compiled into the flowrun binary with stages.Register; it may emit " +
-				"zero, one or several messages per input. A function registered with stages.RegisterStateful " +
+				"zero, one or several messages per input, with keys of its own. A function registered with " +
+				"stages.KeepsKey passes every message on with the key it got, so that the stage reading it as " +
+				"stage.NAME may run fused with it, in one hop. A function registered with stages.RegisterStateful " +
 				"keeps state per key and sets timers in event time, in its input partition, committed with " +
 				"the acknowledgements: its stage is stateful, like a dedupe or aggregate stage.",
 			Attributes: []flow.Attribute{
@@ -39,9 +41,10 @@ func init() {
 			Detail: func(config flow.Attrs) string { return "go stage: " + config.String("func") },
 		},
 		TraitsOf: func(config flow.Attrs) StageTraits {
-			fn, ok := LookupStateful(config.String("func"))
+			name := config.String("func")
+			fn, ok := LookupStateful(name)
 			if !ok {
-				return StageTraits{}
+				return StageTraits{KeepsKey: FuncKeepsKey(name)}
 			}
 			return StageTraits{Stateful: true, FireAtEnd: fn.FireAtEnd}
 		},

@@ -11,9 +11,8 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:           "map",
-			KeepsPartition: true,
-			Doc:            "Changes each message: set adds or replaces fields, then drop removes fields.",
+			Name: "map",
+			Doc:  "Changes each message: set adds or replaces fields, then drop removes fields.",
 			Attributes: []flow.Attribute{
 				{Name: "set", Type: flow.TypeMessageFields, Roots: []string{"msg"}, Doc: "Fields to add or replace, as an object of expressions over msg."},
 				{Name: "drop", Type: flow.TypeStringList, Doc: "Names of fields to remove."},
@@ -34,7 +33,7 @@ func init() {
 				}
 			},
 		},
-		Traits: StageTraits{Inline: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
 			return &mapStage{out: s.Output, set: s.Config.Fields("set"), drop: s.Config.Strings("drop")}, nil
 		},

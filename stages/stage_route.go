@@ -11,10 +11,9 @@ import (
 func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
-			Name:           "route",
-			KeepsPartition: true,
-			Doc:            "Sends each message to the output of the first case whose condition holds, or to default.",
-			OutputsDoc:     "the outputs of its case blocks and its default",
+			Name:       "route",
+			Doc:        "Sends each message to the output of the first case whose condition holds, or to default.",
+			OutputsDoc: "the outputs of its case blocks and its default",
 			Attributes: []flow.Attribute{
 				{Name: "default", Type: flow.TypeTopicRef, Doc: "The topic for messages that match no case; without it they are dropped and counted."},
 			},
@@ -34,7 +33,7 @@ func init() {
 }`,
 			OwnOutputs: routeOutputs,
 		},
-		Traits: StageTraits{Inline: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
 			r := &routeStage{fallback: s.Config.Topic("default")}
 			for _, c := range s.Config.Blocks("case") {

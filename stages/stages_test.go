@@ -279,6 +279,70 @@ sink "rest" {
 	}
 }
 
+func init() {
+	Register("test.same_key", func(_ context.Context, m Message) ([]Message, error) { return []Message{m}, nil }, KeepsKey())
+}
+
+// Filter, map and route keep their messages' keys, and so does a go stage whose function is
+// registered with KeepsKey; a function registered without it may change them, as the aggregate
+// (whose results are keyed by group) and the dedupe do. The language sees it (flow.Kind.KeepsKey).
+func TestWhichStagesKeepKeys(t *testing.T) {
+	p := plan(t, `
+stage "same" {
+  kind   = "go"
+  func   = "test.same_key"
+  input  = topic.in
+  output = topic.a
+}
+stage "split" {
+  kind   = "go"
+  func   = "test.split"
+  input  = topic.in
+  output = topic.b
+}
+stage "f" {
+  kind   = "filter"
+  input  = topic.in
+  output = topic.rest
+  where  = true
+}
+`+sinkA+`
+sink "b" {
+  kind  = "stdout"
+  input = topic.b
+}
+sink "rest" {
+  kind  = "stdout"
+  input = topic.rest
+}
+`)
+	for name, want := range map[string]bool{"same": true, "split": false, "f": true} {
+		s := p.Stage(name)
+		k, err := StageKindOf(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := k.TraitsFor(s.Config).KeepsKey; got != want {
+			t.Errorf("stage %s keeps keys: %v, want %v", name, got, want)
+		}
+		if got := s.Spec.KeepsKey(s.Config); got != want {
+			t.Errorf("the language says stage %s keeps keys: %v, want %v", name, got, want)
+		}
+	}
+	for kind, want := range map[string]bool{"map": true, "route": true, "filter": true, "aggregate": false, "dedupe": true} {
+		k, err := StageKindOf(&flow.Stage{Kind: kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Traits.KeepsKey != want {
+			t.Errorf("kind %s keeps keys: %v, want %v", kind, k.Traits.KeepsKey, want)
+		}
+	}
+	if !FuncKeepsKey("test.same_key") || FuncKeepsKey("test.split") || FuncKeepsKey("test.total") || FuncKeepsKey("no.such") {
+		t.Error("FuncKeepsKey does not report what the registrations declared")
+	}
+}
+
 func TestRegisterRefusesMistakes(t *testing.T) {
 	for name, fn := range map[string]Func{"": func(context.Context, Message) ([]Message, error) { return nil, nil }, "test.nil": nil, "test.split": func(context.Context, Message) ([]Message, error) { return nil, nil }} {
 		func() {

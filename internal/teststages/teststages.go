@@ -14,7 +14,7 @@ import (
 	"github.com/flowrun/flowrun/stages"
 )
 
-func init() { stages.Register("test.call", call) }
+func init() { stages.Register("test.call", call, stages.KeepsKey()) }
 
 // call sends the message, as JSON, to the URL in its field url, and does what the answer says:
 // 2xx passes the message on; 503 is a transient failure (the service is away); another 5xx a

@@ -159,16 +159,20 @@
     const g = make('g', {class: cls, 'data-edge': id}, lines);
     const title = make('title', {}, g);
     title.textContent = `${e.from} → ${e.to} (topic ${e.topic}${e.implicit ? ', implicit' : ''}${e.fused ? ', fused: in memory' : ''})` + (e.label ? '\n' + e.label : '');
-    make('path', {d: edgePath(e.points), 'marker-end': e.kind === 'dead_letter' ? 'url(#arrow-dead)' : 'url(#arrow)'}, g);
-    // Up to three lines: a route's condition, the rate, and the reader's lag and pending entries.
+    const marker = {dead_letter: 'url(#arrow-dead)', side_output: 'url(#arrow-side)'}[e.kind] || 'url(#arrow)';
+    make('path', {d: edgePath(e.points), 'marker-end': marker}, g);
+    // Up to three lines: a route's condition, the rate, and the reader's lag and pending entries. A
+    // dead-letter edge and a side output (late, duplicates) say what they carry before the rate.
     const label = make('text', {class: 'edge-label', x: mx, y: my - 4, 'text-anchor': 'middle', 'data-edge': id}, labels);
     const fields = {};
-    if (e.label) {
+    const caption = {dead_letter: 'dead letters', side_output: e.label}[e.kind];
+    const condition = caption === undefined && e.label;
+    if (condition) {
       make('tspan', {class: 'condition', x: mx, dy: '-1.2em'}, label).textContent = shorten(e.label, 22);
     }
-    const first = make('tspan', {x: mx, dy: e.label ? '1.2em' : 0}, label);
-    if (e.kind === 'dead_letter') {
-      make('tspan', {class: 'caption'}, first).textContent = 'dead letters ';
+    const first = make('tspan', {x: mx, dy: condition ? '1.2em' : 0}, label);
+    if (caption) {
+      make('tspan', {class: 'caption ' + e.kind}, first).textContent = caption + ' ';
     }
     fields.rate = make('tspan', {'data-field': 'rate'}, first);
     if (e.kind === 'reads') {
@@ -198,7 +202,7 @@
     svg.setAttribute('width', graph.layout.width);
     svg.setAttribute('height', graph.layout.height);
     const defs = make('defs', {}, svg);
-    for (const [id, cls] of [['arrow', 'arrowhead'], ['arrow-dead', 'arrowhead dead']]) {
+    for (const [id, cls] of [['arrow', 'arrowhead'], ['arrow-dead', 'arrowhead dead'], ['arrow-side', 'arrowhead side']]) {
       const m = make('marker', {id, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto'}, defs);
       make('path', {d: 'M0,0 L10,5 L0,10 z', class: cls}, m);
     }

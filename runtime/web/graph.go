@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"sort"
 	"time"
@@ -126,9 +127,11 @@ type partitionLength struct {
 }
 
 type edgeJSON struct {
-	From  string `json:"from"`
-	To    string `json:"to"`
-	Kind  string `json:"kind"` // reads, writes or dead_letter
+	From string `json:"from"`
+	To   string `json:"to"`
+	Kind string `json:"kind"` // reads, writes, side_output or dead_letter
+	// Label is a route case's condition, "default", or a side output's attribute: "late",
+	// "duplicates".
 	Label string `json:"label,omitempty"`
 	Topic string `json:"topic"` // the topic the edge carries
 	// Implicit marks an edge drawn straight from a stage to a reader of its implicit output topic.
@@ -141,8 +144,10 @@ type edgeJSON struct {
 	Points  [][2]int `json:"points"`
 	LabelAt [2]int   `json:"label_at"`
 	// Rate is messages per second over Rates: a reads edge counts what its reader read, a writes
-	// edge what its writer wrote, a dead_letter edge what its node dead-lettered. Null where this
-	// process cannot tell (it does not run the node; a route stage's outputs share one count).
+	// edge what its writer wrote (but for its side outputs), a side_output edge the late events or
+	// duplicates its stage found, a dead_letter edge what its node dead-lettered. Null where this
+	// process cannot tell (it does not run the node; a route stage's outputs share one count; a
+	// side output of a kind that counts none).
 	Rate *float64 `json:"rate"`
 	// Lag, Pending and Retries are summed over the reading node's partitions (reads edges of
 	// nodes this process runs; null otherwise), and Partitions lists them one by one. An edge
@@ -159,6 +164,23 @@ type partitionJSON struct {
 	Lag       int64 `json:"lag"`
 	Pending   int64 `json:"pending"`
 	Retries   int64 `json:"retries"`
+}
+
+// nodeRate is one of a node's rates, by the name of its counter (countIn, ...).
+func nodeRate(r runtime.NodeRate, count string) float64 {
+	switch count {
+	case countIn:
+		return r.In
+	case countOut:
+		return r.Out
+	case countDeadLettered:
+		return r.DeadLettered
+	case countLate:
+		return r.Late
+	case countDuplicates:
+		return r.Duplicates
+	}
+	return 0
 }
 
 // graphHandler serves /api/graph.
@@ -285,15 +307,12 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 		e := edgeJSON{From: ve.from, To: ve.to, Kind: ve.kind, Label: ve.label, Topic: ve.topic, Implicit: ve.implicit, Fused: ve.fused,
 			Points: ve.points, LabelAt: ve.labelAt}
 		if _, ok := counters[ve.counted]; ok && ve.counted != "" {
-			var r float64
-			switch nr := rates.Nodes[ve.counted]; ve.kind {
-			case string(flow.EdgeReads):
-				r = nr.In
-			case string(flow.EdgeWrites):
-				r = nr.Out
-			case string(flow.EdgeDeadLetter):
-				r = nr.DeadLettered
+			nr := rates.Nodes[ve.counted]
+			r := nodeRate(nr, ve.count)
+			for _, c := range ve.less {
+				r -= nodeRate(nr, c)
 			}
+			r = max(0, math.Round(r*1000)/1000) // the counters are sampled one after another
 			e.Rate = &r
 		}
 		if ve.reader != "" {

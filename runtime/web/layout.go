@@ -1,6 +1,7 @@
 package web
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/flowrun/flowrun/flow"
@@ -28,12 +29,28 @@ type viewNode struct {
 type viewEdge struct {
 	from, to, kind, label, topic string
 	implicit                     bool
-	fused                        bool   // inside a fused chain: in memory, no stream
-	counted                      string // the node whose counter gives the rate; "" when none does
-	reader                       string // the node whose input partitions the edge shows
+	fused                        bool     // inside a fused chain: in memory, no stream
+	counted                      string   // the node whose counter gives the rate; "" when none does
+	count                        string   // that counter: countIn, countOut, ...
+	less                         []string // for an output edge, its stage's side outputs' counters, which its count includes
+	reader                       string   // the node whose input partitions the edge shows
 	points                       [][2]int
 	labelAt                      [2]int
 }
+
+// The counters an edge's rate may come from (runtime.NodeRate's).
+const (
+	countIn           = "in"
+	countOut          = "out"
+	countDeadLettered = "dead_lettered"
+	countLate         = "late"
+	countDuplicates   = "duplicates"
+)
+
+// sideCounters gives, by attribute, the counter of the side outputs whose every message it counts:
+// an aggregate counts each late event (and with late = topic.NAME writes each there), a dedupe each
+// duplicate. A side output of another kind has none: its rate is unknown.
+var sideCounters = map[string]string{"late": countLate, "duplicates": countDuplicates}
 
 // The drawing's measures, in pixels. The page lays out a node's lines inside the box it is given:
 // a title and a detail line, then three rows of counters and a dead-letter line for sources, stages
@@ -75,23 +92,33 @@ func newGraphView(p *flow.Plan) graphView {
 		v.nodes = append(v.nodes, vn)
 		byID[vn.id] = vn
 	}
-	writes := map[string]int{} // node address -> edges that write its output, implicit topics included
+	writes := map[string]int{}     // node address -> edges that write its output, implicit topics included
+	sides := map[string][]string{} // node address -> the counters of its side outputs ("" for one without)
 	for _, e := range p.Edges {
-		if e.Kind == flow.EdgeWrites {
+		switch e.Kind {
+		case flow.EdgeWrites:
 			writes[e.From]++
+		case flow.EdgeSideOutput:
+			sides[e.From] = append(sides[e.From], sideCounters[e.Label])
 		}
 	}
 	for _, e := range g.Edges {
 		ve := &viewEdge{from: e.From, to: e.To, kind: string(e.Kind), label: e.Label, topic: e.Topic, implicit: e.Implicit, fused: e.Fused}
 		switch e.Kind {
 		case flow.EdgeReads:
-			ve.counted, ve.reader = byID[e.To].name, byID[e.To].name
+			ve.counted, ve.reader, ve.count = byID[e.To].name, byID[e.To].name, countIn
 		case flow.EdgeWrites:
-			if writes[e.From] == 1 { // a route stage's outputs share its count
-				ve.counted = byID[e.From].name
+			// A route stage's outputs share its count; a stage's written count includes its side
+			// outputs, which must each have a counter to take away.
+			if writes[e.From] == 1 && !slices.Contains(sides[e.From], "") {
+				ve.counted, ve.count, ve.less = byID[e.From].name, countOut, sides[e.From]
+			}
+		case flow.EdgeSideOutput:
+			if c := sideCounters[e.Label]; c != "" {
+				ve.counted, ve.count = byID[e.From].name, c
 			}
 		default:
-			ve.counted = byID[e.From].name
+			ve.counted, ve.count = byID[e.From].name, countDeadLettered
 		}
 		v.edges = append(v.edges, ve)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
@@ -165,5 +166,86 @@ func TestStatefulStagesShowWhatTheyFound(t *testing.T) {
 		if want := n.ID == "stage.per_customer"; n.Stateful != want {
 			t.Errorf("%s: stateful %v, want %v", n.ID, n.Stateful, want)
 		}
+	}
+}
+
+// snapshotOf is a pipeline that shows the same snapshot at every request.
+type snapshotOf struct {
+	plan *flow.Plan
+	snap runtime.Snapshot
+}
+
+func (s snapshotOf) Plan() *flow.Plan           { return s.plan }
+func (s snapshotOf) Snapshot() runtime.Snapshot { return s.snap }
+func (s snapshotOf) Ready() error               { return nil }
+
+// TestTheGraphDrawsEveryRoute serves the graph of a dedupe whose duplicates, an aggregate whose
+// late events, and a stage and a sink whose dead letters go to topics: each route is an edge of
+// its kind from its node to the topic, with the rate of what its node sent there, and the output
+// edge of the aggregate has the rate of what it wrote there, its late events not included.
+func TestTheGraphDrawsEveryRoute(t *testing.T) {
+	plan, _, diags := flow.Build(filepath.Join("..", "..", "flow", "testdata", "routes"), flow.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	snap := runtime.Snapshot{
+		Nodes: []runtime.NodeSummary{
+			{Name: "once", Type: "stage", Kind: "dedupe", In: 60, Out: 50, DeadLettered: 10, Duplicates: 20},
+			{Name: "per_minute", Type: "stage", Kind: "aggregate", In: 30, Out: 8, Late: 5},
+			{Name: "counts", Type: "sink", Kind: "stdout", In: 3, Out: 2, DeadLettered: 1},
+			{Name: "late", Type: "sink", Kind: "stdout", In: 5, Out: 5},
+			{Name: "duplicates", Type: "sink", Kind: "stdout", In: 20, Out: 20},
+			{Name: "failures", Type: "sink", Kind: "stdout", In: 11, Out: 11},
+		},
+		Rates: runtime.Rates{Since: since, Until: since.Add(5 * time.Second), Nodes: map[string]runtime.NodeRate{
+			"once":       {In: 6, Out: 5, DeadLettered: 1, Duplicates: 2},
+			"per_minute": {In: 3, Out: 0.8, Late: 0.5},
+			"counts":     {In: 0.3, Out: 0.2, DeadLettered: 0.1},
+			"late":       {In: 0.5, Out: 0.5},
+			"duplicates": {In: 2, Out: 2},
+			"failures":   {In: 1.1, Out: 1.1},
+		}},
+	}
+	_, body := get(t, web.NewHandler(snapshotOf{plan: plan, snap: snap}, nil), "/api/graph")
+	var g struct {
+		Edges []struct {
+			From, To, Kind, Label, Topic string
+			Rate                         *float64
+			Points                       [][2]int
+		} `json:"edges"`
+	}
+	if err := json.Unmarshal([]byte(body), &g); err != nil {
+		t.Fatalf("/api/graph: %v\n%s", err, body)
+	}
+	type want struct {
+		kind, label, topic string
+		rate               float64
+	}
+	edges := map[string]want{}
+	for _, e := range g.Edges {
+		if e.Rate == nil || len(e.Points) < 2 {
+			t.Errorf("%s -> %s: rate %v, points %v", e.From, e.To, e.Rate, e.Points)
+			continue
+		}
+		edges[e.From+">"+e.To] = want{e.Kind, e.Label, e.Topic, *e.Rate}
+	}
+	for edge, w := range map[string]want{
+		"stage.once>topic.duplicate_clicks":      {"side_output", "duplicates", "duplicate_clicks", 2},
+		"stage.per_minute>topic.late_clicks":     {"side_output", "late", "late_clicks", 0.5},
+		"stage.once>topic.failed":                {"dead_letter", "", "failed", 1},
+		"sink.counts>topic.failed":               {"dead_letter", "", "failed", 0.1},
+		"stage.per_minute>topic.per_minute":      {"writes", "", "per_minute", 0.3}, // 0.8 written, 0.5 of it late
+		"stage.once>stage.per_minute":            {"reads", "", "once.out", 3},      // what per_minute read
+		"topic.late_clicks>sink.late":            {"reads", "", "late_clicks", 0.5},
+		"topic.duplicate_clicks>sink.duplicates": {"reads", "", "duplicate_clicks", 2},
+		"topic.failed>sink.failures":             {"reads", "", "failed", 1.1},
+	} {
+		if got, ok := edges[edge]; !ok || got != w {
+			t.Errorf("edge %s: %+v (present %v), want %+v", edge, got, ok, w)
+		}
+	}
+	if len(g.Edges) != len(plan.Graph().Edges) || len(g.Edges) != 11 {
+		t.Errorf("/api/graph has %d edges, the graph view %d, want 11", len(g.Edges), len(plan.Graph().Edges))
 	}
 }

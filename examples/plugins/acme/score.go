@@ -14,7 +14,8 @@ import (
 )
 
 func init() {
-	stages.Register("acme.score", Score)
+	// Score passes each order on with the key it got: the stage after it may run in the same hop.
+	stages.Register("acme.score", Score, stages.KeepsKey())
 }
 
 // riskyCountries raise an order's risk score.

@@ -27,7 +27,7 @@ func init() {
 			return nil, ctx.Err()
 		}
 		return []stages.Message{m}, nil
-	})
+	}, stages.KeepsKey())
 	stages.Register("faults.hold", func(ctx context.Context, m stages.Message) ([]stages.Message, error) {
 		gate, _ := m.Value["hold"].(string)
 		if gate == "" {
@@ -50,7 +50,7 @@ func init() {
 				return nil, ctx.Err()
 			}
 		}
-	})
+	}, stages.KeepsKey())
 }
 
 func main() { cmd.Main() }
