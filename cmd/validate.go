@@ -46,6 +46,7 @@ func newValidateCommand(stdio IO) *cobra.Command {
 				entry := validatedPipeline{Path: path, Valid: errs == 0}
 				if errs == 0 {
 					entry.State = estimateState(plan)
+					entry.Watermarks = plan.WatermarkRules()
 				}
 				for _, t := range tests {
 					entry.Tests = append(entry.Tests, t.Path)
@@ -100,6 +101,8 @@ type validatedPipeline struct {
 	Tests []string `json:"tests,omitempty"` // the test files checked with it
 	// State estimates the Redis memory of the state of its dedupe stages.
 	State []stateEstimate `json:"state,omitempty"`
+	// Watermarks say how each stateful stage's input gets its watermarks (flow.WatermarkRule).
+	Watermarks []flow.WatermarkRule `json:"watermarks,omitempty"`
 }
 
 // stateEstimate is what a dedupe stage's state takes in Redis, estimated from the pipeline alone:

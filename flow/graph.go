@@ -330,6 +330,16 @@ func (p *Plan) Describe() map[string]any {
 		if t.MaxLag > 0 {
 			d["max_lag"] = t.MaxLag
 		}
+		if w := t.Watermark; w != nil {
+			var domains, writers []string
+			for _, dom := range w.Domains {
+				domains = append(domains, dom.String())
+			}
+			for _, wr := range w.Writers {
+				writers = append(writers, wr.Name())
+			}
+			d["watermark"] = map[string]any{"event_times": domains, "writers": writers, "idle_timeout": FormatDuration(w.IdleTimeout)}
+		}
 		topics = append(topics, d)
 	}
 	sources := []any{}
@@ -337,6 +347,10 @@ func (p *Plan) Describe() map[string]any {
 		sources = append(sources, map[string]any{
 			"name": s.Name, "kind": s.Kind, "output": topicName(s.Output), "config": p.describeAttrs(s.Config),
 		})
+	}
+	rules := map[string]WatermarkRule{}
+	for _, r := range p.WatermarkRules() {
+		rules[r.Stage] = r
 	}
 	stages := []any{}
 	for _, s := range p.Stages {
@@ -348,6 +362,9 @@ func (p *Plan) Describe() map[string]any {
 		}
 		if s.Chain != nil {
 			d["chain"] = s.Chain.Name()
+		}
+		if r, ok := rules[s.Name]; ok {
+			d["watermark"] = r
 		}
 		stages = append(stages, d)
 	}

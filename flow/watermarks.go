@@ -342,3 +342,71 @@ func (c *compiler) checkTimedStage(s *Stage, b *Block) {
 		}
 	}
 }
+
+// WatermarkRule says how a stateful stage's input partitions get their watermarks, for flowrun graph
+// and validate --json.
+type WatermarkRule struct {
+	Stage string `json:"stage"`
+	Input string `json:"input"`
+	// EventTime is the stage's event time: its event_time expression, or "the entry's time".
+	EventTime string `json:"event_time"`
+	// Rule is "least_of_writers" (the pipeline writes the input) or "measured" (only the outside does).
+	Rule string `json:"rule"`
+	// Writers are the sources and stages that write the input, with how many writers each makes: a
+	// source is one, a stage one per partition of its input, or only its own partition's.
+	Writers []RuleWriter `json:"writers,omitempty"`
+	Says    string       `json:"says"`
+}
+
+// RuleWriter is a writer of a stateful stage's input, as WatermarkRule lists it.
+type RuleWriter struct {
+	Node string `json:"node"`
+	// PerPartition: of each partition of the input, only the stage's unit on the same partition
+	// writes; otherwise each of its units writes every partition.
+	PerPartition bool `json:"per_partition,omitempty"`
+	Units        int  `json:"units"`
+	Results      bool `json:"results,omitempty"` // it writes results of its own (an aggregate's)
+}
+
+// WatermarkRules lists the rule of every stateful stage, in the plan's order.
+func (p *Plan) WatermarkRules() []WatermarkRule {
+	var out []WatermarkRule
+	for _, s := range p.Stages {
+		if !stateful(s) || s.Watermark == nil || s.Input == nil {
+			continue
+		}
+		r := WatermarkRule{Stage: s.Name, Input: s.Input.Name, EventTime: domainOf(s).String()}
+		if s.Watermark.Measures {
+			r.Rule = "measured"
+			r.Says = fmt.Sprintf("Nothing of the pipeline writes %s: each partition's watermark is the latest event time read there.", describeTopic(s.Input))
+			out = append(out, r)
+			continue
+		}
+		r.Rule = "least_of_writers"
+		var names []string
+		for _, w := range s.Input.Watermark.Writers {
+			rw := RuleWriter{Node: w.Name(), PerPartition: w.SamePartition, Units: 1, Results: w.Results}
+			switch {
+			case w.Stage != nil && w.SamePartition:
+				names = append(names, w.Name()+" (on the same partition)")
+			case w.Stage != nil:
+				rw.Units = w.Stage.Input.Partitions
+				names = append(names, fmt.Sprintf("%s (on each of its %d input partitions)", w.Name(), rw.Units))
+			default:
+				names = append(names, w.Name())
+			}
+			r.Writers = append(r.Writers, rw)
+		}
+		r.Says = fmt.Sprintf("Each partition's watermark is the least of what its writers have committed: %s.", strings.Join(names, ", "))
+		out = append(out, r)
+	}
+	return out
+}
+
+// describeTopic names a topic for people: an implicit one by its stage.
+func describeTopic(t *Topic) string {
+	if t.Implicit {
+		return "the output of stage " + t.Stage
+	}
+	return "topic " + t.Name
+}

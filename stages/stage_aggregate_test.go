@@ -313,3 +313,117 @@ stage "agg" {
 	// Valid windows compile.
 	plan(t, sessionsSrc(""))
 }
+
+// aggregateSrc is an aggregate of msg.amount per user over the given window, with grace and late.
+func aggregateSrc(window, grace, late string) string {
+	return `
+stage "agg" {
+  kind       = "aggregate"
+  input      = topic.in
+  output     = topic.a
+  group_by   = msg.user
+  event_time = msg.at
+  grace      = "` + grace + `"
+  late       = ` + late + `
+  window {
+    ` + window + `
+  }
+  aggregate = { n = count(), total = sum(msg.amount) }
+}
+topic "late" {}
+sink "late" {
+  kind  = "stdout"
+  input = topic.late
+}
+` + sinkA
+}
+
+// A window closes when the watermark reaches its end plus grace, not only once it has passed it:
+// at the watermark 1m10s, [0, 1m) with a grace of 10s has closed, and an event for it is late, in
+// the batch that moved the watermark there as in a later one.
+func TestAWindowClosesWhenTheWatermarkReachesItsEndPlusGrace(t *testing.T) {
+	proc, st := statefulProcessor(t, aggregateSrc(`type = "tumbling"`+"\n    size = \"1m\"", "10s", `"dead_letter"`), "agg")
+	outs, errs := st.batch(t, proc, event("u", 0.5, 1, ""), event("u", 1+10.0/60, 2, ""), event("u", 59.0/60, 4, ""))
+	if errs[0] != nil || errs[1] != nil || !IsPermanent(errs[2]) || !strings.HasPrefix(errs[2].Error(), "late: ") {
+		t.Fatalf("errors %v: want the third late", errs)
+	}
+	wantWindows(t, "the batch", windows(t, outs, "n", "total"), "u [0, 1) n=1 total=1")
+	_, errs = st.batch(t, proc, event("u", 0.9, 8, ""))
+	if !IsPermanent(errs[0]) {
+		t.Fatalf("an event for the closed window in a later batch: %v, want late", errs[0])
+	}
+	wantWindows(t, "at the end", windows(t, st.end(t, proc), "n", "total"), "u [1, 2) n=1 total=2")
+	if st.late != 2 {
+		t.Errorf("%d recorded late, want 2", st.late)
+	}
+}
+
+// A session closes when the watermark reaches its end plus grace: an event that falls before the
+// end of a closed session is late, whether its timer has fired (a later batch) or not (the same
+// batch), and the closed session emits once.
+func TestASessionClosesWhenTheWatermarkReachesItsEndPlusGrace(t *testing.T) {
+	for _, sameBatch := range []bool{true, false} {
+		proc, st := statefulProcessor(t, aggregateSrc(`type = "session"`+"\n    gap = \"5m\"", "0s", `"dead_letter"`), "agg")
+		first := []string{event("u", 0, 1, ""), event("v", 5, 2, "")} // v moves the watermark to u's session's end, 5m
+		late := event("u", 4, 4, "")
+		var outs []Output
+		var errs []error
+		if sameBatch {
+			outs, errs = st.batch(t, proc, append(first, late)...)
+			errs = errs[2:]
+		} else {
+			outs, _ = st.batch(t, proc, first...)
+			var more []Output
+			more, errs = st.batch(t, proc, late)
+			outs = append(outs, more...)
+		}
+		if !IsPermanent(errs[0]) || !strings.HasPrefix(errs[0].Error(), "late: ") {
+			t.Fatalf("same batch %v: an event before a closed session's end: %v, want late", sameBatch, errs[0])
+		}
+		wantWindows(t, "the closed session", windows(t, outs, "n", "total"), "u [0, 5) n=1 total=1")
+		wantWindows(t, "at the end", windows(t, st.end(t, proc), "n", "total"), "v [5, 10) n=1 total=2")
+	}
+}
+
+// An event that is late for some of its hopping windows and on time for others counts in those
+// still open, counts as late, and goes where late says for the others: to the late topic, or, when
+// late = "dead_letter", to the dead letters while the attempt succeeds.
+func TestAnEventLateForSomeOfItsWindows(t *testing.T) {
+	hopping := `type    = "hopping"` + "\n    size    = \"3m\"\n    advance = \"1m\""
+	for _, late := range []string{"topic.late", `"dead_letter"`, `"drop"`} {
+		t.Run(late, func(t *testing.T) {
+			proc, st := statefulProcessor(t, aggregateSrc(hopping, "0s", late), "agg")
+			// At the watermark 3m, [0, 3m) has closed; an event at 2m30 belongs to it and to
+			// [1m, 4m) and [2m, 5m), which are open.
+			_, errs := st.batch(t, proc, event("u", 0.5, 1, ""), event("u", 3, 2, ""))
+			noErrors(t, errs)
+			outs, errs := st.batch(t, proc, event("u", 2.5, 4, ""))
+			noErrors(t, errs)
+			var routed []Output
+			for _, o := range outs {
+				if o.Topic == nil || o.Topic.Name == "late" {
+					routed = append(routed, o)
+				}
+			}
+			switch late {
+			case "topic.late":
+				if len(routed) != 1 || routed[0].Topic == nil || routed[0].DeadLetter != "" {
+					t.Fatalf("outputs %+v: want the event on the late topic", outs)
+				}
+			case `"dead_letter"`:
+				if len(routed) != 1 || !strings.Contains(routed[0].DeadLetter, "late: ") || !strings.Contains(routed[0].DeadLetter, "it counts in its others") {
+					t.Fatalf("outputs %+v: want the event dead-lettered for [0, 3m)", outs)
+				}
+			case `"drop"`:
+				if len(routed) != 0 {
+					t.Fatalf("outputs %+v: want nothing routed", outs)
+				}
+			}
+			if st.late != 1 {
+				t.Errorf("%d recorded late, want 1", st.late)
+			}
+			wantWindows(t, "at the end", windows(t, st.end(t, proc), "n", "total"),
+				"u [1, 4) n=2 total=6\nu [2, 5) n=2 total=6\nu [3, 6) n=1 total=2")
+		})
+	}
+}
