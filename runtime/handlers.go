@@ -38,10 +38,17 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	if err != nil {
 		return outs, err
 	}
-	if len(results) == 0 && (!h.node.fireAtEnd || dropped) {
-		// A windowed kind (FireAtEnd) holds its messages in windows: they are not filtered out,
-		// unless it dropped them (late = "drop").
-		h.node.stats.filtered.Add(1)
+	if len(results) == 0 {
+		// What became of a message that passed nothing on (outcomes.go): a windowed kind
+		// (FireAtEnd) holds its messages in windows, unless it dropped them (late = "drop").
+		switch {
+		case dropped:
+			m.outcome = outcomeDropped
+		case h.node.fireAtEnd:
+			m.outcome = outcomeAbsorbed
+		default:
+			m.outcome = outcomeFiltered
+		}
 	}
 	for i := range results {
 		o := &results[i]

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flowrun/stages"
@@ -48,6 +47,9 @@ type worker struct {
 	writersPending               bool
 	// markedIdle: the unit has recorded that it went idle before it had a watermark (IdleField).
 	markedIdle bool
+	// uncertain holds the counts of commits whose reply was lost until the recovery tells whether
+	// they were applied (outcomes.go).
+	uncertain uncertainCommits
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -101,6 +103,7 @@ func (w *worker) run(ctx context.Context) error {
 			if err == nil {
 				if batch.Len() == 0 {
 					w.recover, w.recovery = false, ""
+					w.uncertain.settle(w)
 					continue
 				}
 				ids := batch.IDs()
@@ -374,14 +377,13 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 // batchCommit is a processed batch, ready to commit.
 type batchCommit struct {
 	args      redis.CommitArgs
-	written   int  // outputs that are not dead letters
 	abandoned bool // a shutdown interrupted some messages: they stay pending
 	// admits has an element per output to a partition whose backlog is capped (max_lag): the
 	// commit waits until each has room.
 	admits []*partitionGate
 	state  *batchState // a stateful stage's, whose outcomes count once the batch is committed
-	// passed is what each stage of a fused chain passed on (pass.passed), counted once committed.
-	passed []atomic.Int64
+	// counts are what the batch did, counted once it is committed (outcomes.go).
+	counts *batchCounts
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is
@@ -389,7 +391,9 @@ type batchCommit struct {
 func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) *batchCommit {
 	n := w.u.node
 	r := w.r
-	n.stats.in.Add(int64(b.Len()))
+	w.uncertain.readAgain(b)
+	counts := newBatchCounts(n)
+	own := &counts.nodes[0] // n's, or its chain's first stage's
 
 	// One allocation each for the batch's outputs (most stages write one per input), acks and
 	// messages: the steady state allocates per batch, not per message.
@@ -405,6 +409,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		outs = append(outs, r.deadLetterDeleted(n, w.u, id))
 		acks = append(acks, id)
 	}
+	own.in += int64(len(b.Malformed) + len(b.Deleted))
+	// A bad retry was taken in when it was parked: it is only dead-lettered now.
+	own.deadLettered += int64(len(b.Malformed) + len(b.Deleted) + len(badRetries))
 	for _, bad := range badRetries {
 		outs = append(outs, r.deadLetterMalformed(n, w.u, &redis.MalformedEntryError{
 			ID: bad.Entry.ID, Reason: "a member of the retry set cannot be decoded",
@@ -452,12 +459,11 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if n.prefetch != nil && len(msgs) > 0 {
 		state.prefetch(ctx, n.prefetch, msgs)
 	}
-	written := 0
 	var admits []*partitionGate // one per output to a capped topic
 	abandoned := false
 	p := pass{retrySet: w.u.retryKey != "", stopping: ctx.Done()}
 	if n.chain != nil {
-		p.passed = make([]atomic.Int64, len(n.chain.nodes))
+		p.counts = counts // its stages count as the messages pass them (fusion.go)
 	}
 	for i, res := range r.processAll(n, msgs, p) {
 		m := msgs[i]
@@ -465,9 +471,11 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			abandoned = true
 			continue
 		}
+		if n.chain == nil || m.outcome == outcomeHandedOn {
+			own.settle(m, &res, m.fresh())
+		}
 		outs = append(outs, res.outs...)
 		outs = append(outs, res.deadLetters...)
-		written += len(res.outs)
 		if gated := r.backpressure.gates; len(gated) > 0 {
 			for j := range res.outs {
 				if g := gated[res.outs[j].Stream]; g != nil {
@@ -500,7 +508,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			return nil
 		}
 		outs = append(outs, fired...)
-		written += len(fired)
+		own.written += int64(len(fired)) // a timer's results are entries written, no message's outcome
 	}
 	writes := state.writes()
 	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 && writes == nil {
@@ -513,7 +521,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.backoff.wait(ctx, w.r)
 		return nil
 	}
-	c := &batchCommit{written: written, abandoned: abandoned, admits: admits, state: state, passed: p.passed}
+	c := &batchCommit{abandoned: abandoned, admits: admits, state: state, counts: counts}
 	c.args = redis.CommitArgs{Outputs: outs, Stream: w.u.stream, Group: n.group, IDs: acks, Lease: w.lease, DedupTTL: r.dedupTTL,
 		State: writes}
 	if len(retryDone)+len(retries) > 0 {
@@ -549,22 +557,13 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 			return errStopped
 		}
 		r.log.Debug("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
+		w.uncertain.add(c) // it may have been applied: the recovery tells
 		w.recover, w.recovery = true, ""
 		w.backoff.wait(ctx, w.r)
 		return nil
 	}
 	r.outage.ok()
-	if n.chain == nil {
-		n.stats.out.Add(int64(c.written))
-	}
-	for i := range c.passed { // a chain's stages, each what it passed on
-		n.chain.nodes[i].stats.out.Add(c.passed[i].Load())
-	}
-	if c.state != nil {
-		n.stats.late.Add(c.state.late)
-		n.stats.duplicates.Add(c.state.duplicates)
-		n.stats.dropped.Add(c.state.dropped)
-	}
+	w.counted(c)
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}
