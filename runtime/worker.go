@@ -294,10 +294,14 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 	n := w.u.node
 	start := "0-0"
 	for ctx.Err() == nil {
+		// The entries it takes are work from the reply on: those deleted while pending leave the
+		// pending list with it, and only this batch holds them until their dead letters commit.
+		w.r.activity.add(1)
 		res, err := w.r.rdb.Reclaim(ctx, redis.ReclaimArgs{
 			Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID, MinIdle: minIdle, Start: start,
 		})
 		if err != nil {
+			w.r.activity.add(-1)
 			if ctx.Err() != nil || errors.Is(err, redis.ErrNoGroup) {
 				return nil
 			}
@@ -311,9 +315,11 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 		if res.Batch.Len() > 0 {
 			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Batch.Len())
 			if err := w.process(ctx, res.Batch, nil, nil); err != nil {
+				w.r.activity.add(-1)
 				return err
 			}
 		}
+		w.r.activity.add(-1)
 		if res.Next == "" || res.Next == "0-0" {
 			return nil
 		}
@@ -449,7 +455,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		state = r.newBatchState(w.u)
 	}
 	if n.writers != nil && b.Len() > 0 {
-		w.followWriters(ctx)
+		w.followWriters(r.hard)
 	}
 	msgs := make([]*message, len(backing))
 	for i := range backing {
@@ -457,7 +463,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		msgs[i] = &backing[i]
 	}
 	if n.prefetch != nil && len(msgs) > 0 {
-		state.prefetch(ctx, n.prefetch, msgs)
+		state.prefetch(r.hard, n.prefetch, msgs)
 	}
 	var admits []*partitionGate // one per output to a capped topic
 	abandoned := false
@@ -499,7 +505,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.raiseAfter(b)
 	}
 	if n.timers != nil && !abandoned {
-		fired, err := w.fireTimers(ctx, n.timers, state)
+		// A batch that was read is processed and committed, whether or not the worker stops
+		// meanwhile: its timers too, within the drain time (r.hard).
+		fired, err := w.fireTimers(r.hard, n.timers, state)
 		if err != nil {
 			// The batch's state may be half way through its timers: process the batch again.
 			r.log.Warn("firing the due timers failed; the batch will be processed again", "node", n.name, "err", err)
@@ -514,7 +522,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if len(acks) == 0 && len(outs) == 0 && len(retryDone) == 0 && len(retries) == 0 && writes == nil {
 		return nil
 	}
-	if err := n.handler.flush(ctx); err != nil {
+	if err := n.handler.flush(r.hard); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
