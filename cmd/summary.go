@@ -56,14 +56,37 @@ func writeSummary(w io.Writer, s *runtime.Summary) (err error) {
 	w = bw
 	secs := s.Elapsed.Seconds()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "node\tkind\tin\tout\tfiltered\tfailed\tretried\tdead-lettered\tin/s\t\n")
+	// The columns before the bar add up, per node: in = out + filtered + dropped (+ absorbed) +
+	// dead-lettered (+ in flight); those after it are no outcomes of a message (docs/running.md).
+	// absorbed and in flight show when some node has any.
+	var absorbed, inFlight bool
+	for _, n := range s.Nodes {
+		absorbed = absorbed || n.Absorbed != 0
+		inFlight = inFlight || n.InFlight != 0
+	}
+	header := "node\tkind\tin\tout\tfiltered\tdropped\t"
+	if absorbed {
+		header += "absorbed\t"
+	}
+	header += "dead-lettered\t"
+	if inFlight {
+		header += "in flight\t"
+	}
+	fmt.Fprint(tw, header+"|\twritten\tfailed attempts\tretries\tin/s\t\n")
 	for _, n := range s.Nodes {
 		rate := "-"
 		if secs > 0 {
 			rate = fmt.Sprintf("%.0f", float64(n.In)/secs)
 		}
-		fmt.Fprintf(tw, "%s.%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
-			n.Type, n.Name, n.Kind, n.In, n.Out, n.Filtered, n.Failed, n.Retried, n.DeadLettered, rate)
+		row := fmt.Sprintf("%s.%s\t%s\t%d\t%d\t%d\t%d\t", n.Type, n.Name, n.Kind, n.In, n.Out, n.Filtered, n.Dropped)
+		if absorbed {
+			row += fmt.Sprintf("%d\t", n.Absorbed)
+		}
+		row += fmt.Sprintf("%d\t", n.DeadLettered)
+		if inFlight {
+			row += fmt.Sprintf("%d\t", n.InFlight)
+		}
+		fmt.Fprintf(tw, "%s|\t%d\t%d\t%d\t%s\t\n", row, n.Written, n.FailedAttempts, n.Retries, rate)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -78,7 +101,7 @@ func writeSummary(w io.Writer, s *runtime.Summary) (err error) {
 			found = append(found, fmt.Sprintf("%d late", n.Late))
 		}
 		if len(found) > 0 {
-			// The dropped ones are among the filtered: say which those are.
+			// Those it dropped are a column of their own; the rest it routed or dead-lettered.
 			dropped := ""
 			if n.Dropped > 0 {
 				dropped = fmt.Sprintf(" (%d dropped)", n.Dropped)
@@ -133,27 +156,33 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 		}
 	}
 	type nodeJSON struct {
-		Node         string                     `json:"node"`
-		Type         string                     `json:"type"`
-		Kind         string                     `json:"kind"`
-		In           int64                      `json:"in"`
-		Out          int64                      `json:"out"`
-		Filtered     int64                      `json:"filtered"`
-		Failed       int64                      `json:"failed"`
-		Retried      int64                      `json:"retried"`
-		DeadLettered int64                      `json:"dead_lettered"`
-		Late         int64                      `json:"late,omitempty"`
-		Duplicates   int64                      `json:"duplicates,omitempty"`
-		Dropped      int64                      `json:"dropped,omitempty"`
-		InPerSecond  float64                    `json:"in_per_second"`
-		Reasons      []runtime.DeadLetterReason `json:"reasons,omitempty"`
-		List         string                     `json:"list,omitempty"` // the command that lists the dead letters
+		Node string `json:"node"`
+		Type string `json:"type"`
+		Kind string `json:"kind"`
+		// The outcomes, which add up: in = out + filtered + dropped + absorbed + dead_lettered + in_flight.
+		In           int64 `json:"in"`
+		Out          int64 `json:"out"`
+		Filtered     int64 `json:"filtered"`
+		Dropped      int64 `json:"dropped"`
+		Absorbed     int64 `json:"absorbed"`
+		DeadLettered int64 `json:"dead_lettered"`
+		InFlight     int64 `json:"in_flight"`
+		// No outcomes of a message.
+		Written        int64                      `json:"written"`
+		FailedAttempts int64                      `json:"failed_attempts"`
+		Retries        int64                      `json:"retries"`
+		Late           int64                      `json:"late,omitempty"`
+		Duplicates     int64                      `json:"duplicates,omitempty"`
+		InPerSecond    float64                    `json:"in_per_second"`
+		Reasons        []runtime.DeadLetterReason `json:"reasons,omitempty"`
+		List           string                     `json:"list,omitempty"` // the command that lists the dead letters
 	}
 	nodes := make([]nodeJSON, 0, len(s.Nodes))
 	for _, n := range s.Nodes {
 		nj := nodeJSON{Node: n.Name, Type: n.Type, Kind: n.Kind, In: n.In, Out: n.Out, Filtered: n.Filtered,
-			Failed: n.Failed, Retried: n.Retried, DeadLettered: n.DeadLettered, Late: n.Late, Duplicates: n.Duplicates,
-			Dropped: n.Dropped, Reasons: n.Reasons}
+			Dropped: n.Dropped, Absorbed: n.Absorbed, DeadLettered: n.DeadLettered, InFlight: n.InFlight,
+			Written: n.Written, FailedAttempts: n.FailedAttempts, Retries: n.Retries, Late: n.Late, Duplicates: n.Duplicates,
+			Reasons: n.Reasons}
 		if secs := s.Elapsed.Seconds(); secs > 0 {
 			nj.InPerSecond = math.Round(float64(n.In)/secs*10) / 10
 		}

@@ -100,13 +100,13 @@ sink "out" {
 }
 
 // TestSummaryShowsWhatStatefulStagesFound: the summary says what each stateful stage found late or
-// repeated, and how many of those it dropped (the filtered column counts them too); the JSON
-// summary has the same counts, and neither says anything of them for the other nodes.
+// repeated, and how many of those it dropped (a column of its own); the JSON summary has the same
+// counts, and neither says anything of late or duplicates for the other nodes.
 func TestSummaryShowsWhatStatefulStagesFound(t *testing.T) {
 	s := &runtime.Summary{Elapsed: time.Second, Nodes: []runtime.NodeSummary{
-		{Name: "once", Type: "stage", Kind: "dedupe", In: 5, Out: 3, Filtered: 2, Duplicates: 2, Dropped: 2},
-		{Name: "per_minute", Type: "stage", Kind: "aggregate", In: 5, Filtered: 1, DeadLettered: 1, Late: 2, Dropped: 1},
-		{Name: "out", Type: "sink", Kind: "stdout", In: 3, Out: 3},
+		{Name: "once", Type: "stage", Kind: "dedupe", In: 5, Out: 3, Written: 3, Duplicates: 2, Dropped: 2},
+		{Name: "per_minute", Type: "stage", Kind: "aggregate", In: 5, Absorbed: 3, DeadLettered: 1, Late: 2, Dropped: 1, Written: 2},
+		{Name: "out", Type: "sink", Kind: "stdout", In: 3, Out: 3, Written: 3},
 	}}
 	var text bytes.Buffer
 	if err := writeSummary(&text, s); err != nil {
@@ -132,8 +132,8 @@ func TestSummaryShowsWhatStatefulStagesFound(t *testing.T) {
 		t.Fatalf("the JSON summary: %v\n%s", err, js.String())
 	}
 	for i, want := range []map[string]any{
-		{"duplicates": 2.0, "dropped": 2.0, "filtered": 2.0},
-		{"late": 2.0, "dropped": 1.0, "filtered": 1.0, "dead_lettered": 1.0},
+		{"duplicates": 2.0, "dropped": 2.0, "filtered": 0.0, "out": 3.0},
+		{"late": 2.0, "dropped": 1.0, "absorbed": 3.0, "dead_lettered": 1.0, "written": 2.0, "in_flight": 0.0},
 	} {
 		for k, v := range want {
 			if rec.Nodes[i][k] != v {
@@ -141,9 +141,64 @@ func TestSummaryShowsWhatStatefulStagesFound(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"late", "duplicates", "dropped"} {
+	for _, k := range []string{"late", "duplicates"} {
 		if _, ok := rec.Nodes[2][k]; ok {
 			t.Errorf("the sink in the JSON summary has %s: %v", k, rec.Nodes[2])
 		}
+	}
+}
+
+// TestSummaryColumnsAddUp: the columns before the bar are the outcomes of what each node took in,
+// in = out + filtered + dropped (+ absorbed) + dead-lettered (+ in flight), with absorbed and in
+// flight shown only when some node has any; written, failed attempts and retries come after it.
+func TestSummaryColumnsAddUp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		nodes []runtime.NodeSummary
+		cols  []string // the header's outcome columns after in
+	}{
+		{"plain", []runtime.NodeSummary{
+			{Name: "file", Type: "source", Kind: "file", In: 12, Out: 10, DeadLettered: 2, Written: 10},
+			{Name: "split", Type: "stage", Kind: "route", In: 10, Out: 6, Filtered: 4, Written: 12, FailedAttempts: 3, Retries: 3},
+		}, []string{"out", "filtered", "dropped", "dead-lettered"}},
+		{"windows and retries", []runtime.NodeSummary{
+			{Name: "per_minute", Type: "stage", Kind: "aggregate", In: 9, Out: 1, Absorbed: 6, Dropped: 1, DeadLettered: 1, Written: 4},
+			{Name: "hook", Type: "sink", Kind: "http", In: 4, Out: 3, InFlight: 1, Written: 3, FailedAttempts: 1, Retries: 1},
+		}, []string{"out", "filtered", "dropped", "absorbed", "dead-lettered", "in flight"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := writeSummary(&b, &runtime.Summary{Elapsed: time.Second, Nodes: tc.nodes}); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(b.String(), "\n")
+			header := strings.Split(lines[0], "|")
+			if len(header) != 2 || strings.Join(strings.Fields(header[1]), " ") != "written failed attempts retries in/s" {
+				t.Fatalf("header %q", lines[0])
+			}
+			cols := strings.Join(strings.Fields(header[0]), " ")
+			if want := "node kind in " + strings.Join(tc.cols, " "); cols != want {
+				t.Fatalf("outcome columns %q, want %q", cols, want)
+			}
+			for i := range tc.nodes {
+				row := strings.Split(lines[1+i], "|")
+				fields := strings.Fields(row[0])
+				var in, sum int64
+				for j, f := range fields[2:] {
+					v, err := strconv.ParseInt(f, 10, 64)
+					if err != nil {
+						t.Fatalf("row %q: %v", lines[1+i], err)
+					}
+					if j == 0 {
+						in = v
+					} else {
+						sum += v
+					}
+				}
+				if in != sum || in != tc.nodes[i].In {
+					t.Errorf("row %q: in %d, the outcomes sum to %d", lines[1+i], in, sum)
+				}
+			}
+		})
 	}
 }

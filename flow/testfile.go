@@ -26,8 +26,14 @@ const (
 	MatchSubset    = "subset"    // at least these messages, in any order, among others
 )
 
-// Metric counters that an assert may read as metrics.<node>.<counter>.
-var TestCounters = []string{"in", "out", "filtered", "retried", "dead_lettered", "late", "duplicates", "dropped"}
+// Metric counters that an assert may read as metrics.<node>.<counter>: the outcomes of the
+// messages a node took in, which add up (in = out + filtered + dropped + absorbed + dead_lettered +
+// in_flight), then what is not an outcome of a message.
+var TestCounters = []string{"in", "out", "filtered", "dropped", "absorbed", "dead_lettered", "in_flight",
+	"written", "failed_attempts", "retries", "late", "duplicates"}
+
+// TestCounterAliases are older names of counters, which test files may still use.
+var TestCounterAliases = map[string]string{"retried": "retries"}
 
 // TestFile is one test file, decoded (LoadTestFile) and, once Check has run, resolved against the
 // pipeline: every reference in it names a node or topic of the plan.

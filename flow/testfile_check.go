@@ -275,9 +275,15 @@ func (c *testChecker) checkAssert(a *TestAssert) {
 			if t.RootName() != "metrics" {
 				continue
 			}
-			if counter, rng, ok := traversalStep(t, 2); ok && !contains(TestCounters, counter) {
+			if counter, rng, ok := traversalStep(t, 2); ok && !contains(TestCounters, counter) && TestCounterAliases[counter] == "" {
+				hint := didYouMean(counter, TestCounters)
+				for old, name := range TestCounterAliases { // a misspelt older name: suggest its new one
+					if hint == "" && suggest(counter, []string{old}) != "" {
+						hint = didYouMean(name, []string{name})
+					}
+				}
 				c.errorf(rng, "Unknown counter", "There is no counter %q; the counters are %s.%s",
-					counter, quotedList(TestCounters), didYouMean(counter, TestCounters))
+					counter, quotedList(TestCounters), hint)
 			}
 		}
 	}

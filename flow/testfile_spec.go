@@ -104,7 +104,8 @@ var testAssertSpec = &BlockSpec{
 	Type: "assert",
 	Doc: "A condition over what the run saw: output.NAME (the payloads that arrived at a sink, or else " +
 		"a topic, of that name), dead_letters.NODE (objects of payload, reason, attempts and key) and " +
-		"metrics.NODE.COUNTER (counters in, out, filtered, retried, dead_lettered, and for stateful stages late, duplicates and dropped).",
+		"metrics.NODE.COUNTER (the outcomes of the messages a node took in, which add up: in = out + filtered + dropped + " +
+		"absorbed + dead_lettered + in_flight; and written, failed_attempts, retries, and for stateful stages late and duplicates).",
 	Attributes: []Attribute{
 		{Name: "condition", Type: TypeCondition, Required: true, Doc: "Must be true."},
 		{Name: "error_message", Type: TypeString, Doc: "What the failure says when the condition is false."},

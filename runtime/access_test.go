@@ -244,7 +244,7 @@ func TestTheAccessCheckCoversTheRun(t *testing.T) {
 			if n := j.node(t, "out"); n.In != 25 {
 				t.Errorf("out: %+v, want 25 messages", n)
 			}
-			if n := j.node(t, "twice"); n.Retried == 0 {
+			if n := j.node(t, "twice"); n.Retries == 0 {
 				t.Errorf("twice retried nothing: %+v", n)
 			}
 			if n := j.node(t, "strict"); n.DeadLettered != 25 {

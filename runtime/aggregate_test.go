@@ -242,8 +242,8 @@ sink "print_counts" {
 			if n := j.node(t, "once"); n.Out != 2 || n.Duplicates != 6 || n.DeadLettered != 12 {
 				t.Errorf("once: %+v, want 2 out, 6 duplicates, 12 dead-lettered", n)
 			}
-			if n := j.node(t, "counts"); n.Out != 2 || n.DeadLettered != 12 {
-				t.Errorf("counts: %+v, want 2 windows out, 12 dead-lettered", n)
+			if n := j.node(t, "counts"); n.Written != 2 || n.Absorbed != 8 || n.DeadLettered != 12 {
+				t.Errorf("counts: %+v, want 8 absorbed into 2 windows written, 12 dead-lettered", n)
 			}
 			for _, want := range []string{`"key":"k0","n":4`, `"key":"k1","n":4`} {
 				if !strings.Contains(j.stdout, want) {

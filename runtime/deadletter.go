@@ -104,8 +104,7 @@ func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceCon
 	if err != nil { // only strings, numbers and valid JSON go in
 		body = []byte(`{"error":"the dead letter could not be encoded"}`)
 	}
-	n.stats.deadLettered.Add(1)
-	// Logged (rate-limited) as it is made, with the counter: see deadletter_log.go.
+	// Logged (rate-limited) as it is made; counted when its batch commits (outcomes.go).
 	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())
 	msg := stages.NewMessage(env.Key, body, env.Headers)
 	stream := r.keys.DeadLetter(n.name)

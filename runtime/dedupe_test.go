@@ -132,8 +132,8 @@ sink "out" {
 				plan.KeyPrefix = prefix // the same pipeline again
 				j := runJob(t, c, plan, runtime.Options{})
 				wantOut := int64(len(want.passed))
-				if n := j.node(t, "once"); n.In != perJob || n.Out != wantOut || n.Filtered != int64(want.duplicates) || n.Duplicates != int64(want.duplicates) {
-					t.Fatalf("job %d: once: %+v, want %d in, %d out, %d filtered and duplicates", job, n, perJob, wantOut, want.duplicates)
+				if n := j.node(t, "once"); n.In != perJob || n.Out != wantOut || n.Dropped != int64(want.duplicates) || n.Duplicates != int64(want.duplicates) || n.Filtered != 0 {
+					t.Fatalf("job %d: once: %+v, want %d in, %d out, %d dropped and duplicates", job, n, perJob, wantOut, want.duplicates)
 				}
 
 				keysOf := redis.Keys{Prefix: prefix}

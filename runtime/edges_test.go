@@ -728,13 +728,13 @@ sink "hook" {
 	}
 	// At most every lane's message in flight when the service went away (2 partitions x 8
 	// lanes), then one probe at a time: about 6 in 6 seconds of backoff.
-	if during.Failed > 16+10 {
-		t.Errorf("%d failed attempts during the outage: the sink did not pause", during.Failed)
+	if during.FailedAttempts > 16+10 {
+		t.Errorf("%d failed attempts during the outage: the sink did not pause", during.FailedAttempts)
 	}
 	if paused, resumed := strings.Count(log.String(), "attempts fail transiently"), strings.Count(log.String(), "attempts succeed again"); paused != 1 || resumed != 1 {
 		t.Errorf("the pause was logged %d times and the resumption %d times, want once each:\n%s", paused, resumed, log.String())
 	}
-	t.Logf("%d failed attempts during the outage; %d delivered, 0 dead-lettered", during.Failed, len(rc.received()))
+	t.Logf("%d failed attempts during the outage; %d delivered, 0 dead-lettered", during.FailedAttempts, len(rc.received()))
 }
 
 // unavailable holds the runs in which test.unavailable's service is away.
@@ -812,7 +812,7 @@ sink "out" {
 			}()
 			waitFor(t, "the stage to pause and probe", func() bool {
 				s := summaryNode(&runtime.Summary{Nodes: rt.Snapshot().Nodes}, "reserve")
-				return !s.PausedSince.IsZero() && s.Failed >= 4 && (!c.limited || s.DeadLettered > 0)
+				return !s.PausedSince.IsZero() && s.FailedAttempts >= 4 && (!c.limited || s.DeadLettered > 0)
 			})
 			unavailable.Delete(run)
 			if err := <-done; err != nil {
@@ -838,7 +838,7 @@ sink "out" {
 				env := jsonObject(t, d.Values["payload"].(string))
 				seen[int(env["payload"].(map[string]any)["i"].(float64))]++
 			}
-			t.Logf("%s: %d failed attempts, %d dead-lettered, %d passed", c.name, s.Failed, s.DeadLettered, passed)
+			t.Logf("%s: %d failed attempts, %d dead-lettered, %d passed", c.name, s.FailedAttempts, s.DeadLettered, passed)
 			if dups := tally(t, seen, 100); dups > 0 {
 				t.Errorf("%d messages passed or were dead-lettered more than once", dups)
 			}

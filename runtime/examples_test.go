@@ -348,7 +348,7 @@ func checkRetries(t *testing.T, c *redis.Client, opts runtime.Options) {
 	if !reflect.DeepEqual(failed, wantFailed) {
 		t.Errorf("dead letters for %v, want %v", failed, wantFailed)
 	}
-	if n := j.node(t, "validate"); n.DeadLettered != 3 || n.Failed != 3 || n.Retried != 0 {
+	if n := j.node(t, "validate"); n.DeadLettered != 3 || n.FailedAttempts != 3 || n.Retries != 0 {
 		t.Errorf("validate stage: %+v", n)
 	}
 	if j.summary.DeadLettered() != 3 {

@@ -122,7 +122,7 @@ func TestDurableRetriesLetLaterMessagesPass(t *testing.T) {
 			if dups := tally(t, seqs, n); dups > 0 {
 				t.Errorf("%d messages arrived twice", dups)
 			}
-			if n := j.node(t, "twice"); n.Failed != 24 || n.Retried != 24 || n.DeadLettered != 0 {
+			if n := j.node(t, "twice"); n.FailedAttempts != 24 || n.Retries != 24 || n.DeadLettered != 0 {
 				t.Errorf("twice: %+v, want 24 failed and retried attempts (12 messages, twice each)", n)
 			}
 			if strings.Count(j.log, "retry scheduled") != 24 {
@@ -161,7 +161,7 @@ func TestRetriesInPlaceKeepOrder(t *testing.T) {
 		t.Errorf("%d messages arrived twice", dups)
 	}
 	keyOrderKept(t, "output", got, "key", "seq")
-	if n := j.node(t, "twice"); n.Failed != 24 || n.Retried != 24 || n.DeadLettered != 0 {
+	if n := j.node(t, "twice"); n.FailedAttempts != 24 || n.Retries != 24 || n.DeadLettered != 0 {
 		t.Errorf("twice: %+v, want 24 failed and retried attempts (12 messages, twice each)", n)
 	}
 	if strings.Contains(j.log, "retry scheduled") {
@@ -211,7 +211,7 @@ sink "out" {
 		env["first_failed_at"] != first.UTC().Format(time.RFC3339Nano) && !sameInstant(t, env["first_failed_at"].(string), first) {
 		t.Errorf("dead letter %v", env)
 	}
-	if n := j.node(t, "never"); n.Failed != 1 || n.DeadLettered != 1 {
+	if n := j.node(t, "never"); n.FailedAttempts != 1 || n.DeadLettered != 1 {
 		t.Errorf("never: %+v, want one attempt, dead-lettered", n)
 	}
 }
@@ -340,7 +340,7 @@ sink "hook" {
 		if dups := tally(t, got, 20); dups > 0 {
 			t.Errorf("%d messages delivered twice", dups)
 		}
-		if n := j.node(t, "hook"); n.Failed != 7 || n.DeadLettered != 0 {
+		if n := j.node(t, "hook"); n.FailedAttempts != 7 || n.DeadLettered != 0 {
 			t.Errorf("hook: %+v, want 7 failed attempts and no dead letter", n)
 		}
 	})
@@ -352,7 +352,7 @@ sink "hook" {
 		c := server.open(t)
 		plan := buildSource(t, src, "url="+svc.URL)
 		j := runJob(t, c, plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond})
-		if n := j.node(t, "hook"); n.Failed != 100 || n.DeadLettered != 20 {
+		if n := j.node(t, "hook"); n.FailedAttempts != 100 || n.DeadLettered != 20 {
 			t.Errorf("hook: %+v, want 5 failed attempts at each of 20 messages", n)
 		}
 		dead, err := c.Universal().XRange(context.Background(), redis.Keys{Prefix: plan.KeyPrefix}.DeadLetter("hook"), "-", "+").Result()

@@ -310,7 +310,9 @@ func testRedisRestart(t *testing.T, noFusion bool) {
 // TestConnectionsKilled kills the runtime's connections (CLIENT KILL) again and again while it
 // works, first while a gate holds a batch in a stage, then while the rest goes through: it
 // reconnects, nothing is lost, and (on a single server, where a commit is one transaction and a
-// batch whose reply was lost is read again from the pending entries) nothing arrives twice.
+// batch whose reply was lost is read again from the pending entries) nothing arrives twice. Each
+// node's counters add up, and count each entry once, though commits failed and were done again or
+// were applied while their replies were lost: the sink counts as written what the stream holds.
 func TestConnectionsKilled(t *testing.T) { fusedAndNot(t, testConnectionsKilled) }
 
 func testConnectionsKilled(t *testing.T, noFusion bool) {
@@ -328,9 +330,13 @@ func testConnectionsKilled(t *testing.T, noFusion bool) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var log syncBuffer
+	rt, err := runtime.New(plan, runtime.Options{Redis: runner, Logger: newLogger(&log), BatchSize: 50, NoFusion: noFusion})
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: runner, Logger: newLogger(&log), BatchSize: 50, NoFusion: noFusion})
+		_, err := rt.Run(ctx)
 		done <- err
 	}()
 	killer := srv.Client(t)
@@ -363,9 +369,37 @@ func testConnectionsKilled(t *testing.T, noFusion bool) {
 		}
 		return got == n
 	})
+	// A commit whose reply was lost counts once the worker has read its pending entries again.
+	length := func() int64 {
+		l, err := c.StreamLen(context.Background(), out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	var counted map[string]runtime.NodeSummary
+	waitFor(t, "the sink to count what it wrote", func() bool {
+		counted = map[string]runtime.NodeSummary{}
+		for _, s := range rt.Snapshot().Nodes {
+			counted[s.Name] = s
+		}
+		return counted["out"].Written >= length()
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
+	}
+	for name, s := range counted {
+		if sum := s.Out + s.Filtered + s.Dropped + s.Absorbed + s.DeadLettered + s.InFlight; sum != s.In || s.InFlight != 0 {
+			t.Errorf("%s: in %d, its outcomes %d: %+v", name, s.In, sum, s)
+		}
+	}
+	// What a node wrote, its reader took in, once each: its entries, however often commits failed.
+	if w, in := counted["pass"].Written, counted["out"].In; w != in {
+		t.Errorf("pass wrote %d entries, out took in %d", w, in)
+	}
+	if written, l := counted["out"].Written, length(); written != l {
+		t.Errorf("the sink counted %d written, its stream holds %d entries", written, l)
 	}
 	dups := tally(t, arrivals(t, c, out), n)
 	losses := leaseLosses(log.String())

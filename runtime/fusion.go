@@ -182,31 +182,31 @@ func (r *runner) fused(c *chain) messageFunc {
 		if m.retry != nil && m.retry.Stage != "" {
 			from = c.index(m.retry.Stage) // in the chain: processMessage hands on the others
 		}
-		var counts [8]int64 // what each stage passed on; longer chains allocate
-		passed := counts[:]
-		if len(c.nodes) > len(counts) {
-			passed = make([]int64, len(c.nodes))
+		var local [4]counts // what the message did at each stage; longer chains allocate
+		per := local[:]
+		if len(c.nodes) > len(local) {
+			per = make([]counts, len(c.nodes))
 		}
-		passed = passed[:len(c.nodes)]
-		res, buf := r.runChain(ctx, c, from, m, buf, p, passed)
-		if !res.abandoned && p.passed != nil {
-			for i, n := range passed {
-				if n > 0 {
-					p.passed[i].Add(n)
-				}
-			}
+		per = per[:len(c.nodes)]
+		res, buf := r.runChain(ctx, c, from, m, m.fresh(), buf, p, per)
+		if !res.abandoned && p.counts != nil {
+			p.counts.addChain(per) // counted once the batch commits (outcomes.go)
 		}
 		return res, buf, nil
 	}
 }
 
-// runChain runs m through the chain's stages from the i-th one. The outputs of the last stage are
-// appended to buf, and the result's outs is the appended part; passed counts each stage's outputs.
-func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, buf []redis.Output, p pass, passed []int64) (result, []redis.Output) {
+// runChain runs m through the chain's stages from the i-th one (fresh: m is new to that stage, see
+// message.fresh). The outputs of the last stage are appended to buf, and the result's outs is the
+// appended part; per counts what became of the messages at each stage.
+func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, fresh bool, buf []redis.Output, p pass, per []counts) (result, []redis.Output) {
 	start := len(buf)
 	res, buf, _ := c.steps[i](ctx, m, buf, p)
-	if res.abandoned || i == len(c.nodes)-1 || len(res.deadLetters)+len(res.retries) > 0 {
-		passed[i] += int64(len(res.outs))
+	if res.abandoned {
+		return res, buf
+	}
+	per[i].settle(m, &res, fresh)
+	if i == len(c.nodes)-1 || len(res.deadLetters)+len(res.retries) > 0 {
 		return res, buf
 	}
 	// The stage's outputs are the next stage's messages: take them out of buf, which the next
@@ -218,8 +218,6 @@ func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, buf 
 		made = append([]redis.Output(nil), made...)
 	}
 	buf = buf[:start]
-	passed[i] += int64(len(made))
-	next := c.nodes[i+1]
 	var all result
 	for j := range made {
 		e := made[j].Entry
@@ -231,8 +229,7 @@ func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, buf 
 			// A message that stage passed on unchanged (a filter's) keeps the fields it decoded.
 			mj.msg = stages.PassedOn(e.Key, e.Payload, e.Headers, &m.msg)
 		}
-		next.stats.in.Add(1)
-		rj, b := r.runChain(ctx, c, i+1, &mj, buf, p, passed)
+		rj, b := r.runChain(ctx, c, i+1, &mj, true, buf, p, per)
 		buf = b
 		if rj.abandoned {
 			// The whole entry comes again after the restart: drop what its other messages made.
@@ -259,7 +256,8 @@ func (c *chain) index(stage string) int {
 // or the link runs unfused this time): to the stage's input topic, which it then reads, as the stage
 // before it would have written it. A stage that is gone, or fused after another one now, cannot
 // take it that way: the message is dead-lettered, to be replayed from there (flowrun dlq replay).
-func (r *runner) handOn(head *node, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
+func (r *runner) handOn(head *node, m *message, buf []redis.Output, _ pass) (result, []redis.Output, error) {
+	m.outcome = outcomeHandedOn // new to head, which counts it (worker.prepare)
 	var to *node
 	for _, n := range r.nodes {
 		if n.typ == "stage" && n.name == m.retry.Stage {
@@ -277,9 +275,6 @@ func (r *runner) handOn(head *node, m *message, buf []redis.Output, p pass) (res
 		return result{deadLetters: []redis.Output{r.deadLetterMessage(head, m, err, m.attempts, m.firstFailure)}}, buf, err
 	}
 	out.Entry.TraceParent, out.Entry.TraceState = m.trace.parent, m.trace.state
-	if p.passed != nil {
-		p.passed[0].Add(1) // the chain's first stage passed it on
-	}
 	buf = append(buf, out)
 	return result{outs: buf[len(buf)-1 : len(buf) : len(buf)]}, buf, nil
 }

@@ -166,10 +166,11 @@ func TestAFusedStageRetriesFromItself(t *testing.T) {
 				if got := strings.Count(j.log, "retry scheduled"); got != 2*(n-1) {
 					t.Errorf("%d retries went through the retry set, want %d", got, 2*(n-1))
 				}
-				want := map[string][3]int64{"first": {n, n, 0}, "split": {n, 2 * n, 0}, "flaky": {2 * n, 2 * (n - 1), 2}}
+				// in, out (messages passed on), dead-lettered, and entries written: split makes two of each.
+				want := map[string][4]int64{"first": {n, n, 0, n}, "split": {n, n, 0, 2 * n}, "flaky": {2 * n, 2 * (n - 1), 2, 2 * (n - 1)}}
 				for name, w := range want {
-					if s := j.node(t, name); s.In != w[0] || s.Out != w[1] || s.DeadLettered != w[2] {
-						t.Errorf("%s: in %d out %d dead-lettered %d, want %v", name, s.In, s.Out, s.DeadLettered, w)
+					if s := j.node(t, name); s.In != w[0] || s.Out != w[1] || s.DeadLettered != w[2] || s.Written != w[3] {
+						t.Errorf("%s: in %d out %d dead-lettered %d written %d, want %v", name, s.In, s.Out, s.DeadLettered, s.Written, w)
 					}
 				}
 
@@ -391,7 +392,7 @@ sink "out" {
 		if got := fmt.Sprint(arrived); got != "[0 2 3 4 6 7]" {
 			t.Errorf("arrived %s, want every message but 1 and 5", got)
 		}
-		if s := j.node(t, "liar"); s.In != n || s.Out != n-2 || s.DeadLettered != 2 || s.Retried != 0 {
+		if s := j.node(t, "liar"); s.In != n || s.Out != n-2 || s.DeadLettered != 2 || s.Retries != 0 {
 			t.Errorf("liar: %+v, want %d in, %d out, 2 dead-lettered at once", s, n, n-2)
 		}
 		if s := j.node(t, "after"); s.In != n-2 || s.DeadLettered != 0 {

@@ -50,10 +50,18 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 			return outs, err
 		}
 	}
-	if len(results) == 0 && (!h.node.fireAtEnd || dropped) {
-		// A windowed kind (FireAtEnd) holds its messages in windows: they are not filtered out,
-		// unless it dropped them (late = "drop").
-		h.node.stats.filtered.Add(1)
+	if passedOn(results) == 0 {
+		// What became of a message that passed nothing on (outcomes.go): a windowed kind
+		// (FireAtEnd) holds its messages in windows, unless it dropped them (late = "drop"); one
+		// dead-lettered for some of its windows is held in the others.
+		switch {
+		case dropped:
+			m.outcome = outcomeDropped
+		case h.node.fireAtEnd:
+			m.outcome = outcomeAbsorbed
+		default:
+			m.outcome = outcomeFiltered
+		}
 	}
 	for i := range results {
 		o := &results[i]
@@ -69,6 +77,17 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 		outs = append(outs, out)
 	}
 	return outs, nil
+}
+
+// passedOn counts the outputs that go to topics, not to the dead letters.
+func passedOn(results []stages.Output) int {
+	n := 0
+	for i := range results {
+		if results[i].DeadLetter == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // attempt runs one attempt of a stateful stage with a fresh view of its batch's state, and joins
@@ -87,7 +106,7 @@ func (h *stageHandler) attempt(ctx context.Context, m *message, out []stages.Out
 		return outs, false, err
 	}
 	dropped := len(outs) == 0 && a.Recorded()
-	a.Join(dropped)
+	a.Join()
 	return outs, dropped, nil
 }
 

@@ -123,7 +123,7 @@ sink "out" {
 			run := t.Name() + itoa(prefixes.Add(1))
 			first := buildSource(t, src, "out="+out, "from=0", "run="+run)
 			j := runJob(t, c, first, runtime.Options{})
-			if n := j.node(t, "count"); n.Failed != perRun/10 || n.DeadLettered != 0 {
+			if n := j.node(t, "count"); n.FailedAttempts != perRun/10 || n.DeadLettered != 0 {
 				t.Fatalf("count, first run: %+v", n)
 			}
 			// Every key has its count and its timer, in its partition's slot.

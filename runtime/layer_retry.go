@@ -27,6 +27,7 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				m.msg = stages.NewMessage(key, payload, headers)
 				m.msg.EntryTime = entryTime // a stateful stage's event time, when the message has none of its own
 			}
+			m.outcome = outcomeFiltered // what a failed attempt's handler said does not count
 			probe, ok := n.breaker.pass(p.stopping)
 			if !ok {
 				return result{abandoned: true}, buf, nil // redelivered after the restart
@@ -46,7 +47,7 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				n.breaker.released(probe)
 				return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
 			}
-			n.stats.failed.Add(1)
+			n.stats.failedAttempts.Add(1)
 			now := r.clock.Now()
 			if firstFailure.IsZero() {
 				firstFailure = now
@@ -59,7 +60,7 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				n.breaker.released(probe)
 				return result{}, buf, &failedForGood{err: err, attempts: attempts, firstFailure: firstFailure}
 			}
-			n.stats.retried.Add(1)
+			n.stats.retries.Add(1)
 			if transient {
 				after, _ := stages.RetryAfter(err)
 				n.breaker.failed(probe, err, after)

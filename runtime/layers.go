@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"sync/atomic"
 
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -35,9 +34,9 @@ type pass struct {
 	// retrySet: the unit has a retry set, where a retry due later than Options.RetryInPlaceUpTo
 	// waits instead of in the process unless the node retries in place.
 	retrySet bool
-	// passed counts, for a fused chain's batch, what each of its stages passed on (fusion.go): the
-	// commit adds it to the stages' counts. nil elsewhere.
-	passed []atomic.Int64
+	// counts are, for a fused chain's batch, what became of the messages at each of its stages
+	// (fusion.go): the commit adds them to the stages' counts (outcomes.go). nil elsewhere.
+	counts *batchCounts
 	// stopping is closed when the worker stops: waits end, and the message is abandoned (neither
 	// acknowledged nor dead-lettered, so that it is delivered again after the restart).
 	stopping <-chan struct{}

@@ -129,6 +129,7 @@ func runJob(t *testing.T, c *redis.Client, plan *flow.Plan, opts runtime.Options
 	if ctx.Err() != nil {
 		t.Fatalf("the job did not finish:\n%s", log.String())
 	}
+	checkEndsCleanly(t, log.String())
 	return job{summary: summary, stdout: stdout.String(), log: log.String()}
 }
 

@@ -44,34 +44,44 @@ func (r *runner) registerMetrics() error {
 		return err
 	}
 
+	// The outcomes of the messages add up per node (outcomes.go): in = out + filtered + dropped +
+	// absorbed + dead_lettered + in_flight, at every collection. The rest are no outcomes.
 	counters := []struct {
-		name, desc string
-		read       func(*nodeStats) int64
+		name, unit, desc string
+		read             func(*counts, *nodeStats) int64
 	}{
-		{"flowrun.messages.in", "Entries a node read (a producing source: messages it produced).", func(s *nodeStats) int64 { return s.in.Load() }},
-		{"flowrun.messages.out", "Entries a node wrote to topics and streams; for a sink, messages it delivered.", func(s *nodeStats) int64 { return s.out.Load() }},
-		{"flowrun.messages.filtered", "Messages that passed nothing on by design.", func(s *nodeStats) int64 { return s.filtered.Load() }},
-		{"flowrun.messages.failed", "Failed attempts.", func(s *nodeStats) int64 { return s.failed.Load() }},
-		{"flowrun.messages.retried", "Attempts made again after a failure.", func(s *nodeStats) int64 { return s.retried.Load() }},
-		{"flowrun.messages.dead_lettered", "Messages sent to a dead-letter stream.", func(s *nodeStats) int64 { return s.deadLettered.Load() }},
-		{"flowrun.messages.late", "Messages a stateful stage found late (an aggregate's, for closed windows), routed, dead-lettered or dropped.", func(s *nodeStats) int64 { return s.late.Load() }},
-		{"flowrun.messages.duplicates", "Messages a stateful stage found repeated (a dedupe's), routed or dropped.", func(s *nodeStats) int64 { return s.duplicates.Load() }},
-		{"flowrun.messages.dropped", "Late or repeated messages a stateful stage dropped (late or duplicates = \"drop\"); they count as filtered too.", func(s *nodeStats) int64 { return s.dropped.Load() }},
+		{"flowrun.messages.in", "{message}", "Messages a node took in: entries read (a producing source: messages it produced). Each ends in one outcome: out, filtered, dropped, absorbed or dead_lettered, or is in flight.", func(c *counts, _ *nodeStats) int64 { return c.in }},
+		{"flowrun.messages.out", "{message}", "Messages a node passed on: that produced at least one output (a sink: delivered; a source: written).", func(c *counts, _ *nodeStats) int64 { return c.out }},
+		{"flowrun.messages.filtered", "{message}", "Messages that produced nothing, by design (a filter, a route without default, a sink's where).", func(c *counts, _ *nodeStats) int64 { return c.filtered }},
+		{"flowrun.messages.dropped", "{message}", "Late or repeated messages a stateful stage passed on nowhere (late or duplicates = \"drop\").", func(c *counts, _ *nodeStats) int64 { return c.dropped }},
+		{"flowrun.messages.absorbed", "{message}", "Messages a windowed stage (an aggregate) took into its windows, whose results its timers emit.", func(c *counts, _ *nodeStats) int64 { return c.absorbed }},
+		{"flowrun.messages.dead_lettered", "{message}", "Messages that failed for good or could not be read, sent to a dead-letter stream (a source: rejected).", func(c *counts, _ *nodeStats) int64 { return c.deadLettered }},
+		{"flowrun.messages.late", "{message}", "Messages a stateful stage found late (an aggregate's, for closed windows), routed, dead-lettered or dropped.", func(c *counts, _ *nodeStats) int64 { return c.late }},
+		{"flowrun.messages.duplicates", "{message}", "Messages a stateful stage found repeated (a dedupe's), routed or dropped.", func(c *counts, _ *nodeStats) int64 { return c.duplicates }},
+		{"flowrun.entries.written", "{entry}", "Entries a node wrote to topics and streams, dead letters aside (a fan-out's several per message, an aggregate's results; a sink: its deliveries). Not an outcome of a message.", func(c *counts, _ *nodeStats) int64 { return c.written }},
+		{"flowrun.attempts.failed", "{attempt}", "Attempts at a message that failed.", func(_ *counts, s *nodeStats) int64 { return s.failedAttempts.Load() }},
+		{"flowrun.retries", "{attempt}", "Attempts made again after a failure.", func(_ *counts, s *nodeStats) int64 { return s.retries.Load() }},
 	}
 	var observables []metric.Observable
 	type observedCounter struct {
 		inst metric.Int64ObservableCounter
-		read func(*nodeStats) int64
+		read func(*counts, *nodeStats) int64
 	}
 	var observed []observedCounter
 	for _, c := range counters {
-		inst, err := m.Int64ObservableCounter(c.name, metric.WithUnit("{message}"), metric.WithDescription(c.desc))
+		inst, err := m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc))
 		if err != nil {
 			return err
 		}
 		observed = append(observed, observedCounter{inst, c.read})
 		observables = append(observables, inst)
 	}
+	inFlight, err := m.Int64ObservableUpDownCounter("flowrun.messages.in_flight", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages a node took in and has not settled: waiting in its retry set for a later attempt."))
+	if err != nil {
+		return err
+	}
+	observables = append(observables, inFlight)
 	lag, err := m.Int64ObservableGauge("flowrun.partition.lag", metric.WithUnit("{message}"),
 		metric.WithDescription("Entries of an input partition (or of a redis_stream source's stream) not yet delivered to the node."))
 	if err != nil {
@@ -123,9 +133,11 @@ func (r *runner) registerMetrics() error {
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, n := range r.nodes {
+			counted := n.stats.counts()
 			for _, c := range observed {
-				o.ObserveInt64(c.inst, c.read(&n.stats), nodeAttrs[n.name])
+				o.ObserveInt64(c.inst, c.read(&counted, &n.stats), nodeAttrs[n.name])
 			}
+			o.ObserveInt64(inFlight, counted.inFlight(), nodeAttrs[n.name])
 			o.ObserveFloat64(heldBack, time.Duration(n.stats.heldBack.Load()).Seconds(), nodeAttrs[n.name])
 			if n.typ != "source" {
 				_, _, open := n.breaker.pausedSince()

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -160,23 +159,8 @@ type message struct {
 	retry        *redis.Retry
 	state        *state.Batch // its batch's state writes, for a stateful node
 	watermark    int64        // a stateful node's watermark as of the message, in Unix ms
-}
-
-// nodeStats counts what a node did, for the summary.
-type nodeStats struct {
-	in           atomic.Int64 // entries read, or messages produced by a source
-	out          atomic.Int64 // entries written downstream
-	filtered     atomic.Int64 // messages that produced no output and no error
-	failed       atomic.Int64 // failed attempts
-	retried      atomic.Int64 // attempts made again after a failure
-	deadLettered atomic.Int64 // messages sent to a dead-letter stream
-	late         atomic.Int64 // messages a stateful stage found late (stages.Late)
-	duplicates   atomic.Int64 // messages a stateful stage found repeated (stages.Duplicate)
-	dropped      atomic.Int64 // late or repeated messages it passed on nowhere (also filtered)
-
-	heldBack atomic.Int64           // nanoseconds its writers waited at capped topics (backpressure)
-	holding  atomic.Int32           // its writers waiting now
-	heldBy   atomic.Pointer[string] // the topic the latest of them waits for
+	// outcome is what its handler said became of it when it wrote nothing (outcomes.go).
+	outcome outcome
 }
 
 // heldBack and released make a node the waiter of its writes at a capped topic's gate.

@@ -28,7 +28,7 @@ type Rates struct {
 // Seconds is the window's length.
 func (r Rates) Seconds() float64 { return r.Until.Sub(r.Since).Seconds() }
 
-// NodeRate is what a node did per second over a window: entries read, entries written (a sink:
+// NodeRate is what a node did per second over a window: messages taken in, entries written (a sink:
 // messages delivered), messages dead-lettered, and the messages a stateful stage found late or
 // repeated (whatever it did with them: with late or duplicates = topic.NAME, written there).
 type NodeRate struct {
@@ -65,8 +65,8 @@ func (s *rateSamples) interval() time.Duration {
 func (s *rateSamples) add(now time.Time, nodes []*node) {
 	c := counterSample{at: now, counts: make([]nodeCounts, len(nodes))}
 	for i, n := range nodes {
-		c.counts[i] = nodeCounts{in: n.stats.in.Load(), out: n.stats.out.Load(), dead: n.stats.deadLettered.Load(),
-			late: n.stats.late.Load(), duplicates: n.stats.duplicates.Load()}
+		nc := n.stats.counts()
+		c.counts[i] = nodeCounts{in: nc.in, out: nc.written, dead: nc.deadLettered, late: nc.late, duplicates: nc.duplicates}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

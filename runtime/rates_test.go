@@ -20,9 +20,8 @@ func TestRatesComeFromSamples(t *testing.T) {
 		t.Fatalf("rates of one sample: %+v", r)
 	}
 	for i := 1; i <= 7; i++ {
-		a.stats.in.Add(10)
-		a.stats.out.Add(int64(i))
-		b.stats.deadLettered.Add(2)
+		a.stats.count(&counts{in: 10, written: int64(i)})
+		b.stats.count(&counts{deadLettered: 2})
 		s.add(t0.Add(time.Duration(i)*time.Second), nodes)
 	}
 	r := s.rates(nodes)
@@ -36,7 +35,7 @@ func TestRatesComeFromSamples(t *testing.T) {
 	if got, want := r.Nodes["b"], (NodeRate{DeadLettered: 2}); got != want {
 		t.Errorf("b: %+v, want %+v", got, want)
 	}
-	a.stats.in.Add(1000) // after the last sample: no rate shows it before the next
+	a.stats.count(&counts{in: 1000}) // after the last sample: no rate shows it before the next
 	for i := 0; i < 3; i++ {
 		if again := s.rates(nodes); again.Nodes["a"] != r.Nodes["a"] || !again.Until.Equal(r.Until) {
 			t.Fatalf("read %d: %+v, then %+v", i, r, again)

@@ -25,7 +25,9 @@ func (r *runner) trimLoop(ctx context.Context) {
 				stream := r.keys.Stream(t.Name, p)
 				if !grouped[stream] {
 					if err := r.ensureGroups(ctx, stream, readers[t.Name]); err != nil {
-						r.log.Warn("creating the readers' groups failed; not trimming", "stream", stream, "err", err)
+						if ctx.Err() == nil { // a stop cancels the call: nothing to say
+							r.log.Warn("creating the readers' groups failed; not trimming", "stream", stream, "err", err)
+						}
 						continue
 					}
 					grouped[stream] = true

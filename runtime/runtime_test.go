@@ -164,7 +164,7 @@ sink "out" {
 		t.Errorf("%d messages arrived twice", dups)
 	}
 	keyOrderKept(t, "output", got, "key", "seq")
-	if n := j.node(t, "flaky"); n.Failed != 10 || n.Retried != 10 || n.DeadLettered != 0 {
+	if n := j.node(t, "flaky"); n.FailedAttempts != 10 || n.Retries != 10 || n.DeadLettered != 0 {
 		t.Errorf("flaky: %+v", n)
 	}
 }

@@ -947,8 +947,8 @@ sink "log" {
 		t.Errorf("%d retries left in the retry sets", left)
 	}
 	s := nodeCounts(job.summary.Nodes, "work")
-	if s.Retried != n/5 || s.DeadLettered != 0 {
-		t.Errorf("%d retried and %d dead-lettered, want %d and 0", s.Retried, s.DeadLettered, n/5)
+	if s.Retries != n/5 || s.DeadLettered != 0 {
+		t.Errorf("%d retried and %d dead-lettered, want %d and 0", s.Retries, s.DeadLettered, n/5)
 	}
 }
 

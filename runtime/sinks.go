@@ -68,21 +68,17 @@ func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Outpu
 			return outs, err
 		}
 		if !ok {
-			h.node.stats.filtered.Add(1)
+			m.outcome = outcomeFiltered
 			return outs, nil
 		}
 	}
 	return h.deliver(ctx, m, outs)
 }
 
-// deliver delivers a message through the sink and counts the delivery as the sink's out, so that
-// a stdout, file or http sink reports what it delivered like a stage reports what it wrote. The
-// writes of a sink that writes to Redis go to outs instead, which the batch's commit counts when
-// it is written: counting them here too would count them twice.
-//
-// A delivery is counted when it succeeds, before its batch is acknowledged: a batch that must be
-// delivered again (its flush or its commit failed) delivers, and counts, its messages again, as
-// the outside world sees them twice.
+// deliver delivers a message through the sink. A delivered message is the sink's out, counted
+// when its batch commits (outcomes.go), once: a batch delivered again because its flush or its
+// commit failed delivers its messages again (the outside world sees them twice: at-least-once), but
+// counts them once. The writes of a sink that writes to Redis go to outs, which the commit writes.
 func (h *sinkHandler) deliver(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
 	if m.out.parent != "" {
 		ctx = stages.ContextWithTrace(ctx, m.out.parent, m.out.state)
@@ -99,7 +95,7 @@ func (h *sinkHandler) deliver(ctx context.Context, m *message, outs []redis.Outp
 		return outs, err
 	}
 	if len(writes) == 0 {
-		h.node.stats.out.Add(1)
+		m.outcome = outcomeDelivered
 		return outs, nil
 	}
 	for i, w := range writes {

@@ -98,7 +98,8 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 	case err == nil:
 		p.done.Store(true)
 		r.kickDrain()
-		r.log.Info("source finished", "source", p.node.name, "messages", p.node.stats.out.Load())
+		c := p.node.stats.counts()
+		r.log.Info("source finished", "source", p.node.name, "messages", c.out, "rejected", c.deadLettered)
 	case errors.Is(err, errSourceLeaseLost), sctx.Err() != nil && ctx.Err() == nil:
 		r.log.Warn("source lease lost; another process runs the source now", "source", p.node.name)
 	case ctx.Err() == nil || !errors.Is(err, context.Canceled):
@@ -128,7 +129,6 @@ type emitter struct {
 
 func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) error {
 	n := e.src.node
-	n.stats.in.Add(1)
 	span, tc := e.r.tracing.startSend(ctx, n, e.src.output.Name)
 	if span != nil {
 		defer span.End()
@@ -156,7 +156,6 @@ func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) 
 // where it came from.
 func (e *emitter) Reject(ctx context.Context, reason error, m stages.Message, at stages.Origin) error {
 	n := e.src.node
-	n.stats.failed.Add(1)
 	now := e.r.clock.Now()
 	env := Envelope{File: at.File, Line: at.Line}
 	env.Error, env.Attempts, env.FirstFailedAt, env.LastFailedAt = e.r.plan.Redact(reason.Error()), 1, now, now

@@ -14,7 +14,9 @@ import (
 // A batch that fails is written again, with backoff, until Redis takes it (nothing is dropped on a
 // transient error), the failure turns out to be one that waiting does not heal, or the drain time
 // of a stop runs out. While it waits, the channel fills and the source blocks: it is held back
-// instead of piling messages up in memory. Only written entries are counted.
+// instead of piling messages up in memory. Only written entries are counted: a source's in is what
+// it produced and Redis took, its out the messages written to its topic, its dead letters what it
+// rejected (outcomes.go).
 
 const (
 	// sourceBatch is the most entries a source writes at once: what a pipelined round trip
@@ -167,13 +169,16 @@ func (w *sourceWriter) drop(items []sourceItem) {
 func (w *sourceWriter) write(batch []sourceItem) error {
 	r, n := w.r, w.src.node
 	args := redis.CommitArgs{Outputs: make([]redis.Output, len(batch)), DedupTTL: r.dedupTTL}
-	produced := 0
+	var written counts
 	for i, it := range batch {
 		args.Outputs[i] = it.out
-		if !it.rejected {
-			produced++
+		if it.rejected {
+			written.deadLettered++
+		} else {
+			written.out++
 		}
 	}
+	written.in, written.written = int64(len(batch)), written.out
 	if pos := batch[len(batch)-1].position; pos != "" {
 		args.Checkpoint = &redis.Checkpoint{Key: w.src.positionKey, Value: pos}
 	}
@@ -196,7 +201,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		switch {
 		case err == nil:
 			r.outage.ok()
-			n.stats.out.Add(int64(produced))
+			n.stats.count(&written)
 			w.src.unwritten.Add(-int64(len(batch)))
 			for _, it := range batch {
 				if it.gate != nil {

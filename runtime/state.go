@@ -45,7 +45,9 @@ type Snapshot struct {
 
 // SourceProgress is how far a producing source is.
 type SourceProgress struct {
-	Name     string
+	Name string
+	// Produced counts the messages it produced that Redis has: written to its topic, or rejected
+	// to its dead letters (its in, see NodeSummary).
 	Produced int64
 	Total    int64 // 0 when the source cannot tell (an endless generate source, a file, stdin)
 	Done     bool
@@ -168,7 +170,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 	s.Rates = r.obs.rates.rates(r.nodes)
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{
-			Name: p.node.name, Produced: p.node.stats.out.Load(), Total: p.total, Done: p.done.Load(),
+			Name: p.node.name, Produced: p.node.stats.counts().in, Total: p.total, Done: p.done.Load(),
 			Unwritten: p.unwritten.Load(),
 		})
 	}

@@ -153,7 +153,7 @@ sink "out" {
 			}
 
 			j := runJob(t, c, plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond})
-			if n := j.node(t, "tally"); n.Failed != 2 || n.Retried != 2 || n.Late != 0 || n.DeadLettered != 0 {
+			if n := j.node(t, "tally"); n.FailedAttempts != 2 || n.Retries != 2 || n.Late != 0 || n.DeadLettered != 0 {
 				t.Fatalf("tally: %+v, want 2 failed and 2 retried attempts, nothing late or dead-lettered\n%s", n, j.log)
 			}
 			got := jsonLines(t, readFile(t, out))

@@ -17,22 +17,46 @@ type Summary struct {
 	DeadLetters []DeadLetter
 }
 
-// NodeSummary counts what one source, stage or sink did.
+// NodeSummary counts what one source, stage or sink did. Its counts add up (outcomes.go): every
+// message it took in (In) ended in exactly one outcome, or is still in flight,
+//
+//	In = Out + Filtered + Dropped + Absorbed + DeadLettered + InFlight
+//
+// each counted once, when the batch that settled the message was committed.
 type NodeSummary struct {
 	Name string
 	Type string // "source", "stage" or "sink"
 	Kind string
-	// In counts entries read (for a producing source: messages produced); Out entries written to
-	// topics and streams (for a sink: messages delivered); Filtered messages that passed nothing on
-	// by design (a filter, a route without default, a sink's where).
-	In, Out, Filtered int64
-	// Failed counts failed attempts, Retried attempts made again, DeadLettered messages given up.
-	Failed, Retried, DeadLettered int64
+	// In counts the messages the node took in: entries read from its input (malformed ones too),
+	// dead letters replayed to it; for a producing source, the messages its kind produced (Redis
+	// has them).
+	In int64
+	// Out counts those passed on: that produced at least one output (a sink: delivered; a source:
+	// written to its topic).
+	Out int64
+	// Filtered counts those that produced nothing, by design (a filter, a route without default, a
+	// sink's where); Dropped those that a stateful stage found late or repeated and passed on
+	// nowhere (late = "drop", duplicates = "drop"); Absorbed those that a windowed stage (an
+	// aggregate) took into its windows, whose results come from its timers.
+	Filtered, Dropped, Absorbed int64
+	// DeadLettered counts those that failed for good or could not be read (a source: rejected).
+	DeadLettered int64
+	// InFlight counts those taken in and not settled yet: waiting in the node's retry set for a
+	// later attempt. It is 0 once a job is done, but for a message parked by one process and
+	// settled by another, which counts in in one and its outcome in the other.
+	InFlight int64
+
+	// Not outcomes of a message. Written counts the entries the node wrote to topics and streams,
+	// dead letters aside: several for a message that a Go function fans out, an aggregate's
+	// results, a sink's deliveries (one per message delivered), a source's messages.
+	Written int64
+	// FailedAttempts counts the attempts that failed, Retries the attempts made again after a
+	// failure, as they are made (a batch processed again makes its attempts again).
+	FailedAttempts, Retries int64
 	// Late and Duplicates count what a stateful stage found late (an aggregate's event for closed
-	// windows) or repeated (a dedupe's duplicate), whatever became of it: routed to a topic,
-	// dead-lettered or dropped. Dropped counts those of them it passed on nowhere (late = "drop",
-	// duplicates = "drop"), which Filtered counts too.
-	Late, Duplicates, Dropped int64
+	// windows) or repeated (a dedupe's duplicate), whatever became of it: routed to a topic
+	// (out), dead-lettered or dropped.
+	Late, Duplicates int64
 	// HeldBack is how long the node's writers waited for topics at their max_lag, in all;
 	// HeldBackBy names the topic one of them waits for now ("" when none waits).
 	HeldBack   time.Duration
@@ -43,6 +67,8 @@ type NodeSummary struct {
 	PausedBy    string
 	// Reasons are the first few distinct reasons why messages were dead-lettered, in the order they
 	// first happened, with how many had each; DeadLettered counts those with other reasons too.
+	// They are tallied as the dead letters are made and logged, so a batch processed again tallies
+	// its reasons again.
 	Reasons []DeadLetterReason
 }
 
@@ -66,11 +92,13 @@ func (r *runner) summary() *Summary {
 func (r *runner) nodeSummaries() []NodeSummary {
 	out := make([]NodeSummary, 0, len(r.nodes))
 	for _, n := range r.nodes {
+		c := n.stats.counts()
 		ns := NodeSummary{
 			Name: n.name, Type: n.typ, Kind: n.kind,
-			In: n.stats.in.Load(), Out: n.stats.out.Load(), Filtered: n.stats.filtered.Load(),
-			Failed: n.stats.failed.Load(), Retried: n.stats.retried.Load(), DeadLettered: n.stats.deadLettered.Load(),
-			Late: n.stats.late.Load(), Duplicates: n.stats.duplicates.Load(), Dropped: n.stats.dropped.Load(),
+			In: c.in, Out: c.out, Filtered: c.filtered, Dropped: c.dropped, Absorbed: c.absorbed,
+			DeadLettered: c.deadLettered, InFlight: c.inFlight(),
+			Written: c.written, FailedAttempts: n.stats.failedAttempts.Load(), Retries: n.stats.retries.Load(),
+			Late: c.late, Duplicates: c.duplicates,
 			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: r.obs.deadLetters.reasons(n.name),
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {

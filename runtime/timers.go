@@ -46,12 +46,12 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 				n.log.Error("a timer failed for good; it is dropped", "timer", t.Name, "err", err)
 				drop := st.Attempt(wm)
 				_ = drop.CancelTimer(ctx, t.Name)
-				drop.Join(false)
+				drop.Join()
 				continue
 			case err != nil:
 				return nil, fmt.Errorf("timer %s: %w", t.Name, err)
 			}
-			a.Join(false)
+			a.Join()
 			for i := range results {
 				o := &results[i]
 				origin, err := timerOrigin(t, &o.Message, w.u.partition)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flowrun/runtime/state"
@@ -37,6 +36,9 @@ type worker struct {
 	stamps bool
 	// stateKeys are a stateful stage's keys on the unit's partition.
 	stateKeys state.Keys
+	// uncertain holds the counts of commits whose reply was lost until the recovery tells whether
+	// they were applied (outcomes.go).
+	uncertain uncertainCommits
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -92,6 +94,7 @@ func (w *worker) run(ctx context.Context) error {
 			if err == nil {
 				if batch.Len() == 0 {
 					w.recover, w.recovery = false, ""
+					w.uncertain.settle(w)
 					continue
 				}
 				ids := batch.IDs()
@@ -229,10 +232,14 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 	n := w.u.node
 	start := "0-0"
 	for ctx.Err() == nil {
+		// The entries it takes are work from the reply on: those deleted while pending leave the
+		// pending list with it, and only this batch holds them until their dead letters commit.
+		w.r.activity.add(1)
 		res, err := w.r.rdb.Reclaim(ctx, redis.ReclaimArgs{
 			Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID, MinIdle: minIdle, Start: start,
 		})
 		if err != nil {
+			w.r.activity.add(-1)
 			if ctx.Err() != nil || errors.Is(err, redis.ErrNoGroup) {
 				return nil
 			}
@@ -246,9 +253,11 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 		if res.Batch.Len() > 0 {
 			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Batch.Len())
 			if err := w.process(ctx, res.Batch, nil, nil); err != nil {
+				w.r.activity.add(-1)
 				return err
 			}
 		}
+		w.r.activity.add(-1)
 		if res.Next == "" || res.Next == "0-0" {
 			return nil
 		}
@@ -320,14 +329,13 @@ func (w *worker) processBegun(ctx context.Context, b redis.Batch, due, badRetrie
 // batchCommit is a processed batch, ready to commit.
 type batchCommit struct {
 	args      redis.CommitArgs
-	written   int  // outputs that are not dead letters
 	abandoned bool // a shutdown interrupted some messages: they stay pending
 	// admits has an element per output to a partition whose backlog is capped (max_lag): the
 	// commit waits until each has room.
 	admits []*partitionGate
 	state  *state.Batch // a stateful stage's, whose outcomes count once the batch is committed
-	// passed is what each stage of a fused chain passed on (pass.passed), counted once committed.
-	passed []atomic.Int64
+	// counts are what the batch did, counted once it is committed (outcomes.go).
+	counts *batchCounts
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is
@@ -335,9 +343,9 @@ type batchCommit struct {
 // processed go to the dead letters; the messages are made, with their watermarks (worker_time.go)
 // and state; they are processed; the due timers fire; the watermarks go with the commit.
 func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) *batchCommit {
-	n := w.u.node
-	n.stats.in.Add(int64(b.Len()))
-	c := &batchCommit{}
+	n, hard := w.u.node, w.r.hard
+	w.uncertain.readAgain(b)
+	c := &batchCommit{counts: newBatchCounts(n)}
 	total := b.Len() + len(due) + len(badRetries)
 	// One allocation each for the batch's outputs (most stages write one per input), acks and
 	// messages: the steady state allocates per batch, not per message.
@@ -345,7 +353,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
 	msgs := w.messagesOf(b, due)
-	watermarks, err := w.beginTime(ctx, msgs, b.Len() > 0)
+	// A batch that was read is processed and committed, whether or not the worker stops meanwhile:
+	// its reads too, within the drain time (hard).
+	watermarks, err := w.beginTime(hard, msgs, b.Len() > 0)
 	if err != nil {
 		return w.again(ctx, "reading the watermark failed; the batch will be processed again", err)
 	}
@@ -359,7 +369,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 			for _, m := range msgs {
 				keys = n.prefetch.StateKeys(&m.msg, keys)
 			}
-			c.state.Prefetch(ctx, keys)
+			c.state.Prefetch(hard, keys)
 		}
 	}
 	retries := w.processMessages(ctx, c, msgs, &retryDone)
@@ -367,16 +377,16 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.time.Reached(maxID(b.IDs())) // the writers' minimum read before the batch may count now
 	}
 	if n.timers != nil && !c.abandoned {
-		fired, err := w.fireTimers(ctx, n.timers, c.state, w.timerWatermark())
+		fired, err := w.fireTimers(hard, n.timers, c.state, w.timerWatermark())
 		if err != nil {
 			// The batch's state may be half way through its timers: process the batch again.
 			return w.again(ctx, "firing the due timers failed; the batch will be processed again", err)
 		}
 		c.args.Outputs = append(c.args.Outputs, fired...)
-		c.written += len(fired)
+		c.counts.nodes[0].written += int64(len(fired)) // a timer's results are entries written, no message's outcome
 	}
 	if !c.abandoned {
-		if c.args.Marks, err = w.endTime(ctx, c.state); err != nil {
+		if c.args.Marks, err = w.endTime(hard, c.state); err != nil {
 			return w.again(ctx, "reading the holds of the watermark failed; the batch will be processed again", err)
 		}
 	}
@@ -386,7 +396,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		w.timeCommitted() // nothing to make durable: what the watermarks did holds
 		return nil
 	}
-	if err := n.handler.flush(ctx); err != nil {
+	if err := n.handler.flush(hard); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		w.r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
@@ -422,6 +432,10 @@ func (w *worker) deadLetterUnreadable(c *batchCommit, b redis.Batch, badRetries 
 		c.args.Outputs = append(c.args.Outputs, r.deadLetterDeleted(n, w.u, id))
 		c.args.IDs = append(c.args.IDs, id)
 	}
+	own := &c.counts.nodes[0] // n's, or its chain's first stage's
+	own.in += int64(len(b.Malformed) + len(b.Deleted))
+	// A bad retry was taken in when it was parked: it is only dead-lettered now.
+	own.deadLettered += int64(len(b.Malformed) + len(b.Deleted) + len(badRetries))
 	for _, bad := range badRetries {
 		c.args.Outputs = append(c.args.Outputs, r.deadLetterMalformed(n, w.u, &redis.MalformedEntryError{
 			ID: bad.Entry.ID, Reason: "a member of the retry set cannot be decoded",
@@ -472,18 +486,20 @@ func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*me
 	var retries []redis.Retry
 	p := pass{retrySet: w.u.retryKey != "", stopping: ctx.Done()}
 	if n.chain != nil {
-		p.passed = make([]atomic.Int64, len(n.chain.nodes))
+		p.counts = c.counts // its stages count as the messages pass them (fusion.go)
 	}
-	c.passed = p.passed
+	own := &c.counts.nodes[0]
 	for i, res := range r.processAll(n, msgs, p) {
 		m := msgs[i]
 		if res.abandoned {
 			c.abandoned = true
 			continue
 		}
+		if n.chain == nil || m.outcome == outcomeHandedOn {
+			own.settle(m, &res, m.fresh())
+		}
 		c.args.Outputs = append(c.args.Outputs, res.outs...)
 		c.args.Outputs = append(c.args.Outputs, res.deadLetters...)
-		c.written += len(res.outs)
 		if gated := r.backpressure.gates; len(gated) > 0 {
 			for j := range res.outs {
 				if g := gated[res.outs[j].Stream]; g != nil {
@@ -536,6 +552,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 			return errStopped
 		}
 		r.log.Debug("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
+		w.uncertain.add(c) // it may have been applied: the recovery tells
 		w.recover, w.recovery = true, ""
 		w.backoff.wait(ctx, w.r)
 		return nil
@@ -544,16 +561,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	if !c.abandoned {
 		w.timeCommitted()
 	}
-	if n.chain == nil {
-		n.stats.out.Add(int64(c.written))
-	}
-	for i := range c.passed { // a chain's stages, each what it passed on
-		n.chain.nodes[i].stats.out.Add(c.passed[i].Load())
-	}
-	late, duplicates, dropped := c.state.Outcomes()
-	n.stats.late.Add(late)
-	n.stats.duplicates.Add(duplicates)
-	n.stats.dropped.Add(dropped)
+	w.counted(c)
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}

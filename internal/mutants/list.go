@@ -110,8 +110,8 @@ var mutations = []mutation{
 		file: "runtime/source_write.go", find: `	var b backoff
 	for {`,
 		replace: `	var b backoff
-	n.stats.out.Add(int64(produced))
-	produced = 0
+	n.stats.count(&written)
+	written = counts{}
 	for {`,
 		packages: []string{"./runtime"},
 	},

@@ -116,3 +116,20 @@ func TestStatefulStagesUnderTest(t *testing.T) {
 		}
 	}
 }
+
+// TestCountersAddUpUnderTest: in testdata/counters, every node's counters (metrics.NODE) add up,
+// through a filter, a fan-out, a retry from the retry set, dead letters at a stage and at a sink,
+// a duplicate and a late order dropped, and a crash while the sink's batch is at work.
+func TestCountersAddUpUnderTest(t *testing.T) {
+	tests, files, diags := flow.CheckTests("testdata/counters", flow.Options{})
+	if diags.HasErrors() || len(tests) != 1 {
+		t.Fatalf("want one valid test file: %s", diags.Error())
+	}
+	for _, r := range flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1}) {
+		if !r.Passed() {
+			var out bytes.Buffer
+			flowtest.WriteText(&out, r, files, true)
+			t.Error(out.String())
+		}
+	}
+}

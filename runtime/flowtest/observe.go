@@ -5,6 +5,7 @@ import (
 	"context"
 	"sort"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -14,23 +15,49 @@ import (
 // expectations are about the run alone, although runs share Redis and the pipeline.
 
 // counters are a node's counters, as an assert reads them (metrics.NODE.COUNTER).
-type counters struct{ in, out, filtered, retried, deadLettered, late, duplicates, dropped int64 }
+type counters struct {
+	in, out, filtered, dropped, absorbed, deadLettered, inFlight int64
+	written, failedAttempts, retries, late, duplicates           int64
+}
 
 func (c counters) plus(o counters) counters {
-	return counters{c.in + o.in, c.out + o.out, c.filtered + o.filtered, c.retried + o.retried, c.deadLettered + o.deadLettered,
-		c.late + o.late, c.duplicates + o.duplicates, c.dropped + o.dropped}
+	return counters{c.in + o.in, c.out + o.out, c.filtered + o.filtered, c.dropped + o.dropped, c.absorbed + o.absorbed,
+		c.deadLettered + o.deadLettered, c.inFlight + o.inFlight,
+		c.written + o.written, c.failedAttempts + o.failedAttempts, c.retries + o.retries, c.late + o.late, c.duplicates + o.duplicates}
 }
 
 func (c counters) minus(o counters) counters {
-	return counters{c.in - o.in, c.out - o.out, c.filtered - o.filtered, c.retried - o.retried, c.deadLettered - o.deadLettered,
-		c.late - o.late, c.duplicates - o.duplicates, c.dropped - o.dropped}
+	return counters{c.in - o.in, c.out - o.out, c.filtered - o.filtered, c.dropped - o.dropped, c.absorbed - o.absorbed,
+		c.deadLettered - o.deadLettered, c.inFlight - o.inFlight,
+		c.written - o.written, c.failedAttempts - o.failedAttempts, c.retries - o.retries, c.late - o.late, c.duplicates - o.duplicates}
+}
+
+// values are the counters by the names an assert reads them by (flow.TestCounters).
+func (c counters) values() map[string]int64 {
+	return map[string]int64{
+		"in": c.in, "out": c.out, "filtered": c.filtered, "dropped": c.dropped, "absorbed": c.absorbed,
+		"dead_lettered": c.deadLettered, "in_flight": c.inFlight,
+		"written": c.written, "failed_attempts": c.failedAttempts, "retries": c.retries,
+		"late": c.late, "duplicates": c.duplicates,
+	}
+}
+
+// values are the counters by every name an assert may read them by, older ones too
+// (flow.TestCounterAliases).
+func (c counters) valuesByAnyName() map[string]int64 {
+	v := c.values()
+	for old, name := range flow.TestCounterAliases {
+		v[old] = v[name]
+	}
+	return v
 }
 
 // countersOf reads the counters of a snapshot's nodes, by "type.name".
 func countersOf(nodes []runtime.NodeSummary) map[string]counters {
 	out := make(map[string]counters, len(nodes))
 	for _, n := range nodes {
-		out[n.Type+"."+n.Name] = counters{n.In, n.Out, n.Filtered, n.Retried, n.DeadLettered, n.Late, n.Duplicates, n.Dropped}
+		out[n.Type+"."+n.Name] = counters{n.In, n.Out, n.Filtered, n.Dropped, n.Absorbed, n.DeadLettered, n.InFlight,
+			n.Written, n.FailedAttempts, n.Retries, n.Late, n.Duplicates}
 	}
 	return out
 }

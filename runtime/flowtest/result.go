@@ -34,9 +34,11 @@ type Facts struct {
 
 // NodeFacts are one node's counters during the run.
 type NodeFacts struct {
-	Name                                     string // "stage.NAME" and so on
-	Kind                                     string // "filter", "map", ...
-	In, Out, Filtered, Retried, DeadLettered int64
+	Name string // "stage.NAME" and so on
+	Kind string // "filter", "map", ...
+	// The outcomes of the messages the node took in (In = Out + Filtered + Dropped + Absorbed +
+	// DeadLettered + InFlight), and its retries.
+	In, Out, Filtered, Dropped, Absorbed, DeadLettered, InFlight, Retries int64
 	// Condition is where the node's where condition is written ("file:line"), for a filter or a
 	// route; "" for others.
 	Condition string

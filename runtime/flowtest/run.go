@@ -213,7 +213,8 @@ func (h *harness) facts(s *seen, sent []Arrived) Facts {
 	add := func(typ, name, kind string, condition string) {
 		c := s.counters[typ+"."+name]
 		f.Nodes = append(f.Nodes, NodeFacts{Name: typ + "." + name, Kind: kind, In: c.in, Out: c.out, Filtered: c.filtered,
-			Retried: c.retried, DeadLettered: c.deadLettered, Condition: condition})
+			Dropped: c.dropped, Absorbed: c.absorbed, DeadLettered: c.deadLettered, InFlight: c.inFlight, Retries: c.retries,
+			Condition: condition})
 	}
 	for _, src := range h.plan.Sources {
 		add("source", src.Name, src.Kind, "")
@@ -256,11 +257,11 @@ func (h *harness) assertScope(s *seen) (map[string]cty.Value, error) {
 	metrics := map[string]cty.Value{}
 	for name, c := range s.counters {
 		node := name[strings.IndexByte(name, '.')+1:]
-		metrics[node] = cty.ObjectVal(map[string]cty.Value{
-			"in": cty.NumberIntVal(c.in), "out": cty.NumberIntVal(c.out), "filtered": cty.NumberIntVal(c.filtered),
-			"retried": cty.NumberIntVal(c.retried), "dead_lettered": cty.NumberIntVal(c.deadLettered),
-			"late": cty.NumberIntVal(c.late), "duplicates": cty.NumberIntVal(c.duplicates), "dropped": cty.NumberIntVal(c.dropped),
-		})
+		values := map[string]cty.Value{}
+		for name, v := range c.valuesByAnyName() {
+			values[name] = cty.NumberIntVal(v)
+		}
+		metrics[node] = cty.ObjectVal(values)
 		deadLetters[node] = nil
 	}
 	for _, dl := range s.deadLetters {

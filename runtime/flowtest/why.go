@@ -190,8 +190,8 @@ func (x *explainer) elsewhere(m message) string {
 	return fmt.Sprintf("a similar message arrived at %s (differs in: %s)", closest.where, strings.Join(paths, ", "))
 }
 
-// nodeLines say which nodes filtered, dead-lettered, dropped or retried messages, by their
-// counters, or that none did.
+// nodeLines say which nodes filtered, dead-lettered, dropped, absorbed or retried messages, or hold
+// them for a retry, by their counters, or that none did.
 func (x *explainer) nodeLines() []string {
 	var lines []string
 	lost := false
@@ -211,18 +211,22 @@ func (x *explainer) nodeLines() []string {
 			}
 		}
 	}
+	for _, n := range x.facts.Nodes {
+		// The other outcomes of what a node took in (NodeSummary): they add up with the above.
+		if n.Dropped > 0 {
+			lost = true
+			lines = append(lines, fmt.Sprintf("%s dropped %d of %d %s (late or repeated)", n.Name, n.Dropped, n.In, plural(int(n.In), "message", "messages")))
+		}
+		if n.Absorbed > 0 {
+			lines = append(lines, fmt.Sprintf("%s took %d of %d %s into its windows; its results come when they close", n.Name, n.Absorbed, n.In, plural(int(n.In), "message", "messages")))
+		}
+		if n.InFlight > 0 {
+			lost = true
+			lines = append(lines, fmt.Sprintf("%s has %d %s waiting for a retry", n.Name, n.InFlight, plural(int(n.InFlight), "message", "messages")))
+		}
+	}
 	if len(x.facts.DeadLetters) > 0 {
 		lost = true
-	}
-	// A stage that put out fewer than it took in, other than by filtering or dead letters, dropped
-	// some (or aggregated them): worth saying when nothing above accounts for the loss.
-	if !lost {
-		for _, n := range x.facts.Nodes {
-			if strings.HasPrefix(n.Name, "stage.") && n.Out < n.In-n.Filtered-n.DeadLettered {
-				lost = true
-				lines = append(lines, fmt.Sprintf("%s took in %d %s and put out %d", n.Name, n.In, plural(int(n.In), "message", "messages"), n.Out))
-			}
-		}
 	}
 	lines = append(lines, x.retryLines()...)
 	if !lost && len(x.facts.Nodes) > 0 {
@@ -244,8 +248,8 @@ func (x *explainer) namedDeadLetterOf(node string) bool {
 func (x *explainer) retryLines() []string {
 	var lines []string
 	for _, n := range x.facts.Nodes {
-		if n.Retried > 0 {
-			lines = append(lines, fmt.Sprintf("%s retried %d %s", n.Name, n.Retried, plural(int(n.Retried), "time", "times")))
+		if n.Retries > 0 {
+			lines = append(lines, fmt.Sprintf("%s retried %d %s", n.Name, n.Retries, plural(int(n.Retries), "time", "times")))
 		}
 	}
 	return lines

@@ -27,7 +27,7 @@ func TestExplain(t *testing.T) {
 				DeadLetters: []DeadLetter{{Node: "stage.score", Payload: []byte(`{"amount":10,"id":3}`),
 					Reason: "scoring service timeout", Attempts: 3}},
 				Nodes: []NodeFacts{
-					{Name: "stage.score", Kind: "map", In: 2, Out: 1, DeadLettered: 1, Retried: 2},
+					{Name: "stage.score", Kind: "map", In: 2, Out: 1, DeadLettered: 1, Retries: 2},
 					{Name: "sink.out", In: 1},
 				},
 			},
@@ -109,9 +109,23 @@ func TestExplain(t *testing.T) {
 			actual: []Arrived{arr("", "1")},
 			facts: Facts{
 				Sent:  []Arrived{sent("1")},
-				Nodes: []NodeFacts{{Name: "stage.x", Kind: "map", In: 5, Out: 1}},
+				Nodes: []NodeFacts{{Name: "stage.x", Kind: "dedupe", In: 5, Out: 1, Dropped: 4}},
 			},
-			want: []string{"stage.x took in 5 messages and put out 1"},
+			want: []string{"stage.x dropped 4 of 5 messages (late or repeated)"},
+		},
+		{
+			name:   "held in windows, or waiting for a retry",
+			expect: &flow.TestExpect{Sink: "out", Count: 5, HasCount: true},
+			actual: []Arrived{arr("", "1")},
+			facts: Facts{
+				Sent: []Arrived{sent("1")},
+				Nodes: []NodeFacts{
+					{Name: "stage.w", Kind: "aggregate", In: 5, Absorbed: 5},
+					{Name: "sink.out", Kind: "http", In: 2, Out: 1, InFlight: 1, Retries: 1},
+				},
+			},
+			want: []string{"stage.w took 5 of 5 messages into its windows; its results come when they close",
+				"sink.out has 1 message waiting for a retry", "sink.out retried 1 time"},
 		},
 		{
 			name:   "nothing happened",
@@ -130,7 +144,7 @@ func TestExplain(t *testing.T) {
 			expect: expect("", msg("1"), msg("2")),
 			actual: []Arrived{arr("a", "2"), arr("a", "1")},
 			facts: Facts{Nodes: []NodeFacts{
-				{Name: "stage.a", In: 2, Out: 2, Retried: 1},
+				{Name: "stage.a", In: 2, Out: 2, Retries: 1},
 				{Name: "stage.b", In: 2, Out: 1, Filtered: 1},
 			}},
 			want: []string{"stage.a retried 1 time"},
@@ -141,7 +155,7 @@ func TestExplain(t *testing.T) {
 			actual: []Arrived{arr("a", "1"), arr("a", "1")},
 			facts: Facts{Nodes: []NodeFacts{
 				{Name: "stage.b", In: 2, Out: 1, Filtered: 1},
-				{Name: "sink.out", In: 2, Retried: 1},
+				{Name: "sink.out", In: 2, Retries: 1},
 			}},
 			want: []string{"sink.out retried 1 time"},
 		},

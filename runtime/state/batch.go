@@ -51,8 +51,8 @@ type Batch struct {
 	// moved says it changed.
 	watermark int64
 	moved     bool
-	// late, duplicates and dropped are the batch's recorded outcomes, counted once it commits.
-	late, duplicates, dropped int64
+	// late and duplicates are the batch's recorded outcomes, counted once it commits.
+	late, duplicates int64
 	// fetched holds the committed values of the keys read ahead for the batch (Prefetch), nil for
 	// a key the state does not hold.
 	fetched map[string][]byte
@@ -63,13 +63,12 @@ func NewBatch(store Store, keys Keys, partition int) *Batch {
 	return &Batch{store: store, keys: keys, partition: partition}
 }
 
-// Outcomes are the batch's recorded outcomes: messages found late, duplicates, and those of them
-// passed on nowhere.
-func (b *Batch) Outcomes() (late, duplicates, dropped int64) {
+// Outcomes are the batch's recorded outcomes: messages found late, and duplicates.
+func (b *Batch) Outcomes() (late, duplicates int64) {
 	if b == nil {
-		return 0, 0, 0
+		return 0, 0
 	}
-	return b.late, b.duplicates, b.dropped
+	return b.late, b.duplicates
 }
 
 // Prefetch reads the state keys that the batch's messages will read (stages.StatePrefetcher) in one
@@ -233,9 +232,8 @@ func (b *Batch) Attempt(watermark int64) *Attempt {
 	return &Attempt{batch: b, watermark: watermark}
 }
 
-// Join adds a successful attempt's writes to its batch, and its outcomes; dropped says that it
-// passed the message on nowhere after recording it late or a duplicate.
-func (a *Attempt) Join(dropped bool) {
+// Join adds a successful attempt's writes to its batch, and its outcomes.
+func (a *Attempt) Join() {
 	b := a.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -264,9 +262,6 @@ func (a *Attempt) Join(dropped bool) {
 		b.release = put(b.release, k, true)
 	}
 	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
-	if dropped {
-		b.dropped++
-	}
 }
 
 // Failed counts the outcomes of an attempt that failed for good (its message is dead-lettered),

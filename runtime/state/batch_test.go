@@ -41,7 +41,7 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.Join(false)
+		a.Join()
 		return string(v), found
 	}
 	for key, want := range map[string]string{"a": "1", "b": "2", "c": ""} {
@@ -56,7 +56,7 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 	if err := a.Put(ctx, "a", []byte("3")); err != nil {
 		t.Fatal(err)
 	}
-	a.Join(false)
+	a.Join()
 	if v, _ := read("a"); v != "3" {
 		t.Errorf("after the batch's own write, Get(a) = %q, want 3", v)
 	}

@@ -53,14 +53,16 @@
     return s.length > n ? s.slice(0, n - 1) + '…' : s;
   }
 
-  // The counters of sources, stages and sinks, in rows of two.
+  // The counters of sources, stages and sinks, in rows of two: what became of the messages taken
+  // in (with a stateful stage's line below, they add up but for those waiting for a retry), then
+  // the attempts that failed and were made again.
   const COUNTERS = [
     ['in', 'in'], ['out', 'out'],
-    ['filtered', 'filtered'], ['failed', 'failed'],
-    ['retried', 'retried'], ['dead_lettered', 'dead-lettered'],
+    ['filtered', 'filtered'], ['dead_lettered', 'dead-lettered'],
+    ['failed_attempts', 'failed'], ['retries', 'retries'],
   ];
-  // A stateful stage's counters, on a line of their own.
-  const STATE_COUNTERS = [['late', 'late'], ['duplicates', 'duplicates'], ['dropped', 'dropped']];
+  // A stateful stage's outcomes of its own and what it found, on a line of their own.
+  const STATE_COUNTERS = [['dropped', 'dropped'], ['absorbed', 'absorbed'], ['late', 'late'], ['duplicates', 'dups']];
 
   function drawNode(n, layer) {
     const g = make('g', {class: 'node ' + n.type, 'data-node': n.id, transform: `translate(${n.x},${n.y})`}, layer);
@@ -112,8 +114,8 @@
     } else {
       let y = 116;
       if (n.stateful) {
-        // What a stateful stage found late or repeated, and how many of those it dropped; the
-        // server made its box a line taller.
+        // What a stateful stage dropped or took into its windows, and what it found late or
+        // repeated; the server made its box a line taller.
         const t = text(g, {class: 'counter', x: 12, y}, '');
         STATE_COUNTERS.forEach(([key, caption], i) => {
           make('tspan', {class: 'caption'}, t).textContent = (i > 0 ? ' · ' : '') + caption + ' ';

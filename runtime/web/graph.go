@@ -64,7 +64,8 @@ type nodeJSON struct {
 	// Sources, stages and sinks: their counters since this process started (absent when this
 	// process does not run the node), the length of their own dead-letter stream, and the topic
 	// their dead letters go to instead, if they name one. Stateful marks a stage whose kind keeps
-	// state (aggregate, dedupe): its counters include late, duplicates and dropped.
+	// state (aggregate, dedupe): its counters include late and duplicates, and its box shows them
+	// with dropped and absorbed.
 	Stateful        bool          `json:"stateful,omitempty"`
 	Counters        *countersJSON `json:"counters,omitempty"`
 	DeadLetters     *int64        `json:"dead_letters,omitempty"`
@@ -87,18 +88,25 @@ type nodeJSON struct {
 	PartitionLengths []partitionLength `json:"partition_lengths,omitempty"`
 }
 
+// countersJSON are a node's counters (runtime.NodeSummary). The outcomes add up: in = out +
+// filtered + dropped + absorbed + dead_lettered + in_flight; written, failed_attempts, retries, late
+// and duplicates are no outcomes.
 type countersJSON struct {
 	In           int64 `json:"in"`
 	Out          int64 `json:"out"`
 	Filtered     int64 `json:"filtered"`
-	Failed       int64 `json:"failed"`
-	Retried      int64 `json:"retried"`
+	Dropped      int64 `json:"dropped"`
+	Absorbed     int64 `json:"absorbed"`
 	DeadLettered int64 `json:"dead_lettered"`
-	// A stateful stage's: the messages it found late or repeated, whatever became of them, and those
-	// of them it dropped (counted as filtered too).
+	InFlight     int64 `json:"in_flight"`
+	// Written counts entries written to topics (a sink: deliveries); FailedAttempts and Retries
+	// count attempts.
+	Written        int64 `json:"written"`
+	FailedAttempts int64 `json:"failed_attempts"`
+	Retries        int64 `json:"retries"`
+	// A stateful stage's: the messages it found late or repeated, whatever became of them.
 	Late       *int64 `json:"late,omitempty"`
 	Duplicates *int64 `json:"duplicates,omitempty"`
-	Dropped    *int64 `json:"dropped,omitempty"`
 }
 
 type pausedJSON struct {
@@ -273,10 +281,11 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 			DeadLetterTopic: vn.deadLetterTopic, Partitions: vn.partitions, Key: vn.key, Stateful: vn.stateful,
 		}
 		if c, ok := counters[vn.name]; ok && vn.typ != "topic" {
-			n.Counters = &countersJSON{In: c.In, Out: c.Out, Filtered: c.Filtered, Failed: c.Failed,
-				Retried: c.Retried, DeadLettered: c.DeadLettered}
+			n.Counters = &countersJSON{In: c.In, Out: c.Out, Filtered: c.Filtered, Dropped: c.Dropped, Absorbed: c.Absorbed,
+				DeadLettered: c.DeadLettered, InFlight: c.InFlight,
+				Written: c.Written, FailedAttempts: c.FailedAttempts, Retries: c.Retries}
 			if vn.stateful {
-				n.Counters.Late, n.Counters.Duplicates, n.Counters.Dropped = &c.Late, &c.Duplicates, &c.Dropped
+				n.Counters.Late, n.Counters.Duplicates = &c.Late, &c.Duplicates
 			}
 			if !c.PausedSince.IsZero() {
 				n.Paused = &pausedJSON{Since: c.PausedSince, Reason: g.plan.Redact(c.PausedBy)}

@@ -21,7 +21,7 @@ type viewNode struct {
 	id, typ, name, kind, detail string
 	deadLetterTopic, key        string
 	partitions                  int
-	stateful                    bool // a stage whose kind keeps state: it shows late, duplicate and dropped counts
+	stateful                    bool // a stage whose kind keeps state: it shows dropped, absorbed, late and duplicate counts
 	layer, x, y, width, height  int
 	order                       float64 // position within the layer, while ordering
 }
@@ -54,7 +54,7 @@ var sideCounters = map[string]string{"late": countLate, "duplicates": countDupli
 
 // The drawing's measures, in pixels. The page lays out a node's lines inside the box it is given:
 // a title and a detail line, then three rows of counters and a dead-letter line for sources, stages
-// and sinks (with a line of late, duplicate and dropped counts before it for stateful stages), or
+// and sinks (with a line of dropped, absorbed, late and duplicate counts before it for stateful stages), or
 // rows of four partitions for topics.
 const (
 	drawMargin      = 24

@@ -52,7 +52,7 @@ run "records the normalise stage cannot compute are dead-lettered there" {
     messages = [{ key = "c2", payload = { order_id = "6", customer_id = "c2", email = "b@example.com", country = "NL", items = 1, total = 2, skus = "S-1" } }]
   }
   assert {
-    condition     = metrics.normalise.retried == 0 && metrics.completed.dead_lettered == 0
+    condition     = metrics.normalise.retries == 0 && metrics.completed.dead_lettered == 0
     error_message = "an expression error is not retried, and the filter lets these orders through"
   }
 }

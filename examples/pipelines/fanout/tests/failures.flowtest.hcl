@@ -42,7 +42,7 @@ run "a purchase without a numeric price cannot be priced" {
     messages = [{ key = "user-2", payload = { user = "user-2", seq = 5, type = "purchase", page = "/", net = 30, gross = 35.7 } }]
   }
   assert {
-    condition     = metrics.price.retried == 0 && metrics.by_type.dead_lettered == 0
+    condition     = metrics.price.retries == 0 && metrics.by_type.dead_lettered == 0
     error_message = "the route passes the purchases on, and the price stage does not retry them"
   }
 }

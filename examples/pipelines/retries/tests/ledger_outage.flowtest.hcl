@@ -14,7 +14,7 @@ run "a payment waits out a short outage of the ledger" {
     messages = [{ id = "pay-1", account = "acct-1", amount_cents = 1500 }]
   }
   assert {
-    condition     = metrics.ledger.retried == 2 && metrics.ledger.dead_lettered == 0
+    condition     = metrics.ledger.retries == 2 && metrics.ledger.dead_lettered == 0
     error_message = "the payment is retried twice and not dead-lettered"
   }
 }

@@ -32,7 +32,7 @@ run "an amount that is not a number is dead-lettered at once" {
     count = 1
   }
   assert {
-    condition     = metrics.validate.dead_lettered == 1 && metrics.validate.retried == 0
+    condition     = metrics.validate.dead_lettered == 1 && metrics.validate.retries == 0
     error_message = "a bad amount is given up on its first attempt"
   }
 }

@@ -54,7 +54,7 @@ run "an order resent the next day is a new order" {
     ]
   }
   assert {
-    condition     = metrics.orders_once.filtered == 1 && metrics.orders_once.out == 2
-    error_message = "the copy 15 seconds later is dropped, the one a day later is not"
+    condition     = metrics.orders_once.dropped == 1 && metrics.orders_once.out == 2 && metrics.revenue_per_minute.absorbed == 2
+    error_message = "the copy 15 seconds later is dropped, the one a day later is not; both others go into windows"
   }
 }

@@ -34,7 +34,7 @@ run "the risky sample orders go to review" {
     messages = [{ payload = { id = 5, customer = "dave", amount = "unknown", country = "NL" }, reason = "order 5: amount: unknown is not a number", attempts = 1 }]
   }
   assert {
-    condition     = metrics.risky.filtered == 2 && metrics.score.retried == 0
+    condition     = metrics.risky.filtered == 2 && metrics.score.retries == 0
     error_message = "orders 1 and 7 are not risky, and the permanent failure is not retried"
   }
 }

@@ -22,7 +22,7 @@ run "a permanent error is dead-lettered without a retry" {
     messages = [{ payload = { id = 1, customer = "alice", amount = 120, country = "DE" }, reason = "order rejected by the scoring rules", attempts = 1 }]
   }
   assert {
-    condition     = metrics.score.retried == 0
+    condition     = metrics.score.retries == 0
     error_message = "a permanent error is not retried"
   }
 }
@@ -46,7 +46,7 @@ run "a transient error that persists is dead-lettered after three attempts" {
     count = 0
   }
   assert {
-    condition     = metrics.score.retried == 2
+    condition     = metrics.score.retries == 2
     error_message = "the order is tried three times in all"
   }
 }

@@ -21,7 +21,7 @@ run "a transient error is retried until the order is scored" {
     messages = [{ key = "alice", payload = { id = 1, customer = "alice", amount = 120, country = "DE", risk = 80 } }]
   }
   assert {
-    condition     = metrics.score.retried == 2 && metrics.score.dead_lettered == 0
+    condition     = metrics.score.retries == 2 && metrics.score.dead_lettered == 0
     error_message = "the order is retried twice and then scored"
   }
 }

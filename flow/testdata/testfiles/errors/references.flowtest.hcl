@@ -39,7 +39,7 @@ run "refs" {
     condition = metrics.scor.in > 0 # ERROR: There is no source, stage or sink named "scor". Did you mean "score"?
   }
   assert {
-    condition = metrics.score.retired > 0 # ERROR: There is no counter "retired"; the counters are "in", "out", "filtered", "retried", "dead_lettered", "late", "duplicates", "dropped". Did you mean "retried"?
+    condition = metrics.score.retired > 0 # ERROR: There is no counter "retired"; the counters are "in", "out", "filtered", "dropped", "absorbed", "dead_lettered", "in_flight", "written", "failed_attempts", "retries", "late", "duplicates". Did you mean "retries"?
   }
   assert {
     condition = length(dead_letters.tga) == 0 # ERROR: Did you mean "tag"?
