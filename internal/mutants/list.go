@@ -8,29 +8,29 @@ var mutations = []mutation{
 		name: "ack-abandoned", why: "a shutdown acks the messages it abandoned, which are then lost",
 		file: "runtime/worker.go",
 		find: `		if res.abandoned {
-			abandoned = true
+			c.abandoned = true
 			continue
 		}`,
 		replace: `		if res.abandoned {
-			abandoned = true
-			acks = append(acks, m.id)
+			c.abandoned = true
+			c.args.IDs = append(c.args.IDs, m.id)
 			continue
 		}`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "drain-ignores-lag", why: "a job ends while a stage still has entries to read",
-		file: "runtime/drain.go", find: `} else if group.Lag > 0 {`, replace: `} else if false && group.Lag > 0 {`,
+		file: "runtime/drain.go", find: `LastDeliveredID); err != nil || c > 0 {`, replace: `LastDeliveredID); err != nil || false && c > 0 {`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "drain-ignores-pending", why: "a job ends while a stage has entries in flight",
-		file: "runtime/drain.go", find: `if group == nil || group.Pending > 0 {`, replace: `if group == nil {`,
+		file: "runtime/drain.go", find: `if !ok || group.Pending > 0 || waiting[u.retryKey] {`, replace: `if !ok || waiting[u.retryKey] {`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "drain-ignores-retries", why: "a job ends while messages wait in a retry set",
-		file: "runtime/drain.go", find: `err != nil || waiting {`, replace: `err != nil || waiting && false {`,
+		file: "runtime/drain.go", find: `if !ok || group.Pending > 0 || waiting[u.retryKey] {`, replace: `if !ok || group.Pending > 0 || waiting[u.retryKey] && false {`,
 		packages: []string{"./runtime"},
 	},
 
@@ -56,13 +56,13 @@ var mutations = []mutation{
 		name: "retry-move-without-ack", why: "a message moved to the retry set stays pending too, and is processed twice",
 		file: "runtime/worker.go",
 		find: `		if m.retry != nil {
-			retryDone = append(retryDone, *m.retry)
+			*retryDone = append(*retryDone, *m.retry)
 		} else {
-			acks = append(acks, m.id)`,
+			c.args.IDs = append(c.args.IDs, m.id)`,
 		replace: `		if m.retry != nil {
-			retryDone = append(retryDone, *m.retry)
-		} else if res.retry == nil {
-			acks = append(acks, m.id)`,
+			*retryDone = append(*retryDone, *m.retry)
+		} else if len(res.retries) == 0 {
+			c.args.IDs = append(c.args.IDs, m.id)`,
 		packages: []string{"./runtime"},
 	},
 	{
@@ -226,12 +226,12 @@ var mutations = []mutation{
 	// State of stateful stages (the fence of its commit is unfenced-ack's).
 	{
 		name: "state-of-failed-attempt", why: "a failed attempt's state writes are kept, so a retried message counts twice",
-		file: "runtime/keyed_state.go", find: `	outs, err = attempt(stages.WithOutcomes(ctx, a.record))
+		file: "runtime/handlers.go", find: `	outs, err := h.stateful.Process(ctx, a, &m.msg, out)
 	if err != nil {
 `,
-		replace: `	outs, err = attempt(stages.WithOutcomes(ctx, a.record))
+		replace: `	outs, err := h.stateful.Process(ctx, a, &m.msg, out)
 	if err != nil {
-		a.join(false)
+		a.Join()
 `,
 		packages: []string{"./runtime"},
 	},
@@ -243,18 +243,54 @@ var mutations = []mutation{
 	},
 	{
 		name: "stateful-retries-in-redis", why: "a stateful stage's retries wait in the retry set while later messages go on: the message comes back late",
-		file: "runtime/nodes.go", find: `	n.retryInPlace = n.retryInPlace || n.stateful`, replace: `	n.retryInPlace = n.retryInPlace || false`,
+		file: "runtime/nodes.go", find: `	n.retryInPlace = n.retryInPlace || s.Watermark != nil`, replace: `	n.retryInPlace = n.retryInPlace || false`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "state-not-with-acks", why: "a batch's state is not written with its acks: state falls behind its inputs",
-		file: "runtime/worker.go", find: `		State: writes}`, replace: `		State: nil}`,
+		file: "runtime/worker.go", find: `	c.args.State = c.state.Writes()`, replace: `	c.args.State = nil`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "timers-never-fire", why: "a stateful stage's timers never fire: a dedupe stage remembers every key for ever",
-		file: "runtime/worker.go", find: `	if n.timers != nil && !abandoned {`, replace: `	if false {`,
+		file: "runtime/worker.go", find: `	if n.timers != nil && !c.abandoned {`, replace: `	if false {`,
 		packages: []string{"./runtime"},
+	},
+
+	// Watermarks (issue 22): a watermark that passes a time a writer may still write makes windows
+	// close early and events come late; the model-based test (runtime/model*_test.go) and the
+	// chained-window tests catch these.
+	{
+		name: "writers-minimum-skipped", why: "a partition's watermark is its most advanced writer's, not the least of them: a slow writer's events come late",
+		file: "runtime/state/watermark.go", find: `				low = min(low, m.At)`, replace: `				low = max(low, m.At)`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "rekeying-writers-seen-as-one", why: "a stage that re-keys into a topic is taken to write only its own partition: the watermark misses the other partitions' writers",
+		file: "runtime/worker_time.go", find: `		case w.SamePartition:
+			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
+		replace: `		case true:
+			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "writers-watermark-before-their-entries", why: "a reader takes its writers' watermark before it has processed what they wrote before it",
+		file: "runtime/state/watermark.go", find: `	if c, err := redis.CompareIDs(last, w.pendingUntil); err != nil || c < 0 {
+		return
+	}`, replace: `	if c, err := redis.CompareIDs(last, w.pendingUntil); err != nil || c < -1 {
+		return
+	}`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "window-closes-after-end-plus-grace", why: "a window whose end plus grace is the watermark is still open: an event for it after its result was written makes a second result",
+		file: "stages/stage_aggregate.go", find: `		if end+grace <= a.watermark {`, replace: `		if end+grace < a.watermark {`,
+		packages: []string{"./stages"},
+	},
+	{
+		name: "session-closes-after-end-plus-grace", why: "a session whose end plus grace is the watermark is joined: two overlapping results",
+		file: "stages/stage_aggregate.go", find: `			case o.End+grace <= a.watermark:`, replace: `			case o.End+grace < a.watermark:`,
+		packages: []string{"./stages"},
 	},
 
 	// flowrun test: a test tool that passes what it should fail hides every failure it tests for.
