@@ -152,3 +152,79 @@ func readFileIfAny(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestWindowsBeyondABatchsTimers: a batch fires at most 16 pages of a batch's size of timers, so
+// that a commit stays bounded; with batches of 2, the 240 windows that close at once (the job's
+// end, and mid-stream as time passes 4 windows a second for 60 users) need many turns. Every
+// window is emitted once, and none of them is late for the aggregate of their results: the
+// watermark passed on waits at the earliest window not yet emitted, and the input closes only after
+// the last.
+func TestWindowsBeyondABatchsTimers(t *testing.T) {
+	const n, users = 2400, 60
+	src := `
+pipeline "many" {}
+topic "clicks" {
+  partitions = 2
+  key        = msg.user
+}
+source "gen" {
+  kind   = "generate"
+  count  = ` + strconv.Itoa(n) + `
+  output = topic.clicks
+  template = {
+    user = "u${index % ` + strconv.Itoa(users) + `}"
+    ts   = 1700000000000 + index * 5
+  }
+}
+stage "per_user" {
+  kind         = "aggregate"
+  input        = topic.clicks
+  group_by     = msg.user
+  event_time   = msg.ts
+  idle_timeout = "0s"
+  window {
+    type = "tumbling"
+    size = "1s"
+  }
+  aggregate = { n = count() }
+}
+stage "per_second" {
+  kind         = "aggregate"
+  input        = stage.per_user
+  group_by     = "all"
+  event_time   = msg.window.start
+  idle_timeout = "0s"
+  window {
+    type = "tumbling"
+    size = "1s"
+  }
+  aggregate = { clicks = sum(msg.n), users = count() }
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.per_second
+}
+`
+	for _, b := range []backend{server, embeddedRedis} {
+		t.Run(b.name, func(t *testing.T) {
+			j := runJob(t, b.open(t), buildSource(t, src), runtime.Options{BatchSize: 2})
+			for _, name := range []string{"per_user", "per_second"} {
+				if s := j.node(t, name); s.Late != 0 || s.DeadLettered != 0 {
+					t.Errorf("%s: %d late, %d dead-lettered, want none", name, s.Late, s.DeadLettered)
+				}
+			}
+			if w := j.node(t, "per_user").Written; w != n*5/1000*users {
+				t.Errorf("per_user emitted %d results, want %d", w, n*5/1000*users)
+			}
+			seconds := jsonLines(t, j.stdout)
+			if len(seconds) != n*5/1000 {
+				t.Errorf("%d seconds' results, want %d", len(seconds), n*5/1000)
+			}
+			for _, s := range seconds {
+				if s["clicks"] != float64(200) || s["users"] != float64(users) {
+					t.Errorf("second %v: %v clicks by %v users, want 200 by %d", s["window"], s["clicks"], s["users"], users)
+				}
+			}
+		})
+	}
+}

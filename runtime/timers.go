@@ -20,25 +20,29 @@ import (
 // once (a window that opens the next), and those fire in the next round.
 const maxTimerRounds = 16
 
-// fireTimers calls the processor's OnTimer for every timer due at the batch's watermark wm (Unix
-// ms) and returns the outputs they made.
-func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *state.Batch, wm int64) ([]redis.Output, error) {
+// fireTimers calls the processor's OnTimer for the timers due at the batch's watermark wm (Unix
+// ms) and returns the outputs they made. A batch fires at most maxTimerRounds pages of a batch's
+// size, so that one commit stays bounded however many windows close at once; left is then the time
+// of the earliest timer still due (0: none), which the next turn fires (see endTime).
+func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *state.Batch, wm int64) (outs []redis.Output, left int64, err error) {
 	n := w.u.node
 	if wm <= 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
-	var outs []redis.Output
 	fired := map[string]bool{}
-	for round := 0; round < maxTimerRounds; round++ {
+	for round := 0; ; round++ {
 		due, err := st.DueTimers(ctx, wm, int64(w.r.opts.BatchSize), fired)
 		if err != nil || len(due) == 0 {
-			return outs, err
+			return outs, 0, err
+		}
+		if round == maxTimerRounds {
+			return outs, due[0].At, nil
 		}
 		for _, t := range due {
 			fired[t.Name] = true
 			a := st.Attempt(wm)
 			if err := a.CancelTimer(ctx, t.Name); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			results, err := th.OnTimer(ctx, a, t.Name, time.UnixMilli(t.At), nil)
 			switch {
@@ -49,7 +53,7 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 				drop.Join()
 				continue
 			case err != nil:
-				return nil, fmt.Errorf("timer %s: %w", t.Name, err)
+				return nil, 0, fmt.Errorf("timer %s: %w", t.Name, err)
 			}
 			a.Join()
 			for i := range results {
@@ -67,7 +71,6 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 			}
 		}
 	}
-	return outs, nil
 }
 
 // timerOrigin names an output of a timer for effectively-once delivery by the timer, its time and

@@ -39,6 +39,9 @@ type worker struct {
 	// uncertain holds the counts of commits whose reply was lost until the recovery tells whether
 	// they were applied (outcomes.go).
 	uncertain uncertainCommits
+	// timersDue: the last batch left timers due that it had no room to fire; the next turn, with
+	// or without messages, fires them (fireTimers).
+	timersDue bool
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -149,6 +152,9 @@ func (w *worker) run(ctx context.Context) error {
 // readArgs returns the arguments of the next read: args, waiting for new entries no longer than
 // until the next retry is due.
 func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
+	if w.timersDue {
+		args.Block = time.Millisecond // the next turn has timers to fire, with or without entries
+	}
 	if w.u.retryKey != "" {
 		if until := w.nextRetries.Sub(w.r.clock.Now()); until < args.Block {
 			args.Block = max(until, time.Millisecond)
@@ -376,8 +382,10 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	if w.time != nil && b.Len() > 0 && !c.abandoned {
 		w.time.Reached(maxID(b.IDs())) // the writers' minimum read before the batch may count now
 	}
+	var timersLeft int64
 	if n.timers != nil && !c.abandoned {
-		fired, err := w.fireTimers(hard, n.timers, c.state, w.timerWatermark())
+		var fired []redis.Output
+		fired, timersLeft, err = w.fireTimers(hard, n.timers, c.state, w.timerWatermark())
 		if err != nil {
 			// The batch's state may be half way through its timers: process the batch again.
 			return w.again(ctx, "firing the due timers failed; the batch will be processed again", err)
@@ -385,8 +393,9 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 		c.args.Outputs = append(c.args.Outputs, fired...)
 		c.counts.nodes[0].written += int64(len(fired)) // a timer's results are entries written, no message's outcome
 	}
+	w.timersDue = timersLeft > 0
 	if !c.abandoned {
-		if c.args.Marks, err = w.endTime(hard, c.state); err != nil {
+		if c.args.Marks, err = w.endTime(hard, c.state, timersLeft); err != nil {
 			return w.again(ctx, "reading the holds of the watermark failed; the batch will be processed again", err)
 		}
 	}

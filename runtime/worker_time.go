@@ -251,8 +251,10 @@ func (w *worker) carried(msgs []*message, own []int64) []int64 {
 
 // endTime ends the watermarks' part of a batch, once its timers have fired: a stateful stage's own
 // watermark is written with its state when it moved, and the marks of what the unit writes go with
-// the commit.
-func (w *worker) endTime(ctx context.Context, st *state.Batch) ([]redis.MarkWrite, error) {
+// the commit. timersLeft is the time of the earliest timer that is due but did not fire in this
+// batch (0: none): what it will write is not written yet, so the watermark of the unit's results
+// stays where that timer's result can be, and the unit does not close.
+func (w *worker) endTime(ctx context.Context, st *state.Batch, timersLeft int64) ([]redis.MarkWrite, error) {
 	wm := w.time
 	if wm == nil {
 		return nil, nil
@@ -261,6 +263,9 @@ func (w *worker) endTime(ctx context.Context, st *state.Batch) ([]redis.MarkWrit
 	if st != nil && wm.Own() > wm.Committed() {
 		st.SetWatermark(wm.Own())
 	}
+	if timersLeft > 0 {
+		wm.KeepOpen()
+	}
 	var holdErr error
 	marks := wm.Marks(func() int64 {
 		own := wm.Own()
@@ -268,6 +273,9 @@ func (w *worker) endTime(ctx context.Context, st *state.Batch) ([]redis.MarkWrit
 			return own
 		}
 		at := n.outputWatermark.OutputWatermark(time.UnixMilli(own)).UnixMilli()
+		if timersLeft > 0 {
+			at = min(at, n.outputWatermark.OutputWatermark(time.UnixMilli(timersLeft)).UnixMilli())
+		}
 		if st != nil {
 			held, found, err := st.MinHold(ctx)
 			if err != nil {
@@ -314,7 +322,7 @@ func (w *worker) idleTurn(ctx context.Context) error {
 		n.log.Debug("cannot tell whether the watermarks move", "err", err)
 		return nil
 	}
-	if !changed {
+	if !changed && !w.timersDue {
 		return nil
 	}
 	return w.processBegun(ctx, redis.Batch{}, nil, nil)

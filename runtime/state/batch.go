@@ -145,10 +145,15 @@ func LoadWatermark(ctx context.Context, store Store, hash string) (int64, error)
 	return wm, nil
 }
 
-// DueTimers returns the timers due at wm, as the batch sees them: those committed, less those the
-// batch cancelled, moved later or fired already, with those it set; earliest first.
+// DueTimers returns up to count of the timers due at wm, as the batch sees them: those committed,
+// less those the batch cancelled, moved later or fired already, with those it set; earliest first.
 func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string]bool) ([]redis.DueTimer, error) {
-	committed, err := b.store.DueTimers(ctx, b.keys.Timers, wm, count)
+	// The committed timers that the batch has changed or fired are still in Redis, and may be the
+	// earliest: the first count that it has not are among the first count + changed + fired.
+	b.mu.Lock()
+	changed := int64(len(b.timerAt) + len(b.cancel) + len(fired))
+	b.mu.Unlock()
+	committed, err := b.store.DueTimers(ctx, b.keys.Timers, wm, count+changed)
 	if err != nil {
 		if !redis.Unrecoverable(err) {
 			err = stages.Transient(err)
@@ -174,6 +179,9 @@ func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string
 		}
 		return due[i].Name < due[j].Name
 	})
+	if int64(len(due)) > count {
+		due = due[:count]
+	}
 	return due, nil
 }
 

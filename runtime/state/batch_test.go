@@ -2,7 +2,10 @@ package state
 
 import (
 	"context"
+	"strings"
 	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/internal/embedded"
 	"github.com/flowrun/flowrun/stages"
@@ -81,5 +84,45 @@ func TestStateRefusesTheRuntimesFields(t *testing.T) {
 		if err := a.Put(ctx, key, []byte("0")); err != nil || string(a.set[key]) != "0" {
 			t.Errorf("Put of a key of the kind's own, %q: %v, %v", key, err, a.set)
 		}
+	}
+}
+
+// TestDueTimersPageOnPastFired: the timers a batch has fired stay in Redis until it commits, and
+// are the earliest due; the next page is the next timers, not an empty page that would leave the
+// rest unfired.
+func TestDueTimersPageOnPastFired(t *testing.T) {
+	_, c := open(t)
+	ctx := context.Background()
+	for i, name := range []string{"a", "b", "c", "d", "e"} {
+		if err := c.Universal().ZAdd(ctx, "timers", goredis.Z{Score: float64(10 + i), Member: name}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := NewBatch(c, Keys{Hash: "state", Timers: "timers"}, 0)
+	fired := map[string]bool{}
+	var order []string
+	for page := 0; page < 10; page++ {
+		due, err := b.DueTimers(ctx, 100, 2, fired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(due) == 0 {
+			break
+		}
+		if len(due) > 2 {
+			t.Fatalf("page %d has %d timers, want at most 2", page, len(due))
+		}
+		for _, d := range due {
+			fired[d.Name] = true
+			order = append(order, d.Name)
+			a := b.Attempt(100)
+			if err := a.CancelTimer(ctx, d.Name); err != nil {
+				t.Fatal(err)
+			}
+			a.Join()
+		}
+	}
+	if got := strings.Join(order, ""); got != "abcde" {
+		t.Errorf("fired %q, want every timer once, earliest first: abcde", got)
 	}
 }

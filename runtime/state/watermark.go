@@ -444,5 +444,9 @@ func (w *Watermarks) Commit() {
 // lease: another process may have written them since).
 func (w *Watermarks) Republish() { clear(w.published) }
 
+// KeepOpen keeps the unit's input from closing with the batch in progress: it has timers left to
+// fire, which a later turn closes after.
+func (w *Watermarks) KeepOpen() { w.nextClosed = w.closed }
+
 // Closing reports whether the batch in progress closes the unit's input (a job's end).
 func (w *Watermarks) Closing() bool { return w.nextClosed && !w.closed }
