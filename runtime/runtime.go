@@ -26,6 +26,9 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
+// MaxBatchSize is the most entries one read may take, and the default.
+const MaxBatchSize = redis.DefaultReadCount
+
 // Options configure Run. The zero value of every field but Redis is a sane default.
 type Options struct {
 	// Redis is the connection to run on; the caller opens and closes it.
@@ -45,7 +48,8 @@ type Options struct {
 	// DrainTimeout bounds shutdown: batches still in flight after it are abandoned unacknowledged, for
 	// another process (or the next start) to redo. Default 10s.
 	DrainTimeout time.Duration
-	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default and most 1000.
+	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default and most
+	// MaxBatchSize.
 	BatchSize int
 	// Block is how long a read waits for new entries. Default 500ms. A stop ends idle reads at once
 	// where the client can (redis.Client.UnblockReads: a single server, a user allowed CLIENT
