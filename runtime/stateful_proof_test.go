@@ -400,6 +400,7 @@ func jobSummary(t *testing.T, log string) map[string]runtime.NodeSummary {
 				In           int64  `json:"in"`
 				Out          int64  `json:"out"`
 				DeadLettered int64  `json:"dead_lettered"`
+				Late         int64  `json:"late"`
 			} `json:"nodes"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "job summary" {
@@ -407,7 +408,7 @@ func jobSummary(t *testing.T, log string) map[string]runtime.NodeSummary {
 		}
 		nodes := map[string]runtime.NodeSummary{}
 		for _, n := range rec.Nodes {
-			nodes[n.Node] = runtime.NodeSummary{Name: n.Node, In: n.In, Out: n.Out, DeadLettered: n.DeadLettered}
+			nodes[n.Node] = runtime.NodeSummary{Name: n.Node, In: n.In, Out: n.Out, DeadLettered: n.DeadLettered, Late: n.Late}
 		}
 		return nodes
 	}

@@ -258,7 +258,7 @@ var mutations = []mutation{
 	},
 
 	// Watermarks (issue 22): a watermark that passes a time a writer may still write makes windows
-	// close early and events come late; the model-based test (runtime/model*_test.go) and the
+	// close early and events come late; the generated pipelines (runtime/generated_test.go) and the
 	// chained-window tests catch these.
 	{
 		name: "writers-minimum-skipped", why: "a partition's watermark is its most advanced writer's, not the least of them: a slow writer's events come late",

@@ -1,0 +1,331 @@
+package modeltest
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// The reference model: each stage computed over everything it reads at once, as a function of the
+// multiset of its input. Nothing here depends on order, except where the documented semantics
+// make order irrelevant for the drawn data (a dedupe keeps the first of copies that are equal; first
+// and last pick by event time, which differs between events that differ).
+
+// item is a message on its way through the model: its payload and, for an aggregate's result, the
+// event time it carries (its window's start).
+type item struct {
+	msg Message
+	at  int64
+}
+
+// Expected computes what each sink receives, by sink name.
+func (d *Draw) Expected() map[string][]Message {
+	m := &model{d: d, outputs: map[*Stage]map[*Topic][]item{}, topics: map[*Topic][]item{}}
+	out := map[string][]Message{}
+	for _, s := range d.Pipeline.Sinks {
+		for _, it := range m.read(s.Input) {
+			out[s.Name] = append(out[s.Name], it.msg)
+		}
+		if out[s.Name] == nil {
+			out[s.Name] = []Message{}
+		}
+	}
+	return out
+}
+
+type model struct {
+	d       *Draw
+	outputs map[*Stage]map[*Topic][]item // by output topic; nil: the stage's own output
+	topics  map[*Topic][]item
+}
+
+// read is what a stage or sink reading r gets.
+func (m *model) read(r Ref) []item {
+	if r.Stage != nil {
+		return m.stage(r.Stage)[nil]
+	}
+	if items, ok := m.topics[r.Topic]; ok {
+		return items
+	}
+	items := []item{}
+	for _, s := range m.d.Pipeline.Sources {
+		if s.Output == r.Topic {
+			for _, msg := range m.d.Inputs[s.Input] {
+				items = append(items, item{msg: msg})
+			}
+		}
+	}
+	for _, s := range m.d.Pipeline.Stages {
+		if slices.Contains(append(writtenBy(s), s.Duplicates, s.LateTopic), r.Topic) {
+			items = append(items, m.stage(s)[r.Topic]...)
+		}
+	}
+	m.topics[r.Topic] = items
+	return items
+}
+
+// stage computes what a stage writes, by topic (its own output under nil).
+func (m *model) stage(s *Stage) map[*Topic][]item {
+	if out, ok := m.outputs[s]; ok {
+		return out
+	}
+	out := map[*Topic][]item{}
+	in := m.read(s.Input)
+	switch s.Kind {
+	case "filter":
+		for _, it := range in {
+			if s.Where.Eval(it.msg).(bool) {
+				out[s.Output] = append(out[s.Output], it)
+			}
+		}
+	case "map":
+		for _, it := range in {
+			changed := Message{}
+			for k, v := range it.msg {
+				changed[k] = v
+			}
+			for _, f := range s.Set {
+				changed[f.Name] = f.Expr.Eval(it.msg)
+			}
+			for _, f := range s.Drop {
+				delete(changed, f)
+			}
+			out[s.Output] = append(out[s.Output], item{changed, it.at})
+		}
+	case "route":
+		for _, it := range in {
+			to, matched := s.Default, false
+			for _, c := range s.Cases {
+				if c.When.Eval(it.msg).(bool) {
+					to, matched = c.Output, true
+					break
+				}
+			}
+			if matched || to != nil {
+				out[to] = append(out[to], it)
+			}
+		}
+	case "dedupe":
+		seen := map[any]bool{}
+		for _, it := range in {
+			k := s.Key.Eval(it.msg)
+			if !seen[k] {
+				seen[k] = true
+				out[s.Output] = append(out[s.Output], it)
+			} else if s.Duplicates != nil {
+				out[s.Duplicates] = append(out[s.Duplicates], it)
+			}
+		}
+	case "aggregate":
+		out[s.Output] = aggregate(s, in)
+	default:
+		panic("modeltest: no model of kind " + s.Kind)
+	}
+	m.outputs[s] = out
+	return out
+}
+
+// window is one window's messages in the model.
+type window struct {
+	group      string
+	start, end int64
+	items      []item
+	times      []int64 // the event time of each item
+}
+
+// aggregate computes an aggregate's results: every window of every group, none late.
+func aggregate(s *Stage, in []item) []item {
+	windows := map[string]map[int64]*window{} // group -> start -> window
+	put := func(group string, start, end int64, it item, at int64) {
+		if windows[group] == nil {
+			windows[group] = map[int64]*window{}
+		}
+		w := windows[group][start]
+		if w == nil {
+			w = &window{group: group, start: start, end: end}
+			windows[group][start] = w
+		}
+		w.items, w.times = append(w.items, it), append(w.times, at)
+	}
+	type timed struct {
+		it    item
+		at    int64
+		group string
+	}
+	var all []timed
+	for _, it := range in {
+		at := it.at
+		if s.EventTime != nil {
+			at = s.EventTime.Eval(it.msg).(int64)
+		}
+		all = append(all, timed{it, at, fmt.Sprint(s.GroupBy.Eval(it.msg))})
+	}
+	switch s.Window.Type {
+	case "tumbling":
+		size := s.Window.Size.Milliseconds()
+		for _, t := range all {
+			start := floorDiv(t.at, size) * size
+			put(t.group, start, start+size, t.it, t.at)
+		}
+	case "hopping":
+		size, advance := s.Window.Size.Milliseconds(), s.Window.Advance.Milliseconds()
+		for _, t := range all {
+			for start := floorDiv(t.at, advance) * advance; start > t.at-size; start -= advance {
+				put(t.group, start, start+size, t.it, t.at)
+			}
+		}
+	case "session":
+		// A group's events by time: each less than gap after the last one before it joins its
+		// session, which ends gap after its last event.
+		gap := s.Window.Gap.Milliseconds()
+		slices.SortStableFunc(all, func(a, b timed) int { return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.at, b.at)) })
+		var start, last int64
+		for i, t := range all {
+			if i == 0 || t.group != all[i-1].group || t.at-last >= gap {
+				start = t.at
+			}
+			last = t.at
+			put(t.group, start, 0, t.it, t.at)
+			windows[t.group][start].end = last + gap
+		}
+	}
+	var results []item
+	for _, byStart := range windows {
+		for _, w := range byStart {
+			results = append(results, item{msg: decoded(result(s, w)), at: w.start})
+		}
+	}
+	return results
+}
+
+// result is a window's result payload: its aggregate fields, key and window.
+func result(s *Stage, w *window) Message {
+	r := Message{"key": w.group, "window": map[string]any{"start": formatTime(w.start), "end": formatTime(w.end)}}
+	for _, a := range s.Aggregates {
+		var values []any
+		var times []int64
+		for i, it := range w.items {
+			if a.Arg == nil {
+				values = append(values, true)
+			} else if v := a.Arg.Eval(it.msg); v != nil {
+				values = append(values, v)
+			} else {
+				continue
+			}
+			times = append(times, w.times[i])
+		}
+		r[a.Name] = compute(a, values, times)
+	}
+	return r
+}
+
+// compute is one aggregate function over a window's values, as docs/reference.md describes them.
+func compute(a Aggregate, values []any, times []int64) any {
+	switch a.Func {
+	case "count":
+		return len(values)
+	case "sum", "avg":
+		var sum float64
+		for _, v := range values {
+			sum += v.(float64)
+		}
+		if a.Func == "avg" {
+			if len(values) == 0 {
+				return nil
+			}
+			return wholeIfWhole(sum / float64(len(values)))
+		}
+		return wholeIfWhole(sum)
+	case "min", "max":
+		var best any
+		for _, v := range values {
+			if best == nil || a.Func == "min" && v.(float64) < best.(float64) || a.Func == "max" && v.(float64) > best.(float64) {
+				best = v
+			}
+		}
+		return best
+	case "count_distinct":
+		distinct := map[string]bool{}
+		for _, v := range values {
+			distinct[Canonical(v)] = true
+		}
+		return len(distinct)
+	case "first", "last":
+		var pick any
+		var at int64
+		for i, v := range values {
+			if pick == nil || a.Func == "first" && times[i] < at || a.Func == "last" && times[i] > at {
+				pick, at = v, times[i]
+			}
+		}
+		return pick
+	case "top_k":
+		counts := map[string]int{}
+		for _, v := range values {
+			counts[Canonical(v)]++
+		}
+		keys := make([]string, 0, len(counts))
+		for k := range counts {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(x, y string) int { return cmp.Or(-cmp.Compare(counts[x], counts[y]), cmp.Compare(x, y)) })
+		top := []any{}
+		for _, k := range keys[:min(a.K, len(keys))] {
+			var v any
+			if err := json.Unmarshal([]byte(k), &v); err != nil {
+				panic(err)
+			}
+			top = append(top, v)
+		}
+		return top
+	}
+	panic("modeltest: no model of " + a.Func)
+}
+
+func wholeIfWhole(f float64) any {
+	if f == math.Trunc(f) {
+		return int64(f)
+	}
+	return f
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// decoded is a payload as a reader decodes it: numbers are float64.
+func decoded(m Message) Message {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	var out Message
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// Canonical is a value as JSON with sorted keys and numbers as JSON writes float64s, so that equal
+// payloads compare equal however they were made.
+func Canonical(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	var x any
+	if err := json.Unmarshal(b, &x); err != nil {
+		panic(err)
+	}
+	b, err = json.Marshal(x)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

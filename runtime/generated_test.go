@@ -1,0 +1,285 @@
+package runtime_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/internal/modeltest"
+	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+var (
+	drawsFlag = flag.Int("draws", 32, "TestGeneratedPipelines: how many pipelines to draw")
+	seedFlag  = flag.Uint64("seed", 0, "TestGeneratedPipelines: run only the draw of this seed (as a failure prints it)")
+	keepFlag  = flag.String("keep", "", "TestGeneratedPipelines: keep each draw's files (pipeline, inputs, the model's outputs) under this directory, to run by hand")
+	soakFlag  = flag.Bool("soak", false, "TestGeneratedPipelines: run every draw as flowrun processes too, with its kills, on a server and a cluster")
+)
+
+// TestGeneratedPipelines is the proof by drawing (internal/modeltest): random pipelines of
+// filters, maps, routes, dedupes and aggregates, over declared and inserted topics of random
+// partitions and keys, with tumbling, hopping and session windows and aggregates of aggregates,
+// run on random data whose disorder stays within every grace, with a random batch size, fused or
+// not, at-least-once or effectively-once. What every sink receives must equal what the reference
+// model computes, with nothing late and nothing dead-lettered.
+//
+// Each draw runs as a job in this process on the embedded Redis and on a real redis-server. The
+// draws that name kills also run as flowrun processes on the server: one or two processes share
+// the partitions, a process is killed with SIGKILL at each of the draw's points of the input, and
+// a last one runs the job to its end. Under at-least-once a kill may deliver a message twice, so
+// there the check is that nothing is lost. With -soak every draw runs so, on the cluster too.
+//
+// The draws differ from run to run (make test runs 32, 4 with kills; make soak 500 with -soak). A
+// failure prints its seed and pipeline, and
+//
+//	go test ./runtime -run TestGeneratedPipelines -seed N [-soak] [-keep DIR]
+//
+// replays it; -keep leaves the pipeline, its inputs and the model's outputs in DIR, to run with
+// flowrun run by hand (its sinks write Redis streams named in the pipeline).
+func TestGeneratedPipelines(t *testing.T) {
+	seeds := []uint64{*seedFlag}
+	if *seedFlag == 0 {
+		base := rand.Uint64() >> 16
+		t.Logf("%d draws from seed %d", *drawsFlag, base)
+		seeds = seeds[:0]
+		for i := 0; i < *drawsFlag; i++ {
+			seeds = append(seeds, base+uint64(i))
+		}
+	}
+	kills := 0
+	var drawn drawTally
+	t.Cleanup(func() { t.Logf("draws: %s", drawn.String()) })
+	for _, seed := range seeds {
+		d := modeltest.New(seed)
+		drawn.add(d)
+		withKills := len(d.KillAt) > 0 && (*soakFlag || *seedFlag != 0 || kills < 4)
+		if withKills {
+			kills++
+			drawn.count("process runs with kills", 1+boolInt(*soakFlag))
+			drawn.count("SIGKILLs", len(d.KillAt)*(1+boolInt(*soakFlag)))
+		}
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Parallel() // most of a draw's time is spent waiting on Redis and on processes
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("replay with: go test ./runtime -run 'TestGeneratedPipelines' -seed %d", seed)
+				}
+			})
+			// On the embedded Redis, which cannot wake blocked reads, reads wait as flowrun run's do there.
+			t.Run("embedded", func(t *testing.T) { runDrawInProcess(t, embeddedRedis.open(t), d, 20*time.Millisecond) })
+			t.Run("server", func(t *testing.T) { runDrawInProcess(t, server.open(t), d, 0) })
+			// Kills cost process starts: make test runs the first few draws that have them.
+			if !withKills {
+				return
+			}
+			for _, b := range processBackends {
+				if b.name == "cluster" && !*soakFlag {
+					continue
+				}
+				t.Run(b.name+"/processes", func(t *testing.T) { runDrawAsProcesses(t, b.urls(t), d) })
+			}
+		})
+	}
+}
+
+// drawFiles writes a draw's inputs and pipeline to a directory of the test's and returns the
+// pipeline file's path and what it names.
+func drawFiles(t *testing.T, d *modeltest.Draw) (string, modeltest.Files) {
+	t.Helper()
+	dir := t.TempDir()
+	if *keepFlag != "" {
+		dir = filepath.Join(*keepFlag, strings.ReplaceAll(t.Name(), "/", "-"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for sink, want := range d.Expected() {
+			var lines strings.Builder
+			for _, m := range want {
+				lines.WriteString(modeltest.Canonical(m) + "\n")
+			}
+			writeFile(t, filepath.Join(dir, "want-"+sink+".jsonl"), lines.String())
+		}
+	}
+	prefix := fmt.Sprintf("drawn%d-%d", prefixes.Add(1), d.Seed)
+	files := modeltest.Files{KeyPrefix: prefix, Stream: func(sink string) string { return prefix + ":" + sink }}
+	for i := range d.Inputs {
+		path := filepath.Join(dir, "input"+strconv.Itoa(i)+".jsonl")
+		writeFile(t, path, d.Input(i))
+		files.Inputs = append(files.Inputs, path)
+	}
+	path := filepath.Join(dir, "drawn.hcl")
+	src := d.HCL(files)
+	writeFile(t, path, src)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the drawn pipeline (%s):\n%s", path, src)
+		}
+	})
+	return path, files
+}
+
+// runDrawInProcess runs a draw as a job in this process and compares its sinks with the model.
+func runDrawInProcess(t *testing.T, c *redis.Client, d *modeltest.Draw, block time.Duration) {
+	path, files := drawFiles(t, d)
+	plan, _, diags := flow.Build(path, flow.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	j := runJob(t, c, plan, runtime.Options{BatchSize: d.BatchSize, NoFusion: d.NoFusion, Block: block})
+	for _, n := range j.summary.Nodes {
+		if n.Late != 0 || n.DeadLettered != 0 {
+			t.Errorf("%s: %d late, %d dead-lettered, want none", n.Name, n.Late, n.DeadLettered)
+		}
+	}
+	checkDraw(t, c, d, files, false)
+	if t.Failed() {
+		for _, n := range j.summary.Nodes {
+			t.Logf("%-14s in %5d out %5d filtered %4d dropped %4d absorbed %5d dead-lettered %d late %d duplicates %d",
+				n.Name, n.In, n.Out, n.Filtered, n.Dropped, n.Absorbed, n.DeadLettered, n.Late, n.Duplicates)
+		}
+	}
+}
+
+// runDrawAsProcesses runs a draw in flowrun processes, killing one at each of the draw's points,
+// then runs it to its end as a job, and compares its sinks with the model.
+func runDrawAsProcesses(t *testing.T, urls []string, d *modeltest.Draw) {
+	c := openURLs(t, urls...)
+	path, files := drawFiles(t, d)
+	args := append([]string{"run", path, "--lease-ttl", "500ms", "--batch-size", strconv.Itoa(d.BatchSize)}, redisArgs(urls)...)
+	if d.NoFusion {
+		args = append(args, "--no-fusion")
+	}
+	bin := flowrunBinary(t)
+	in := d.Pipeline.Sources[0].Output
+	inputs := redis.Keys{Prefix: files.KeyPrefix}.Streams(in.Name, in.Partitions)
+	written := func() int {
+		n := 0
+		for _, s := range inputs {
+			l, err := c.Universal().XLen(context.Background(), s).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(l)
+		}
+		return n
+	}
+	running := []*process{startBinary(t, bin, args...)}
+	if d.Second {
+		running = append(running, startBinary(t, bin, args...))
+	}
+	var logs []string
+	for i, at := range d.KillAt {
+		goal := int(at * float64(d.Lines()))
+		waitFor(t, fmt.Sprintf("the sources to write %d of %d lines", goal, d.Lines()), func() bool { return written() >= goal })
+		victim := running[i%len(running)]
+		victim.kill(t)
+		logs = append(logs, victim.log.String())
+		running[i%len(running)] = startBinary(t, bin, args...)
+	}
+	for _, p := range running {
+		p.kill(t)
+		logs = append(logs, p.log.String())
+	}
+	last := startBinary(t, bin, append(args, "--until-drained", "--log-format", "json")...)
+	if err := waitProcess(t, last); err != nil {
+		t.Fatalf("the last process, run as a job to its end: %v\n%s", err, last.log.String())
+	}
+	for _, n := range jobSummary(t, last.log.String()) {
+		if n.Late != 0 {
+			t.Errorf("%s: %d late, want none", n.Name, n.Late)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the processes' logs:\n%s", strings.Join(append(logs, last.log.String()), "\n----\n"))
+	}
+	checkDraw(t, c, d, files, d.Pipeline.Delivery == "at_least_once")
+}
+
+// checkDraw compares what each sink of a draw wrote with the model. mayRepeat: at-least-once
+// through kills, where a message may arrive twice (and count twice): only what is lost counts.
+func checkDraw(t *testing.T, c *redis.Client, d *modeltest.Draw, files modeltest.Files, mayRepeat bool) {
+	t.Helper()
+	for sink, want := range d.Expected() {
+		var got []modeltest.Message
+		for _, m := range streamPayloads(t, c, files.Stream(sink)) {
+			got = append(got, modeltest.Message(m))
+		}
+		diff := modeltest.Diff(got, want, 12)
+		if mayRepeat {
+			diff = modeltest.DiffLost(got, want, 12)
+		}
+		if len(diff) > 0 {
+			t.Errorf("sink %s received %d messages, the model %d:\n%s", sink, len(got), len(want), strings.Join(diff, "\n"))
+		}
+	}
+}
+
+// drawTally counts what the draws covered, for the log (make soak's figures in BENCHMARKS.md).
+type drawTally struct {
+	mu     sync.Mutex
+	counts map[string]int
+	order  []string
+}
+
+func (t *drawTally) count(what string, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts = map[string]int{}
+	}
+	if _, ok := t.counts[what]; !ok {
+		t.order = append(t.order, what)
+	}
+	t.counts[what] += n
+}
+
+// add counts a draw's shape.
+func (t *drawTally) add(d *modeltest.Draw) {
+	t.count("pipelines", 1)
+	t.count("messages", d.Lines())
+	for _, s := range d.Pipeline.Stages {
+		what := s.Kind
+		if s.Kind == "aggregate" {
+			what = s.Window.Type + " " + what
+			if s.EventTime == nil || strings.HasPrefix(s.EventTime.HCL, "msg.window") {
+				what += " of results"
+			}
+		}
+		t.count(what, 1)
+	}
+	t.count("declared topics", len(d.Pipeline.Topics))
+	t.count(d.Pipeline.Delivery, 1)
+	if d.NoFusion {
+		t.count("unfused", 1)
+	}
+	if len(d.Inputs) > 1 {
+		t.count("two sources", 1)
+	}
+}
+
+func (t *drawTally) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	parts := make([]string, len(t.order))
+	for i, what := range t.order {
+		parts[i] = fmt.Sprintf("%d %s", t.counts[what], what)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
