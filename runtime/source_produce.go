@@ -170,6 +170,38 @@ func (e *emitter) Reject(ctx context.Context, reason error, m stages.Message, at
 	return e.w.add(ctx, sourceItem{out: out, rejected: true, position: at.Position})
 }
 
+// Record records the source's checkpoint before it emits anything, fenced by its lease, waiting
+// while Redis is unreachable.
+func (e *emitter) Record(ctx context.Context, position string) error {
+	key := e.src.positionKey
+	if key == "" {
+		return nil
+	}
+	var b backoff
+	for {
+		args := redis.CommitArgs{Checkpoint: &redis.Checkpoint{Key: key, Value: position}}
+		if e.src.leaseKey != "" {
+			lease, ok := e.w.own.sourceLease(e.src.leaseKey)
+			if !ok {
+				return errSourceLeaseLost
+			}
+			args.Lease = &lease
+		}
+		_, err := e.r.rdb.Commit(ctx, args)
+		switch {
+		case err == nil:
+			e.r.outage.ok()
+			return nil
+		case errors.Is(err, redis.ErrLeaseLost):
+			return errSourceLeaseLost
+		case redis.Unrecoverable(err) || ctx.Err() != nil:
+			return err
+		}
+		e.r.outage.failed("source "+e.src.node.name+" recording its position", err)
+		b.wait(ctx, e.r)
+	}
+}
+
 // Resume reads the source's checkpoint, waiting while Redis is unreachable.
 func (e *emitter) Resume(ctx context.Context) (string, bool, error) {
 	key := e.src.positionKey

@@ -63,6 +63,12 @@ type Emitter interface {
 	// Resume returns the position the source recorded with the last message written (Origin's
 	// Position), and false when it has none. Only sources whose traits say Resumes record one.
 	Resume(ctx context.Context) (position string, found bool, err error)
+	// Record records a position before any message is emitted: a resuming source that starts
+	// afresh records where it starts, with the IDs its messages will have (a new run's), so that a
+	// process that dies after writing its first messages and before their position was recorded
+	// (a cluster writes them first) is followed by one that makes the same IDs, which
+	// effectively-once delivery then writes once.
+	Record(ctx context.Context, position string) error
 }
 
 // Origin is where an emitted message comes from.

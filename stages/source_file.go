@@ -105,6 +105,12 @@ func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
 		b, _ := json.Marshal(pos) // strings and numbers only
 		return string(b)
 	}
+	if pos.Offset == 0 && pos.Line == 0 {
+		// A fresh start: its epoch, which its messages' IDs carry, is recorded before them.
+		if err := out.Record(ctx, lr.position(0, 0)); err != nil {
+			return err
+		}
+	}
 	return readJSONLines(ctx, in, lr, out)
 }
 
