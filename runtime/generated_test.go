@@ -199,10 +199,10 @@ func runDrawAsProcesses(t *testing.T, urls []string, d *modeltest.Draw) {
 			t.Errorf("%s: %d late, want none", n.Name, n.Late)
 		}
 	}
+	checkDraw(t, c, d, files, d.Pipeline.Delivery == "at_least_once")
 	if t.Failed() {
 		t.Logf("the processes' logs:\n%s", strings.Join(append(logs, last.log.String()), "\n----\n"))
 	}
-	checkDraw(t, c, d, files, d.Pipeline.Delivery == "at_least_once")
 }
 
 // checkDraw compares what each sink of a draw wrote with the model. mayRepeat: at-least-once
@@ -222,6 +222,47 @@ func checkDraw(t *testing.T, c *redis.Client, d *modeltest.Draw, files modeltest
 			t.Errorf("sink %s received %d messages, the model %d:\n%s", sink, len(got), len(want), strings.Join(diff, "\n"))
 		}
 	}
+	if t.Failed() {
+		logFlows(t, c, d, files)
+	}
+}
+
+// logFlows logs how many entries each topic of a draw's run holds beside what the model sends
+// through it, to tell where the run first went another way.
+func logFlows(t *testing.T, c *redis.Client, d *modeltest.Draw, files modeltest.Files) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flows.hcl")
+	writeFile(t, path, d.HCL(files))
+	plan, _, diags := flow.Build(path, flow.Options{})
+	if diags.HasErrors() {
+		return
+	}
+	flows := d.Flows()
+	keys := redis.Keys{Prefix: files.KeyPrefix}
+	var lines []string
+	for _, topic := range plan.Topics {
+		n := int64(0)
+		for _, s := range keys.Streams(topic.Name, topic.Partitions) {
+			l, err := c.Universal().XLen(context.Background(), s).Result()
+			if err != nil {
+				return
+			}
+			n += l
+		}
+		want, known := flows[topic.Name]
+		switch {
+		case topic.Repartition != nil:
+			want, known = flows[strings.TrimSuffix(topic.Name, ".by_key")+"<"]
+		case topic.Implicit:
+			want, known = flows[topic.Stage+">"]
+		}
+		line := fmt.Sprintf("topic %s (%d partitions): %d entries", topic.Name, topic.Partitions, n)
+		if known {
+			line += fmt.Sprintf(", the model sends %d", want)
+		}
+		lines = append(lines, line)
+	}
+	t.Logf("the flows:\n%s", strings.Join(lines, "\n"))
 }
 
 // drawTally counts what the draws covered, for the log (make soak's figures in BENCHMARKS.md).

@@ -35,6 +35,22 @@ func (d *Draw) Expected() map[string][]Message {
 	return out
 }
 
+// Flows counts what the model sends through the pipeline: the messages of each declared topic, by
+// name, and of each stage's input and own output, by stage name (input under "NAME<", output under
+// "NAME>"), for telling where a run first differs.
+func (d *Draw) Flows() map[string]int {
+	m := &model{d: d, outputs: map[*Stage]map[*Topic][]item{}, topics: map[*Topic][]item{}}
+	out := map[string]int{}
+	for _, t := range d.Pipeline.Topics {
+		out[t.Name] = len(m.read(Ref{Topic: t}))
+	}
+	for _, s := range d.Pipeline.Stages {
+		out[s.Name+"<"] = len(m.read(s.Input))
+		out[s.Name+">"] = len(m.stage(s)[nil])
+	}
+	return out
+}
+
 type model struct {
 	d       *Draw
 	outputs map[*Stage]map[*Topic][]item // by output topic; nil: the stage's own output

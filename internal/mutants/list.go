@@ -266,6 +266,32 @@ var mutations = []mutation{
 		packages: []string{"./runtime"},
 	},
 	{
+		name: "writers-minimum-skipped-declared", why: "a declared topic's partition takes one of its writers' watermarks (a source's, a re-keying stage's unit's) for the least of them",
+		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
+		replace: "\t}\n\tif !t.Implicit {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "writers-minimum-skipped-inserted", why: "an inserted repartition topic's partition takes one unit's watermark for the least of the repartition stage's units'",
+		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
+		replace: "\t}\n\tif t.Repartition != nil {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "results-mark-passes-unfired-timers", why: "an aggregate passes its watermark on past windows whose timers it had no room to fire: their results come late to the next aggregate",
+		file: "runtime/worker_time.go", find: `		if timersLeft > 0 {
+			at = min(`, replace: `		if false {
+			at = min(`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "closes-with-timers-unfired", why: "a job's aggregate closes with windows whose timers it had no room to fire: their results are never written",
+		file: "runtime/worker_time.go", find: `	if timersLeft > 0 {
+		wm.KeepOpen()`, replace: `	if false {
+		wm.KeepOpen()`,
+		packages: []string{"./runtime"},
+	},
+	{
 		name: "rekeying-writers-seen-as-one", why: "a stage that re-keys into a topic is taken to write only its own partition: the watermark misses the other partitions' writers",
 		file: "runtime/worker_time.go", find: `		case w.SamePartition:
 			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
