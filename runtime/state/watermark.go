@@ -327,7 +327,7 @@ func (w *Watermarks) readWriters(ctx context.Context, store Store) ([]int64, boo
 	}
 	closed := true
 	for d, dom := range w.spec.Domains {
-		var low int64 = math.MaxInt64
+		var low, closedLow int64 = math.MaxInt64, math.MaxInt64
 		missing, values := false, false
 		for _, writer := range w.spec.Writers {
 			raw, ok := fields[redis.MarkField(writer, dom.Name)]
@@ -342,6 +342,9 @@ func (w *Watermarks) readWriters(ctx context.Context, store Store) ([]int64, boo
 			}
 			switch {
 			case m.Closed:
+				if m.At > 0 {
+					closedLow = min(closedLow, m.At)
+				}
 			case m.At > 0:
 				values, closed = true, false
 				low = min(low, m.At)
@@ -352,8 +355,13 @@ func (w *Watermarks) readWriters(ctx context.Context, store Store) ([]int64, boo
 			}
 		}
 		w.lastAllIdle[d] = !missing && !values
-		if !missing && values {
+		switch {
+		case !missing && values:
 			least[d] = low
+		case closed && closedLow < math.MaxInt64:
+			// Every writer has closed: later than any time for this job, and for the next one,
+			// which takes the closes back, the least of what they had said.
+			least[d] = closedLow
 		}
 	}
 	return least, closed, until, nil
