@@ -292,6 +292,11 @@ var mutations = []mutation{
 		packages: []string{"./runtime"},
 	},
 	{
+		name: "idle-turn-ignores-timers-left", why: "timers left for the next turn wait for the next entry or watermark move: a service never emits the windows, a job never ends",
+		file: "runtime/worker_time.go", find: `if !changed && !w.timersDue {`, replace: `if !changed {`,
+		packages: []string{"./runtime"},
+	},
+	{
 		name: "rekeying-writers-seen-as-one", why: "a stage that re-keys into a topic is taken to write only its own partition: the watermark misses the other partitions' writers",
 		file: "runtime/worker_time.go", find: `		case w.SamePartition:
 			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
