@@ -23,7 +23,21 @@ source "gen" {
   kind     = "generate"
   count    = 50
   output   = topic.in
-  template = { k = "k${index % 5}" }
+  template = {
+    k  = "k${index % 5}"
+    at = 1767225600000 + index * 1000
+  }
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.in
+  key        = msg.k
+  within     = "1h"
+  event_time = msg.at
+}
+sink "kept" {
+  kind  = "stdout"
+  input = stage.once
 }
 stage "pass" {
   kind  = "filter"
@@ -61,6 +75,9 @@ sink "out" {
 		regexp.MustCompile(`flowrun_partition_lag\{flowrun_node="pass",[^}]*partition_id="0"\} 0\n`),
 		regexp.MustCompile(`flowrun_partition_lag\{flowrun_node="pass",[^}]*partition_id="1"\} 0\n`),
 		regexp.MustCompile(`flowrun_leases_held`),
+		// The dedupe's watermark in each partition, behind the clock.
+		regexp.MustCompile(`flowrun_watermark_lag_seconds\{flowrun_node="once",messaging_destination_name="in",messaging_destination_partition_id="0"\} -?[0-9.e+]+\n`),
+		regexp.MustCompile(`flowrun_watermark_lag_seconds\{flowrun_node="once",messaging_destination_name="in",messaging_destination_partition_id="1"\} -?[0-9.e+]+\n`),
 	}
 	var body string
 	var missing []string
@@ -90,7 +107,8 @@ sink "out" {
 	if code := <-done; code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
-	t.Logf("a scrape of /metrics:\n%s", grepLines(body, "flowrun_messages_in_total", "flowrun_partition_lag{", "flowrun_leases_held"))
+	t.Logf("a scrape of /metrics:\n%s", grepLines(body, "flowrun_messages_in_total", "flowrun_partition_lag{", "flowrun_leases_held",
+		"flowrun_watermark_lag_seconds{"))
 }
 
 // grepLines keeps the lines of s that contain one of the words.

@@ -14,8 +14,9 @@ import (
 
 // Metrics, through the OpenTelemetry metrics API (flowrun run exports them for Prometheus). Counters
 // of messages are read from the nodes' own counters when metrics are collected, and lag, pending,
-// retries and dead letters come from the timed poll of the streams: the only per-message cost is
-// two histogram records, and none without a MeterProvider.
+// retries, dead letters and watermarks come from the timed poll of the streams (a watermark's lag is
+// measured on the runtime's clock when collected): the only per-message cost is two histogram
+// records, and none without a MeterProvider.
 
 // metrics holds the instruments recorded per message.
 type metrics struct {
@@ -122,7 +123,12 @@ func (r *runner) registerMetrics() error {
 	if err != nil {
 		return err
 	}
-	observables = append(observables, lag, pending, retries, dead, leases, paused, heldBack, redisDown)
+	watermarkLag, err := m.Float64ObservableGauge("flowrun.watermark.lag", metric.WithUnit("s"),
+		metric.WithDescription("The clock less a stateful stage's own watermark in an input partition (event time): how far event time there is behind. None before the partition has a watermark."))
+	if err != nil {
+		return err
+	}
+	observables = append(observables, lag, pending, retries, dead, leases, paused, heldBack, redisDown, watermarkLag)
 
 	nodeAttrs := map[string]metric.MeasurementOption{}
 	for _, n := range r.nodes {
@@ -149,6 +155,7 @@ func (r *runner) registerMetrics() error {
 		r.poll.mu.Lock()
 		parts, deadLetters := r.poll.partitions, r.poll.deadLetters
 		r.poll.mu.Unlock()
+		now := r.clock.Now()
 		for _, p := range parts {
 			// A redis_stream source reads a stream of no topic: the stream names it.
 			attrs := metric.WithAttributes(attribute.String("flowrun.node", p.Node),
@@ -157,6 +164,9 @@ func (r *runner) registerMetrics() error {
 			o.ObserveInt64(lag, p.Lag, attrs)
 			o.ObserveInt64(pending, p.Pending, attrs)
 			o.ObserveInt64(retries, p.Retries, attrs)
+			if !p.Watermark.IsZero() {
+				o.ObserveFloat64(watermarkLag, now.Sub(p.Watermark).Seconds(), attrs)
+			}
 		}
 		for name, length := range deadLetters {
 			o.ObserveInt64(dead, length, nodeAttrs[name])

@@ -62,8 +62,8 @@ type Options struct {
 	// RetryPoll is how often a unit looks for due retries it was not told about (a dead letter
 	// replayed with flowrun dlq replay, retries scheduled by a previous owner). Default 1s.
 	RetryPoll time.Duration
-	// PollInterval is how often the state of the streams (lag, pending, dead letters) is read for
-	// Snapshot, metrics and readiness. Default 2s.
+	// PollInterval is how often the state of the streams (lag, pending, dead letters, stateful
+	// stages' watermarks) is read for Snapshot, metrics and readiness. Default 2s.
 	PollInterval time.Duration
 	// SampleInterval is how often the counters are sampled for the rates that the live page and
 	// Snapshot show (each an average over five samples), and the dead-letter summaries that are due

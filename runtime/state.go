@@ -12,8 +12,9 @@ import (
 )
 
 // A running pipeline polls the state of its streams on a timer (lag and pending per stage and
-// partition, the length of every dead-letter stream), never per message. The HTTP page, the metrics
-// and the progress report read the latest poll from a Snapshot.
+// partition, each stateful stage's watermark per partition, the length of every dead-letter
+// stream), never per message. The HTTP page, the metrics and the progress report read the latest
+// poll from a Snapshot.
 
 // Snapshot is what a running pipeline is doing.
 type Snapshot struct {
@@ -66,6 +67,10 @@ type PartitionState struct {
 	Lag       int64  // entries not yet delivered to the node's group
 	Pending   int64  // delivered, not yet acknowledged
 	Retries   int64  // waiting in the node's retry set
+	// Watermark is a stateful stage's own watermark in the partition, as committed with its state
+	// (redis.WatermarkField, read as flowrun inspect --state reads it); zero for other nodes and
+	// before the stage has one.
+	Watermark time.Time
 
 	unit *unit // whose state it is, to keep it when a poll fails to read it
 }
@@ -144,7 +149,8 @@ func (r *runner) pollOnce(ctx context.Context) {
 	}
 }
 
-// pollUnit reads one unit's input: a partition of a topic, or a redis_stream source's stream.
+// pollUnit reads one unit's input: a partition of a topic, or a redis_stream source's stream; for
+// a stateful stage, its own watermark in the partition too.
 func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) {
 	ps := PartitionState{unit: u, Node: u.node.name, Stream: u.stream, Partition: u.partition}
 	if u.node.input != nil {
@@ -156,6 +162,15 @@ func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) 
 	}
 	st := states[0]
 	ps.Length, ps.Lag, ps.Pending, ps.Retries = info.Length, st.Lag, st.Pending, st.Retries
+	if u.node.stateful {
+		wm, found, err := r.rdb.Watermark(ctx, r.keys.State(u.node.input.Name, u.partition, u.node.name))
+		if err != nil {
+			return ps, err
+		}
+		if found {
+			ps.Watermark = time.UnixMilli(wm).UTC()
+		}
+	}
 	return ps, nil
 }
 

@@ -69,6 +69,7 @@
     const title = make('title', {}, g);
     title.textContent = [n.id, n.detail, n.key ? 'key: ' + n.key : '',
       n.dead_letter_topic ? 'dead letters go to topic ' + n.dead_letter_topic : ''].filter(Boolean).join('\n');
+    const about = title.textContent;
     make('rect', {class: 'box', width: n.width, height: n.height, rx: n.type === 'topic' ? 14 : 6}, g);
     text(g, {class: 'name', x: 12, y: 21, 'data-field': 'name'}, shorten(n.name, 28));
     const detail = text(g, {class: 'detail', x: 12, y: 38, 'data-field': 'detail'},
@@ -89,7 +90,7 @@
         fields.entries = make('tspan', {class: 'value', 'data-field': 'entries'}, t);
         fields.entries.textContent = '–';
       }
-      return {g, fields};
+      return {g, fields, title, about};
     }
     COUNTERS.forEach(([key, caption], i) => {
       const x = 12 + (i % 2) * 118;
@@ -123,11 +124,50 @@
           fields[key].textContent = '–';
         });
         y += 18;
+        // Its own watermark where it is furthest behind, and how far that is behind the clock;
+        // the box's title lists every partition's.
+        const w = text(g, {class: 'counter', x: 12, y}, '');
+        make('tspan', {class: 'caption'}, w).textContent = 'watermark ';
+        fields.watermark = make('tspan', {class: 'value', 'data-field': 'watermark'}, w);
+        fields.watermark.textContent = '–';
+        make('tspan', {class: 'caption'}, w).textContent = ' · lag ';
+        fields.watermark_lag = make('tspan', {class: 'value', 'data-field': 'watermark_lag'}, w);
+        fields.watermark_lag.textContent = '–';
+        y += 18;
       }
       text(g, {class: 'caption', x: 12, y}, 'dead-letter stream');
       fields.dead_letters = text(g, {class: 'value dlq', x: n.width - 12, y, 'text-anchor': 'end', 'data-field': 'dead_letters'}, '–');
     }
-    return {g, fields};
+    return {g, fields, title, about};
+  }
+
+  // eventTime shows an event time in UTC: the time of day when it is on the clock's day (taken),
+  // else the day.
+  function eventTime(at, taken) {
+    const s = new Date(at).toISOString();
+    return s.slice(0, 10) === new Date(taken).toISOString().slice(0, 10) ? s.slice(11, 19) : s.slice(0, 10);
+  }
+
+  // lag shows how far a watermark is behind the clock; ahead of it (event times in the future), a
+  // minus sign.
+  function lag(seconds) {
+    return seconds < 0 ? '−' + duration(-seconds) : duration(seconds);
+  }
+
+  // showWatermark writes a stateful stage's watermark: in its box the least of its partitions', in
+  // its title every partition's.
+  function showWatermark(view, w, taken) {
+    const f = view.fields;
+    f.watermark.textContent = w && w.least ? eventTime(w.least, taken) : '–';
+    f.watermark_lag.textContent = w && w.least ? lag(w.lag_seconds) : '–';
+    let about = view.about;
+    if (w) {
+      about += `\nwatermark in each partition of topic ${w.topic} (UTC), and its lag:` + w.partitions.map(p =>
+        `\n  p${p.partition}  ` + (p.watermark ? new Date(p.watermark).toISOString() + ', lag ' + lag(p.lag_seconds) : 'none yet')).join('');
+    }
+    if (view.title.textContent !== about) {
+      view.title.textContent = about;
+    }
   }
 
   // The server gives each edge its points: two are joined by a curve, more by straight lines with
@@ -240,6 +280,7 @@
         for (const [key] of STATE_COUNTERS) {
           f[key].textContent = count(c ? c[key] : null);
         }
+        showWatermark(view, n.watermark, graph.taken);
       }
       if (f.produced) {
         const p = n.progress;
@@ -307,7 +348,11 @@
     if (s < 3600) {
       return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
     }
-    return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+    if (s < 86400) {
+      return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+    }
+    const days = Math.floor(s / 86400);
+    return days < 10 ? days + 'd ' + Math.floor((s % 86400) / 3600) + 'h' : numbers.format(days) + 'd';
   }
 
   async function refresh() {

@@ -64,8 +64,8 @@ type nodeJSON struct {
 	// Sources, stages and sinks: their counters since this process started (absent when this
 	// process does not run the node), the length of their own dead-letter stream, and the topic
 	// their dead letters go to instead, if they name one. Stateful marks a stage whose kind keeps
-	// state (aggregate, dedupe): its counters include late and duplicates, and its box shows them
-	// with dropped and absorbed.
+	// state (aggregate, dedupe, a stateful go function): its counters include late and duplicates,
+	// its box shows them with dropped and absorbed, and it has a Watermark.
 	Stateful        bool          `json:"stateful,omitempty"`
 	Counters        *countersJSON `json:"counters,omitempty"`
 	DeadLetters     *int64        `json:"dead_letters,omitempty"`
@@ -80,6 +80,9 @@ type nodeJSON struct {
 	// HeldBackSeconds is how long its writers waited for capped topics, in all.
 	HeldBackBy      string  `json:"held_back_by,omitempty"`
 	HeldBackSeconds float64 `json:"held_back_seconds,omitempty"`
+	// Watermark is a stateful stage's own watermark per partition of its input, as of the last
+	// poll, when this process runs the stage.
+	Watermark *watermarkJSON `json:"watermark,omitempty"`
 
 	// Topics: the partitions, the key expression and each partition's length as far as the nodes
 	// that this process runs read it.
@@ -127,6 +130,25 @@ type streamJSON struct {
 	Length  int64  `json:"length"`
 	Lag     int64  `json:"lag"`
 	Pending int64  `json:"pending"`
+}
+
+// watermarkJSON is a stateful stage's own watermark (event time) in each partition of its input
+// topic, as committed with its state: what flowrun inspect --state shows. A lag is the time taken
+// (the runtime's clock) less a watermark; it is negative where event times run ahead of the clock.
+// Least is the earliest watermark of the partitions that have one, the one furthest behind, and
+// LagSeconds its lag; both are null until a partition has one.
+type watermarkJSON struct {
+	Topic      string                   `json:"topic"`
+	Least      *time.Time               `json:"least"`
+	LagSeconds *float64                 `json:"lag_seconds"`
+	Partitions []partitionWatermarkJSON `json:"partitions"`
+}
+
+// partitionWatermarkJSON is one partition's watermark; null (and its lag null) before it has one.
+type partitionWatermarkJSON struct {
+	Partition  int        `json:"partition"`
+	Watermark  *time.Time `json:"watermark"`
+	LagSeconds *float64   `json:"lag_seconds"`
 }
 
 type partitionLength struct {
@@ -301,6 +323,9 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 		if p, ok := sourceStreams[vn.name]; ok && vn.typ == "source" {
 			n.Stream = &streamJSON{Stream: p.Stream, Length: p.Length, Lag: p.Lag, Pending: p.Pending}
 		}
+		if parts, ok := partitions[vn.name]; ok && vn.stateful {
+			n.Watermark = watermarkOf(parts, s.Taken)
+		}
 		if vn.typ == "topic" {
 			for part, length := range lengths[vn.name] {
 				n.PartitionLengths = append(n.PartitionLengths, partitionLength{Partition: part, Length: length})
@@ -346,4 +371,31 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 		out.Edges = append(out.Edges, e)
 	}
 	return out
+}
+
+// watermarkOf gives a stateful stage's watermarks from the polled states of its input partitions,
+// with their lags as of taken.
+func watermarkOf(parts []runtime.PartitionState, taken time.Time) *watermarkJSON {
+	lagOf := func(at time.Time) *float64 {
+		lag := math.Round(taken.Sub(at).Seconds()*1000) / 1000
+		return &lag
+	}
+	w := &watermarkJSON{Partitions: make([]partitionWatermarkJSON, 0, len(parts))}
+	for _, p := range parts {
+		w.Topic = p.Topic
+		pw := partitionWatermarkJSON{Partition: p.Partition}
+		if !p.Watermark.IsZero() {
+			at := p.Watermark
+			pw.Watermark, pw.LagSeconds = &at, lagOf(at)
+			if w.Least == nil || at.Before(*w.Least) {
+				w.Least = &at
+			}
+		}
+		w.Partitions = append(w.Partitions, pw)
+	}
+	if w.Least != nil {
+		w.LagSeconds = lagOf(*w.Least)
+	}
+	sort.Slice(w.Partitions, func(i, j int) bool { return w.Partitions[i].Partition < w.Partitions[j].Partition })
+	return w
 }

@@ -21,7 +21,7 @@ type viewNode struct {
 	id, typ, name, kind, detail string
 	deadLetterTopic, key        string
 	partitions                  int
-	stateful                    bool // a stage whose kind keeps state: it shows dropped, absorbed, late and duplicate counts
+	stateful                    bool // a stage whose kind keeps state: it shows dropped, absorbed, late and duplicate counts, and its watermark
 	layer, x, y, width, height  int
 	order                       float64 // position within the layer, while ordering
 }
@@ -54,15 +54,15 @@ var sideCounters = map[string]string{"late": countLate, "duplicates": countDupli
 
 // The drawing's measures, in pixels. The page lays out a node's lines inside the box it is given:
 // a title and a detail line, then three rows of counters and a dead-letter line for sources, stages
-// and sinks (with a line of dropped, absorbed, late and duplicate counts before it for stateful stages), or
-// rows of four partitions for topics.
+// and sinks (with a line of dropped, absorbed, late and duplicate counts and one of the watermark
+// before it for stateful stages), or rows of four partitions for topics.
 const (
 	drawMargin      = 24
 	drawNodeWidth   = 250
 	drawLayerGap    = 140 // room for the edges' labels between layers
 	drawRowGap      = 28
 	drawNodeHeight  = 128
-	drawStateLine   = 18 // a stateful stage's line of counts
+	drawStateLine   = 18 // a stateful stage's line of counts, and its line of the watermark
 	drawTopicTop    = 48 // a topic's title and detail
 	drawTopicRow    = 18
 	drawCellsPerRow = 4
@@ -207,7 +207,7 @@ func (v *graphView) place(byID map[string]*viewNode) {
 		layers[n.layer] = append(layers[n.layer], n)
 		n.width, n.height = drawNodeWidth, drawNodeHeight
 		if n.stateful {
-			n.height += drawStateLine
+			n.height += 2 * drawStateLine
 		}
 		if n.typ == "topic" {
 			rows := 1

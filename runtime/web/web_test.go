@@ -249,3 +249,58 @@ func TestTheGraphDrawsEveryRoute(t *testing.T) {
 		t.Errorf("/api/graph has %d edges, the graph view %d, want 11", len(g.Edges), len(plan.Graph().Edges))
 	}
 }
+
+// TestTheGraphShowsWatermarks serves the revenue example's graph with a snapshot in which the dedupe
+// has a watermark ahead of the clock and the aggregate none yet: each partition's watermark and lag
+// (the time taken less the watermark, negative here), the least of them, and nulls for a partition
+// without one. A stage that this process does not poll, and a node that keeps no state, have none.
+func TestTheGraphShowsWatermarks(t *testing.T) {
+	plan, _, diags := flow.Build(filepath.Join("..", "..", "examples", "pipelines", "revenue"), flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	taken := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	snap := runtime.Snapshot{Taken: taken, Partitions: []runtime.PartitionState{
+		{Node: "orders_once", Topic: "orders", Partition: 0, Watermark: taken.Add(2500 * time.Millisecond)},
+		{Node: "revenue_per_minute", Topic: "orders_once.out", Partition: 0},
+		{Node: "revenue", Topic: "revenue_per_minute.out", Partition: 0},
+	}}
+	_, body := get(t, web.NewHandler(snapshotOf{plan: plan, snap: snap}, nil), "/api/graph")
+	var g struct {
+		Nodes []struct {
+			ID        string          `json:"id"`
+			Watermark json.RawMessage `json:"watermark"`
+		} `json:"nodes"`
+	}
+	want := map[string]string{
+		"stage.orders_once": `{"topic":"orders","least":"2026-01-02T03:04:07.5Z","lag_seconds":-2.5,` +
+			`"partitions":[{"partition":0,"watermark":"2026-01-02T03:04:07.5Z","lag_seconds":-2.5}]}`,
+		"stage.revenue_per_minute": `{"topic":"orders_once.out","least":null,"lag_seconds":null,` +
+			`"partitions":[{"partition":0,"watermark":null,"lag_seconds":null}]}`,
+	}
+	check := func() {
+		t.Helper()
+		if err := json.Unmarshal([]byte(body), &g); err != nil {
+			t.Fatalf("/api/graph: %v\n%s", err, body)
+		}
+		for _, n := range g.Nodes {
+			if got := string(n.Watermark); got != want[n.ID] {
+				t.Errorf("%s: watermark %s, want %s", n.ID, got, cmpOr(want[n.ID], "none"))
+			}
+		}
+	}
+	check()
+
+	// The stateful stages not polled (this process does not run them): no watermark.
+	snap.Partitions = snap.Partitions[2:]
+	_, body = get(t, web.NewHandler(snapshotOf{plan: plan, snap: snap}, nil), "/api/graph")
+	g.Nodes, want = nil, nil
+	check()
+}
+
+func cmpOr(s, otherwise string) string {
+	if s == "" {
+		return otherwise
+	}
+	return s
+}

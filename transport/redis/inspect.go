@@ -335,12 +335,11 @@ func (c *Client) StateStats(ctx context.Context, hash, timers string) (StateInfo
 	if err != nil {
 		return info, wrap(classify(err), "reading state", hash)
 	}
-	wm, err := c.rdb.HGet(ctx, hash, WatermarkField).Int64()
-	switch {
-	case isNil(err):
-	case err != nil:
-		return info, wrap(classify(err), "reading the watermark in", hash)
-	default:
+	wm, found, err := c.Watermark(ctx, hash)
+	if err != nil {
+		return info, err
+	}
+	if found {
 		info.Watermark, n = wm, n-1
 	}
 	info.Keys = n
@@ -369,6 +368,20 @@ func (c *Client) StateStats(ctx context.Context, hash, timers string) (StateInfo
 		}
 	}
 	return info, nil
+}
+
+// Watermark reads a stateful stage's own watermark in one partition, the WatermarkField of its
+// state hash: Unix ms, and whether the hash has one yet. StateStats (flowrun inspect --state) and the
+// runtime's poll of the streams (the live page, the watermark lag metric) read it here.
+func (c *Client) Watermark(ctx context.Context, hash string) (int64, bool, error) {
+	wm, err := c.rdb.HGet(ctx, hash, WatermarkField).Int64()
+	switch {
+	case isNil(err):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, wrap(classify(err), "reading the watermark in", hash)
+	}
+	return wm, true, nil
 }
 
 // EvictsKeysWithoutTTL reports the server's maxmemory-policy when it may evict keys that have no time
