@@ -349,9 +349,8 @@ type batchCommit struct {
 // processed go to the dead letters; the messages are made, with their watermarks (worker_time.go)
 // and state; they are processed; the due timers fire; the watermarks go with the commit.
 func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) *batchCommit {
-	n, hard := w.u.node, w.r.hard
 	w.uncertain.readAgain(b)
-	c := &batchCommit{counts: newBatchCounts(n)}
+	c := &batchCommit{counts: newBatchCounts(w.u.node)}
 	total := b.Len() + len(due) + len(badRetries)
 	// One allocation each for the batch's outputs (most stages write one per input), acks and
 	// messages: the steady state allocates per batch, not per message.
@@ -359,53 +358,81 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
 	msgs := w.messagesOf(b, due)
-	// A batch that was read is processed and committed, whether or not the worker stops meanwhile:
-	// its reads too, within the drain time (hard).
-	watermarks, err := w.beginTime(hard, msgs, b.Len() > 0)
-	if err != nil {
+	if err := w.beginState(c, msgs, b.Len() > 0); err != nil {
 		return w.again(ctx, "reading the watermark failed; the batch will be processed again", err)
 	}
-	if n.stateful {
-		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
-		for i, m := range msgs {
-			m.state, m.watermark = c.state, watermarks[i]
-		}
-		if n.prefetch != nil && len(msgs) > 0 {
-			var keys []string
-			for _, m := range msgs {
-				keys = n.prefetch.StateKeys(&m.msg, keys)
-			}
-			c.state.Prefetch(hard, keys)
+	retries := w.processMessages(ctx, c, msgs, &retryDone)
+	if !c.abandoned {
+		if why, err := w.endState(c, b); err != nil {
+			return w.again(ctx, why, err)
 		}
 	}
-	retries := w.processMessages(ctx, c, msgs, &retryDone)
-	if w.time != nil && b.Len() > 0 && !c.abandoned {
-		w.time.Reached(maxID(b.IDs())) // the writers' minimum read before the batch may count now
+	return w.finishBatch(ctx, c, retryDone, retries)
+}
+
+// beginState starts what a batch does to watermarks and state: each message's watermark, and a
+// stateful stage's batch state, with the keys its messages will read fetched at once. A batch
+// that was read is processed and committed whether or not the worker stops meanwhile: its reads
+// too, within the drain time (the runner's hard context).
+func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
+	n, hard := w.u.node, w.r.hard
+	watermarks, err := w.beginTime(hard, msgs, read)
+	if err != nil || !n.stateful {
+		return err
+	}
+	c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
+	for i, m := range msgs {
+		m.state, m.watermark = c.state, watermarks[i]
+	}
+	if n.prefetch != nil && len(msgs) > 0 {
+		var keys []string
+		for _, m := range msgs {
+			keys = n.prefetch.StateKeys(&m.msg, keys)
+		}
+		c.state.Prefetch(hard, keys)
+	}
+	return nil
+}
+
+// endState ends it, once the batch's messages are processed: the writers' minimum read before the
+// batch counts, the timers due fire (those left over fire next turn), and the marks to pass on go
+// with the commit. An error says why the batch must be processed again.
+func (w *worker) endState(c *batchCommit, b redis.Batch) (string, error) {
+	n, hard := w.u.node, w.r.hard
+	if w.time != nil && b.Len() > 0 {
+		w.time.Reached(maxID(b.IDs()))
 	}
 	var timersLeft int64
-	if n.timers != nil && !c.abandoned {
-		var fired []redis.Output
-		fired, timersLeft, err = w.fireTimers(hard, n.timers, c.state, w.timerWatermark())
+	if n.timers != nil {
+		fired, left, err := w.fireTimers(hard, n.timers, c.state, w.timerWatermark())
 		if err != nil {
-			// The batch's state may be half way through its timers: process the batch again.
-			return w.again(ctx, "firing the due timers failed; the batch will be processed again", err)
+			// The batch's state may be half way through its timers.
+			return "firing the due timers failed; the batch will be processed again", err
 		}
 		c.args.Outputs = append(c.args.Outputs, fired...)
 		c.counts.nodes[0].written += int64(len(fired)) // a timer's results are entries written, no message's outcome
+		timersLeft = left
 	}
 	w.timersDue = timersLeft > 0
-	if !c.abandoned {
-		if c.args.Marks, err = w.endTime(hard, c.state, timersLeft); err != nil {
-			return w.again(ctx, "reading the holds of the watermark failed; the batch will be processed again", err)
-		}
+	marks, err := w.endTime(hard, c.state, timersLeft)
+	if err != nil {
+		return "reading the holds of the watermark failed; the batch will be processed again", err
 	}
+	c.args.Marks = marks
+	return "", nil
+}
+
+// finishBatch makes a processed batch a commit: nil when it has nothing to make durable, or when
+// its deliveries cannot be made durable (it is delivered again).
+func (w *worker) finishBatch(ctx context.Context, c *batchCommit, retryDone, retries []redis.Retry) *batchCommit {
+	n := w.u.node
 	c.args.State = c.state.Writes()
 	if len(c.args.IDs) == 0 && len(c.args.Outputs) == 0 && len(retryDone) == 0 && len(retries) == 0 && c.args.State == nil &&
 		len(c.args.Marks) == 0 {
 		w.timeCommitted() // nothing to make durable: what the watermarks did holds
 		return nil
 	}
-	if err := n.handler.flush(hard); err != nil {
+	if err := n.handler.flush(w.r.hard); err != nil {
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		w.r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""

@@ -253,7 +253,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "timers-never-fire", why: "a stateful stage's timers never fire: a dedupe stage remembers every key for ever",
-		file: "runtime/worker.go", find: `	if n.timers != nil && !c.abandoned {`, replace: `	if false {`,
+		file: "runtime/worker.go", find: `	if n.timers != nil {`, replace: `	if false {`,
 		packages: []string{"./runtime"},
 	},
 
