@@ -268,13 +268,13 @@ var mutations = []mutation{
 	{
 		name: "writers-minimum-skipped-declared", why: "a declared topic's partition takes one of its writers' watermarks (a source's, a re-keying stage's unit's) for the least of them",
 		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
-		replace: "\t}\n\tif !t.Implicit {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
+		replace:  "\t}\n\tif !t.Implicit {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "writers-minimum-skipped-inserted", why: "an inserted repartition topic's partition takes one unit's watermark for the least of the repartition stage's units'",
 		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
-		replace: "\t}\n\tif t.Repartition != nil {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
+		replace:  "\t}\n\tif t.Repartition != nil {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
 		packages: []string{"./runtime"},
 	},
 	{
