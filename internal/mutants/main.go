@@ -11,6 +11,7 @@
 //	go run ./internal/mutants -run fence     # those whose name matches
 //	go run ./internal/mutants -list          # the list
 //	go run ./internal/mutants -check         # only whether each still applies (after moving code)
+//	go run ./internal/mutants -tests TestX   # whether the tests TestX alone catch each
 package main
 
 import (
@@ -32,6 +33,7 @@ func main() {
 	list := flag.Bool("list", false, "print the mutations and exit")
 	race := flag.Bool("race", true, "run the tests with the race detector, as make test does")
 	check := flag.Bool("check", false, "only check that every mutation applies and compiles (after moving code), without running tests")
+	tests := flag.String("tests", "", "run only the tests whose name matches this regular expression (go test -run), to see whether they alone catch a mutation")
 	flag.Parse()
 	if *list {
 		for _, m := range mutations {
@@ -53,7 +55,7 @@ func main() {
 			continue
 		}
 		start := time.Now()
-		res := m.try(root, *race, *check)
+		res := m.try(root, *race, *check, *tests)
 		fmt.Printf("%-28s %-9s %6s  %s\n", m.name, res.verdict, time.Since(start).Round(time.Second), res.detail)
 		switch res.verdict {
 		case "SURVIVED":
@@ -90,7 +92,7 @@ type result struct {
 	detail  string
 }
 
-func (m mutation) try(root string, race, checkOnly bool) result {
+func (m mutation) try(root string, race, checkOnly bool, tests string) result {
 	dir, err := os.MkdirTemp("", "flowrun-mutant-")
 	if err != nil {
 		fatal(err)
@@ -122,6 +124,9 @@ func (m mutation) try(root string, race, checkOnly bool) result {
 	args := []string{"test", "-count=1", "-failfast", "-timeout", "20m"}
 	if race {
 		args = append(args, "-race")
+	}
+	if tests != "" {
+		args = append(args, "-run", tests)
 	}
 	pkgs := m.packages
 	if len(pkgs) == 0 {
