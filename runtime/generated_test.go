@@ -135,7 +135,10 @@ func runDrawInProcess(t *testing.T, c *redis.Client, d *modeltest.Draw, block ti
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	j := runJob(t, c, plan, runtime.Options{BatchSize: d.BatchSize, NoFusion: d.NoFusion, Block: block})
+	// Batches of 1 through seven hops on the embedded Redis take 20 s on an idle machine, and a
+	// minute or two with make soak's parallel draws besides: the deadline only catches a job
+	// that hangs.
+	j := runJobWithin(t, c, plan, runtime.Options{BatchSize: d.BatchSize, NoFusion: d.NoFusion, Block: block}, 10*time.Minute)
 	for _, n := range j.summary.Nodes {
 		if n.Late != 0 || n.DeadLettered != 0 {
 			t.Errorf("%s: %d late, %d dead-lettered, want none", n.Name, n.Late, n.DeadLettered)
