@@ -144,7 +144,13 @@ func runDrawInProcess(t *testing.T, c *redis.Client, d *modeltest.Draw, block ti
 			t.Errorf("%s: %d late, %d dead-lettered, want none", n.Name, n.Late, n.DeadLettered)
 		}
 	}
-	checkDraw(t, c, d, files, false)
+	// A process that stalls past its lease TTL (a loaded machine) loses partitions mid-batch, and
+	// at-least-once may then deliver a message twice, as after a kill.
+	lost := leaseLosses(j.log)
+	if lost > 0 {
+		t.Logf("%d leases lost on the way", lost)
+	}
+	checkDraw(t, c, d, files, lost > 0 && d.Pipeline.Delivery == "at_least_once")
 	if t.Failed() {
 		for _, n := range j.summary.Nodes {
 			t.Logf("%-14s in %5d out %5d filtered %4d dropped %4d absorbed %5d dead-lettered %d late %d duplicates %d",

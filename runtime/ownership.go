@@ -159,11 +159,18 @@ func (o *ownership) step(ctx context.Context) {
 		default:
 		}
 	}
+	// Every partition's lease is renewed in one round trip: renewed one after the other, the last
+	// ones could expire while a slow Redis answers for the first.
+	var renewing []*unit
+	var held []redis.Lease
 	for u, h := range o.held {
-		if h.lease == nil || h.releasing {
-			continue
+		if h.lease != nil && !h.releasing {
+			renewing, held = append(renewing, u), append(held, *h.lease)
 		}
-		if err := r.rdb.RenewLease(ctx, *h.lease, ttl); errors.Is(err, redis.ErrLeaseLost) {
+	}
+	for i, err := range r.rdb.RenewLeases(ctx, held, ttl) {
+		u, h := renewing[i], o.held[renewing[i]]
+		if errors.Is(err, redis.ErrLeaseLost) {
 			r.log.Warn("lease lost; stopping the partition", "node", u.node.name, "stream", u.stream)
 			h.stop()
 			h.releasing = true // the worker ends; nothing to release

@@ -80,6 +80,36 @@ func (c *Client) ReleaseLeases(ctx context.Context, leases []Lease) []error {
 	return errs
 }
 
+// RenewLeases is RenewLease of several leases in one pipeline: one round trip however many
+// partitions a process holds, so that a process whose Redis is slow to answer does not let the
+// last of its leases expire while it renews the first. The error of each lease is at its index.
+func (c *Client) RenewLeases(ctx context.Context, leases []Lease, ttl time.Duration) []error {
+	errs := make([]error, len(leases))
+	ms, err := leaseTTL(ttl)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	cmds := make([]*goredis.Cmd, len(leases))
+	pipe := c.rdb.Pipeline()
+	for i, l := range leases {
+		cmds[i] = renewLeaseScript.Eval(ctx, pipe, []string{l.Key}, l.Value(), ms)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, l := range leases {
+		n, err := cmds[i].Int()
+		switch {
+		case err != nil:
+			errs[i] = wrap(err, "renewing lease", l.Key)
+		case n != 1:
+			errs[i] = fmt.Errorf("redis: renewing lease %s as %s: %w", l.Key, l.Value(), ErrLeaseLost)
+		}
+	}
+	return errs
+}
+
 // GroupRef names a consumer group of a stream.
 type GroupRef struct{ Stream, Group string }
 

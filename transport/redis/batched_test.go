@@ -61,6 +61,39 @@ func TestLeasesInOnePipeline(t *testing.T) {
 	})
 }
 
+// TestRenewLeasesInOnePipeline: RenewLeases extends the leases still held, on whichever nodes
+// their keys live, and refuses the one another owner took meanwhile, leaving it to that owner.
+func TestRenewLeasesInOnePipeline(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		keys := []string{k.Lease("orders", 0, "enrich"), k.Lease("orders", 1, "enrich"), k.Lease("orders", 2, "enrich")}
+		res, err := c.AcquireLeases(ctx, keys, "me", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ReleaseLease(ctx, res[1].Lease); err != nil {
+			t.Fatal(err)
+		}
+		other, ok, err := c.AcquireLease(ctx, keys[1], "other", time.Second)
+		if err != nil || !ok {
+			t.Fatalf("taking %s for another owner: %v %v", keys[1], ok, err)
+		}
+		errs := c.RenewLeases(ctx, []Lease{res[0].Lease, res[1].Lease, res[2].Lease}, time.Hour)
+		if errs[0] != nil || !errors.Is(errs[1], ErrLeaseLost) || errs[2] != nil {
+			t.Fatalf("RenewLeases = %v, want [nil, lease lost, nil]", errs)
+		}
+		for i, want := range []time.Duration{time.Hour, time.Second, time.Hour} {
+			l, ttl, held, err := c.LeaseHolder(ctx, keys[i])
+			if err != nil || !held || ttl <= want-time.Minute/2 || ttl > want {
+				t.Errorf("%s: held %v by %v for %s (%v), want for about %s", keys[i], held, l, ttl, err, want)
+			}
+			if i == 1 && l != other {
+				t.Errorf("%s is held by %v, want the other owner's %v", keys[i], l, other)
+			}
+		}
+	})
+}
+
 // TestDeleteIdleConsumers removes the consumer from the groups where it holds nothing and keeps it
 // where it has a pending entry.
 func TestDeleteIdleConsumers(t *testing.T) {
