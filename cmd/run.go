@@ -174,7 +174,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 	c.Flags().StringSliceVar(&opts.Nodes, "stages", nil, "run only these sources, stages and sinks (comma-separated); the default runs all")
 	c.Flags().BoolVar(&opts.UntilDrained, "until-drained", false, "run as a job: exit when every source is exhausted and all work is done")
 	c.Flags().BoolVar(&opts.NoFusion, "no-fusion", false, "run every stage in a hop of its own, as if each set fuse = false (to compare, or to split a chain over processes)")
-	c.Flags().IntVar(&opts.BatchSize, "batch-size", 1000, "the most entries one read of a partition takes, 1 to 1000: smaller batches commit more often, larger ones are faster")
+	c.Flags().IntVar(&opts.BatchSize, "batch-size", 1000, "the most entries one read of a partition takes, and a source writes at once, 1 to 1000: smaller batches commit more often, larger ones are faster")
 	c.Flags().DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "how long a partition lease lasts without renewal (a dead process's partitions move after it)")
 	c.Flags().StringVar(&httpAddr, "http", "", "serve /healthz, /readyz, /metrics and a live page of the graph on this address "+
 		"(a port alone, such as :9464, listens on 127.0.0.1 only)")

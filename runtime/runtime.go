@@ -48,8 +48,8 @@ type Options struct {
 	// DrainTimeout bounds shutdown: batches still in flight after it are abandoned unacknowledged, for
 	// another process (or the next start) to redo. Default 10s.
 	DrainTimeout time.Duration
-	// BatchSize is the most entries one read takes (XREADGROUP COUNT). Default and most
-	// MaxBatchSize.
+	// BatchSize is the most entries one read takes (XREADGROUP COUNT), and a source writes at
+	// once. Default and most MaxBatchSize.
 	BatchSize int
 	// Block is how long a read waits for new entries. Default 500ms. A stop ends idle reads at once
 	// where the client can (redis.Client.UnblockReads: a single server, a user allowed CLIENT

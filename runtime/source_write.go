@@ -10,7 +10,7 @@ import (
 )
 
 // A producing source hands its entries to a sourceWriter, which writes them in batches, in order,
-// one batch at a time: up to sourceBatch entries, or what arrived within sourceLinger of the first.
+// one batch at a time: up to its batch size of entries, or what arrived within sourceLinger of the first.
 // A batch that fails is written again, with backoff, until Redis takes it (nothing is dropped on a
 // transient error), the failure turns out to be one that waiting does not heal, or the drain time
 // of a stop runs out. While it waits, the channel fills and the source blocks: it is held back
@@ -19,9 +19,6 @@ import (
 // rejected (outcomes.go).
 
 const (
-	// sourceBatch is the most entries a source writes at once: what a pipelined round trip
-	// amortises well (transport/redis DefaultBatchSize).
-	sourceBatch = redis.DefaultBatchSize
 	// sourceLinger bounds how long an entry waits for others to share its batch, so that a slow
 	// source (a person typing into stdin, a generate source with a low rate) is not delayed.
 	sourceLinger = 2 * time.Millisecond
@@ -49,17 +46,22 @@ type sourceItem struct {
 
 // sourceWriter writes a producing source's entries.
 type sourceWriter struct {
-	ctx     context.Context // the source's: waiting at a capped topic ends with it
-	r       *runner
-	src     *producingSource
-	own     *ownership
+	ctx context.Context // the source's: waiting at a capped topic ends with it
+	r   *runner
+	src *producingSource
+	own *ownership
+	// most is the most entries it writes at once: what a pipelined round trip amortises well
+	// (transport/redis DefaultBatchSize), or fewer when the run's batches are smaller
+	// (Options.BatchSize), so that its watermarks move as a stage's do.
+	most    int
 	items   chan sourceItem
 	stopped chan struct{} // closed when the writer ends
 	err     error         // why it ended, set before stopped closes
 }
 
 func (r *runner) startSourceWriter(ctx context.Context, p *producingSource, own *ownership) *sourceWriter {
-	w := &sourceWriter{ctx: ctx, r: r, src: p, own: own, items: make(chan sourceItem, 2*sourceBatch), stopped: make(chan struct{})}
+	most := min(redis.DefaultBatchSize, r.opts.BatchSize)
+	w := &sourceWriter{ctx: ctx, r: r, src: p, own: own, most: most, items: make(chan sourceItem, 2*most), stopped: make(chan struct{})}
 	go func() {
 		defer close(w.stopped)
 		w.err = w.run()
@@ -88,7 +90,7 @@ func (w *sourceWriter) close() error {
 }
 
 func (w *sourceWriter) run() error {
-	batch := make([]sourceItem, 0, sourceBatch)
+	batch := make([]sourceItem, 0, w.most)
 	linger := w.r.clock.NewTimer(time.Hour)
 	linger.Stop()
 	for {
@@ -102,7 +104,7 @@ func (w *sourceWriter) run() error {
 		}
 		linger.Reset(sourceLinger)
 	fill:
-		for len(batch) < sourceBatch {
+		for len(batch) < w.most {
 			select {
 			case it, ok := <-w.items:
 				if !ok {
