@@ -71,7 +71,7 @@ func functions(lookupEnv func(string) (string, bool)) map[string]function.Functi
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
 			b, err := os.ReadFile(args[0].AsString())
 			if err != nil {
-				return cty.NilVal, fmt.Errorf("cannot read %s: %s", args[0].AsString(), describeFSError(err))
+				return cty.NilVal, fmt.Errorf("cannot read %s: %s", args[0].AsString(), DescribeFSError(err))
 			}
 			return cty.StringVal(string(b)), nil
 		},

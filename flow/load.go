@@ -66,7 +66,7 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Pipeline not found",
-			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	if !info.IsDir() {
@@ -91,7 +91,7 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Cannot read pipeline directory",
-			Detail:   fmt.Sprintf("%s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("%s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	var files []string
@@ -119,16 +119,6 @@ func isPipelineFile(name string) bool {
 // isTestFile reports whether a file name is a test file's.
 func isTestFile(name string) bool {
 	return strings.HasSuffix(name, TestFileExt) || strings.HasSuffix(name, TestFileJSONExt)
-}
-
-func describeFSError(err error) string {
-	switch {
-	case os.IsNotExist(err):
-		return "no such file or directory"
-	case os.IsPermission(err):
-		return "permission denied"
-	}
-	return err.Error()
 }
 
 // parseFile parses one file in the syntax its name says.

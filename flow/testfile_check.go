@@ -49,7 +49,7 @@ func CheckTests(path string, opts Options) ([]*TestFile, map[string]*hcl.File, h
 			diags = append(diags, t.Check(plan)...)
 		}
 	}
-	return tests, files, sortDiagnostics(diags)
+	return tests, files, SortDiagnostics(diags)
 }
 
 // Check resolves the test file's references against the plan: every topic, source, stage and sink
@@ -75,7 +75,7 @@ func (f *TestFile) Check(plan *Plan) hcl.Diagnostics {
 		}
 		c.checkExpectations(r.Expect, r.ExpectDeadLetters, r.Asserts)
 	}
-	return sortDiagnostics(c.diags)
+	return SortDiagnostics(c.diags)
 }
 
 // testChecker holds the state of checking one test file against a plan.
@@ -97,7 +97,7 @@ func (c *testChecker) checkVariables(f *TestFile) {
 	}
 	for _, name := range sortedKeys(f.Variables) {
 		if !contains(names, name) {
-			c.errorf(f.VariableRanges[name], "Undeclared variable", "The pipeline declares no variable %q.%s", name, didYouMean(name, names))
+			c.errorf(f.VariableRanges[name], "Undeclared variable", "The pipeline declares no variable %q.%s", name, DidYouMean(name, names))
 		}
 	}
 }
@@ -114,7 +114,7 @@ func (c *testChecker) checkMock(m *TestMock) {
 	sort.Strings(funcs)
 	if !contains(funcs, m.Func) {
 		c.errorf(m.Range, "Mock of an unused function", "No go stage of the pipeline calls %q, so the mock would never be used.%s",
-			m.Func, didYouMean(m.Func, funcs))
+			m.Func, DidYouMean(m.Func, funcs))
 	}
 }
 
@@ -129,7 +129,7 @@ func (c *testChecker) checkOverride(o *TestSinkOverride) {
 		}
 		return
 	}
-	c.errorf(o.Range, "Override of an undeclared sink", "There is no sink named %q.%s", o.Sink, didYouMean(o.Sink, c.nodeNames("sink")))
+	c.errorf(o.Range, "Override of an undeclared sink", "There is no sink named %q.%s", o.Sink, DidYouMean(o.Sink, c.nodeNames("sink")))
 }
 
 func (c *testChecker) checkSend(s *TestSend) {
@@ -188,14 +188,14 @@ func (c *testChecker) topic(ref testRef) *Topic {
 	if t := c.plan.Topic(ref.Name); t != nil && !t.Implicit {
 		return t
 	}
-	c.errorf(ref.Range, "Reference to undeclared topic", "There is no topic named %q.%s", ref.Name, didYouMean(ref.Name, declared))
+	c.errorf(ref.Range, "Reference to undeclared topic", "There is no topic named %q.%s", ref.Name, DidYouMean(ref.Name, declared))
 	return nil
 }
 
 // node checks that a reference names a node of its type, and says what the name is otherwise.
 func (c *testChecker) node(ref testRef) bool {
 	if typ := c.nodeType(ref.Name); typ != ref.Type {
-		detail := fmt.Sprintf("There is no %s named %q.%s", ref.Type, ref.Name, didYouMean(ref.Name, c.nodeNames(ref.Type)))
+		detail := fmt.Sprintf("There is no %s named %q.%s", ref.Type, ref.Name, DidYouMean(ref.Name, c.nodeNames(ref.Type)))
 		if typ != "" {
 			detail = fmt.Sprintf("%q is a %s, not a %s: write %s.%s.", ref.Name, typ, ref.Type, typ, ref.Name)
 		}
@@ -261,7 +261,7 @@ func (c *testChecker) checkAssert(a *TestAssert) {
 		switch t.RootName() {
 		case "output":
 			if name, rng, ok := traversalStep(t, 1); ok && !contains(c.plan.OutputNames(), name) {
-				c.errorf(rng, "Unknown output", "There is no sink or topic named %q.%s", name, didYouMean(name, c.plan.OutputNames()))
+				c.errorf(rng, "Unknown output", "There is no sink or topic named %q.%s", name, DidYouMean(name, c.plan.OutputNames()))
 			}
 		case "dead_letters", "metrics":
 			name, rng, ok := traversalStep(t, 1)
@@ -269,21 +269,21 @@ func (c *testChecker) checkAssert(a *TestAssert) {
 				continue
 			}
 			if !contains(c.nodeNames(""), name) {
-				c.errorf(rng, "Unknown node", "There is no source, stage or sink named %q.%s", name, didYouMean(name, c.nodeNames("")))
+				c.errorf(rng, "Unknown node", "There is no source, stage or sink named %q.%s", name, DidYouMean(name, c.nodeNames("")))
 				continue
 			}
 			if t.RootName() != "metrics" {
 				continue
 			}
 			if counter, rng, ok := traversalStep(t, 2); ok && !contains(TestCounters, counter) && TestCounterAliases[counter] == "" {
-				hint := didYouMean(counter, TestCounters)
+				hint := DidYouMean(counter, TestCounters)
 				for old, name := range TestCounterAliases { // a misspelt older name: suggest its new one
-					if hint == "" && suggest(counter, []string{old}) != "" {
-						hint = didYouMean(name, []string{name})
+					if hint == "" && Suggest(counter, []string{old}) != "" {
+						hint = DidYouMean(name, []string{name})
 					}
 				}
 				c.errorf(rng, "Unknown counter", "There is no counter %q; the counters are %s.%s",
-					counter, quotedList(TestCounters), hint)
+					counter, QuotedList(TestCounters), hint)
 			}
 		}
 	}

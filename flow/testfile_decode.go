@@ -27,7 +27,7 @@ func LoadTestFile(path string) (*TestFile, hcl.Diagnostics) {
 		return &TestFile{Path: path}, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Cannot read test file",
-			Detail:   fmt.Sprintf("%s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("%s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	return LoadTestSource(path, src)
@@ -51,7 +51,7 @@ func LoadTestSource(name string, src []byte) (*TestFile, hcl.Diagnostics) {
 		return d.file, diags
 	}
 	d.decodeFile(f.Body)
-	return d.file, sortDiagnostics(d.diags)
+	return d.file, SortDiagnostics(d.diags)
 }
 
 // testDecoder holds the state of decoding one test file.
@@ -467,7 +467,7 @@ func (d *testDecoder) decodeAssert(hb *hcl.Block) *TestAssert {
 	for _, t := range attr.Expr.Variables() {
 		if root := t.RootName(); !contains(assertRoots, root) {
 			d.errorf(t[0].SourceRange(), "Unknown variable", "There is no variable named %q. A condition can use %s.%s",
-				root, joinOr(assertRoots), didYouMean(root, assertRoots))
+				root, JoinOr(assertRoots), DidYouMean(root, assertRoots))
 		}
 	}
 	d.checkFunctions(attr.Expr)
@@ -485,7 +485,7 @@ func (d *testDecoder) checkFunctions(e hcl.Expression) {
 	hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
 		if call, ok := n.(*hclsyntax.FunctionCallExpr); ok {
 			if _, ok := d.ctx.Functions[call.Name]; !ok {
-				d.errorf(call.NameRange, "Call to unknown function", "There is no function named %q.%s", call.Name, didYouMean(call.Name, names))
+				d.errorf(call.NameRange, "Call to unknown function", "There is no function named %q.%s", call.Name, DidYouMean(call.Name, names))
 			}
 		}
 		return nil
@@ -504,10 +504,10 @@ func (d *testDecoder) oneOf(hb *hcl.Block, content *hcl.BodyContent, required bo
 	sort.Slice(set, func(i, j int) bool { return rangeLess(set[i].Range, set[j].Range) })
 	switch {
 	case len(set) == 0 && required:
-		d.errorf(hb.DefRange, "Missing argument", "A %s block needs one of %s.", hb.Type, joinOr(names))
+		d.errorf(hb.DefRange, "Missing argument", "A %s block needs one of %s.", hb.Type, JoinOr(names))
 	case len(set) > 1:
 		d.errorf(set[1].NameRange, "Conflicting arguments", "A %s block takes one of %s; this one has both %s and %s.",
-			hb.Type, joinOr(names), set[0].Name, set[1].Name)
+			hb.Type, JoinOr(names), set[0].Name, set[1].Name)
 	case len(set) == 1:
 		return set[0]
 	}
@@ -523,15 +523,15 @@ func (d *testDecoder) reference(a *hcl.Attribute, allowed ...string) (testRef, b
 	t, diags := hcl.AbsTraversalForExpr(a.Expr)
 	name, ok := traversalAttr(t)
 	if diags.HasErrors() || len(t) != 2 || !ok {
-		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference written without quotes, %s.", a.Name, joinOr(examples))
+		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference written without quotes, %s.", a.Name, JoinOr(examples))
 		return testRef{}, false
 	}
 	if root := t.RootName(); !contains(allowed, root) {
 		hint := ""
-		if s := suggest(root, allowed); s != "" {
+		if s := Suggest(root, allowed); s != "" {
 			hint = fmt.Sprintf(" Did you mean %s.%s?", s, name)
 		}
-		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference to a %s, written as %s.%s", a.Name, joinOr(allowed), joinOr(examples), hint)
+		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference to a %s, written as %s.%s", a.Name, JoinOr(allowed), JoinOr(examples), hint)
 		return testRef{}, false
 	}
 	return testRef{Type: t.RootName(), Name: name, Range: a.Expr.Range()}, true
@@ -607,7 +607,7 @@ func (d *testDecoder) enum(a *hcl.Attribute, values []string) (string, bool) {
 		return "", false
 	}
 	if !contains(values, s) {
-		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%q is not one of %s.%s", s, quotedList(values), didYouMean(s, values))
+		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%q is not one of %s.%s", s, QuotedList(values), DidYouMean(s, values))
 		return "", false
 	}
 	return s, true
@@ -771,7 +771,7 @@ func (d *testDecoder) messagesFile(a *hcl.Attribute, allowAt, mustExist bool) ([
 	src, err := os.ReadFile(path)
 	if err != nil {
 		if !os.IsNotExist(err) || mustExist {
-			d.errorf(a.Expr.Range(), "Cannot read messages file", "%s: %s.", path, describeFSError(err))
+			d.errorf(a.Expr.Range(), "Cannot read messages file", "%s: %s.", path, DescribeFSError(err))
 		}
 		return nil, path, false
 	}
@@ -851,7 +851,7 @@ func (d *testDecoder) deadLetter(v cty.Value, rng hcl.Range, fields map[string]h
 	for _, name := range sortedKeys(v.Type().AttributeTypes()) {
 		if !contains(deadLetterFields, name) {
 			d.errorf(at(name), "Unsupported argument", "An expected dead letter has no field %q; its fields are %s.%s",
-				name, quotedList(deadLetterFields), didYouMean(name, deadLetterFields))
+				name, QuotedList(deadLetterFields), DidYouMean(name, deadLetterFields))
 			ok = false
 		}
 	}

@@ -26,7 +26,7 @@ func FindTestFiles(path string) ([]string, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Pipeline not found",
-			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	switch {
