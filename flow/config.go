@@ -75,7 +75,7 @@ var topLevelSchema = func() *hcl.BodySchema {
 
 // addSource parses one file and decodes its blocks into the Config.
 func (c *Config) addSource(name string, src []byte) hcl.Diagnostics {
-	f, diags := parseFile(c.parser, name, src)
+	f, diags := ParseFile(c.parser, name, src)
 	if diags.HasErrors() {
 		c.syntaxErrors = true
 	}

@@ -121,8 +121,9 @@ func isTestFile(name string) bool {
 	return strings.HasSuffix(name, TestFileExt) || strings.HasSuffix(name, TestFileJSONExt)
 }
 
-// parseFile parses one file in the syntax its name says.
-func parseFile(p *hclparse.Parser, name string, src []byte) (*hcl.File, hcl.Diagnostics) {
+// ParseFile parses one file in the syntax its name says: JSON for a name that ends in .hcl.json
+// (.flowtest.hcl.json included), native otherwise.
+func ParseFile(p *hclparse.Parser, name string, src []byte) (*hcl.File, hcl.Diagnostics) {
 	if strings.HasSuffix(name, jsonExt) {
 		return p.ParseJSON(src, name)
 	}

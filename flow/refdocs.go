@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// ReferenceMarkdown returns the language reference, generated from Language and the function table;
-// writeBlocks writes a language's blocks: a list of links, then each block's section.
-func writeBlocks(b *strings.Builder, specs []*BlockSpec) {
+// WriteBlocksMarkdown writes the reference of a language's blocks: a list of links, then each
+// block's section. ReferenceMarkdown writes the pipeline language's with it, and package
+// flow/testfile the test language's.
+func WriteBlocksMarkdown(b *strings.Builder, specs []*BlockSpec) {
 	b.WriteString("## Blocks\n\n")
 	for _, spec := range specs {
 		fmt.Fprintf(b, "- [`%s`](#%s)\n", spec.Type, spec.Type)
@@ -21,6 +22,7 @@ func writeBlocks(b *strings.Builder, specs []*BlockSpec) {
 	}
 }
 
+// ReferenceMarkdown returns the language reference, generated from Language and the function table;
 // docs/reference.md holds it, and a test fails when that file is stale.
 func ReferenceMarkdown() []byte {
 	var b strings.Builder
@@ -34,7 +36,7 @@ func ReferenceMarkdown() []byte {
 	b.WriteString("Durations are strings of numbers with units: `\"250ms\"`, `\"30s\"`, `\"5m\"`, `\"1h30m\"`, `\"7d\"` ")
 	b.WriteString("(units ns, us, ms, s, m, h, d).\n\n")
 
-	writeBlocks(&b, Language)
+	WriteBlocksMarkdown(&b, Language)
 	writeFunctionDocs(&b)
 	return []byte(b.String())
 }
@@ -117,9 +119,9 @@ func docType(a Attribute) string {
 	case a.Type == TypeMessageExpr, a.Type == TypeMessageBool, a.Type == TypeMessageFields,
 		a.Type == TypeMessageObject, a.Type == TypeMessageExprList:
 		roots := backquotedList(a.Roots)
-		return fmt.Sprintf("%s, per message (%s)", strings.TrimPrefix(describeType(a.Type), "a "), roots)
+		return fmt.Sprintf("%s, per message (%s)", strings.TrimPrefix(a.Type.Describe(), "a "), roots)
 	}
-	t := describeType(a.Type)
+	t := a.Type.Describe()
 	for _, p := range []string{"a ", "an "} {
 		t = strings.TrimPrefix(t, p)
 	}
@@ -162,7 +164,7 @@ func backquotedList(names []string) string {
 
 // writeFunctionDocs lists every function with its parameters and description.
 func writeFunctionDocs(b *strings.Builder) {
-	fns := functions(os.LookupEnv)
+	fns := Functions(os.LookupEnv)
 	b.WriteString("## Functions\n\n")
 	b.WriteString("Every function works in both compile-time and per-message expressions. Calls whose arguments ")
 	b.WriteString("are all known when the pipeline compiles are computed once; `env` and `file` read the ")
@@ -198,6 +200,6 @@ func TestReferenceMarkdown() []byte {
 	b.WriteString("(a stage's implicit output, where a topic is expected), `sink.out`. An assert's condition may use ")
 	b.WriteString("`output`, `dead_letters`, `metrics` and the pipeline language's [functions](reference.md#functions); ")
 	b.WriteString("`output.NAME` is the sink named NAME if there is one, else the topic (`output[\"score.out\"]` for an implicit output).\n\n")
-	writeBlocks(&b, TestLanguage)
+	WriteBlocksMarkdown(&b, TestLanguage)
 	return []byte(b.String())
 }

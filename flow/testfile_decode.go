@@ -40,11 +40,11 @@ func LoadTestSource(name string, src []byte) (*TestFile, hcl.Diagnostics) {
 		file:  &TestFile{Path: name},
 		dir:   filepath.Dir(name),
 		src:   src,
-		ctx:   &hcl.EvalContext{Functions: functions(os.LookupEnv)},
+		ctx:   &hcl.EvalContext{Functions: Functions(os.LookupEnv)},
 		names: map[string]map[string]hcl.Range{},
 	}
 	p := hclparse.NewParser()
-	f, diags := parseFile(p, name, src)
+	f, diags := ParseFile(p, name, src)
 	d.file.files = p.Files()
 	d.diags = diags
 	if f == nil || f.Body == nil || diags.HasErrors() {
@@ -80,14 +80,14 @@ func (d *testDecoder) errorf(rng hcl.Range, summary, format string, args ...any)
 // error with hcl's suggestion, and so is a missing required argument. extra are attributes that
 // the body may hold only to be reported with a better message than hcl's.
 func (d *testDecoder) content(hb *hcl.Block, body hcl.Body, spec *BlockSpec, extra ...string) *hcl.BodyContent {
-	schema := bodySchema(spec.Attributes, spec.Blocks)
+	schema := spec.BodySchema()
 	for _, name := range extra {
 		schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: name})
 	}
 	content, diags := body.Content(schema)
 	d.diags = append(d.diags, diags...)
 	if hb != nil {
-		d.diags = append(d.diags, checkRequired(hb, spec.Attributes, content)...)
+		d.diags = append(d.diags, spec.CheckRequired(hb, content)...)
 	}
 	return content
 }
@@ -360,7 +360,7 @@ func (d *testDecoder) decodeSend(hb *hcl.Block, advance time.Duration) *TestSend
 	content := d.content(hb, hb.Body, testSendSpec)
 	a := d.oneOf(hb, content, true, "topic", "source")
 	if a != nil {
-		allowed := testSendSpec.attribute(a.Name).Refs
+		allowed := testSendSpec.Attribute(a.Name).Refs
 		if ref, ok := d.reference(a, allowed...); ok {
 			s.ref = ref
 			switch ref.Type {
@@ -395,7 +395,7 @@ func (d *testDecoder) decodeExpect(hb *hcl.Block) *TestExpect {
 	content := d.content(hb, hb.Body, testExpectSpec)
 	attrs := content.Attributes
 	if a := d.oneOf(hb, content, true, "sink", "topic"); a != nil {
-		if ref, ok := d.reference(a, testExpectSpec.attribute(a.Name).Refs...); ok {
+		if ref, ok := d.reference(a, testExpectSpec.Attribute(a.Name).Refs...); ok {
 			e.ref = ref
 			switch ref.Type {
 			case "sink":
@@ -417,7 +417,7 @@ func (d *testDecoder) decodeExpect(hb *hcl.Block) *TestExpect {
 		e.Count, e.HasCount = d.integer(a, 0)
 	}
 	if a, ok := attrs["match"]; ok {
-		if m, ok := d.enum(a, testExpectSpec.attribute("match").Enum); ok {
+		if m, ok := d.enum(a, testExpectSpec.Attribute("match").Enum); ok {
 			e.Match = m
 		}
 		if _, ok := attrs["count"]; ok && attrs["messages"] == nil && attrs["file"] == nil {
@@ -555,7 +555,7 @@ func (d *testDecoder) convert(a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
 	out, err := convert.Convert(v, ty)
 	if err != nil || !out.IsKnown() || out.IsNull() {
 		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%s takes %s.",
-			a.Name, describeType(map[cty.Type]Type{cty.String: TypeString, cty.Bool: TypeBool, cty.Number: TypeInteger}[ty]))
+			a.Name, map[cty.Type]Type{cty.String: TypeString, cty.Bool: TypeBool, cty.Number: TypeInteger}[ty].Describe())
 		return cty.NilVal, false
 	}
 	return out, true

@@ -11,7 +11,7 @@ import (
 // TestAssert describes them) and the functions of pipelines. A result that is not a known bool is
 // an error located at the condition, as is any evaluation error.
 func (a *TestAssert) Eval(scope map[string]cty.Value) (bool, hcl.Diagnostics) {
-	ctx := &hcl.EvalContext{Variables: scope, Functions: functions(os.LookupEnv)}
+	ctx := &hcl.EvalContext{Variables: scope, Functions: Functions(os.LookupEnv)}
 	v, diags := a.Condition.Value(ctx)
 	if diags.HasErrors() {
 		return false, diags

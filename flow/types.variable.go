@@ -199,7 +199,7 @@ func (c *compiler) assignVarFile(vars map[string]*declaredVariable, names []stri
 		})
 		return
 	}
-	f, diags := parseFile(c.cfg.parser, path, src)
+	f, diags := ParseFile(c.cfg.parser, path, src)
 	c.diags = append(c.diags, diags...)
 	if f == nil || diags.HasErrors() {
 		return

@@ -175,7 +175,7 @@ func (c *compiler) convertConstant(v cty.Value, ty cty.Type, spec Attribute, rng
 	out, err := convert.Convert(v, ty)
 	if err != nil {
 		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
-			fmt.Sprintf("%s takes %s: %s.", spec.Name, describeType(spec.Type), err))
+			fmt.Sprintf("%s takes %s: %s.", spec.Name, spec.Type.Describe(), err))
 		return cty.NilVal, false
 	}
 	if out.IsNull() {
@@ -414,8 +414,8 @@ func (c *compiler) fieldName(e hcl.Expression) (string, bool) {
 	return s.AsString(), true
 }
 
-// describeType words a type for error messages and docs.
-func describeType(t Type) string {
+// Describe words a type for error messages and docs: "a string", "a whole number", ...
+func (t Type) Describe() string {
 	switch t {
 	case TypeString:
 		return "a string"
