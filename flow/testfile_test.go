@@ -11,6 +11,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	. "github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/internal/fixturetest"
 )
 
 // checkTestFile loads a test file and checks it against testPipeline compiled with its variables,
@@ -43,7 +44,7 @@ func TestTestFileDiagnosticFixtures(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			expectations := readExpectations(t, path)
+			expectations := fixturetest.ReadExpectations(t, path)
 			if len(expectations) == 0 {
 				t.Fatalf("%s expects no diagnostic", path)
 			}
@@ -53,18 +54,14 @@ func TestTestFileDiagnosticFixtures(t *testing.T) {
 					t.Errorf("diagnostic without a location: %s: %s", d.Summary, d.Detail)
 					continue
 				}
-				if !matchExpectation(d, expectations) {
+				if !fixturetest.Match(d, expectations) {
 					t.Errorf("unexpected diagnostic at %s: %s: %s", d.Subject, d.Summary, d.Detail)
 				}
 				if d.Subject.Filename == path {
-					checkSnippet(t, d, files)
+					fixturetest.CheckSnippet(t, d, files)
 				}
 			}
-			for _, x := range expectations {
-				if !x.met {
-					t.Errorf("%s:%d: expected %s containing %q; got:\n%s", x.file, x.line, severityName(x.severity), x.text, listDiagnostics(diags))
-				}
-			}
+			fixturetest.ReportUnmet(t, expectations, diags)
 		})
 	}
 }
@@ -73,7 +70,7 @@ func TestLoadTestFileDecodesEverything(t *testing.T) {
 	path := filepath.Join(testPipeline, "shop.flowtest.hcl")
 	tf, _, diags := checkTestFile(t, path)
 	if len(diags) > 0 {
-		t.Fatalf("diagnostics: %s", listDiagnostics(diags))
+		t.Fatalf("diagnostics: %s", fixturetest.List(diags))
 	}
 	if tf.Plan == nil || tf.Plan.Name != "shop" {
 		t.Fatalf("Plan = %v", tf.Plan)
@@ -209,7 +206,7 @@ func TestLoadTestFileDecodesEverything(t *testing.T) {
 func TestLoadTestFileJSONSyntax(t *testing.T) {
 	tf, _, diags := checkTestFile(t, filepath.Join(testPipeline, "tests", "shop.flowtest.hcl.json"))
 	if len(diags) > 0 {
-		t.Fatalf("diagnostics: %s", listDiagnostics(diags))
+		t.Fatalf("diagnostics: %s", fixturetest.List(diags))
 	}
 	results := tf.Mocks[0].Results
 	if out, err := results[0].Outputs[0].Eval(map[string]any{"id": 1.0}); err != nil || out.(map[string]any)["score"] != 2.0 {
@@ -274,7 +271,7 @@ run "r" {
 func TestCheckTestsFindsAndChecksEveryFile(t *testing.T) {
 	tests, files, diags := CheckTests(testPipeline, testOptions)
 	if len(diags) > 0 {
-		t.Fatalf("diagnostics: %s", listDiagnostics(diags))
+		t.Fatalf("diagnostics: %s", fixturetest.List(diags))
 	}
 	if len(tests) != 2 || tests[0].Plan == nil || tests[1].Plan == nil {
 		t.Fatalf("tests = %+v", tests)
@@ -297,6 +294,6 @@ func TestCheckTestsOfOneTestFile(t *testing.T) {
 	path := filepath.Join(testPipeline, "tests", "shop.flowtest.hcl.json")
 	tests, _, diags := CheckTests(path, testOptions)
 	if len(diags) > 0 || len(tests) != 1 || tests[0].Path != path || tests[0].Plan == nil {
-		t.Fatalf("tests %+v, diagnostics %s", tests, listDiagnostics(diags))
+		t.Fatalf("tests %+v, diagnostics %s", tests, fixturetest.List(diags))
 	}
 }
