@@ -133,7 +133,3 @@ func TestGraphRendersWithDot(t *testing.T) {
 func TestReferenceDocsGenerated(t *testing.T) {
 	fixturetest.Golden(t, "../docs/reference.md", ReferenceMarkdown(), *update)
 }
-
-func TestTestReferenceDocsGenerated(t *testing.T) {
-	fixturetest.Golden(t, "../docs/testing-reference.md", TestReferenceMarkdown(), *update)
-}

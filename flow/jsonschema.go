@@ -20,17 +20,6 @@ func JSONSchema() []byte {
 		Language)
 }
 
-// TestJSONSchemaID identifies the schema of test files; schema/flowtest.schema.json holds the generated file.
-const TestJSONSchemaID = "https://github.com/flowrun/flowrun/schema/flowtest.schema.json"
-
-// TestJSONSchema returns the JSON Schema of test files in JSON syntax (*.flowtest.hcl.json), derived
-// from TestLanguage as JSONSchema is from Language.
-func TestJSONSchema() []byte {
-	return LanguageJSONSchema(TestJSONSchemaID, "flowrun pipeline test",
-		"A flowrun test file in HCL's JSON syntax. Generated from flowrun's test language (flow.TestLanguage) by `flowrun schema --tests`; do not edit.",
-		TestLanguage)
-}
-
 // LanguageJSONSchema is the JSON Schema of a file in JSON syntax whose top-level blocks are
 // language; JSONSchema is the pipeline language's, and package flow/testfile makes the test
 // language's with it.

@@ -70,7 +70,7 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 		}}
 	}
 	if !info.IsDir() {
-		if isTestFile(path) {
+		if IsTestFile(path) {
 			return nil, hcl.Diagnostics{{
 				Severity: hcl.DiagError,
 				Summary:  "Not a pipeline file",
@@ -113,12 +113,7 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 // isPipelineFile reports whether a file name is a pipeline file's. Test files end in .hcl too
 // (x.flowtest.hcl), but are no part of the pipeline.
 func isPipelineFile(name string) bool {
-	return (strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)) && !isTestFile(name)
-}
-
-// isTestFile reports whether a file name is a test file's.
-func isTestFile(name string) bool {
-	return strings.HasSuffix(name, TestFileExt) || strings.HasSuffix(name, TestFileJSONExt)
+	return (strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)) && !IsTestFile(name)
 }
 
 // ParseFile parses one file in the syntax its name says: JSON for a name that ends in .hcl.json

@@ -185,21 +185,3 @@ func writeFunctionDocs(b *strings.Builder) {
 	}
 	b.WriteString("\n")
 }
-
-// TestReferenceMarkdown returns the reference of the test language, generated from TestLanguage;
-// docs/testing-reference.md holds it, and a test fails when that file is stale.
-func TestReferenceMarkdown() []byte {
-	var b strings.Builder
-	b.WriteString("# Test language reference\n\n")
-	b.WriteString("<!-- Generated from flowrun's test language (flow.TestLanguage). Do not edit; run `make generate`. -->\n\n")
-	fmt.Fprintf(&b, "A test file ends in `%s` (or `%s` in HCL's JSON syntax). For a pipeline directory D, its test files are ", TestFileExt, TestFileJSONExt)
-	fmt.Fprintf(&b, "`D/*%s` and `D/%s/*%s`; for a pipeline file `D/x.hcl`, they are `D/x%s` and `D/%s/x%s`, ", TestFileExt, TestDir, TestFileExt, TestFileExt, TestDir, TestFileExt)
-	b.WriteString("and every test file of D and D/tests when x.hcl is D's only pipeline file. `flowrun validate` checks them ")
-	b.WriteString("and `flowrun test` runs them.\n\n")
-	b.WriteString("References name the pipeline's blocks without quotes: `topic.orders`, `source.orders`, `stage.score` ")
-	b.WriteString("(a stage's implicit output, where a topic is expected), `sink.out`. An assert's condition may use ")
-	b.WriteString("`output`, `dead_letters`, `metrics` and the pipeline language's [functions](reference.md#functions); ")
-	b.WriteString("`output.NAME` is the sink named NAME if there is one, else the topic (`output[\"score.out\"]` for an implicit output).\n\n")
-	WriteBlocksMarkdown(&b, TestLanguage)
-	return []byte(b.String())
-}

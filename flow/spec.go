@@ -33,7 +33,7 @@ const (
 	TypeAny                 // any constant value: cty.Value
 	TypeSize                // a string such as "64MiB": Size
 
-	// The types below occur only in the test language (TestLanguage).
+	// The types below occur only in the test-file language (package flow/testfile).
 	TypeReference       // a block reference whose root is one of Attribute.Refs, such as sink.NAME
 	TypeMessages        // a list of message objects
 	TypeIntegerList     // a list of whole numbers

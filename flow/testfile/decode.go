@@ -1,11 +1,13 @@
-package flow
+package testfile
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,48 +17,50 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
+
+	"github.com/flowrun/flowrun/flow"
 )
 
-// LoadTestFile reads and decodes a test file (native syntax, or JSON syntax when it ends in
+// Load reads and decodes a test file (native syntax, or JSON syntax when it ends in
 // .flowtest.hcl.json) as far as it can without the pipeline: every block, attribute and message is
 // checked here, and references to the pipeline's blocks are kept for Check. It always returns a
-// TestFile, possibly partial, whose Files print the diagnostics with snippets.
-func LoadTestFile(path string) (*TestFile, hcl.Diagnostics) {
+// File, possibly partial, whose Files print the diagnostics with snippets.
+func Load(path string) (*File, hcl.Diagnostics) {
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return &TestFile{Path: path}, hcl.Diagnostics{{
+		return &File{Path: path}, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Cannot read test file",
-			Detail:   fmt.Sprintf("%s: %s.", path, DescribeFSError(err)),
+			Detail:   fmt.Sprintf("%s: %s.", path, flow.DescribeFSError(err)),
 		}}
 	}
-	return LoadTestSource(path, src)
+	return LoadSource(path, src)
 }
 
-// LoadTestSource decodes a test file from memory; name says its syntax, as in LoadTestFile, and
+// LoadSource decodes a test file from memory; name says its syntax, as in Load, and
 // is the directory that its fixture and golden files are relative to.
-func LoadTestSource(name string, src []byte) (*TestFile, hcl.Diagnostics) {
-	d := &testDecoder{
-		file:  &TestFile{Path: name},
+func LoadSource(name string, src []byte) (*File, hcl.Diagnostics) {
+	d := &decoder{
+		file:  &File{Path: name},
 		dir:   filepath.Dir(name),
 		src:   src,
-		ctx:   &hcl.EvalContext{Functions: Functions(os.LookupEnv)},
+		ctx:   &hcl.EvalContext{Functions: flow.Functions(os.LookupEnv)},
 		names: map[string]map[string]hcl.Range{},
 	}
 	p := hclparse.NewParser()
-	f, diags := ParseFile(p, name, src)
+	f, diags := flow.ParseFile(p, name, src)
 	d.file.files = p.Files()
 	d.diags = diags
 	if f == nil || f.Body == nil || diags.HasErrors() {
 		return d.file, diags
 	}
 	d.decodeFile(f.Body)
-	return d.file, SortDiagnostics(d.diags)
+	return d.file, flow.SortDiagnostics(d.diags)
 }
 
-// testDecoder holds the state of decoding one test file.
-type testDecoder struct {
-	file  *TestFile
+// decoder holds the state of decoding one test file.
+type decoder struct {
+	file  *File
 	dir   string           // the test file's directory, for fixture and golden files
 	src   []byte           // the test file, for the source text of compiled expressions
 	ctx   *hcl.EvalContext // for constant values: functions, no variables
@@ -64,13 +68,13 @@ type testDecoder struct {
 	names map[string]map[string]hcl.Range // by block type, the names declared so far
 }
 
-// testRef is a reference to a pipeline's block as written, such as sink.out; Check resolves it.
-type testRef struct {
+// blockRef is a reference to a pipeline's block as written, such as sink.out; Check resolves it.
+type blockRef struct {
 	Type, Name string
 	Range      hcl.Range
 }
 
-func (d *testDecoder) errorf(rng hcl.Range, summary, format string, args ...any) {
+func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
 	d.diags = d.diags.Append(&hcl.Diagnostic{
 		Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(format, args...), Subject: rng.Ptr(),
 	})
@@ -79,7 +83,7 @@ func (d *testDecoder) errorf(rng hcl.Range, summary, format string, args ...any)
 // content decodes a body by its spec: an argument or block that the spec does not declare is an
 // error with hcl's suggestion, and so is a missing required argument. extra are attributes that
 // the body may hold only to be reported with a better message than hcl's.
-func (d *testDecoder) content(hb *hcl.Block, body hcl.Body, spec *BlockSpec, extra ...string) *hcl.BodyContent {
+func (d *decoder) content(hb *hcl.Block, body hcl.Body, spec *flow.BlockSpec, extra ...string) *hcl.BodyContent {
 	schema := spec.BodySchema()
 	for _, name := range extra {
 		schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: name})
@@ -93,7 +97,7 @@ func (d *testDecoder) content(hb *hcl.Block, body hcl.Body, spec *BlockSpec, ext
 }
 
 // declare records a block's name, or reports where the same name was declared before.
-func (d *testDecoder) declare(what, name string, rng hcl.Range) bool {
+func (d *decoder) declare(what, name string, rng hcl.Range) bool {
 	names := d.names[what]
 	if names == nil {
 		names = map[string]hcl.Range{}
@@ -109,10 +113,10 @@ func (d *testDecoder) declare(what, name string, rng hcl.Range) bool {
 }
 
 // decodeFile decodes the top-level blocks, in source order.
-func (d *testDecoder) decodeFile(body hcl.Body) {
-	top := &BlockSpec{}
-	for _, spec := range TestLanguage {
-		top.Blocks = append(top.Blocks, NestedBlock{Spec: spec})
+func (d *decoder) decodeFile(body hcl.Body) {
+	top := &flow.BlockSpec{}
+	for _, spec := range Language {
+		top.Blocks = append(top.Blocks, flow.NestedBlock{Spec: spec})
 	}
 	content := d.content(nil, body, top)
 	for _, hb := range content.Blocks {
@@ -136,13 +140,13 @@ func (d *testDecoder) decodeFile(body hcl.Body) {
 }
 
 // decodeVariables reads a variables block; several blocks add up, each variable set once.
-func (d *testDecoder) decodeVariables(hb *hcl.Block) {
+func (d *decoder) decodeVariables(hb *hcl.Block) {
 	attrs, diags := hb.Body.JustAttributes()
 	d.diags = append(d.diags, diags...)
 	if d.file.Variables == nil {
 		d.file.Variables, d.file.VariableRanges = map[string]cty.Value{}, map[string]hcl.Range{}
 	}
-	for _, a := range sortedAttributes(attrs) {
+	for _, a := range slices.SortedFunc(maps.Values(attrs), bySource) {
 		if !d.declare("variable", a.Name, a.NameRange) {
 			continue
 		}
@@ -156,9 +160,9 @@ func (d *testDecoder) decodeVariables(hb *hcl.Block) {
 	}
 }
 
-func (d *testDecoder) decodeMock(hb *hcl.Block) *TestMock {
-	m := &TestMock{Func: hb.Labels[0], Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testMockSpec)
+func (d *decoder) decodeMock(hb *hcl.Block) *Mock {
+	m := &Mock{Func: hb.Labels[0], Range: hb.DefRange}
+	content := d.content(hb, hb.Body, mockSpec)
 	if !d.declare("mock", m.Func, hb.LabelRanges[0]) {
 		return nil
 	}
@@ -169,15 +173,15 @@ func (d *testDecoder) decodeMock(hb *hcl.Block) *TestMock {
 	}
 	if len(content.Blocks) == 0 {
 		d.errorf(hb.DefRange, "Missing result block",
-			"A mock needs at least one result block: %s", testMockResultSpec.Doc)
+			"A mock needs at least one result block: %s", mockResultSpec.Doc)
 	}
 	return m
 }
 
-func (d *testDecoder) decodeMockResult(hb *hcl.Block) *TestMockResult {
-	content := d.content(hb, hb.Body, testMockResultSpec)
+func (d *decoder) decodeMockResult(hb *hcl.Block) *MockResult {
+	content := d.content(hb, hb.Body, mockResultSpec)
 	attrs := content.Attributes
-	r := &TestMockResult{Times: 1, Range: hb.DefRange}
+	r := &MockResult{Times: 1, Range: hb.DefRange}
 	if a, ok := attrs["error"]; ok {
 		r.Error, _ = d.string(a)
 		if r.Error == "" {
@@ -205,7 +209,7 @@ func (d *testDecoder) decodeMockResult(hb *hcl.Block) *TestMockResult {
 		d.errorf(outputs.NameRange, "Conflicting arguments", "A result has output (one message) or outputs (a list), not both.")
 	case hasOutput:
 		if e := d.messageExpr(output.Expr); e != nil {
-			r.Outputs = []*MessageExpr{e}
+			r.Outputs = []*flow.MessageExpr{e}
 		}
 	case hasOutputs:
 		elems, diags := hcl.ExprList(outputs.Expr)
@@ -213,7 +217,7 @@ func (d *testDecoder) decodeMockResult(hb *hcl.Block) *TestMockResult {
 			d.errorf(outputs.Expr.Range(), "Invalid outputs", "outputs takes a list of expressions over msg, such as [msg, { copy = true }].")
 			break
 		}
-		r.Outputs = []*MessageExpr{} // an empty list returns no message, as drop does
+		r.Outputs = []*flow.MessageExpr{} // an empty list returns no message, as drop does
 		for _, e := range elems {
 			if m := d.messageExpr(e); m != nil {
 				r.Outputs = append(r.Outputs, m)
@@ -227,7 +231,7 @@ func (d *testDecoder) decodeMockResult(hb *hcl.Block) *TestMockResult {
 			kinds = append(kinds, a)
 		}
 	}
-	sort.Slice(kinds, func(i, j int) bool { return rangeLess(kinds[i].Range, kinds[j].Range) })
+	slices.SortFunc(kinds, bySource)
 	if len(kinds) > 1 {
 		d.errorf(kinds[1].NameRange, "Conflicting arguments",
 			"A result fails (error), drops (drop) or returns messages (output, outputs); this one has both %s and %s.",
@@ -237,15 +241,15 @@ func (d *testDecoder) decodeMockResult(hb *hcl.Block) *TestMockResult {
 }
 
 // messageExpr compiles an expression over msg as a stage's per-message expressions compile.
-func (d *testDecoder) messageExpr(e hcl.Expression) *MessageExpr {
-	m, diags := CompileHCLMessageExpr(e, d.src)
+func (d *decoder) messageExpr(e hcl.Expression) *flow.MessageExpr {
+	m, diags := flow.CompileHCLMessageExpr(e, d.src)
 	d.diags = append(d.diags, diags...)
 	return m
 }
 
-func (d *testDecoder) decodeOverride(hb *hcl.Block) *TestSinkOverride {
-	o := &TestSinkOverride{Sink: hb.Labels[0], Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testOverrideSinkSpec)
+func (d *decoder) decodeOverride(hb *hcl.Block) *SinkOverride {
+	o := &SinkOverride{Sink: hb.Labels[0], Range: hb.DefRange}
+	content := d.content(hb, hb.Body, overrideSinkSpec)
 	if !d.declare("override_sink", o.Sink, hb.LabelRanges[0]) {
 		return nil
 	}
@@ -275,10 +279,10 @@ func (d *testDecoder) decodeOverride(hb *hcl.Block) *TestSinkOverride {
 
 // decodeRun decodes a run block: its own sends and advance become Steps[0], its step blocks the
 // steps after it, and its own expectations the run's.
-func (d *testDecoder) decodeRun(hb *hcl.Block) *TestRun {
-	r := &TestRun{Name: hb.Labels[0], Range: hb.DefRange}
-	first := &TestStep{Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testRunSpec, "crash")
+func (d *decoder) decodeRun(hb *hcl.Block) *Run {
+	r := &Run{Name: hb.Labels[0], Range: hb.DefRange}
+	first := &Step{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, runSpec, "crash")
 	if r.Name == "" {
 		d.errorf(hb.LabelRanges[0], "Invalid run name", "A run needs a name, which reports show.")
 	}
@@ -295,7 +299,7 @@ func (d *testDecoder) decodeRun(hb *hcl.Block) *TestRun {
 	if a, ok := content.Attributes["advance"]; ok {
 		first.Advance, _ = d.duration(a)
 	}
-	r.Steps = []*TestStep{first}
+	r.Steps = []*Step{first}
 	for _, b := range content.Blocks {
 		switch b.Type {
 		case "send":
@@ -321,9 +325,9 @@ func (d *testDecoder) decodeRun(hb *hcl.Block) *TestRun {
 	return r
 }
 
-func (d *testDecoder) decodeStep(hb *hcl.Block) *TestStep {
-	s := &TestStep{Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testStepSpec)
+func (d *decoder) decodeStep(hb *hcl.Block) *Step {
+	s := &Step{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, stepSpec)
 	if a, ok := content.Attributes["crash"]; ok {
 		s.Crash, _ = d.bool(a)
 	}
@@ -355,12 +359,12 @@ func (d *testDecoder) decodeStep(hb *hcl.Block) *TestStep {
 
 // decodeSend decodes a send block of a step that runs for advance (0: until drained), which a
 // message's at may not exceed.
-func (d *testDecoder) decodeSend(hb *hcl.Block, advance time.Duration) *TestSend {
-	s := &TestSend{Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testSendSpec)
+func (d *decoder) decodeSend(hb *hcl.Block, advance time.Duration) *Send {
+	s := &Send{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, sendSpec)
 	a := d.oneOf(hb, content, true, "topic", "source")
 	if a != nil {
-		allowed := testSendSpec.Attribute(a.Name).Refs
+		allowed := sendSpec.Attribute(a.Name).Refs
 		if ref, ok := d.reference(a, allowed...); ok {
 			s.ref = ref
 			switch ref.Type {
@@ -383,19 +387,19 @@ func (d *testDecoder) decodeSend(hb *hcl.Block, advance time.Duration) *TestSend
 			if m.At > advance {
 				d.errorf(m.Range, "Message after the step's end",
 					"This message is sent at %s, after the step's advance of %s ends: it would never be sent.",
-					FormatDuration(m.At), FormatDuration(advance))
+					flow.FormatDuration(m.At), flow.FormatDuration(advance))
 			}
 		}
 	}
 	return s
 }
 
-func (d *testDecoder) decodeExpect(hb *hcl.Block) *TestExpect {
-	e := &TestExpect{Match: MatchExact, Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testExpectSpec)
+func (d *decoder) decodeExpect(hb *hcl.Block) *Expect {
+	e := &Expect{Match: MatchExact, Range: hb.DefRange}
+	content := d.content(hb, hb.Body, expectSpec)
 	attrs := content.Attributes
 	if a := d.oneOf(hb, content, true, "sink", "topic"); a != nil {
-		if ref, ok := d.reference(a, testExpectSpec.Attribute(a.Name).Refs...); ok {
+		if ref, ok := d.reference(a, expectSpec.Attribute(a.Name).Refs...); ok {
 			e.ref = ref
 			switch ref.Type {
 			case "sink":
@@ -417,7 +421,7 @@ func (d *testDecoder) decodeExpect(hb *hcl.Block) *TestExpect {
 		e.Count, e.HasCount = d.integer(a, 0)
 	}
 	if a, ok := attrs["match"]; ok {
-		if m, ok := d.enum(a, testExpectSpec.Attribute("match").Enum); ok {
+		if m, ok := d.enum(a, expectSpec.Attribute("match").Enum); ok {
 			e.Match = m
 		}
 		if _, ok := attrs["count"]; ok && attrs["messages"] == nil && attrs["file"] == nil {
@@ -430,9 +434,9 @@ func (d *testDecoder) decodeExpect(hb *hcl.Block) *TestExpect {
 	return e
 }
 
-func (d *testDecoder) decodeExpectDeadLetters(hb *hcl.Block) *TestExpectDeadLetters {
-	e := &TestExpectDeadLetters{Range: hb.DefRange}
-	content := d.content(hb, hb.Body, testExpectDeadLettersSpec)
+func (d *decoder) decodeExpectDeadLetters(hb *hcl.Block) *ExpectDeadLetters {
+	e := &ExpectDeadLetters{Range: hb.DefRange}
+	content := d.content(hb, hb.Body, expectDeadLettersSpec)
 	if a := d.oneOf(hb, content, true, "source", "stage", "sink"); a != nil {
 		if ref, ok := d.reference(a, a.Name); ok {
 			e.ref, e.NodeType, e.Node = ref, ref.Type, ref.Name
@@ -453,9 +457,9 @@ func (d *testDecoder) decodeExpectDeadLetters(hb *hcl.Block) *TestExpectDeadLett
 // assertRoots are the variables of an assert's condition.
 var assertRoots = []string{"output", "dead_letters", "metrics"}
 
-func (d *testDecoder) decodeAssert(hb *hcl.Block) *TestAssert {
-	content := d.content(hb, hb.Body, testAssertSpec)
-	a := &TestAssert{Range: hb.DefRange}
+func (d *decoder) decodeAssert(hb *hcl.Block) *Assert {
+	content := d.content(hb, hb.Body, assertSpec)
+	a := &Assert{Range: hb.DefRange}
 	if attr, ok := content.Attributes["error_message"]; ok {
 		a.ErrorMessage, _ = d.string(attr)
 	}
@@ -465,9 +469,9 @@ func (d *testDecoder) decodeAssert(hb *hcl.Block) *TestAssert {
 	}
 	a.Condition = attr.Expr
 	for _, t := range attr.Expr.Variables() {
-		if root := t.RootName(); !contains(assertRoots, root) {
+		if root := t.RootName(); !slices.Contains(assertRoots, root) {
 			d.errorf(t[0].SourceRange(), "Unknown variable", "There is no variable named %q. A condition can use %s.%s",
-				root, JoinOr(assertRoots), DidYouMean(root, assertRoots))
+				root, flow.JoinOr(assertRoots), flow.DidYouMean(root, assertRoots))
 		}
 	}
 	d.checkFunctions(attr.Expr)
@@ -476,38 +480,41 @@ func (d *testDecoder) decodeAssert(hb *hcl.Block) *TestAssert {
 
 // checkFunctions reports calls to functions that do not exist now rather than when the run is over.
 // Only native syntax is walked: a JSON template is parsed only when evaluated.
-func (d *testDecoder) checkFunctions(e hcl.Expression) {
+func (d *decoder) checkFunctions(e hcl.Expression) {
 	sx, ok := e.(hclsyntax.Expression)
 	if !ok {
 		return
 	}
-	names := sortedKeys(d.ctx.Functions)
+	names := slices.Sorted(maps.Keys(d.ctx.Functions))
 	hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
 		if call, ok := n.(*hclsyntax.FunctionCallExpr); ok {
 			if _, ok := d.ctx.Functions[call.Name]; !ok {
-				d.errorf(call.NameRange, "Call to unknown function", "There is no function named %q.%s", call.Name, DidYouMean(call.Name, names))
+				d.errorf(call.NameRange, "Call to unknown function", "There is no function named %q.%s", call.Name, flow.DidYouMean(call.Name, names))
 			}
 		}
 		return nil
 	})
 }
 
+// bySource orders attributes of one body as they are written.
+func bySource(a, b *hcl.Attribute) int { return cmp.Compare(a.Range.Start.Byte, b.Range.Start.Byte) }
+
 // oneOf returns the one attribute of names that the block sets, or nil after reporting that it
 // sets none (when required) or more than one.
-func (d *testDecoder) oneOf(hb *hcl.Block, content *hcl.BodyContent, required bool, names ...string) *hcl.Attribute {
+func (d *decoder) oneOf(hb *hcl.Block, content *hcl.BodyContent, required bool, names ...string) *hcl.Attribute {
 	var set []*hcl.Attribute
 	for _, n := range names {
 		if a, ok := content.Attributes[n]; ok {
 			set = append(set, a)
 		}
 	}
-	sort.Slice(set, func(i, j int) bool { return rangeLess(set[i].Range, set[j].Range) })
+	slices.SortFunc(set, bySource)
 	switch {
 	case len(set) == 0 && required:
-		d.errorf(hb.DefRange, "Missing argument", "A %s block needs one of %s.", hb.Type, JoinOr(names))
+		d.errorf(hb.DefRange, "Missing argument", "A %s block needs one of %s.", hb.Type, flow.JoinOr(names))
 	case len(set) > 1:
 		d.errorf(set[1].NameRange, "Conflicting arguments", "A %s block takes one of %s; this one has both %s and %s.",
-			hb.Type, JoinOr(names), set[0].Name, set[1].Name)
+			hb.Type, flow.JoinOr(names), set[0].Name, set[1].Name)
 	case len(set) == 1:
 		return set[0]
 	}
@@ -515,30 +522,35 @@ func (d *testDecoder) oneOf(hb *hcl.Block, content *hcl.BodyContent, required bo
 }
 
 // reference reads a bare reference such as sink.out whose block type is one of allowed.
-func (d *testDecoder) reference(a *hcl.Attribute, allowed ...string) (testRef, bool) {
+func (d *decoder) reference(a *hcl.Attribute, allowed ...string) (blockRef, bool) {
 	examples := make([]string, len(allowed))
 	for i, r := range allowed {
 		examples[i] = r + ".NAME"
 	}
 	t, diags := hcl.AbsTraversalForExpr(a.Expr)
-	name, ok := traversalAttr(t)
-	if diags.HasErrors() || len(t) != 2 || !ok {
-		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference written without quotes, %s.", a.Name, JoinOr(examples))
-		return testRef{}, false
+	var step hcl.TraverseAttr
+	ok := len(t) == 2
+	if ok {
+		step, ok = t[1].(hcl.TraverseAttr)
 	}
-	if root := t.RootName(); !contains(allowed, root) {
+	name := step.Name
+	if diags.HasErrors() || !ok {
+		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference written without quotes, %s.", a.Name, flow.JoinOr(examples))
+		return blockRef{}, false
+	}
+	if root := t.RootName(); !slices.Contains(allowed, root) {
 		hint := ""
-		if s := Suggest(root, allowed); s != "" {
+		if s := flow.Suggest(root, allowed); s != "" {
 			hint = fmt.Sprintf(" Did you mean %s.%s?", s, name)
 		}
-		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference to a %s, written as %s.%s", a.Name, JoinOr(allowed), JoinOr(examples), hint)
-		return testRef{}, false
+		d.errorf(a.Expr.Range(), "Invalid reference", "%s takes a reference to a %s, written as %s.%s", a.Name, flow.JoinOr(allowed), flow.JoinOr(examples), hint)
+		return blockRef{}, false
 	}
-	return testRef{Type: t.RootName(), Name: name, Range: a.Expr.Range()}, true
+	return blockRef{Type: t.RootName(), Name: name, Range: a.Expr.Range()}, true
 }
 
 // constant evaluates an attribute's constant value; false when it has an error (reported) or is null.
-func (d *testDecoder) constant(a *hcl.Attribute) (cty.Value, bool) {
+func (d *decoder) constant(a *hcl.Attribute) (cty.Value, bool) {
 	v, diags := a.Expr.Value(d.ctx)
 	d.diags = append(d.diags, diags...)
 	if diags.HasErrors() || v.IsNull() {
@@ -547,7 +559,7 @@ func (d *testDecoder) constant(a *hcl.Attribute) (cty.Value, bool) {
 	return v, true
 }
 
-func (d *testDecoder) convert(a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
+func (d *decoder) convert(a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
 	v, ok := d.constant(a)
 	if !ok {
 		return cty.NilVal, false
@@ -555,13 +567,13 @@ func (d *testDecoder) convert(a *hcl.Attribute, ty cty.Type) (cty.Value, bool) {
 	out, err := convert.Convert(v, ty)
 	if err != nil || !out.IsKnown() || out.IsNull() {
 		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%s takes %s.",
-			a.Name, map[cty.Type]Type{cty.String: TypeString, cty.Bool: TypeBool, cty.Number: TypeInteger}[ty].Describe())
+			a.Name, map[cty.Type]flow.Type{cty.String: flow.TypeString, cty.Bool: flow.TypeBool, cty.Number: flow.TypeInteger}[ty].Describe())
 		return cty.NilVal, false
 	}
 	return out, true
 }
 
-func (d *testDecoder) string(a *hcl.Attribute) (string, bool) {
+func (d *decoder) string(a *hcl.Attribute) (string, bool) {
 	v, ok := d.convert(a, cty.String)
 	if !ok {
 		return "", false
@@ -569,13 +581,13 @@ func (d *testDecoder) string(a *hcl.Attribute) (string, bool) {
 	return v.AsString(), true
 }
 
-func (d *testDecoder) bool(a *hcl.Attribute) (bool, bool) {
+func (d *decoder) bool(a *hcl.Attribute) (bool, bool) {
 	v, ok := d.convert(a, cty.Bool)
 	return ok && v.True(), ok
 }
 
 // integer reads a whole number of at least min.
-func (d *testDecoder) integer(a *hcl.Attribute, min int) (int, bool) {
+func (d *decoder) integer(a *hcl.Attribute, min int) (int, bool) {
 	v, ok := d.convert(a, cty.Number)
 	if !ok {
 		return 0, false
@@ -588,12 +600,12 @@ func (d *testDecoder) integer(a *hcl.Attribute, min int) (int, bool) {
 	return n, true
 }
 
-func (d *testDecoder) duration(a *hcl.Attribute) (time.Duration, bool) {
+func (d *decoder) duration(a *hcl.Attribute) (time.Duration, bool) {
 	s, ok := d.string(a)
 	if !ok {
 		return 0, false
 	}
-	dur, err := ParseDuration(s)
+	dur, err := flow.ParseDuration(s)
 	if err != nil {
 		d.errorf(a.Expr.Range(), "Invalid duration", "%s: %s.", a.Name, err)
 		return 0, false
@@ -601,13 +613,13 @@ func (d *testDecoder) duration(a *hcl.Attribute) (time.Duration, bool) {
 	return dur, true
 }
 
-func (d *testDecoder) enum(a *hcl.Attribute, values []string) (string, bool) {
+func (d *decoder) enum(a *hcl.Attribute, values []string) (string, bool) {
 	s, ok := d.string(a)
 	if !ok {
 		return "", false
 	}
-	if !contains(values, s) {
-		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%q is not one of %s.%s", s, QuotedList(values), DidYouMean(s, values))
+	if !slices.Contains(values, s) {
+		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%q is not one of %s.%s", s, flow.QuotedList(values), flow.DidYouMean(s, values))
 		return "", false
 	}
 	return s, true
@@ -630,13 +642,13 @@ func wholeNumber(v cty.Value) (int, bool) {
 var messageFields = []string{"key", "payload", "at"}
 
 // messages decodes an inline list of messages; at is allowed in sends only.
-func (d *testDecoder) messages(a *hcl.Attribute, allowAt bool) []TestMessage {
+func (d *decoder) messages(a *hcl.Attribute, allowAt bool) []Message {
 	elems, diags := hcl.ExprList(a.Expr)
 	if diags.HasErrors() {
 		d.errorf(a.Expr.Range(), "Invalid messages", "messages takes a list of objects, such as [{ id = 1 }, { id = 2 }].")
 		return nil
 	}
-	out := []TestMessage{}
+	out := []Message{}
 	for _, e := range elems {
 		v, diags := e.Value(d.ctx)
 		d.diags = append(d.diags, diags...)
@@ -669,14 +681,14 @@ func fieldRanges(e hcl.Expression) map[string]hcl.Range {
 }
 
 // message decodes one message value written at rng: a payload, or the wrapped form.
-func (d *testDecoder) message(v cty.Value, rng hcl.Range, fields map[string]hcl.Range, allowAt bool) (TestMessage, bool) {
+func (d *decoder) message(v cty.Value, rng hcl.Range, fields map[string]hcl.Range, allowAt bool) (Message, bool) {
 	at := func(name string) hcl.Range {
 		if r, ok := fields[name]; ok {
 			return r
 		}
 		return rng
 	}
-	m := TestMessage{Range: rng}
+	m := Message{Range: rng}
 	if !isObject(v) {
 		d.errorf(rng, "Invalid message", "A message is an object: its payload, or the wrapped form { payload = {...}, key = \"...\" }.")
 		return m, false
@@ -713,7 +725,7 @@ func (d *testDecoder) message(v cty.Value, rng hcl.Range, fields map[string]hcl.
 			d.errorf(at("at"), "Invalid at", "at is a delay from the start of the step, such as \"+5s\".")
 			return m, false
 		}
-		dur, perr := ParseDuration(strings.TrimPrefix(s.AsString(), "+"))
+		dur, perr := flow.ParseDuration(strings.TrimPrefix(s.AsString(), "+"))
 		if perr != nil {
 			d.errorf(at("at"), "Invalid at", "at: %s.", perr)
 			return m, false
@@ -736,7 +748,7 @@ func isWrapped(v cty.Value) bool {
 		return false
 	}
 	for name := range v.Type().AttributeTypes() {
-		if !contains(messageFields, name) {
+		if !slices.Contains(messageFields, name) {
 			return false
 		}
 	}
@@ -744,7 +756,7 @@ func isWrapped(v cty.Value) bool {
 }
 
 // payload renders a payload as compact JSON, keys sorted, numbers as written (integers stay integers).
-func (d *testDecoder) payload(v cty.Value, rng hcl.Range) ([]byte, bool) {
+func (d *decoder) payload(v cty.Value, rng hcl.Range) ([]byte, bool) {
 	if !v.IsWhollyKnown() {
 		d.errorf(rng, "Invalid payload", "A payload must be known when the test is read.")
 		return nil, false
@@ -759,7 +771,7 @@ func (d *testDecoder) payload(v cty.Value, rng hcl.Range) ([]byte, bool) {
 
 // messagesFile reads a JSON-lines file of messages, relative to the test file. A missing file is
 // an error when mustExist; otherwise it returns no messages and false.
-func (d *testDecoder) messagesFile(a *hcl.Attribute, allowAt, mustExist bool) ([]TestMessage, string, bool) {
+func (d *decoder) messagesFile(a *hcl.Attribute, allowAt, mustExist bool) ([]Message, string, bool) {
 	name, ok := d.string(a)
 	if !ok {
 		return nil, "", false
@@ -771,11 +783,11 @@ func (d *testDecoder) messagesFile(a *hcl.Attribute, allowAt, mustExist bool) ([
 	src, err := os.ReadFile(path)
 	if err != nil {
 		if !os.IsNotExist(err) || mustExist {
-			d.errorf(a.Expr.Range(), "Cannot read messages file", "%s: %s.", path, DescribeFSError(err))
+			d.errorf(a.Expr.Range(), "Cannot read messages file", "%s: %s.", path, flow.DescribeFSError(err))
 		}
 		return nil, path, false
 	}
-	out := []TestMessage{}
+	out := []Message{}
 	offset := 0
 	for i, line := range bytes.SplitAfter(src, []byte("\n")) {
 		start := offset
@@ -815,13 +827,13 @@ func jsonValue(src []byte) (cty.Value, error) {
 var deadLetterFields = []string{"payload", "reason", "attempts"}
 
 // deadLetters decodes the messages of an expect_dead_letters block.
-func (d *testDecoder) deadLetters(a *hcl.Attribute) []TestDeadLetter {
+func (d *decoder) deadLetters(a *hcl.Attribute) []DeadLetter {
 	elems, diags := hcl.ExprList(a.Expr)
 	if diags.HasErrors() {
 		d.errorf(a.Expr.Range(), "Invalid messages", "messages takes a list of objects of payload, reason and attempts.")
 		return nil
 	}
-	out := []TestDeadLetter{}
+	out := []DeadLetter{}
 	for _, e := range elems {
 		v, diags := e.Value(d.ctx)
 		d.diags = append(d.diags, diags...)
@@ -835,23 +847,23 @@ func (d *testDecoder) deadLetters(a *hcl.Attribute) []TestDeadLetter {
 	return out
 }
 
-func (d *testDecoder) deadLetter(v cty.Value, rng hcl.Range, fields map[string]hcl.Range) (TestDeadLetter, bool) {
+func (d *decoder) deadLetter(v cty.Value, rng hcl.Range, fields map[string]hcl.Range) (DeadLetter, bool) {
 	at := func(name string) hcl.Range {
 		if r, ok := fields[name]; ok {
 			return r
 		}
 		return rng
 	}
-	dl := TestDeadLetter{Range: rng}
+	dl := DeadLetter{Range: rng}
 	if !v.Type().IsObjectType() || v.IsNull() {
 		d.errorf(rng, "Invalid dead letter", "An expected dead letter is an object of payload, reason and attempts, each optional.")
 		return dl, false
 	}
 	ok := true
-	for _, name := range sortedKeys(v.Type().AttributeTypes()) {
-		if !contains(deadLetterFields, name) {
+	for _, name := range slices.Sorted(maps.Keys(v.Type().AttributeTypes())) {
+		if !slices.Contains(deadLetterFields, name) {
 			d.errorf(at(name), "Unsupported argument", "An expected dead letter has no field %q; its fields are %s.%s",
-				name, QuotedList(deadLetterFields), DidYouMean(name, deadLetterFields))
+				name, flow.QuotedList(deadLetterFields), flow.DidYouMean(name, deadLetterFields))
 			ok = false
 		}
 	}
