@@ -10,7 +10,8 @@
 //     (Language). The decoder takes its hcl schemas from them, and the JSON Schema and the
 //     reference (reference.go) are generated from them.
 //   - decode.go reads a file as far as it can without the pipeline (Load, LoadSource): every
-//     block, attribute and message, and references to the pipeline's blocks kept as written.
+//     block, attribute (attributes.go) and message (messages.go), and references to the
+//     pipeline's blocks kept as written.
 //   - check.go resolves those references against a flow.Plan (File.Check), and LoadAndCheck finds,
 //     loads and checks every test file of a pipeline; eval.go evaluates an assert's condition.
 //

@@ -10,7 +10,8 @@ import (
 )
 
 // This file is the test language's model: what Load decodes and File.Check resolves against a
-// flow.Plan. The decoding is decode.go, the checks against the pipeline check.go.
+// flow.Plan. The decoding is decode.go (with attributes.go and messages.go), the checks against
+// the pipeline check.go.
 
 // Match modes of an expect block.
 const (
