@@ -105,16 +105,17 @@ bench-expr:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./flow -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./flow -run '^$$' -fuzz '^FuzzLoadTestFile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./flow/testfile -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./flow/expr -run '^$$' -fuzz '^FuzzEval$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzValidTraceParent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./stages -run '^$$' -fuzz '^FuzzPayloadCodec$$' -fuzztime $(FUZZTIME)
 
-# Regenerate the files derived from the language registry and the golden graphs.
+# Regenerate the files derived from the languages' registries (packages flow and flow/testfile) and
+# the golden graphs.
 generate:
-	$(GO) test ./flow ./schema -run 'Generated|Golden' -update
+	$(GO) test ./flow ./flow/testfile ./schema -run 'Generated|Golden' -update
 
 # The programs the tests need besides Go: redis-server (tests start their own), a C compiler for
 # the race detector (cgo; the tests also build the flowrun processes they start with -race), and

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 )
 
 func newSchemaCommand(stdio IO) *cobra.Command {
@@ -26,12 +27,12 @@ func newSchemaCommand(stdio IO) *cobra.Command {
 			case "json":
 				doc = flow.JSONSchema()
 				if tests {
-					doc = flow.TestJSONSchema()
+					doc = testfile.JSONSchema()
 				}
 			case "markdown":
 				doc = flow.ReferenceMarkdown()
 				if tests {
-					doc = flow.TestReferenceMarkdown()
+					doc = testfile.ReferenceMarkdown()
 				}
 			default:
 				return exitError{code: ExitInvalid, message: fmt.Sprintf("--format must be json or markdown, not %q", format)}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/runtime/flowtest"
 	"github.com/flowrun/flowrun/stages"
 )
@@ -98,14 +99,14 @@ func runTests(ctx context.Context, stdio IO, f testFlags, paths []string) error 
 		only = re
 	}
 	type testFile struct {
-		*flow.TestFile
+		*testfile.File
 		sources map[string]*hcl.File // the pipeline's and the test file's, for snippets
 	}
 	var files []testFile
 	seen := map[string]bool{}
 	invalid := false
 	for _, path := range paths {
-		tests, sources, diags := flow.CheckTests(path, flow.Options{
+		tests, sources, diags := testfile.LoadAndCheck(path, flow.Options{
 			Vars: f.pipeline.vars, VarFiles: f.pipeline.varFiles, GoFuncs: stages.Names(),
 		})
 		printDiagnostics(stdio.Err, diags, sources)
@@ -143,7 +144,7 @@ func runTests(ctx context.Context, stdio IO, f testFlags, paths []string) error 
 	}
 	var results []*flowtest.RunResult
 	for _, tf := range files {
-		for _, r := range flowtest.RunFile(ctx, tf.TestFile, tf.Plan, opts) {
+		for _, r := range flowtest.RunFile(ctx, tf.File, tf.Plan, opts) {
 			results = append(results, r)
 			if jsonOut != nil {
 				jsonOut.Run(r)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/stages"
 )
 
@@ -32,11 +33,11 @@ func newValidateCommand(stdio IO) *cobra.Command {
 				}
 				plan, cfg, diags := flags.build(pipeline)
 				files := cfg.Files()
-				var tests []*flow.TestFile
+				var tests []*testfile.File
 				if !diags.HasErrors() {
 					var testFiles map[string]*hcl.File
 					var testDiags hcl.Diagnostics
-					tests, testFiles, testDiags = flow.CheckTests(path, flags.options())
+					tests, testFiles, testDiags = testfile.LoadAndCheck(path, flags.options())
 					diags = append(diags, testDiags...)
 					files = mergeFiles(files, testFiles)
 				}

@@ -68,7 +68,7 @@ func (a Attrs) want(name string, types ...Type) {
 	if len(types) == 0 || slices.Contains(types, t) {
 		return
 	}
-	panic(fmt.Sprintf("flow: attribute %q is a %s, not read that way", name, describeType(t)))
+	panic(fmt.Sprintf("flow: attribute %q is a %s, not read that way", name, t.Describe()))
 }
 
 // get reads an attribute declared with one of the types; the zero T when it has no value.

@@ -101,26 +101,10 @@ func Build(path string, opts Options) (*Plan, *Config, hcl.Diagnostics) {
 	if cfg.syntaxErrors {
 		// A file that does not parse is only partly known: compiling it would mostly report
 		// consequences of the syntax error. Other errors of the files still show all at once.
-		return nil, cfg, sortDiagnostics(diags)
+		return nil, cfg, SortDiagnostics(diags)
 	}
 	plan, moreDiags := Compile(cfg, opts)
-	return plan, cfg, sortDiagnostics(append(diags, moreDiags...))
-}
-
-// sortDiagnostics orders diagnostics by file and position, those without a location first, so that
-// a user reads them top-down.
-func sortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
-	sort.SliceStable(diags, func(i, j int) bool {
-		a, b := diags[i].Subject, diags[j].Subject
-		switch {
-		case a == nil || b == nil:
-			return a == nil && b != nil
-		case a.Filename != b.Filename:
-			return a.Filename < b.Filename
-		}
-		return a.Start.Byte < b.Start.Byte
-	})
-	return diags
+	return plan, cfg, SortDiagnostics(append(diags, moreDiags...))
 }
 
 // collectTopics puts the declared and implicit topics in the plan, sorted by name.

@@ -75,7 +75,7 @@ var topLevelSchema = func() *hcl.BodySchema {
 
 // addSource parses one file and decodes its blocks into the Config.
 func (c *Config) addSource(name string, src []byte) hcl.Diagnostics {
-	f, diags := parseFile(c.parser, name, src)
+	f, diags := ParseFile(c.parser, name, src)
 	if diags.HasErrors() {
 		c.syntaxErrors = true
 	}
@@ -276,7 +276,7 @@ func decodeKind(hb *hcl.Block, spec *BlockSpec) (*Kind, hcl.Range, hcl.Body, hcl
 			Severity: hcl.DiagError,
 			Summary:  fmt.Sprintf("Missing %s kind", spec.Type),
 			Detail: fmt.Sprintf("A %s needs a kind attribute; the kinds are %s.",
-				spec.Type, quotedList(spec.KindNames())),
+				spec.Type, QuotedList(spec.KindNames())),
 			Subject: hb.DefRange.Ptr(),
 		})
 	}
@@ -287,7 +287,7 @@ func decodeKind(hb *hcl.Block, spec *BlockSpec) (*Kind, hcl.Range, hcl.Body, hcl
 		return nil, attr.Expr.Range(), rest, diags.Append(&hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Invalid kind",
-			Detail:   fmt.Sprintf("The kind must be a literal string, one of %s.", quotedList(spec.KindNames())),
+			Detail:   fmt.Sprintf("The kind must be a literal string, one of %s.", QuotedList(spec.KindNames())),
 			Subject:  attr.Expr.Range().Ptr(),
 		})
 	}
@@ -295,7 +295,7 @@ func decodeKind(hb *hcl.Block, spec *BlockSpec) (*Kind, hcl.Range, hcl.Body, hcl
 	k := spec.Kind(name)
 	if k == nil {
 		detail := fmt.Sprintf("There is no %s kind %q.%s The kinds are %s.",
-			spec.Type, name, didYouMean(name, spec.KindNames()), quotedList(spec.KindNames()))
+			spec.Type, name, DidYouMean(name, spec.KindNames()), QuotedList(spec.KindNames()))
 		return nil, attr.Expr.Range(), rest, diags.Append(&hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  fmt.Sprintf("Unknown %s kind", spec.Type),
@@ -436,12 +436,4 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
-}
-
-func quotedList(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
-	}
-	return strings.Join(q, ", ")
 }

@@ -2,9 +2,98 @@ package flow
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
 
+	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 )
+
+// The helpers below word and order diagnostics the same way wherever they are made: in this
+// package, in the test-file language (package flow/testfile), in the checks of kinds declared
+// outside this package, and on the command line.
+
+// SortDiagnostics orders diagnostics by file and position, those without a location first, so that
+// a user reads them top-down.
+func SortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
+	sort.SliceStable(diags, func(i, j int) bool {
+		a, b := diags[i].Subject, diags[j].Subject
+		switch {
+		case a == nil || b == nil:
+			return a == nil && b != nil
+		case a.Filename != b.Filename:
+			return a.Filename < b.Filename
+		}
+		return a.Start.Byte < b.Start.Byte
+	})
+	return diags
+}
+
+// Suggest returns the candidate closest to a misspelt name, or "" when none is close enough to be
+// what the user meant. It uses the same distance as hcl's own suggestions, so that all of
+// flowrun's "did you mean" hints agree; the command line uses it for names it checks itself, such
+// as a topic given as an argument.
+func Suggest(given string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := levenshtein.Distance(given, c, nil); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// DidYouMean formats a suggestion (Suggest) as the end of a diagnostic's detail, or returns "".
+func DidYouMean(given string, candidates []string) string {
+	if s := Suggest(given, candidates); s != "" {
+		return " Did you mean \"" + s + "\"?"
+	}
+	return ""
+}
+
+// QuotedList lists names quoted and separated by commas: "a", "b", "c".
+func QuotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// JoinOr lists words as alternatives: a, b or c.
+func JoinOr(words []string) string {
+	switch len(words) {
+	case 0:
+		return ""
+	case 1:
+		return words[0]
+	}
+	out := ""
+	for i, w := range words {
+		switch {
+		case i == 0:
+			out = w
+		case i == len(words)-1:
+			out += " or " + w
+		default:
+			out += ", " + w
+		}
+	}
+	return out
+}
+
+// DescribeFSError words an error of reading a file or directory for a diagnostic's detail.
+func DescribeFSError(err error) string {
+	switch {
+	case os.IsNotExist(err):
+		return "no such file or directory"
+	case os.IsPermission(err):
+		return "permission denied"
+	}
+	return err.Error()
+}
 
 // JSONDiagnostic is the machine-readable form of a diagnostic, printed by validate --json. Its shape
 // follows Terraform's JSON diagnostics, which editor integrations already understand.

@@ -13,7 +13,7 @@ import (
 )
 
 // Config-time expressions are evaluated once, when the pipeline compiles. They may use var.NAME,
-// local.NAME, path.pipeline (the pipeline's directory), path.cwd, and every function of functions().
+// local.NAME, path.pipeline (the pipeline's directory), path.cwd, and every function of Functions.
 
 // configRoots are the root variables of config-time expressions.
 var configRoots = []string{"var", "local", "path"}
@@ -37,13 +37,13 @@ func (c *compiler) newEvalContext() *hcl.EvalContext {
 				"cwd":      cty.StringVal(cwd),
 			}),
 		},
-		Functions: functions(c.lookupEnv),
+		Functions: Functions(c.lookupEnv),
 	}
 }
 
-// functions is the function table of every expression: the per-message library of package expr plus
+// Functions is the function table of every expression: the per-message library of package expr plus
 // env() and file(), which read the environment and files at compile time.
-func functions(lookupEnv func(string) (string, bool)) map[string]function.Function {
+func Functions(lookupEnv func(string) (string, bool)) map[string]function.Function {
 	fns := expr.Functions()
 	fns["env"] = function.New(&function.Spec{
 		Description: "The value of an environment variable, or the default when it is not set.",
@@ -71,7 +71,7 @@ func functions(lookupEnv func(string) (string, bool)) map[string]function.Functi
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
 			b, err := os.ReadFile(args[0].AsString())
 			if err != nil {
-				return cty.NilVal, fmt.Errorf("cannot read %s: %s", args[0].AsString(), describeFSError(err))
+				return cty.NilVal, fmt.Errorf("cannot read %s: %s", args[0].AsString(), DescribeFSError(err))
 			}
 			return cty.StringVal(string(b)), nil
 		},

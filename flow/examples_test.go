@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	. "github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/internal/fixturetest"
 	_ "github.com/flowrun/flowrun/stages"
 	"os"
 	"os/exec"
@@ -88,7 +89,7 @@ func TestGraphGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden := filepath.Join("testdata", "graphs", exampleName(path)+"."+format)
-			compareGolden(t, golden, buf.Bytes())
+			fixturetest.Golden(t, golden, buf.Bytes(), *update)
 		}
 	}
 }
@@ -130,30 +131,5 @@ func TestGraphRendersWithDot(t *testing.T) {
 }
 
 func TestReferenceDocsGenerated(t *testing.T) {
-	compareGolden(t, "../docs/reference.md", ReferenceMarkdown())
-}
-
-func TestTestReferenceDocsGenerated(t *testing.T) {
-	compareGolden(t, "../docs/testing-reference.md", TestReferenceMarkdown())
-}
-
-// compareGolden compares got with a golden file, or rewrites the file with -update.
-func compareGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run make generate to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s is stale: run make generate and review the difference\n--- got ---\n%s", path, got)
-	}
+	fixturetest.Golden(t, "../docs/reference.md", ReferenceMarkdown(), *update)
 }

@@ -30,7 +30,7 @@ func Formattable(filename string) bool {
 func FormatFiles(path string) ([]string, hcl.Diagnostics) {
 	var files []string
 	var diags hcl.Diagnostics
-	if isTestFile(path) {
+	if IsTestFile(path) {
 		files = []string{path}
 	} else if files, diags = pipelineFiles(path); !diags.HasErrors() {
 		tests, moreDiags := FindTestFiles(path)

@@ -145,6 +145,9 @@ func (p *Plan) UnfuseTopics(names map[string]bool) {
 	}
 }
 
+// AnyTopic, among the names given to UnfuseTopics, stands for every topic.
+const AnyTopic = "*"
+
 // Unfuse runs every stage of the plan in a hop of its own, as if each set fuse = false.
 func (p *Plan) Unfuse() {
 	for _, s := range p.Stages {
@@ -156,43 +159,3 @@ func (p *Plan) Unfuse() {
 // FusedAfter reports whether the stage runs fused after another one: its input is a link of its
 // chain, which the chain's first stage reads for it.
 func (s *Stage) FusedAfter() bool { return s.Chain != nil && s.Chain.Head() != s }
-
-// Topics names the topics a test file sends into or looks at: its send and expect blocks' topics,
-// and the outputs its asserts read (output.NAME, output["NAME"]); AnyTopic when an assert reads an
-// output whose name it computes. A test that names a link of a chain needs it as a stream
-// (Plan.UnfuseTopics).
-func (f *TestFile) Topics() map[string]bool {
-	names := map[string]bool{}
-	for _, run := range f.Runs {
-		for _, step := range run.Steps {
-			for _, s := range step.Sends {
-				names[s.Topic] = true
-			}
-			topicsOfChecks(names, step.Expect, step.Asserts)
-		}
-		topicsOfChecks(names, run.Expect, run.Asserts)
-	}
-	delete(names, "")
-	return names
-}
-
-// AnyTopic, among TestFile.Topics, stands for every topic.
-const AnyTopic = "*"
-
-func topicsOfChecks(names map[string]bool, expects []*TestExpect, asserts []*TestAssert) {
-	for _, e := range expects {
-		names[e.Topic] = true
-	}
-	for _, a := range asserts {
-		for _, t := range a.Condition.Variables() {
-			if t.RootName() != "output" {
-				continue
-			}
-			if name, _, ok := traversalStep(t, 1); ok {
-				names[name] = true
-			} else {
-				names[AnyTopic] = true
-			}
-		}
-	}
-}

@@ -190,31 +190,3 @@ stage "b" {
 		})
 	}
 }
-
-// TestATestFileNamesTheTopicsItLooksAt: the outputs an assert reads, by name or by index, are the
-// file's topics; one it reads by a computed name stands for every topic. (Their links must be
-// streams for the test to see them.)
-func TestATestFileNamesTheTopicsItLooksAt(t *testing.T) {
-	tf, diags := flow.LoadTestSource("a.flowtest.hcl", []byte(`
-run "r" {
-  assert { condition = length(output["a.out"]) == 1 && metrics.b.in == 1 }
-  assert { condition = length(output.sink_out) == 1 }
-}`))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	got := tf.Topics()
-	if !got["a.out"] || !got["sink_out"] || got["b"] || got["in"] || got[flow.AnyTopic] {
-		t.Errorf("topics %v, want a.out and sink_out only", got)
-	}
-	tf, diags = flow.LoadTestSource("b.flowtest.hcl", []byte(`
-run "r" {
-  assert { condition = length(output[join(".", ["a", "out"])]) == 1 }
-}`))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	if got := tf.Topics(); !got[flow.AnyTopic] {
-		t.Errorf("topics %v, want every topic for a name computed at run time", got)
-	}
-}

@@ -15,24 +15,15 @@ const JSONSchemaID = "https://github.com/flowrun/flowrun/schema/flowrun.schema.j
 // syntax are strings ("${msg.amount > 100}"), so wherever a value may be an expression a string is
 // accepted too; the schema checks structure and names, and flowrun validate checks the rest.
 func JSONSchema() []byte {
-	return languageSchema(JSONSchemaID, "flowrun pipeline",
+	return LanguageJSONSchema(JSONSchemaID, "flowrun pipeline",
 		"A flowrun pipeline in HCL's JSON syntax. Generated from flowrun's language registry by `flowrun schema`; do not edit.",
 		Language)
 }
 
-// TestJSONSchemaID identifies the schema of test files; schema/flowtest.schema.json holds the generated file.
-const TestJSONSchemaID = "https://github.com/flowrun/flowrun/schema/flowtest.schema.json"
-
-// TestJSONSchema returns the JSON Schema of test files in JSON syntax (*.flowtest.hcl.json), derived
-// from TestLanguage as JSONSchema is from Language.
-func TestJSONSchema() []byte {
-	return languageSchema(TestJSONSchemaID, "flowrun pipeline test",
-		"A flowrun test file in HCL's JSON syntax. Generated from flowrun's test language (flow.TestLanguage) by `flowrun schema --tests`; do not edit.",
-		TestLanguage)
-}
-
-// languageSchema is the JSON Schema of a file whose top-level blocks are language.
-func languageSchema(id, title, description string, language []*BlockSpec) []byte {
+// LanguageJSONSchema is the JSON Schema of a file in JSON syntax whose top-level blocks are
+// language; JSONSchema is the pipeline language's, and package flow/testfile makes the test
+// language's with it.
+func LanguageJSONSchema(id, title, description string, language []*BlockSpec) []byte {
 	props := map[string]any{"//": commentSchema}
 	for _, b := range language {
 		props[b.Type] = blockTypeSchema(b)

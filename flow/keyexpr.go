@@ -39,7 +39,7 @@ func CompileMessageExpr(name, src string) (*MessageExpr, *hcl.File, hcl.Diagnost
 // output, in native or JSON syntax), with the functions of pipelines; src is the file's text, which
 // diagnostics and evaluation errors quote. The diagnostics are located in that file.
 func CompileHCLMessageExpr(e hcl.Expression, src []byte) (*MessageExpr, hcl.Diagnostics) {
-	p, diags := expr.Compile(e, &expr.Scope{Roots: []string{"msg"}, Functions: functions(os.LookupEnv), Source: src})
+	p, diags := expr.Compile(e, &expr.Scope{Roots: []string{"msg"}, Functions: Functions(os.LookupEnv), Source: src})
 	if diags.HasErrors() {
 		return nil, diags
 	}

@@ -66,11 +66,11 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Pipeline not found",
-			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	if !info.IsDir() {
-		if isTestFile(path) {
+		if IsTestFile(path) {
 			return nil, hcl.Diagnostics{{
 				Severity: hcl.DiagError,
 				Summary:  "Not a pipeline file",
@@ -91,7 +91,7 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Cannot read pipeline directory",
-			Detail:   fmt.Sprintf("%s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("%s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	var files []string
@@ -113,26 +113,12 @@ func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 // isPipelineFile reports whether a file name is a pipeline file's. Test files end in .hcl too
 // (x.flowtest.hcl), but are no part of the pipeline.
 func isPipelineFile(name string) bool {
-	return (strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)) && !isTestFile(name)
+	return (strings.HasSuffix(name, nativeExt) || strings.HasSuffix(name, jsonExt)) && !IsTestFile(name)
 }
 
-// isTestFile reports whether a file name is a test file's.
-func isTestFile(name string) bool {
-	return strings.HasSuffix(name, TestFileExt) || strings.HasSuffix(name, TestFileJSONExt)
-}
-
-func describeFSError(err error) string {
-	switch {
-	case os.IsNotExist(err):
-		return "no such file or directory"
-	case os.IsPermission(err):
-		return "permission denied"
-	}
-	return err.Error()
-}
-
-// parseFile parses one file in the syntax its name says.
-func parseFile(p *hclparse.Parser, name string, src []byte) (*hcl.File, hcl.Diagnostics) {
+// ParseFile parses one file in the syntax its name says: JSON for a name that ends in .hcl.json
+// (.flowtest.hcl.json included), native otherwise.
+func ParseFile(p *hclparse.Parser, name string, src []byte) (*hcl.File, hcl.Diagnostics) {
 	if strings.HasSuffix(name, jsonExt) {
 		return p.ParseJSON(src, name)
 	}

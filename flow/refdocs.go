@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// ReferenceMarkdown returns the language reference, generated from Language and the function table;
-// writeBlocks writes a language's blocks: a list of links, then each block's section.
-func writeBlocks(b *strings.Builder, specs []*BlockSpec) {
+// WriteBlocksMarkdown writes the reference of a language's blocks: a list of links, then each
+// block's section. ReferenceMarkdown writes the pipeline language's with it, and package
+// flow/testfile the test language's.
+func WriteBlocksMarkdown(b *strings.Builder, specs []*BlockSpec) {
 	b.WriteString("## Blocks\n\n")
 	for _, spec := range specs {
 		fmt.Fprintf(b, "- [`%s`](#%s)\n", spec.Type, spec.Type)
@@ -21,6 +22,7 @@ func writeBlocks(b *strings.Builder, specs []*BlockSpec) {
 	}
 }
 
+// ReferenceMarkdown returns the language reference, generated from Language and the function table;
 // docs/reference.md holds it, and a test fails when that file is stale.
 func ReferenceMarkdown() []byte {
 	var b strings.Builder
@@ -34,7 +36,7 @@ func ReferenceMarkdown() []byte {
 	b.WriteString("Durations are strings of numbers with units: `\"250ms\"`, `\"30s\"`, `\"5m\"`, `\"1h30m\"`, `\"7d\"` ")
 	b.WriteString("(units ns, us, ms, s, m, h, d).\n\n")
 
-	writeBlocks(&b, Language)
+	WriteBlocksMarkdown(&b, Language)
 	writeFunctionDocs(&b)
 	return []byte(b.String())
 }
@@ -117,9 +119,9 @@ func docType(a Attribute) string {
 	case a.Type == TypeMessageExpr, a.Type == TypeMessageBool, a.Type == TypeMessageFields,
 		a.Type == TypeMessageObject, a.Type == TypeMessageExprList:
 		roots := backquotedList(a.Roots)
-		return fmt.Sprintf("%s, per message (%s)", strings.TrimPrefix(describeType(a.Type), "a "), roots)
+		return fmt.Sprintf("%s, per message (%s)", strings.TrimPrefix(a.Type.Describe(), "a "), roots)
 	}
-	t := describeType(a.Type)
+	t := a.Type.Describe()
 	for _, p := range []string{"a ", "an "} {
 		t = strings.TrimPrefix(t, p)
 	}
@@ -162,7 +164,7 @@ func backquotedList(names []string) string {
 
 // writeFunctionDocs lists every function with its parameters and description.
 func writeFunctionDocs(b *strings.Builder) {
-	fns := functions(os.LookupEnv)
+	fns := Functions(os.LookupEnv)
 	b.WriteString("## Functions\n\n")
 	b.WriteString("Every function works in both compile-time and per-message expressions. Calls whose arguments ")
 	b.WriteString("are all known when the pipeline compiles are computed once; `env` and `file` read the ")
@@ -182,22 +184,4 @@ func writeFunctionDocs(b *strings.Builder) {
 		fmt.Fprintf(b, "| `%s(%s)` | %s |\n", name, strings.Join(params, ", "), desc)
 	}
 	b.WriteString("\n")
-}
-
-// TestReferenceMarkdown returns the reference of the test language, generated from TestLanguage;
-// docs/testing-reference.md holds it, and a test fails when that file is stale.
-func TestReferenceMarkdown() []byte {
-	var b strings.Builder
-	b.WriteString("# Test language reference\n\n")
-	b.WriteString("<!-- Generated from flowrun's test language (flow.TestLanguage). Do not edit; run `make generate`. -->\n\n")
-	fmt.Fprintf(&b, "A test file ends in `%s` (or `%s` in HCL's JSON syntax). For a pipeline directory D, its test files are ", TestFileExt, TestFileJSONExt)
-	fmt.Fprintf(&b, "`D/*%s` and `D/%s/*%s`; for a pipeline file `D/x.hcl`, they are `D/x%s` and `D/%s/x%s`, ", TestFileExt, TestDir, TestFileExt, TestFileExt, TestDir, TestFileExt)
-	b.WriteString("and every test file of D and D/tests when x.hcl is D's only pipeline file. `flowrun validate` checks them ")
-	b.WriteString("and `flowrun test` runs them.\n\n")
-	b.WriteString("References name the pipeline's blocks without quotes: `topic.orders`, `source.orders`, `stage.score` ")
-	b.WriteString("(a stage's implicit output, where a topic is expected), `sink.out`. An assert's condition may use ")
-	b.WriteString("`output`, `dead_letters`, `metrics` and the pipeline language's [functions](reference.md#functions); ")
-	b.WriteString("`output.NAME` is the sink named NAME if there is one, else the topic (`output[\"score.out\"]` for an implicit output).\n\n")
-	writeBlocks(&b, TestLanguage)
-	return []byte(b.String())
 }

@@ -37,7 +37,7 @@ func (c *compiler) checkConstantRef(t hcl.Traversal) bool {
 		}
 		what := map[string]string{"var": "variable", "local": "local value", "path": "path"}[root]
 		c.errorf(rng, fmt.Sprintf("Reference to undeclared %s", what),
-			fmt.Sprintf("There is no %s named %q.%s", what, attr, didYouMean(attr, names)))
+			fmt.Sprintf("There is no %s named %q.%s", what, attr, DidYouMean(attr, names)))
 		return false
 	case "msg", "index":
 		c.errorf(rng, "Per-message value not allowed here",
@@ -53,7 +53,7 @@ func (c *compiler) checkConstantRef(t hcl.Traversal) bool {
 	}
 	c.errorf(rng, "Unknown variable",
 		fmt.Sprintf("There is no variable named %q. Compile-time expressions can use var, local and path.%s",
-			root, didYouMean(root, configRoots)))
+			root, DidYouMean(root, configRoots)))
 	return false
 }
 
@@ -88,7 +88,7 @@ func (c *compiler) parseReference(e hcl.Expression, attr string, allowed ...stri
 		examples[i] = a + ".NAME"
 	}
 	want := fmt.Sprintf("%s takes a reference to a %s, written without quotes as %s.",
-		attr, joinOr(allowed), joinOr(examples))
+		attr, JoinOr(allowed), JoinOr(examples))
 	t, diags := hcl.AbsTraversalForExpr(e)
 	name, ok := traversalAttr(t)
 	if diags.HasErrors() || len(t) != 2 || !ok {
@@ -99,7 +99,7 @@ func (c *compiler) parseReference(e hcl.Expression, attr string, allowed ...stri
 	root := t.RootName()
 	if !contains(allowed, root) {
 		summary := "Invalid reference"
-		if s := suggest(root, allowed); s != "" {
+		if s := Suggest(root, allowed); s != "" {
 			want += fmt.Sprintf(" Did you mean %s.%s?", s, name)
 		}
 		c.unresolved = true
@@ -127,7 +127,7 @@ func (c *compiler) resolveTopic(e hcl.Expression, attr string, allowStage bool) 
 	if !ok {
 		c.unresolved = true
 		c.errorf(ref.Range, "Reference to undeclared topic",
-			fmt.Sprintf("There is no topic named %q.%s", ref.Name, didYouMean(ref.Name, sortedKeys(c.topics))))
+			fmt.Sprintf("There is no topic named %q.%s", ref.Name, DidYouMean(ref.Name, sortedKeys(c.topics))))
 		return nil
 	}
 	c.topicUsed[t.Name] = true
@@ -144,7 +144,7 @@ func (c *compiler) resolveRetry(e hcl.Expression) (RetryPolicy, bool) {
 	if !ok {
 		c.unresolved = true
 		c.errorf(ref.Range, "Reference to undeclared retry policy",
-			fmt.Sprintf("There is no retry block named %q.%s", ref.Name, didYouMean(ref.Name, sortedKeys(c.retries))))
+			fmt.Sprintf("There is no retry block named %q.%s", ref.Name, DidYouMean(ref.Name, sortedKeys(c.retries))))
 		return RetryPolicy{}, false
 	}
 	c.retryUsed[ref.Name] = true
@@ -160,7 +160,7 @@ func (c *compiler) stageOutput(ref reference) *Topic {
 		for _, s := range c.cfg.Stages {
 			stageNames = append(stageNames, s.Name)
 		}
-		detail := fmt.Sprintf("There is no stage named %q.%s", ref.Name, didYouMean(ref.Name, stageNames))
+		detail := fmt.Sprintf("There is no stage named %q.%s", ref.Name, DidYouMean(ref.Name, stageNames))
 		if b != nil {
 			detail = fmt.Sprintf("%q is a %s, not a stage: only stages have outputs to read.", ref.Name, b.Type)
 		}
@@ -245,27 +245,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func joinOr(words []string) string {
-	switch len(words) {
-	case 0:
-		return ""
-	case 1:
-		return words[0]
-	}
-	out := ""
-	for i, w := range words {
-		switch {
-		case i == 0:
-			out = w
-		case i == len(words)-1:
-			out += " or " + w
-		default:
-			out += ", " + w
-		}
-	}
-	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -33,7 +33,7 @@ const (
 	TypeAny                 // any constant value: cty.Value
 	TypeSize                // a string such as "64MiB": Size
 
-	// The types below occur only in the test language (TestLanguage).
+	// The types below occur only in the test-file language (package flow/testfile).
 	TypeReference       // a block reference whose root is one of Attribute.Refs, such as sink.NAME
 	TypeMessages        // a list of message objects
 	TypeIntegerList     // a list of whole numbers
@@ -216,7 +216,7 @@ func RegisterKind(blockType string, k *Kind) {
 		panic(fmt.Sprintf("flow.RegisterKind: %s kind %q registered twice", blockType, k.Name))
 	}
 	for _, a := range k.Attributes {
-		if a.Name == "kind" || b.attribute(a.Name) != nil {
+		if a.Name == "kind" || b.Attribute(a.Name) != nil {
 			panic(fmt.Sprintf("flow.RegisterKind: %s kind %q redeclares the block's attribute %q", blockType, k.Name, a.Name))
 		}
 	}
@@ -225,8 +225,8 @@ func RegisterKind(blockType string, k *Kind) {
 	b.Kinds = append(b.Kinds[:i], append([]*Kind{k}, b.Kinds[i:]...)...)
 }
 
-// attribute returns the block's own attribute of that name, or nil.
-func (b *BlockSpec) attribute(name string) *Attribute {
+// Attribute returns the block's own attribute of that name, or nil.
+func (b *BlockSpec) Attribute(name string) *Attribute {
 	for i := range b.Attributes {
 		if b.Attributes[i].Name == name {
 			return &b.Attributes[i]
@@ -291,6 +291,17 @@ func (b *BlockSpec) blocks(k *Kind) []NestedBlock {
 		return b.Blocks
 	}
 	return append(append([]NestedBlock(nil), b.Blocks...), k.Blocks...)
+}
+
+// BodySchema is the hcl schema of the block's own attributes and nested blocks (a kind's are not
+// included), for decoding a body of this type with hcl: an argument or block that it does not
+// declare is then an error with hcl's "did you mean". Required arguments are checked by
+// CheckRequired, which can say what each one is for.
+func (b *BlockSpec) BodySchema() *hcl.BodySchema { return bodySchema(b.Attributes, b.Blocks) }
+
+// CheckRequired reports the block's own required attributes that content lacks, at hb's header.
+func (b *BlockSpec) CheckRequired(hb *hcl.Block, content *hcl.BodyContent) hcl.Diagnostics {
+	return checkRequired(hb, b.Attributes, content)
 }
 
 // bodySchema is the hcl schema of a block's body for the given kind (nil for blocks without kinds).

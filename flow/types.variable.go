@@ -77,7 +77,7 @@ func (c *compiler) compileVariables() cty.Value {
 				Severity: hcl.DiagError,
 				Summary:  "Undeclared variable",
 				Detail: fmt.Sprintf("The option --var sets %q, but the pipeline declares no such variable.%s",
-					name, didYouMean(name, names)),
+					name, DidYouMean(name, names)),
 			})
 			continue
 		}
@@ -179,7 +179,7 @@ func (c *compiler) assignValues(vars map[string]*declaredVariable, names []strin
 				Severity: hcl.DiagError,
 				Summary:  "Undeclared variable",
 				Detail: fmt.Sprintf("A value is given for %q, but the pipeline declares no such variable.%s",
-					name, didYouMean(name, names)),
+					name, DidYouMean(name, names)),
 				Subject: subject,
 			})
 			continue
@@ -195,11 +195,11 @@ func (c *compiler) assignVarFile(vars map[string]*declaredVariable, names []stri
 		c.diags = c.diags.Append(&hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Cannot read variables file",
-			Detail:   fmt.Sprintf("--var-file %s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("--var-file %s: %s.", path, DescribeFSError(err)),
 		})
 		return
 	}
-	f, diags := parseFile(c.cfg.parser, path, src)
+	f, diags := ParseFile(c.cfg.parser, path, src)
 	c.diags = append(c.diags, diags...)
 	if f == nil || diags.HasErrors() {
 		return
@@ -210,7 +210,7 @@ func (c *compiler) assignVarFile(vars map[string]*declaredVariable, names []stri
 		v, declared := vars[a.Name]
 		if !declared {
 			c.errorf(a.NameRange, "Undeclared variable",
-				fmt.Sprintf("The file sets %q, but the pipeline declares no such variable.%s", a.Name, didYouMean(a.Name, names)))
+				fmt.Sprintf("The file sets %q, but the pipeline declares no such variable.%s", a.Name, DidYouMean(a.Name, names)))
 			continue
 		}
 		val, diags := a.Expr.Value(nil)

@@ -175,7 +175,7 @@ func (c *compiler) convertConstant(v cty.Value, ty cty.Type, spec Attribute, rng
 	out, err := convert.Convert(v, ty)
 	if err != nil {
 		c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
-			fmt.Sprintf("%s takes %s: %s.", spec.Name, describeType(spec.Type), err))
+			fmt.Sprintf("%s takes %s: %s.", spec.Name, spec.Type.Describe(), err))
 		return cty.NilVal, false
 	}
 	if out.IsNull() {
@@ -190,7 +190,7 @@ func (c *compiler) checkEnum(s string, spec Attribute, rng hcl.Range) (any, bool
 		return s, true
 	}
 	c.errorf(rng, fmt.Sprintf("Invalid value for %s", spec.Name),
-		fmt.Sprintf("%q is not a valid %s.%s The values are %s.", s, spec.Name, didYouMean(s, spec.Enum), quotedList(spec.Enum)))
+		fmt.Sprintf("%q is not a valid %s.%s The values are %s.", s, spec.Name, DidYouMean(s, spec.Enum), QuotedList(spec.Enum)))
 	return nil, false
 }
 
@@ -348,13 +348,13 @@ func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggrega
 		call, isCall := value.(*hclsyntax.FunctionCallExpr)
 		if !isCall {
 			c.errorf(value.Range(), "Not an aggregate call",
-				fmt.Sprintf("%s.%s must call one of %s, such as sum(msg.amount).", spec.Name, name, quotedList(funcs)))
+				fmt.Sprintf("%s.%s must call one of %s, such as sum(msg.amount).", spec.Name, name, QuotedList(funcs)))
 			return false
 		}
 		arity, known := AggregateFuncs[call.Name]
 		if !known {
 			c.errorf(call.NameRange, "Unknown aggregate function",
-				fmt.Sprintf("There is no aggregate function %q.%s The functions are %s.", call.Name, didYouMean(call.Name, funcs), quotedList(funcs)))
+				fmt.Sprintf("There is no aggregate function %q.%s The functions are %s.", call.Name, DidYouMean(call.Name, funcs), QuotedList(funcs)))
 			return false
 		}
 		if len(call.Args) != arity {
@@ -414,8 +414,8 @@ func (c *compiler) fieldName(e hcl.Expression) (string, bool) {
 	return s.AsString(), true
 }
 
-// describeType words a type for error messages and docs.
-func describeType(t Type) string {
+// Describe words a type for error messages and docs: "a string", "a whole number", ...
+func (t Type) Describe() string {
 	switch t {
 	case TypeString:
 		return "a string"

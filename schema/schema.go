@@ -1,7 +1,7 @@
 // Package schema holds the JSON Schemas of flowrun pipeline files in JSON syntax (*.hcl.json) and of
 // test files in JSON syntax (*.flowtest.hcl.json), for editors and tools that generate them. The
-// files are generated from the language registries in package flow (flowrun schema and flowrun
-// schema --tests print the same documents); a test fails when one is stale.
+// files are generated from the language registries in packages flow and flow/testfile (flowrun
+// schema and flowrun schema --tests print the same documents); a test fails when one is stale.
 package schema
 
 import _ "embed"

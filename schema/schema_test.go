@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	_ "github.com/flowrun/flowrun/stages" // the built-in kinds
 )
 
@@ -21,7 +22,7 @@ func TestGeneratedSchemaIsCurrent(t *testing.T) {
 }
 
 func TestGeneratedTestSchemaIsCurrent(t *testing.T) {
-	checkGenerated(t, "flowtest.schema.json", flow.TestJSONSchema(), TestJSON)
+	checkGenerated(t, "flowtest.schema.json", testfile.JSONSchema(), TestJSON)
 }
 
 // checkGenerated compares a generated schema with its embedded file, or rewrites the file with -update.
@@ -124,17 +125,17 @@ func TestSchemaIsJSON(t *testing.T) {
 }
 
 func TestTestSchemaAcceptsTheJSONFixture(t *testing.T) {
-	src, err := os.ReadFile("../flow/testdata/testfiles/pipeline/tests/shop.flowtest.hcl.json")
+	src, err := os.ReadFile("../flow/testfile/testdata/pipeline/tests/shop.flowtest.hcl.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := validate(t, compile(t, flow.TestJSONSchemaID, flow.TestJSONSchema()), string(src)); err != nil {
+	if err := validate(t, compile(t, testfile.JSONSchemaID, testfile.JSONSchema()), string(src)); err != nil {
 		t.Fatalf("the JSON test fixture does not validate: %v", err)
 	}
 }
 
 func TestTestSchemaRejectsMistakes(t *testing.T) {
-	s := compile(t, flow.TestJSONSchemaID, flow.TestJSONSchema())
+	s := compile(t, testfile.JSONSchemaID, testfile.JSONSchema())
 	cases := map[string]string{
 		"unknown block type":      `{"rnu": {"x": {}}}`,
 		"unknown attribute":       `{"run": {"x": {"advnce": "1s"}}}`,

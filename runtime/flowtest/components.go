@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/stages"
 )
 
@@ -116,13 +116,13 @@ func (noNetwork) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // mockFunc is a mocked Go stage function: each call takes the next of its results.
 type mockFunc struct {
-	mock  *flow.TestMock
+	mock  *testfile.Mock
 	mu    sync.Mutex
 	calls int
 }
 
 // result returns the result of the next call.
-func (f *mockFunc) result() *flow.TestMockResult {
+func (f *mockFunc) result() *testfile.MockResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.calls
@@ -188,12 +188,12 @@ func newFeed() *feed { return &feed{ready: make(chan struct{}, 1)} }
 
 // fed is a message for a source, with the ID that names it within the source (Origin.ID).
 type fed struct {
-	msg flow.TestMessage
+	msg testfile.Message
 	id  string
 }
 
 // push queues messages for the source.
-func (f *feed) push(msgs ...flow.TestMessage) {
+func (f *feed) push(msgs ...testfile.Message) {
 	f.mu.Lock()
 	for _, m := range msgs {
 		f.sent++

@@ -1,5 +1,5 @@
 // Package flowtest runs pipeline tests: the run blocks of *.flowtest.hcl files (decoded and checked
-// by package flow) against a pipeline that runs in this process on an embedded Redis and a
+// by package flow/testfile) against a pipeline that runs in this process on an embedded Redis and a
 // virtual clock, with nothing to start.
 //
 // A test file's runs share one Redis, one clock and one running pipeline, in order, unless a run

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/runtime/flowtest"
 	"github.com/flowrun/flowrun/stages"
 )
@@ -32,7 +33,7 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 		examples++
 		path := filepath.Join(examplesDir, e.Name())
 		t.Run(e.Name(), func(t *testing.T) {
-			tests, files, diags := flow.CheckTests(path, flow.Options{GoFuncs: stages.Names()})
+			tests, files, diags := testfile.LoadAndCheck(path, flow.Options{GoFuncs: stages.Names()})
 			if diags.HasErrors() {
 				t.Fatalf("invalid: %s", diags.Error())
 			}
@@ -64,7 +65,7 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 // TestAFailingTestFileReportsEveryFailureWhereItIsWritten runs testdata/failing, whose header says
 // what must fail and where.
 func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
-	tests, files, diags := flow.CheckTests("testdata/failing", flow.Options{})
+	tests, files, diags := testfile.LoadAndCheck("testdata/failing", flow.Options{})
 	if diags.HasErrors() || len(tests) != 1 {
 		t.Fatalf("want one valid test file: %s", diags.Error())
 	}
@@ -103,7 +104,7 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 // effectively-once aggregate, though two batches end at the same event time.
 func TestStatefulStagesUnderTest(t *testing.T) {
 	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded", "testdata/late", "testdata/updates"} {
-		tests, files, diags := flow.CheckTests(dir, flow.Options{})
+		tests, files, diags := testfile.LoadAndCheck(dir, flow.Options{})
 		if diags.HasErrors() || len(tests) != 1 {
 			t.Fatalf("%s: want one valid test file: %s", dir, diags.Error())
 		}
@@ -121,7 +122,7 @@ func TestStatefulStagesUnderTest(t *testing.T) {
 // through a filter, a fan-out, a retry from the retry set, dead letters at a stage and at a sink,
 // a duplicate and a late order dropped, and a crash while the sink's batch is at work.
 func TestCountersAddUpUnderTest(t *testing.T) {
-	tests, files, diags := flow.CheckTests("testdata/counters", flow.Options{})
+	tests, files, diags := testfile.LoadAndCheck("testdata/counters", flow.Options{})
 	if diags.HasErrors() || len(tests) != 1 {
 		t.Fatalf("want one valid test file: %s", diags.Error())
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/internal/embedded"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
@@ -50,7 +51,7 @@ const (
 
 // harness runs the runs of one test file.
 type harness struct {
-	file   *flow.TestFile
+	file   *testfile.File
 	plan   *flow.Plan
 	opts   Options
 	log    *slog.Logger
@@ -87,7 +88,7 @@ type incarnation struct {
 
 // RunFile runs the runs of a checked test file against plan, the pipeline compiled with the file's
 // variables, and returns a result per run that ran (in file order).
-func RunFile(ctx context.Context, file *flow.TestFile, plan *flow.Plan, opts Options) []*RunResult {
+func RunFile(ctx context.Context, file *testfile.File, plan *flow.Plan, opts Options) []*RunResult {
 	plan.UnfuseTopics(file.Topics()) // a link of a chain that the file names must be a stream
 	h := &harness{file: file, plan: plan, opts: opts, captured: newCaptures(), mocks: map[string]*mockFunc{},
 		finished: map[string]counters{}}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	_ "github.com/flowrun/flowrun/stages"
 )
 
@@ -51,7 +52,7 @@ func compile(t testing.TB, src string) *flow.Plan {
 	return plan
 }
 
-func payloadOf(payload string) flow.TestMessage { return flow.TestMessage{Payload: []byte(payload)} }
+func payloadOf(payload string) testfile.Message { return testfile.Message{Payload: []byte(payload)} }
 
 func harnessOptions(t testing.TB) Options {
 	if testing.Verbose() {
@@ -62,16 +63,16 @@ func harnessOptions(t testing.TB) Options {
 
 // retryFile sends a small and a large payment to a ledger that answers 503 four times: the
 // filter drops the small one, the large one gets through on its fifth attempt.
-func retryFile() *flow.TestFile {
-	return &flow.TestFile{
+func retryFile() *testfile.File {
+	return &testfile.File{
 		Path:      "p.flowtest.hcl",
-		Overrides: []*flow.TestSinkOverride{{Sink: "ledger", Responses: []int{503, 503, 503, 503, 200}}},
-		Runs: []*flow.TestRun{{
+		Overrides: []*testfile.SinkOverride{{Sink: "ledger", Responses: []int{503, 503, 503, 503, 200}}},
+		Runs: []*testfile.Run{{
 			Name: "retries",
-			Steps: []*flow.TestStep{{Sends: []*flow.TestSend{{Topic: "payments", Messages: []flow.TestMessage{
+			Steps: []*testfile.Step{{Sends: []*testfile.Send{{Topic: "payments", Messages: []testfile.Message{
 				payloadOf(`{"account":"a","amount":5}`), payloadOf(`{"account":"a","amount":50}`),
 			}}}}},
-			Expect: []*flow.TestExpect{{Sink: "ledger", HasMessages: true, Messages: []flow.TestMessage{payloadOf(`{"amount":50,"account":"a"}`)}}},
+			Expect: []*testfile.Expect{{Sink: "ledger", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"amount":50,"account":"a"}`)}}},
 		}},
 	}
 }
@@ -96,7 +97,7 @@ func TestRetriesWaitTheirBackoffOnTheVirtualClock(t *testing.T) {
 func TestAFailedExpectationIsReported(t *testing.T) {
 	plan := compile(t, retryPipeline)
 	file := retryFile()
-	file.Runs[0].Expect[0].Messages = []flow.TestMessage{payloadOf(`{"amount":51,"account":"a"}`)}
+	file.Runs[0].Expect[0].Messages = []testfile.Message{payloadOf(`{"amount":51,"account":"a"}`)}
 	results := RunFile(context.Background(), file, plan, harnessOptions(t))
 	if len(results) != 1 || results[0].Passed() || len(results[0].Failures) != 1 {
 		t.Fatalf("want one failure, got %+v", results)
@@ -111,7 +112,7 @@ func TestAdvanceStopsBeforeLaterRetries(t *testing.T) {
 	file := retryFile()
 	// After 10s, two attempts have failed (at 0s and 4s) and the third waits until 12s.
 	file.Runs[0].Steps[0].Advance = 10 * time.Second
-	file.Runs[0].Expect = []*flow.TestExpect{{Sink: "ledger", HasCount: true, Count: 0}}
+	file.Runs[0].Expect = []*testfile.Expect{{Sink: "ledger", HasCount: true, Count: 0}}
 	file.Runs[0].Asserts = nil
 	results := RunFile(context.Background(), file, plan, harnessOptions(t))
 	if len(results) != 1 || !results[0].Passed() {
@@ -141,25 +142,25 @@ sink "out" {
   input = stage.score
 }
 `, "acme.score")
-	file := &flow.TestFile{
+	file := &testfile.File{
 		Path: "m.flowtest.hcl",
-		Mocks: []*flow.TestMock{{Func: "acme.score", Results: []*flow.TestMockResult{
+		Mocks: []*testfile.Mock{{Func: "acme.score", Results: []*testfile.MockResult{
 			{Error: "scoring service timeout", Times: 2}, // the first message fails twice, then passes
 			{Times: 1},
 			{Error: "bad input", Permanent: true}, // the second is dead-lettered at once
 		}}},
 		// One message per run: the calls of one message are in order, those of messages in
 		// flight together are not.
-		Runs: []*flow.TestRun{{
+		Runs: []*testfile.Run{{
 			Name:   "retried until it passes",
-			Steps:  []*flow.TestStep{{Sends: []*flow.TestSend{{Topic: "in", Messages: []flow.TestMessage{payloadOf(`{"n":1}`)}}}}},
-			Expect: []*flow.TestExpect{{Sink: "out", HasMessages: true, Messages: []flow.TestMessage{payloadOf(`{"n":1}`)}}},
+			Steps:  []*testfile.Step{{Sends: []*testfile.Send{{Topic: "in", Messages: []testfile.Message{payloadOf(`{"n":1}`)}}}}},
+			Expect: []*testfile.Expect{{Sink: "out", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"n":1}`)}}},
 		}, {
 			Name:   "dead-lettered at once",
-			Steps:  []*flow.TestStep{{Sends: []*flow.TestSend{{Topic: "in", Messages: []flow.TestMessage{payloadOf(`{"n":2}`)}}}}},
-			Expect: []*flow.TestExpect{{Sink: "out", HasCount: true, Count: 0}},
-			ExpectDeadLetters: []*flow.TestExpectDeadLetters{{NodeType: "stage", Node: "score", HasCount: true, Count: 1,
-				Messages: []flow.TestDeadLetter{{Payload: []byte(`{"n":2}`), Reason: "bad input", Attempts: 1}}}},
+			Steps:  []*testfile.Step{{Sends: []*testfile.Send{{Topic: "in", Messages: []testfile.Message{payloadOf(`{"n":2}`)}}}}},
+			Expect: []*testfile.Expect{{Sink: "out", HasCount: true, Count: 0}},
+			ExpectDeadLetters: []*testfile.ExpectDeadLetters{{NodeType: "stage", Node: "score", HasCount: true, Count: 1,
+				Messages: []testfile.DeadLetter{{Payload: []byte(`{"n":2}`), Reason: "bad input", Attempts: 1}}}},
 		}},
 	}
 	results := RunFile(context.Background(), file, plan, harnessOptions(t))
@@ -191,7 +192,7 @@ func TestACrashLosesNothingAndTheNextProcessTakesOver(t *testing.T) {
 	file := retryFile()
 	run := file.Runs[0]
 	run.Steps[0].Advance = 10 * time.Second // mid-backoff
-	run.Steps = append(run.Steps, &flow.TestStep{Crash: true})
+	run.Steps = append(run.Steps, &testfile.Step{Crash: true})
 	results := RunFile(context.Background(), file, plan, harnessOptions(t))
 	if len(results) != 1 || !results[0].Passed() {
 		t.Fatalf("the run failed: %+v", results)

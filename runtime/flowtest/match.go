@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 )
 
 // CompareMessages checks an expect block against the messages that arrived at its sink or topic,
@@ -18,7 +18,7 @@ import (
 // run concurrently, so the order across keys is free. MatchUnordered wants the same messages in any
 // order, MatchSubset at least the expected ones. HasCount wants exactly Count arrivals, on top of
 // the messages when both are given.
-func CompareMessages(e *flow.TestExpect, actual []Arrived) *Failure {
+func CompareMessages(e *testfile.Expect, actual []Arrived) *Failure {
 	c := newComparison(e, actual)
 	var problems []string
 	var diff string
@@ -83,10 +83,10 @@ type comparison struct {
 	taken      []bool // taken[j]: arrival j is matched
 }
 
-func newComparison(e *flow.TestExpect, actual []Arrived) *comparison {
+func newComparison(e *testfile.Expect, actual []Arrived) *comparison {
 	c := &comparison{where: expectWhere(e), mode: e.Match}
 	if c.mode == "" {
-		c.mode = flow.MatchExact
+		c.mode = testfile.MatchExact
 	}
 	for _, m := range e.Messages {
 		c.exp = append(c.exp, message{key: m.Key, hasKey: m.HasKey, val: parseValue(m.Payload), at: messageAt(m, e)})
@@ -101,7 +101,7 @@ func newComparison(e *flow.TestExpect, actual []Arrived) *comparison {
 }
 
 // expectWhere names the expectation's sink or topic as Arrived.Where does.
-func expectWhere(e *flow.TestExpect) string {
+func expectWhere(e *testfile.Expect) string {
 	name, kind := e.Sink, "sink."
 	if name == "" {
 		name, kind = e.Topic, "topic."
@@ -114,7 +114,7 @@ func expectWhere(e *flow.TestExpect) string {
 
 // messageAt says where an expected message is written, when the decoder recorded it: its line in
 // the test file, or file:line in a golden file.
-func messageAt(m flow.TestMessage, e *flow.TestExpect) string {
+func messageAt(m testfile.Message, e *testfile.Expect) string {
 	if m.Range.Start.Line == 0 {
 		return ""
 	}
@@ -178,7 +178,7 @@ func (c *comparison) compare() (problem, diff string) {
 			extra++
 		}
 	}
-	if c.mode == flow.MatchSubset {
+	if c.mode == testfile.MatchSubset {
 		extra = 0 // other arrivals are allowed
 	}
 	switch {
@@ -190,7 +190,7 @@ func (c *comparison) compare() (problem, diff string) {
 			missing, len(c.exp), plural(len(c.exp), "message", "messages"))
 	case extra > 0:
 		problem = fmt.Sprintf("%d unexpected %s arrived", extra, plural(extra, "message", "messages"))
-	case c.mode == flow.MatchExact:
+	case c.mode == testfile.MatchExact:
 		return c.checkOrder()
 	default:
 		return "", ""
@@ -234,7 +234,7 @@ func (c *comparison) multisetDiff() string {
 		lines = append(lines, diffLine{op: '-', text: fmt.Sprintf("... %d more expected messages did not arrive", removed-maxDiffChanges)})
 	}
 	limit := maxDiffChanges
-	if c.mode == flow.MatchSubset {
+	if c.mode == testfile.MatchSubset {
 		limit = maxSubsetExtras
 	}
 	added := 0
@@ -251,7 +251,7 @@ func (c *comparison) multisetDiff() string {
 		lines = append(lines, diffLine{op: '+', text: fmt.Sprintf("... %d more arrivals", added-limit)})
 	}
 	legend := "(- expected but did not arrive, + arrived but not expected)"
-	if c.mode == flow.MatchSubset {
+	if c.mode == testfile.MatchSubset {
 		legend = "(- expected but did not arrive, + the other arrivals)"
 	}
 	return legend + "\n" + renderDiff(lines)

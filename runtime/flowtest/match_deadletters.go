@@ -5,21 +5,21 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 )
 
 // CompareDeadLetters checks an expect_dead_letters block against the node's dead letters during
 // the run and returns nil when it holds. Each expected dead letter must match a distinct actual one:
 // its payload as a JSON value when given, its reason as a case-sensitive substring, its attempts
 // when not zero. HasCount wants exactly Count dead letters.
-func CompareDeadLetters(e *flow.TestExpectDeadLetters, actual []DeadLetter) *Failure {
+func CompareDeadLetters(e *testfile.ExpectDeadLetters, actual []DeadLetter) *Failure {
 	node := e.Node
 	if e.NodeType != "" && !strings.HasPrefix(node, e.NodeType+".") {
 		node = e.NodeType + "." + node
 	}
 	exp := make([]expectedDeadLetter, len(e.Messages))
 	for i, m := range e.Messages {
-		exp[i] = expectedDeadLetter{TestDeadLetter: m}
+		exp[i] = expectedDeadLetter{DeadLetter: m}
 		if m.Payload != nil {
 			exp[i].payload = parseValue(m.Payload)
 		}
@@ -75,7 +75,7 @@ func CompareDeadLetters(e *flow.TestExpectDeadLetters, actual []DeadLetter) *Fai
 }
 
 type expectedDeadLetter struct {
-	flow.TestDeadLetter
+	testfile.DeadLetter
 	payload value // when Payload != nil
 }
 

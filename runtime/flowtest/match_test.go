@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/hashicorp/hcl/v2"
 )
 
 // msg is an expected message without a key; kmsg one with a key.
-func msg(payload string) flow.TestMessage { return flow.TestMessage{Payload: []byte(payload)} }
-func kmsg(key, payload string) flow.TestMessage {
-	return flow.TestMessage{Payload: []byte(payload), Key: key, HasKey: true}
+func msg(payload string) testfile.Message { return testfile.Message{Payload: []byte(payload)} }
+func kmsg(key, payload string) testfile.Message {
+	return testfile.Message{Payload: []byte(payload), Key: key, HasKey: true}
 }
 
 // arr is an arrival at sink.out.
@@ -22,14 +22,14 @@ func arr(key, payload string) Arrived {
 
 var expectRange = hcl.Range{Filename: "t.flowtest.hcl", Start: hcl.Pos{Line: 7, Column: 3}, End: hcl.Pos{Line: 7, Column: 9}}
 
-func expect(match string, msgs ...flow.TestMessage) *flow.TestExpect {
-	return &flow.TestExpect{Sink: "out", Messages: msgs, HasMessages: true, Match: match, Range: expectRange}
+func expect(match string, msgs ...testfile.Message) *testfile.Expect {
+	return &testfile.Expect{Sink: "out", Messages: msgs, HasMessages: true, Match: match, Range: expectRange}
 }
 
 func TestCompareMessages(t *testing.T) {
 	tests := []struct {
 		name    string
-		expect  *flow.TestExpect
+		expect  *testfile.Expect
 		actual  []Arrived
 		summary string // "" when the expectation holds
 		diff    []string
@@ -114,24 +114,24 @@ func TestCompareMessages(t *testing.T) {
 		},
 		{
 			name:    "unordered accepts any order",
-			expect:  expect(flow.MatchUnordered, msg(`{"id":1}`), msg(`{"id":2}`), msg(`{"id":3}`)),
+			expect:  expect(testfile.MatchUnordered, msg(`{"id":1}`), msg(`{"id":2}`), msg(`{"id":3}`)),
 			actual:  []Arrived{arr("c1", `{"id":3}`), arr("c1", `{"id":2}`), arr("c1", `{"id":1}`)},
 			summary: "",
 		},
 		{
 			name:    "unordered counts duplicates",
-			expect:  expect(flow.MatchUnordered, msg(`{"id":1}`), msg(`{"id":1}`)),
+			expect:  expect(testfile.MatchUnordered, msg(`{"id":1}`), msg(`{"id":1}`)),
 			actual:  []Arrived{arr("c1", `{"id":1}`)},
 			summary: "sink.out: 1 of 2 expected messages did not arrive",
 		},
 		{
 			name:   "subset allows others",
-			expect: expect(flow.MatchSubset, msg(`{"id":2}`)),
+			expect: expect(testfile.MatchSubset, msg(`{"id":2}`)),
 			actual: []Arrived{arr("c1", `{"id":1}`), arr("c1", `{"id":2}`), arr("c1", `{"id":3}`)},
 		},
 		{
 			name:    "subset counts duplicates",
-			expect:  expect(flow.MatchSubset, msg(`{"id":2}`), msg(`{"id":2}`)),
+			expect:  expect(testfile.MatchSubset, msg(`{"id":2}`), msg(`{"id":2}`)),
 			actual:  []Arrived{arr("c1", `{"id":1}`), arr("c1", `{"id":2}`)},
 			summary: "sink.out: 1 of 2 expected messages did not arrive",
 			diff:    []string{`  {"id":2}`, `- {"id":2}`, `closest arrival differs in: id (expected 2, got 1)`, `+ {"id":1}`},
@@ -156,7 +156,7 @@ func TestCompareMessages(t *testing.T) {
 			name: "keyed expectations are paired before keyless ones",
 			// Greedy in written order would give the keyless one c1's message and leave the keyed
 			// one without.
-			expect: expect(flow.MatchUnordered, msg(`{"id":1}`), kmsg("c1", `{"id":1}`)),
+			expect: expect(testfile.MatchUnordered, msg(`{"id":1}`), kmsg("c1", `{"id":1}`)),
 			actual: []Arrived{arr("c1", `{"id":1}`), arr("c2", `{"id":1}`)},
 		},
 		{
@@ -203,27 +203,27 @@ func TestCompareMessages(t *testing.T) {
 		},
 		{
 			name:    "count only",
-			expect:  &flow.TestExpect{Sink: "out", Count: 3, HasCount: true, Range: expectRange},
+			expect:  &testfile.Expect{Sink: "out", Count: 3, HasCount: true, Range: expectRange},
 			actual:  []Arrived{arr("", `1`), arr("", `2`)},
 			summary: "sink.out: expected 3 messages, 2 arrived",
 			diff:    []string{"arrived (2):", "  1", "  2"},
 		},
 		{
 			name:   "count holds",
-			expect: &flow.TestExpect{Topic: "scored", Count: 2, HasCount: true},
+			expect: &testfile.Expect{Topic: "scored", Count: 2, HasCount: true},
 			actual: []Arrived{arr("", `1`), arr("", `2`)},
 		},
 		{
 			name: "count and subset: both must hold",
-			expect: &flow.TestExpect{Sink: "out", Messages: []flow.TestMessage{msg(`1`)}, HasMessages: true,
-				Match: flow.MatchSubset, Count: 1, HasCount: true},
+			expect: &testfile.Expect{Sink: "out", Messages: []testfile.Message{msg(`1`)}, HasMessages: true,
+				Match: testfile.MatchSubset, Count: 1, HasCount: true},
 			actual:  []Arrived{arr("", `1`), arr("", `2`)},
 			summary: "sink.out: expected 1 message, 2 arrived",
 			diff:    []string{"  1", "+ 2"},
 		},
 		{
 			name:    "topic",
-			expect:  &flow.TestExpect{Topic: "scored", Messages: []flow.TestMessage{msg(`1`)}, HasMessages: true},
+			expect:  &testfile.Expect{Topic: "scored", Messages: []testfile.Message{msg(`1`)}, HasMessages: true},
 			actual:  nil,
 			summary: "topic.scored: 1 of 1 expected message did not arrive",
 		},
@@ -276,8 +276,8 @@ func checkLines(t *testing.T, text string, want []string) {
 	}
 }
 
-func repeat(m flow.TestMessage, n int) []flow.TestMessage {
-	out := make([]flow.TestMessage, n)
+func repeat(m testfile.Message, n int) []testfile.Message {
+	out := make([]testfile.Message, n)
 	for i := range out {
 		out[i] = m
 	}
@@ -295,7 +295,7 @@ func manyKeys(n int, payloads ...string) []Arrived {
 }
 
 func TestDiffElidesLongMatchingRuns(t *testing.T) {
-	var want []flow.TestMessage
+	var want []testfile.Message
 	var got []Arrived
 	for i := 0; i < 50; i++ {
 		want = append(want, msg(fmt.Sprintf(`{"id":%d}`, i)))
@@ -350,26 +350,26 @@ func TestCompareDeadLetters(t *testing.T) {
 	bad := DeadLetter{Node: "stage.score", Key: "c2", Payload: []byte(`{"id":2}`), Reason: "bad input", Attempts: 1}
 	tests := []struct {
 		name    string
-		expect  flow.TestExpectDeadLetters
+		expect  testfile.ExpectDeadLetters
 		actual  []DeadLetter
 		summary string
 		diff    []string
 	}{
 		{
 			name:   "count",
-			expect: flow.TestExpectDeadLetters{Count: 2, HasCount: true},
+			expect: testfile.ExpectDeadLetters{Count: 2, HasCount: true},
 			actual: []DeadLetter{timeout, bad},
 		},
 		{
 			name:    "count fails and lists them",
-			expect:  flow.TestExpectDeadLetters{Count: 0, HasCount: true},
+			expect:  testfile.ExpectDeadLetters{Count: 0, HasCount: true},
 			actual:  []DeadLetter{timeout},
 			summary: "stage.score: expected 0 dead letters, 1 message was dead-lettered",
 			diff:    []string{"dead letters of stage.score (1):", `  key=c1 {"id":1}  reason "scoring service timeout"  3 attempts`},
 		},
 		{
 			name: "payload as value, reason substring, attempts",
-			expect: flow.TestExpectDeadLetters{Messages: []flow.TestDeadLetter{
+			expect: testfile.ExpectDeadLetters{Messages: []testfile.DeadLetter{
 				{Payload: []byte(`{ "id" : 1.0 }`), Reason: "timeout", Attempts: 3},
 				{Reason: "bad"},
 			}},
@@ -377,26 +377,26 @@ func TestCompareDeadLetters(t *testing.T) {
 		},
 		{
 			name:    "reason is case-sensitive",
-			expect:  flow.TestExpectDeadLetters{Messages: []flow.TestDeadLetter{{Reason: "Timeout"}}},
+			expect:  testfile.ExpectDeadLetters{Messages: []testfile.DeadLetter{{Reason: "Timeout"}}},
 			actual:  []DeadLetter{timeout},
 			summary: "stage.score: 1 of 1 expected dead letter did not match any",
 			diff:    []string{`- any payload, reason containing "Timeout"`, `closest dead letter differs in: reason "scoring service timeout" does not contain "Timeout"`},
 		},
 		{
 			name:    "each expectation needs its own dead letter",
-			expect:  flow.TestExpectDeadLetters{Messages: []flow.TestDeadLetter{{Reason: "timeout"}, {Reason: "timeout"}}},
+			expect:  testfile.ExpectDeadLetters{Messages: []testfile.DeadLetter{{Reason: "timeout"}, {Reason: "timeout"}}},
 			actual:  []DeadLetter{timeout, bad},
 			summary: "stage.score: 1 of 2 expected dead letters did not match any",
 		},
 		{
 			name: "pairing is not greedy",
 			// The first expectation fits both; taken greedily it would take the only one the second fits.
-			expect: flow.TestExpectDeadLetters{Messages: []flow.TestDeadLetter{{Reason: "timeout"}, {Reason: "timeout", Attempts: 3}}},
+			expect: testfile.ExpectDeadLetters{Messages: []testfile.DeadLetter{{Reason: "timeout"}, {Reason: "timeout", Attempts: 3}}},
 			actual: []DeadLetter{timeout, {Node: "stage.score", Payload: []byte(`{}`), Reason: "timeout", Attempts: 1}},
 		},
 		{
 			name: "closest shows the payload difference and attempts",
-			expect: flow.TestExpectDeadLetters{Messages: []flow.TestDeadLetter{
+			expect: testfile.ExpectDeadLetters{Messages: []testfile.DeadLetter{
 				{Payload: []byte(`{"id":1,"amount":5}`), Attempts: 5, Range: dlRange},
 			}},
 			actual:  []DeadLetter{bad, {Node: "stage.score", Payload: []byte(`{"id":1,"amount":6}`), Reason: "x", Attempts: 3}},
@@ -409,7 +409,7 @@ func TestCompareDeadLetters(t *testing.T) {
 		},
 		{
 			name:    "none arrived",
-			expect:  flow.TestExpectDeadLetters{Messages: []flow.TestDeadLetter{{Reason: "x"}}},
+			expect:  testfile.ExpectDeadLetters{Messages: []testfile.DeadLetter{{Reason: "x"}}},
 			summary: "stage.score: 1 of 1 expected dead letter did not match any",
 			diff:    []string{"stage.score dead-lettered nothing"},
 		},

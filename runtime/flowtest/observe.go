@@ -5,7 +5,7 @@ import (
 	"context"
 	"sort"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -32,7 +32,7 @@ func (c counters) minus(o counters) counters {
 		c.written - o.written, c.failedAttempts - o.failedAttempts, c.retries - o.retries, c.late - o.late, c.duplicates - o.duplicates}
 }
 
-// values are the counters by the names an assert reads them by (flow.TestCounters).
+// values are the counters by the names an assert reads them by (testfile.Counters).
 func (c counters) values() map[string]int64 {
 	return map[string]int64{
 		"in": c.in, "out": c.out, "filtered": c.filtered, "dropped": c.dropped, "absorbed": c.absorbed,
@@ -43,10 +43,10 @@ func (c counters) values() map[string]int64 {
 }
 
 // values are the counters by every name an assert may read them by, older ones too
-// (flow.TestCounterAliases).
+// (testfile.CounterAliases).
 func (c counters) valuesByAnyName() map[string]int64 {
 	v := c.values()
-	for old, name := range flow.TestCounterAliases {
+	for old, name := range testfile.CounterAliases {
 		v[old] = v[name]
 	}
 	return v

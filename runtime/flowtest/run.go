@@ -16,8 +16,8 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
-	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/expr"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -29,11 +29,11 @@ type timedSend struct {
 	topic  string        // the topic it goes into, or
 	source string        // the source that produces it
 	where  string        // "topic.NAME" or "source.NAME", as the test named it
-	msg    flow.TestMessage
+	msg    testfile.Message
 }
 
 // execute runs one run block's steps and checks its expectations, into res.
-func (h *harness) execute(ctx context.Context, run *flow.TestRun, res *RunResult) {
+func (h *harness) execute(ctx context.Context, run *testfile.Run, res *RunResult) {
 	start, err := h.mark(ctx)
 	if err != nil {
 		res.Err = err
@@ -81,7 +81,7 @@ func (h *harness) execute(ctx context.Context, run *flow.TestRun, res *RunResult
 }
 
 // sends lists the messages a step sends, with the topic or source each goes to.
-func (h *harness) sends(step *flow.TestStep) ([]timedSend, error) {
+func (h *harness) sends(step *testfile.Step) ([]timedSend, error) {
 	var out []timedSend
 	for _, s := range step.Sends {
 		where := "topic." + s.Topic
@@ -147,7 +147,7 @@ func (h *harness) send(ctx context.Context, sends []timedSend) error {
 }
 
 // check checks expectations over what the run saw, appending their failures to res.
-func (h *harness) check(expects []*flow.TestExpect, deadLetters []*flow.TestExpectDeadLetters, asserts []*flow.TestAssert,
+func (h *harness) check(expects []*testfile.Expect, deadLetters []*testfile.ExpectDeadLetters, asserts []*testfile.Assert,
 	s *seen, sent []Arrived, res *RunResult) {
 	facts := h.facts(s, sent)
 	for _, e := range expects {

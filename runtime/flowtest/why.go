@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 )
 
 // maxTraced bounds how many missing messages Explain follows one by one.
@@ -20,7 +20,7 @@ const equalScore = 1 << 30
 // dead-lettered, dropped or retried messages. When nothing is missing (messages arrived out of
 // order or more than expected) it names the nodes that retried. It says only what the facts show,
 // and nothing when they show nothing relevant.
-func Explain(f *Failure, e *flow.TestExpect, actual []Arrived, facts Facts) {
+func Explain(f *Failure, e *testfile.Expect, actual []Arrived, facts Facts) {
 	c := newComparison(e, actual)
 	var missing []message
 	if e.HasMessages {

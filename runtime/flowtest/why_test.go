@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 )
 
 func sent(payload string) Arrived { return Arrived{Payload: []byte(payload), Where: "topic.orders"} }
@@ -13,7 +13,7 @@ func TestExplain(t *testing.T) {
 	scored := `{"amount":10,"id":3,"score":0.9}`
 	tests := []struct {
 		name   string
-		expect *flow.TestExpect
+		expect *testfile.Expect
 		actual []Arrived
 		facts  Facts
 		want   []string
@@ -105,7 +105,7 @@ func TestExplain(t *testing.T) {
 		},
 		{
 			name:   "dropped by a stage",
-			expect: &flow.TestExpect{Sink: "out", Count: 5, HasCount: true},
+			expect: &testfile.Expect{Sink: "out", Count: 5, HasCount: true},
 			actual: []Arrived{arr("", "1")},
 			facts: Facts{
 				Sent:  []Arrived{sent("1")},
@@ -115,7 +115,7 @@ func TestExplain(t *testing.T) {
 		},
 		{
 			name:   "held in windows, or waiting for a retry",
-			expect: &flow.TestExpect{Sink: "out", Count: 5, HasCount: true},
+			expect: &testfile.Expect{Sink: "out", Count: 5, HasCount: true},
 			actual: []Arrived{arr("", "1")},
 			facts: Facts{
 				Sent: []Arrived{sent("1")},
@@ -151,7 +151,7 @@ func TestExplain(t *testing.T) {
 		},
 		{
 			name:   "unexpected arrivals: retries only, nothing to trace",
-			expect: expect(flow.MatchUnordered, msg("1")),
+			expect: expect(testfile.MatchUnordered, msg("1")),
 			actual: []Arrived{arr("a", "1"), arr("a", "1")},
 			facts: Facts{Nodes: []NodeFacts{
 				{Name: "stage.b", In: 2, Out: 1, Filtered: 1},

@@ -1,29 +1,33 @@
-package flow
+package testfile
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/flowrun/flowrun/flow"
 )
 
-// CheckTests loads the test files of the pipeline at path (FindTestFiles) and checks each against
-// the pipeline compiled with opts and the file's variables (Options.Values). A test file's path
-// checks that file against its pipeline (TestFilePipeline). It returns the test
+// LoadAndCheck loads the test files of the pipeline at path (flow.FindTestFiles) and checks each
+// against the pipeline compiled with opts and the file's variables (flow.Options.Values). A test
+// file's path checks that file against its pipeline (flow.TestFilePipeline). It returns the test
 // files, with their Plan set when the pipeline compiled; the parsed files of the pipeline and the
 // tests, for diagnostics with snippets; and the diagnostics. Warnings located in the pipeline's
 // own files are left out, since building the pipeline reports them once; its errors are kept, as
 // a test's variables may cause them. `flowrun validate` and `flowrun test` both use it.
-func CheckTests(path string, opts Options) ([]*TestFile, map[string]*hcl.File, hcl.Diagnostics) {
-	paths, diags := FindTestFiles(path)
-	if isTestFile(path) {
-		path = TestFilePipeline(path)
+func LoadAndCheck(path string, opts flow.Options) ([]*File, map[string]*hcl.File, hcl.Diagnostics) {
+	paths, diags := flow.FindTestFiles(path)
+	if flow.IsTestFile(path) {
+		path = flow.TestFilePipeline(path)
 	}
 	files := map[string]*hcl.File{}
-	var tests []*TestFile
+	var tests []*File
 	for _, p := range paths {
-		t, moreDiags := LoadTestFile(p)
+		t, moreDiags := Load(p)
 		tests = append(tests, t)
 		diags = append(diags, moreDiags...)
 		for name, f := range t.Files() {
@@ -36,7 +40,7 @@ func CheckTests(path string, opts Options) ([]*TestFile, map[string]*hcl.File, h
 		for _, m := range t.Mocks {
 			topts.GoFuncs = append(topts.GoFuncs, m.Func)
 		}
-		plan, cfg, buildDiags := Build(path, topts)
+		plan, cfg, buildDiags := flow.Build(path, topts)
 		for name, f := range cfg.Files() {
 			files[name] = f
 		}
@@ -49,16 +53,16 @@ func CheckTests(path string, opts Options) ([]*TestFile, map[string]*hcl.File, h
 			diags = append(diags, t.Check(plan)...)
 		}
 	}
-	return tests, files, sortDiagnostics(diags)
+	return tests, files, flow.SortDiagnostics(diags)
 }
 
 // Check resolves the test file's references against the plan: every topic, source, stage and sink
 // it names exists and is of the right type, every mock replaces a function that a go stage calls,
 // every override names an http sink, and every variable is declared. It sets Plan, and resolves a
 // topic written as stage.NAME to that stage's output topic.
-func (f *TestFile) Check(plan *Plan) hcl.Diagnostics {
+func (f *File) Check(plan *flow.Plan) hcl.Diagnostics {
 	f.Plan = plan
-	c := &testChecker{plan: plan}
+	c := &checker{plan: plan}
 	c.checkVariables(f)
 	for _, m := range f.Mocks {
 		c.checkMock(m)
@@ -75,50 +79,50 @@ func (f *TestFile) Check(plan *Plan) hcl.Diagnostics {
 		}
 		c.checkExpectations(r.Expect, r.ExpectDeadLetters, r.Asserts)
 	}
-	return sortDiagnostics(c.diags)
+	return flow.SortDiagnostics(c.diags)
 }
 
-// testChecker holds the state of checking one test file against a plan.
-type testChecker struct {
-	plan  *Plan
+// checker holds the state of checking one test file against a plan.
+type checker struct {
+	plan  *flow.Plan
 	diags hcl.Diagnostics
 }
 
-func (c *testChecker) errorf(rng hcl.Range, summary, format string, args ...any) {
+func (c *checker) errorf(rng hcl.Range, summary, format string, args ...any) {
 	c.diags = c.diags.Append(&hcl.Diagnostic{
 		Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(format, args...), Subject: rng.Ptr(),
 	})
 }
 
-func (c *testChecker) checkVariables(f *TestFile) {
+func (c *checker) checkVariables(f *File) {
 	var names []string
 	for _, v := range c.plan.Variables {
 		names = append(names, v.Name)
 	}
-	for _, name := range sortedKeys(f.Variables) {
-		if !contains(names, name) {
-			c.errorf(f.VariableRanges[name], "Undeclared variable", "The pipeline declares no variable %q.%s", name, didYouMean(name, names))
+	for _, name := range slices.Sorted(maps.Keys(f.Variables)) {
+		if !slices.Contains(names, name) {
+			c.errorf(f.VariableRanges[name], "Undeclared variable", "The pipeline declares no variable %q.%s", name, flow.DidYouMean(name, names))
 		}
 	}
 }
 
-func (c *testChecker) checkMock(m *TestMock) {
+func (c *checker) checkMock(m *Mock) {
 	var funcs []string
 	for _, s := range c.plan.Stages {
 		if s.Kind == "go" {
-			if fn := s.Config.String("func"); !contains(funcs, fn) {
+			if fn := s.Config.String("func"); !slices.Contains(funcs, fn) {
 				funcs = append(funcs, fn)
 			}
 		}
 	}
 	sort.Strings(funcs)
-	if !contains(funcs, m.Func) {
+	if !slices.Contains(funcs, m.Func) {
 		c.errorf(m.Range, "Mock of an unused function", "No go stage of the pipeline calls %q, so the mock would never be used.%s",
-			m.Func, didYouMean(m.Func, funcs))
+			m.Func, flow.DidYouMean(m.Func, funcs))
 	}
 }
 
-func (c *testChecker) checkOverride(o *TestSinkOverride) {
+func (c *checker) checkOverride(o *SinkOverride) {
 	for _, s := range c.plan.Sinks {
 		if s.Name != o.Sink {
 			continue
@@ -129,10 +133,10 @@ func (c *testChecker) checkOverride(o *TestSinkOverride) {
 		}
 		return
 	}
-	c.errorf(o.Range, "Override of an undeclared sink", "There is no sink named %q.%s", o.Sink, didYouMean(o.Sink, c.nodeNames("sink")))
+	c.errorf(o.Range, "Override of an undeclared sink", "There is no sink named %q.%s", o.Sink, flow.DidYouMean(o.Sink, c.nodeNames("sink")))
 }
 
-func (c *testChecker) checkSend(s *TestSend) {
+func (c *checker) checkSend(s *Send) {
 	switch s.ref.Type {
 	case "source":
 		c.node(s.ref)
@@ -143,7 +147,7 @@ func (c *testChecker) checkSend(s *TestSend) {
 	}
 }
 
-func (c *testChecker) checkExpectations(expects []*TestExpect, deadLetters []*TestExpectDeadLetters, asserts []*TestAssert) {
+func (c *checker) checkExpectations(expects []*Expect, deadLetters []*ExpectDeadLetters, asserts []*Assert) {
 	for _, e := range expects {
 		switch e.ref.Type {
 		case "sink":
@@ -167,7 +171,7 @@ func (c *testChecker) checkExpectations(expects []*TestExpect, deadLetters []*Te
 }
 
 // topic resolves topic.NAME to a declared topic and stage.NAME to the stage's output topic.
-func (c *testChecker) topic(ref testRef) *Topic {
+func (c *checker) topic(ref blockRef) *flow.Topic {
 	if ref.Type == "stage" {
 		if !c.node(ref) {
 			return nil
@@ -188,14 +192,14 @@ func (c *testChecker) topic(ref testRef) *Topic {
 	if t := c.plan.Topic(ref.Name); t != nil && !t.Implicit {
 		return t
 	}
-	c.errorf(ref.Range, "Reference to undeclared topic", "There is no topic named %q.%s", ref.Name, didYouMean(ref.Name, declared))
+	c.errorf(ref.Range, "Reference to undeclared topic", "There is no topic named %q.%s", ref.Name, flow.DidYouMean(ref.Name, declared))
 	return nil
 }
 
 // node checks that a reference names a node of its type, and says what the name is otherwise.
-func (c *testChecker) node(ref testRef) bool {
+func (c *checker) node(ref blockRef) bool {
 	if typ := c.nodeType(ref.Name); typ != ref.Type {
-		detail := fmt.Sprintf("There is no %s named %q.%s", ref.Type, ref.Name, didYouMean(ref.Name, c.nodeNames(ref.Type)))
+		detail := fmt.Sprintf("There is no %s named %q.%s", ref.Type, ref.Name, flow.DidYouMean(ref.Name, c.nodeNames(ref.Type)))
 		if typ != "" {
 			detail = fmt.Sprintf("%q is a %s, not a %s: write %s.%s.", ref.Name, typ, ref.Type, typ, ref.Name)
 		}
@@ -206,9 +210,9 @@ func (c *testChecker) node(ref testRef) bool {
 }
 
 // nodeType is "source", "stage" or "sink" for a node's name, or "".
-func (c *testChecker) nodeType(name string) string {
+func (c *checker) nodeType(name string) string {
 	for _, typ := range []string{"source", "stage", "sink"} {
-		if contains(c.nodeNames(typ), name) {
+		if slices.Contains(c.nodeNames(typ), name) {
 			return typ
 		}
 	}
@@ -216,7 +220,7 @@ func (c *testChecker) nodeType(name string) string {
 }
 
 // nodeNames lists the names of the plan's nodes of a type ("" for every type), sorted.
-func (c *testChecker) nodeNames(typ string) []string {
+func (c *checker) nodeNames(typ string) []string {
 	var names []string
 	if typ == "" || typ == "source" {
 		for _, s := range c.plan.Sources {
@@ -237,16 +241,16 @@ func (c *testChecker) nodeNames(typ string) []string {
 	return names
 }
 
-// OutputNames lists the names an assert may read as output.NAME: every sink and every topic
+// outputNames lists the names an assert may read as output.NAME: every sink and every topic
 // (implicit outputs as output["stage.out"]). A sink and a topic of the same name are different
 // blocks; output.NAME is then the sink, as the sink is where messages leave the pipeline.
-func (p *Plan) OutputNames() []string {
+func outputNames(p *flow.Plan) []string {
 	var names []string
 	for _, s := range p.Sinks {
 		names = append(names, s.Name)
 	}
 	for _, t := range p.Topics {
-		if !contains(names, t.Name) {
+		if !slices.Contains(names, t.Name) {
 			names = append(names, t.Name)
 		}
 	}
@@ -256,34 +260,34 @@ func (p *Plan) OutputNames() []string {
 
 // checkAssert checks the names of a condition's traversals: output.NAME, dead_letters.NODE and
 // metrics.NODE.COUNTER. Other roots are reported when the file is decoded.
-func (c *testChecker) checkAssert(a *TestAssert) {
+func (c *checker) checkAssert(a *Assert) {
 	for _, t := range a.Condition.Variables() {
 		switch t.RootName() {
 		case "output":
-			if name, rng, ok := traversalStep(t, 1); ok && !contains(c.plan.OutputNames(), name) {
-				c.errorf(rng, "Unknown output", "There is no sink or topic named %q.%s", name, didYouMean(name, c.plan.OutputNames()))
+			if name, rng, ok := traversalStep(t, 1); ok && !slices.Contains(outputNames(c.plan), name) {
+				c.errorf(rng, "Unknown output", "There is no sink or topic named %q.%s", name, flow.DidYouMean(name, outputNames(c.plan)))
 			}
 		case "dead_letters", "metrics":
 			name, rng, ok := traversalStep(t, 1)
 			if !ok {
 				continue
 			}
-			if !contains(c.nodeNames(""), name) {
-				c.errorf(rng, "Unknown node", "There is no source, stage or sink named %q.%s", name, didYouMean(name, c.nodeNames("")))
+			if !slices.Contains(c.nodeNames(""), name) {
+				c.errorf(rng, "Unknown node", "There is no source, stage or sink named %q.%s", name, flow.DidYouMean(name, c.nodeNames("")))
 				continue
 			}
 			if t.RootName() != "metrics" {
 				continue
 			}
-			if counter, rng, ok := traversalStep(t, 2); ok && !contains(TestCounters, counter) && TestCounterAliases[counter] == "" {
-				hint := didYouMean(counter, TestCounters)
-				for old, name := range TestCounterAliases { // a misspelt older name: suggest its new one
-					if hint == "" && suggest(counter, []string{old}) != "" {
-						hint = didYouMean(name, []string{name})
+			if counter, rng, ok := traversalStep(t, 2); ok && !slices.Contains(Counters, counter) && CounterAliases[counter] == "" {
+				hint := flow.DidYouMean(counter, Counters)
+				for old, name := range CounterAliases { // a misspelt older name: suggest its new one
+					if hint == "" && flow.Suggest(counter, []string{old}) != "" {
+						hint = flow.DidYouMean(name, []string{name})
 					}
 				}
 				c.errorf(rng, "Unknown counter", "There is no counter %q; the counters are %s.%s",
-					counter, quotedList(TestCounters), hint)
+					counter, flow.QuotedList(Counters), hint)
 			}
 		}
 	}
@@ -303,4 +307,41 @@ func traversalStep(t hcl.Traversal, i int) (string, hcl.Range, bool) {
 		}
 	}
 	return "", hcl.Range{}, false
+}
+
+// Topics names the topics a test file sends into or looks at: its send and expect blocks' topics,
+// and the outputs its asserts read (output.NAME, output["NAME"]); flow.AnyTopic when an assert
+// reads an output whose name it computes. A test that names a link of a chain needs it as a
+// stream (flow.Plan's UnfuseTopics).
+func (f *File) Topics() map[string]bool {
+	names := map[string]bool{}
+	for _, run := range f.Runs {
+		for _, step := range run.Steps {
+			for _, s := range step.Sends {
+				names[s.Topic] = true
+			}
+			topicsOfChecks(names, step.Expect, step.Asserts)
+		}
+		topicsOfChecks(names, run.Expect, run.Asserts)
+	}
+	delete(names, "")
+	return names
+}
+
+func topicsOfChecks(names map[string]bool, expects []*Expect, asserts []*Assert) {
+	for _, e := range expects {
+		names[e.Topic] = true
+	}
+	for _, a := range asserts {
+		for _, t := range a.Condition.Variables() {
+			if t.RootName() != "output" {
+				continue
+			}
+			if name, _, ok := traversalStep(t, 1); ok {
+				names[name] = true
+			} else {
+				names[flow.AnyTopic] = true
+			}
+		}
+	}
 }

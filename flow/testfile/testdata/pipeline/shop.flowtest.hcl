@@ -1,4 +1,4 @@
-# Every construct of the test language, decoded by TestLoadTestFileDecodesEverything.
+# Every construct of the test language, decoded by TestLoadDecodesEverything.
 variables {
   events = 3
 }

@@ -1,17 +1,19 @@
-package flow
+package testfile
 
 import (
 	"os"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/flowrun/flowrun/flow"
 )
 
 // Eval evaluates the condition with scope's variables (output, dead_letters and metrics, as
-// TestAssert describes them) and the functions of pipelines. A result that is not a known bool is
+// Assert describes them) and the functions of pipelines. A result that is not a known bool is
 // an error located at the condition, as is any evaluation error.
-func (a *TestAssert) Eval(scope map[string]cty.Value) (bool, hcl.Diagnostics) {
-	ctx := &hcl.EvalContext{Variables: scope, Functions: functions(os.LookupEnv)}
+func (a *Assert) Eval(scope map[string]cty.Value) (bool, hcl.Diagnostics) {
+	ctx := &hcl.EvalContext{Variables: scope, Functions: flow.Functions(os.LookupEnv)}
 	v, diags := a.Condition.Value(ctx)
 	if diags.HasErrors() {
 		return false, diags

@@ -1,6 +1,7 @@
-package flow_test
+package testfile_test
 
 import (
+	"flag"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,17 +11,32 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 
-	. "github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/internal/fixturetest"
+	"github.com/flowrun/flowrun/flow/testfile"
+	_ "github.com/flowrun/flowrun/stages" // the built-in kinds
 )
 
+var update = flag.Bool("update", false, "rewrite docs/testing-reference.md instead of comparing with it")
+
+// testPipeline is the pipeline that the test-file fixtures test.
+const testPipeline = "testdata/pipeline"
+
+// testOptions are the compile options of the fixture tests: a binary with two Go stage functions and
+// an empty environment.
+var testOptions = flow.Options{
+	GoFuncs:   []string{"acme.enrich", "acme.score"},
+	LookupEnv: func(string) (string, bool) { return "", false },
+}
+
 // checkTestFile loads a test file and checks it against testPipeline compiled with its variables,
-// as CheckTests does for each file it finds.
-func checkTestFile(t *testing.T, path string) (*TestFile, map[string]*hcl.File, hcl.Diagnostics) {
+// as testfile.LoadAndCheck does for each file it finds.
+func checkTestFile(t *testing.T, path string) (*testfile.File, map[string]*hcl.File, hcl.Diagnostics) {
 	t.Helper()
-	tf, diags := LoadTestFile(path)
+	tf, diags := testfile.Load(path)
 	opts := testOptions
 	opts.Values, opts.ValueRanges = tf.Variables, tf.VariableRanges
-	plan, cfg, more := Build(testPipeline, opts)
+	plan, cfg, more := flow.Build(testPipeline, opts)
 	diags = append(diags, more...)
 	files := map[string]*hcl.File{}
 	for _, m := range []map[string]*hcl.File{cfg.Files(), tf.Files()} {
@@ -34,16 +50,16 @@ func checkTestFile(t *testing.T, path string) (*TestFile, map[string]*hcl.File, 
 	return tf, files, diags
 }
 
-// Each file in testdata/testfiles/errors is a test file with mistakes, marked as the pipeline
-// fixtures of TestDiagnosticFixtures are: every diagnostic expected, located, shown with its snippet.
-func TestTestFileDiagnosticFixtures(t *testing.T) {
-	paths, err := filepath.Glob("testdata/testfiles/errors/*")
+// Each file in testdata/errors is a test file with mistakes, marked as package fixturetest
+// describes: every diagnostic expected, located, shown with its snippet.
+func TestDiagnosticFixtures(t *testing.T) {
+	paths, err := filepath.Glob("testdata/errors/*")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no fixtures: %v", err)
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			expectations := readExpectations(t, path)
+			expectations := fixturetest.ReadExpectations(t, path)
 			if len(expectations) == 0 {
 				t.Fatalf("%s expects no diagnostic", path)
 			}
@@ -53,27 +69,23 @@ func TestTestFileDiagnosticFixtures(t *testing.T) {
 					t.Errorf("diagnostic without a location: %s: %s", d.Summary, d.Detail)
 					continue
 				}
-				if !matchExpectation(d, expectations) {
+				if !fixturetest.Match(d, expectations) {
 					t.Errorf("unexpected diagnostic at %s: %s: %s", d.Subject, d.Summary, d.Detail)
 				}
 				if d.Subject.Filename == path {
-					checkSnippet(t, d, files)
+					fixturetest.CheckSnippet(t, d, files)
 				}
 			}
-			for _, x := range expectations {
-				if !x.met {
-					t.Errorf("%s:%d: expected %s containing %q; got:\n%s", x.file, x.line, severityName(x.severity), x.text, listDiagnostics(diags))
-				}
-			}
+			fixturetest.ReportUnmet(t, expectations, diags)
 		})
 	}
 }
 
-func TestLoadTestFileDecodesEverything(t *testing.T) {
+func TestLoadDecodesEverything(t *testing.T) {
 	path := filepath.Join(testPipeline, "shop.flowtest.hcl")
 	tf, _, diags := checkTestFile(t, path)
 	if len(diags) > 0 {
-		t.Fatalf("diagnostics: %s", listDiagnostics(diags))
+		t.Fatalf("diagnostics: %s", fixturetest.List(diags))
 	}
 	if tf.Plan == nil || tf.Plan.Name != "shop" {
 		t.Fatalf("Plan = %v", tf.Plan)
@@ -156,11 +168,11 @@ func TestLoadTestFileDecodesEverything(t *testing.T) {
 	}
 	e := run.Expect[0]
 	if e.Sink != "out" || e.Topic != "" || !e.HasMessages || string(e.Messages[0].Payload) != `{"id":1}` ||
-		e.Match != MatchUnordered || !e.HasCount || e.Count != 1 {
+		e.Match != testfile.MatchUnordered || !e.HasCount || e.Count != 1 {
 		t.Errorf("expect 0 = %+v", e)
 	}
 	e = run.Expect[1]
-	if e.Topic != "tag.out" || e.Sink != "" || e.HasMessages || e.Match != MatchExact ||
+	if e.Topic != "tag.out" || e.Sink != "" || e.HasMessages || e.Match != testfile.MatchExact ||
 		e.File != filepath.Join(testPipeline, "golden", "missing.jsonl") {
 		t.Errorf("expect 1 (a missing golden file, stage.tag) = %+v", e)
 	}
@@ -206,10 +218,10 @@ func TestLoadTestFileDecodesEverything(t *testing.T) {
 	}
 }
 
-func TestLoadTestFileJSONSyntax(t *testing.T) {
+func TestLoadJSONSyntax(t *testing.T) {
 	tf, _, diags := checkTestFile(t, filepath.Join(testPipeline, "tests", "shop.flowtest.hcl.json"))
 	if len(diags) > 0 {
-		t.Fatalf("diagnostics: %s", listDiagnostics(diags))
+		t.Fatalf("diagnostics: %s", fixturetest.List(diags))
 	}
 	results := tf.Mocks[0].Results
 	if out, err := results[0].Outputs[0].Eval(map[string]any{"id": 1.0}); err != nil || out.(map[string]any)["score"] != 2.0 {
@@ -241,7 +253,7 @@ run "r" {
   assert { condition = output.out }
   assert { condition = output.out[5].id == 1 }
 }`
-	tf, diags := LoadTestSource("a.flowtest.hcl", []byte(src))
+	tf, diags := testfile.LoadSource("a.flowtest.hcl", []byte(src))
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -271,10 +283,10 @@ run "r" {
 	}
 }
 
-func TestCheckTestsFindsAndChecksEveryFile(t *testing.T) {
-	tests, files, diags := CheckTests(testPipeline, testOptions)
+func TestLoadAndCheckFindsAndChecksEveryFile(t *testing.T) {
+	tests, files, diags := testfile.LoadAndCheck(testPipeline, testOptions)
 	if len(diags) > 0 {
-		t.Fatalf("diagnostics: %s", listDiagnostics(diags))
+		t.Fatalf("diagnostics: %s", fixturetest.List(diags))
 	}
 	if len(tests) != 2 || tests[0].Plan == nil || tests[1].Plan == nil {
 		t.Fatalf("tests = %+v", tests)
@@ -293,10 +305,42 @@ func TestCheckTestsFindsAndChecksEveryFile(t *testing.T) {
 	}
 }
 
-func TestCheckTestsOfOneTestFile(t *testing.T) {
+func TestLoadAndCheckOfOneTestFile(t *testing.T) {
 	path := filepath.Join(testPipeline, "tests", "shop.flowtest.hcl.json")
-	tests, _, diags := CheckTests(path, testOptions)
+	tests, _, diags := testfile.LoadAndCheck(path, testOptions)
 	if len(diags) > 0 || len(tests) != 1 || tests[0].Path != path || tests[0].Plan == nil {
-		t.Fatalf("tests %+v, diagnostics %s", tests, listDiagnostics(diags))
+		t.Fatalf("tests %+v, diagnostics %s", tests, fixturetest.List(diags))
 	}
+}
+
+// TestATestFileNamesTheTopicsItLooksAt: the outputs an assert reads, by name or by index, are the
+// file's topics; one it reads by a computed name stands for every topic. (Their links must be
+// streams for the test to see them.)
+func TestATestFileNamesTheTopicsItLooksAt(t *testing.T) {
+	tf, diags := testfile.LoadSource("a.flowtest.hcl", []byte(`
+run "r" {
+  assert { condition = length(output["a.out"]) == 1 && metrics.b.in == 1 }
+  assert { condition = length(output.sink_out) == 1 }
+}`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	got := tf.Topics()
+	if !got["a.out"] || !got["sink_out"] || got["b"] || got["in"] || got[flow.AnyTopic] {
+		t.Errorf("topics %v, want a.out and sink_out only", got)
+	}
+	tf, diags = testfile.LoadSource("b.flowtest.hcl", []byte(`
+run "r" {
+  assert { condition = length(output[join(".", ["a", "out"])]) == 1 }
+}`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if got := tf.Topics(); !got[flow.AnyTopic] {
+		t.Errorf("topics %v, want every topic for a name computed at run time", got)
+	}
+}
+
+func TestReferenceDocsGenerated(t *testing.T) {
+	fixturetest.Golden(t, "../../docs/testing-reference.md", testfile.ReferenceMarkdown(), *update)
 }

@@ -10,6 +10,22 @@ import (
 	"github.com/hashicorp/hcl/v2"
 )
 
+// A pipeline's test files sit beside it, and the pipeline loader knows them by name only: to skip
+// them, and to list them with their pipeline (FindTestFiles, for flowrun fmt, validate and test).
+// What is in them, the test-file language, is package flow/testfile's.
+const (
+	TestFileExt     = ".flowtest.hcl"
+	TestFileJSONExt = ".flowtest.hcl.json"
+	// TestDir is the directory under a pipeline's directory where its test files may also live.
+	TestDir = "tests"
+)
+
+// IsTestFile reports whether a path names a test file (.flowtest.hcl or .flowtest.hcl.json), which
+// the pipeline loader skips.
+func IsTestFile(path string) bool {
+	return strings.HasSuffix(path, TestFileExt) || strings.HasSuffix(path, TestFileJSONExt)
+}
+
 // FindTestFiles returns the test files of the pipeline at path, sorted. The rule is by name only,
 // so that a user can predict it:
 //
@@ -26,13 +42,13 @@ func FindTestFiles(path string) ([]string, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Pipeline not found",
-			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, describeFSError(err)),
+			Detail:   fmt.Sprintf("Cannot read %s: %s.", path, DescribeFSError(err)),
 		}}
 	}
 	switch {
 	case info.IsDir():
 		return testFilesIn(path, ""), nil
-	case isTestFile(path):
+	case IsTestFile(path):
 		return []string{path}, nil
 	case !isPipelineFile(path):
 		return nil, hcl.Diagnostics{{
@@ -58,10 +74,6 @@ func TestFilePipeline(testPath string) string {
 	return dir
 }
 
-// IsTestFile reports whether a path names a test file (.flowtest.hcl or .flowtest.hcl.json), which
-// the pipeline loader skips.
-func IsTestFile(path string) bool { return isTestFile(path) }
-
 // testFilesIn lists the test files of dir and dir/tests, sorted; with base, only those named
 // base.flowtest.hcl[.json].
 func testFilesIn(dir, base string) []string {
@@ -73,7 +85,7 @@ func testFilesIn(dir, base string) []string {
 		}
 		for _, e := range entries {
 			name := e.Name()
-			if e.IsDir() || !isTestFile(name) || base != "" && testBase(name) != base {
+			if e.IsDir() || !IsTestFile(name) || base != "" && testBase(name) != base {
 				continue
 			}
 			out = append(out, filepath.Join(d, name))

@@ -10,9 +10,6 @@ import (
 	. "github.com/flowrun/flowrun/flow"
 )
 
-// testPipeline is the pipeline that the test-file fixtures test.
-const testPipeline = "testdata/testfiles/pipeline"
-
 func TestFindTestFiles(t *testing.T) {
 	dir := t.TempDir()
 	write := func(names ...string) {
@@ -73,14 +70,28 @@ func TestFindTestFiles(t *testing.T) {
 }
 
 func TestLoaderSkipsTestFiles(t *testing.T) {
-	cfg, diags := Load(testPipeline) // holds shop.flowtest.hcl, which is no pipeline file
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"shop.hcl":                  `pipeline "shop" {}`,
+		"shop.flowtest.hcl":         `run "r" {}`, // no pipeline file
+		"tests/x.flowtest.hcl.json": `{}`,
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, diags := Load(dir)
 	if diags.HasErrors() || len(cfg.Files()) != 1 {
 		t.Fatalf("files %v, diagnostics %s", cfg.Files(), diags)
 	}
 	if IsPipelineFile("x.flowtest.hcl") || IsPipelineFile("x.flowtest.hcl.json") || !IsPipelineFile("x.hcl") {
 		t.Error("IsPipelineFile does not tell test files from pipeline files")
 	}
-	_, diags = Load(filepath.Join(testPipeline, "shop.flowtest.hcl"))
+	_, diags = Load(filepath.Join(dir, "shop.flowtest.hcl"))
 	if !diags.HasErrors() || !strings.Contains(diags.Error(), "is a test file; run it with flowrun test") {
 		t.Errorf("loading a test file as a pipeline: %s", diags)
 	}
