@@ -151,9 +151,10 @@ func (s *memState) SetTimer(_ context.Context, name string, at time.Time) error 
 func ExampleRegisterStateful() {
 	stages.RegisterStateful("example.running_total", stages.StatefulFunc{
 		Process: func(ctx context.Context, m stages.Message, state stages.State) ([]stages.Message, error) {
-			amount, err := m.Value["amount"].(json.Number).Int64()
+			n, _ := m.Value["amount"].(json.Number) // numbers decode as json.Number
+			amount, err := n.Int64()
 			if err != nil {
-				return nil, stages.Permanent(err)
+				return nil, stages.Permanent(fmt.Errorf("amount: %w", err)) // no retry would fix it
 			}
 			var total int64
 			if v, found, err := state.Get(ctx, m.Key); err != nil {
