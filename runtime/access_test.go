@@ -18,125 +18,6 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// accessPipeline uses every kind of key and operation a run has: producing and stream sources, a
-// file source's position, leases, durable retries, a dead-letter topic and the nodes' own
-// dead-letter streams, a stage without leases, a stage read by reference, a redis_stream sink,
-// retention, topics with a max_lag written by a source and by a stage, and a side output (a
-// dedupe's duplicates) into a topic with a max_lag.
-const accessPipeline = `
-pipeline "access" {
-  delivery = var.delivery
-}
-variable "delivery" {}
-variable "run" {}
-variable "ext_in" {}
-variable "ext_out" {}
-variable "lines" {}
-retry "twice" {
-  max_attempts = 4
-  backoff      = "constant"
-  initial      = "20ms"
-}
-topic "orders" {
-  partitions = 2
-  key        = msg.key
-  retention {
-    max_len = 5
-  }
-}
-topic "failed" {
-  partitions = 1
-  max_lag    = 1000
-}
-topic "lines" {
-  partitions = 2
-  max_lag    = 1000
-}
-source "file" {
-  kind   = "file"
-  path   = var.lines
-  output = topic.lines
-}
-sink "echo" {
-  kind  = "stdout"
-  input = topic.lines
-}
-source "gen" {
-  kind     = "generate"
-  count    = 20
-  output   = topic.orders
-  template = { key = "k${index % 3}", seq = index, run = var.run }
-}
-source "ext" {
-  kind   = "redis_stream"
-  stream = var.ext_in
-  output = topic.orders
-}
-stage "twice" {
-  kind        = "go"
-  func        = "test.twice"
-  input       = topic.orders
-  retry       = retry.twice
-  dead_letter = topic.failed
-}
-stage "strict" {
-  kind   = "map"
-  input  = topic.orders
-  output = topic.failed
-  set    = { doubled = msg.missing * 2 }
-}
-stage "pick" {
-  kind     = "filter"
-  input    = stage.twice
-  ordering = "none"
-  where    = msg.seq >= 0
-}
-sink "out" {
-  kind   = "redis_stream"
-  input  = stage.pick
-  stream = var.ext_out
-}
-sink "print" {
-  kind  = "stdout"
-  input = topic.failed
-}
-# Stateful, through a repartition topic: its state, its timers and its writers' watermarks.
-stage "per_run" {
-  kind     = "aggregate"
-  input    = topic.orders
-  group_by = msg.run
-  window {
-    type = "tumbling"
-    size = "1h"
-  }
-  aggregate = { n = count() }
-}
-sink "counted" {
-  kind  = "stdout"
-  input = stage.per_run
-}
-# Keyed like its input (no repartition topic); its duplicates go to a topic of their own.
-stage "once" {
-  kind       = "dedupe"
-  input      = topic.orders
-  key        = msg.key
-  within     = "1h"
-  duplicates = topic.dupes
-}
-topic "dupes" {
-  partitions = 2
-  max_lag    = 1000
-}
-sink "dupes_out" {
-  kind  = "stdout"
-  input = topic.dupes
-}
-sink "firsts" {
-  kind  = "stdout"
-  input = stage.once
-}
-`
-
 // setUser runs ACL SETUSER on the server.
 func setUser(t *testing.T, srv *redistest.Server, user string, rules ...string) {
 	t.Helper()
@@ -224,7 +105,7 @@ func TestTheAccessCheckCoversTheRun(t *testing.T) {
 				}
 			}
 			run := t.Name() + itoa(prefixes.Add(1)) // test.twice fails each run's messages afresh
-			plan := buildSource(t, accessPipeline, "delivery="+delivery, "run="+run, "ext_in="+extIn, "ext_out="+extOut,
+			plan := buildTestdata(t, "access.hcl", "delivery="+delivery, "run="+run, "ext_in="+extIn, "ext_out="+extOut,
 				"lines="+linesFile(t))
 			// Trimming often, so that it has something to trim while the messages go through.
 			opts := runtime.Options{RetryInPlaceUpTo: time.Millisecond, TrimInterval: 5 * time.Millisecond}
@@ -291,7 +172,7 @@ func TestRunFailsAtStartWithoutPermissions(t *testing.T) {
 	if err := admin.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: extIn, Values: []any{"payload", `{"seq":1}`}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	plan := buildSource(t, accessPipeline, "delivery=at_least_once", "run="+t.Name(), "ext_in="+extIn, "ext_out="+extOut,
+	plan := buildTestdata(t, "access.hcl", "delivery=at_least_once", "run="+t.Name(), "ext_in="+extIn, "ext_out="+extOut,
 		"lines="+linesFile(t))
 	rule := ruleOf(t, admin, plan, runtime.Options{})
 	without := func(drop string) []string {
@@ -359,21 +240,7 @@ func TestPermissionsTakenWhileRunningEndTheRun(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := openURLs(t, srv.URL())
 			ctx := context.Background()
-			plan := buildSource(t, `
-pipeline "revoked" {}
-topic "in" {}
-topic "out" {}
-stage "work" {
-  kind   = "map"
-  input  = topic.in
-  output = topic.out
-  set    = { seen = true }
-}
-sink "log" {
-  kind  = "stdout"
-  input = topic.out
-}
-`)
+			plan := buildTestdata(t, "copy.hcl")
 			setUser(t, srv, "app", "reset", "on", ">pw", "~*", "+@all")
 			var log syncBuffer
 			rt, err := runtime.New(plan, runtime.Options{Redis: openURLs(t, "redis://app:pw@"+srv.Addr()), Logger: newLogger(&log),

@@ -45,40 +45,6 @@ func init() {
 	}, stages.KeepsKey())
 }
 
-const retryPipeline = `
-pipeline "retries" {}
-variable "out" {}
-variable "in_place" { default = false }
-variable "run" {}
-retry "three" {
-  max_attempts = 3
-  backoff      = "constant"
-  initial      = "30ms"
-}
-topic "in" {
-  partitions = 2
-  key        = msg.key
-}
-source "gen" {
-  kind     = "generate"
-  count    = 60
-  output   = topic.in
-  template = { key = "k${index % 4}", seq = index, run = var.run }
-}
-stage "twice" {
-  kind           = "go"
-  func           = "test.twice"
-  input          = topic.in
-  retry          = retry.three
-  retry_in_place = var.in_place
-}
-sink "out" {
-  kind  = "file"
-  input = stage.twice
-  path  = var.out
-}
-`
-
 // TestDurableRetriesLetLaterMessagesPass retries failed messages through the retry set in Redis:
 // they all arrive, once each, on their third attempt, and later messages of their keys do not wait
 // for them. The messages are in the topic before the run starts, so that each partition's first
@@ -92,14 +58,8 @@ func TestDurableRetriesLetLaterMessagesPass(t *testing.T) {
 			c := b.open(t)
 			out := filepath.Join(t.TempDir(), "out.jsonl")
 			run := t.Name() + itoa(prefixes.Add(1)) // test.twice fails each run's messages afresh
-			src := strings.Replace(retryPipeline, `source "gen" {
-  kind     = "generate"
-  count    = 60
-  output   = topic.in
-  template = { key = "k${index % 4}", seq = index, run = var.run }
-}
-`, "", 1)
-			plan := buildSource(t, src, "out="+out, "run="+run)
+			// The pipeline without its source (retries/gen.hcl): the test publishes the messages.
+			plan := buildTestdata(t, "retries/retries.hcl", "out="+out, "run="+run)
 			pub, err := runtime.NewPublisher(c, plan)
 			if err != nil {
 				t.Fatal(err)
@@ -150,7 +110,7 @@ func TestDurableRetriesLetLaterMessagesPass(t *testing.T) {
 func TestRetriesInPlaceKeepOrder(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	run := t.Name() + itoa(prefixes.Add(1)) // test.twice fails each run's messages afresh
-	plan := buildSource(t, retryPipeline, "out="+out, "in_place=true", "run="+run)
+	plan := buildTestdata(t, "retries", "out="+out, "in_place=true", "run="+run)
 	j := runJob(t, server.open(t), plan, runtime.Options{RetryInPlaceUpTo: time.Millisecond})
 	got := jsonLines(t, readFile(t, out))
 	seqs := map[int]int{}

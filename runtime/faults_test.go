@@ -20,36 +20,6 @@ import (
 // between writing a batch's outputs and acking its inputs. Each test publishes numbered messages and
 // counts, at the end, which arrived, how often.
 
-// faultPipeline reads keyed messages through a stage, and a filter fused after it, into a stream
-// that other applications read.
-func faultPipeline(prefix, stage, out, delivery string) string {
-	return fmt.Sprintf(`
-pipeline "faults" {
-  key_prefix = %q
-  delivery   = %q
-}
-topic "in" {
-  partitions = 4
-  key        = msg.k
-}
-stage "work" {
-  %s
-  input       = topic.in
-  concurrency = 4
-}
-stage "pass" {
-  kind  = "filter"
-  input = stage.work
-  where = true
-}
-sink "out" {
-  kind   = "redis_stream"
-  input  = stage.pass
-  stream = %q
-}
-`, prefix, delivery, stage, out)
-}
-
 // publishNumbered publishes messages from..to-1, keyed over 40 keys, each with its number.
 func publishNumbered(t *testing.T, c *redis.Client, plan *flow.Plan, from, to int) {
 	t.Helper()
@@ -116,7 +86,7 @@ func tally(t *testing.T, got map[int]int, n int) (duplicates int) {
 	return duplicates
 }
 
-// killPipeline is faultPipeline with faults.slow and a topic between the stage and the sink
+// killPipeline is testdata/faults.hcl with faults.slow and a topic between the stage and the sink
 // whose max_lag keeps the stage's reads small (a stage reads no more than the cap of the topics
 // it writes): what a process has in flight when it is killed, and so what at_least_once may
 // repeat, is a few hundred entries instead of whole reads of 1000.
@@ -268,8 +238,7 @@ func testRedisRestart(t *testing.T, noFusion bool) {
 	prefix := fmt.Sprintf("restart-%d", prefixes.Add(1))
 	out := prefix + ":out"
 	g := newGate(t, prefix)
-	plan := buildSource(t, faultPipeline(prefix, `kind = "go"
-  func = "test.gate"`, out, "at_least_once"))
+	plan := buildTestdata(t, "faults.hcl", "out="+out)
 	publishRun(t, c, plan, prefix, 0, n/2)
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -322,8 +291,7 @@ func testConnectionsKilled(t *testing.T, noFusion bool) {
 	prefix := fmt.Sprintf("clientkill-%d", prefixes.Add(1))
 	out := prefix + ":out"
 	g := newGate(t, prefix)
-	plan := buildSource(t, faultPipeline(prefix, `kind = "go"
-  func = "test.gate"`, out, "at_least_once"))
+	plan := buildTestdata(t, "faults.hcl", "out="+out)
 	publishRun(t, c, plan, prefix, 0, n)
 
 	runner := openURLs(t, srv.URL())

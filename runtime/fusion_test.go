@@ -70,45 +70,6 @@ func init() {
 	}, stages.KeepsKey())
 }
 
-const fusionPipeline = `
-pipeline "fusion" {
-  delivery = var.delivery
-}
-variable "out" {}
-variable "run" {}
-variable "delivery" { default = "at_least_once" }
-retry "later" {
-  max_attempts = 3
-  backoff      = "constant"
-  initial      = "20ms"
-}
-topic "in" {
-  partitions = 2
-  key        = msg.key
-}
-stage "first" {
-  kind  = "go"
-  func  = "fusion.first"
-  input = topic.in
-}
-stage "split" {
-  kind  = "go"
-  func  = "fusion.split"
-  input = stage.first
-}
-stage "flaky" {
-  kind  = "go"
-  func  = "fusion.flaky"
-  input = stage.split
-  retry = retry.later
-}
-sink "out" {
-  kind  = "file"
-  input = stage.flaky
-  path  = var.out
-}
-`
-
 // publishFusion publishes n messages of a run, the one with seq poisonSeq marked poison.
 func publishFusion(t *testing.T, pub *runtime.Publisher, run string, n, poisonSeq int) {
 	t.Helper()
@@ -133,7 +94,7 @@ func TestAFusedStageRetriesFromItself(t *testing.T) {
 				c := b.open(t)
 				out := filepath.Join(t.TempDir(), "out.jsonl")
 				run := t.Name() + itoa(prefixes.Add(1))
-				plan := buildSource(t, fusionPipeline, "out="+out, "run="+run, "delivery="+delivery)
+				plan := buildTestdata(t, "fusion.hcl", "out="+out, "run="+run, "delivery="+delivery)
 				if len(plan.Chains) != 1 || plan.Chains[0].Name() != "first+split+flaky" {
 					t.Fatalf("chains %v, want first+split+flaky", plan.Chains)
 				}
@@ -230,9 +191,7 @@ func TestLeftoversOfAnUnfusedRunAreRead(t *testing.T) {
 	c := server.open(t)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	run := t.Name() + itoa(prefixes.Add(1))
-	src := strings.Replace(fusionPipeline, `  retry = retry.later`, `  retry = retry.later
-  retry_in_place = true`, 1)
-	plan := buildSource(t, src, "out="+out, "run="+run)
+	plan := buildTestdata(t, "fusion.hcl", "out="+out, "run="+run, "in_place=true")
 	pub, err := runtime.NewPublisher(c, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +241,7 @@ func TestARetryForAFusedStageReachesItUnfused(t *testing.T) {
 	c := server.open(t)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	run := t.Name() + itoa(prefixes.Add(1))
-	plan := buildSource(t, fusionPipeline, "out="+out, "run="+run)
+	plan := buildTestdata(t, "fusion.hcl", "out="+out, "run="+run)
 	pub, err := runtime.NewPublisher(c, plan)
 	if err != nil {
 		t.Fatal(err)

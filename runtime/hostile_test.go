@@ -40,31 +40,6 @@ func xadd(t *testing.T, c *redis.Client, stream string, kv ...any) {
 	}
 }
 
-// garbagePipeline's stage reads a topic that its source writes, so that a message arriving there
-// without trace context is one whose trace the source did not sample: only a traceparent that was
-// dropped makes the stage start a trace.
-const garbagePipeline = `
-pipeline "garbage" {}
-topic "in" {}
-topic "out" {}
-source "gen" {
-  kind     = "generate"
-  count    = 1
-  output   = topic.in
-  template = { n = 0 }
-}
-stage "a" {
-  kind   = "map"
-  input  = topic.in
-  output = topic.out
-  set    = { a = true }
-}
-sink "print" {
-  kind  = "stdout"
-  input = topic.out
-}
-`
-
 // garbageTraceParents are invalid W3C traceparents, some of them flagged "not sampled", which a
 // fast path that only reads the flags would pass on.
 var garbageTraceParents = []string{
@@ -87,7 +62,7 @@ func injectGarbage(t *testing.T, c *redis.Client, keys redis.Keys) {
 // tracestate that came with it, are dropped: the message goes on without trace context.
 func TestInvalidTraceParentIsNotPassedOn(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, garbagePipeline)
+	plan := buildTestdata(t, "garbage.hcl")
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	injectGarbage(t, c, keys)
 	j := runJob(t, c, plan, runtime.Options{})
@@ -109,7 +84,7 @@ func TestInvalidTraceParentStartsATrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	c := server.open(t)
-	plan := buildSource(t, garbagePipeline)
+	plan := buildTestdata(t, "garbage.hcl")
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	injectGarbage(t, c, keys)
 	runJob(t, c, plan, runtime.Options{TracerProvider: tp})
@@ -145,22 +120,6 @@ func TestInvalidTraceParentStartsATrace(t *testing.T) {
 	}
 }
 
-// passThroughPipeline's stage passes payload bytes on without decoding them.
-const passThroughPipeline = `
-pipeline "hostile" {}
-topic "in" {}
-topic "out" {}
-stage "pass" {
-  kind   = "map"
-  input  = topic.in
-  output = topic.out
-}
-sink "print" {
-  kind  = "stdout"
-  input = topic.out
-}
-`
-
 // deadLetterReasons runs the plan as a job and returns its stage's dead letters' errors by the
 // IDs of the entries they came from.
 func deadLetterReasons(t *testing.T, c *redis.Client, plan *flow.Plan, stage string) (job, map[string]string) {
@@ -186,7 +145,7 @@ func deadLetterReasons(t *testing.T, c *redis.Client, plan *flow.Plan, stage str
 // stage that passes payloads on without decoding them; good entries around them go on.
 func TestHostilePayloadsAreDeadLettered(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, passThroughPipeline)
+	plan := buildTestdata(t, "hostile.hcl")
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	in := keys.Stream("in", 0)
 	add := func(kv ...any) string {
@@ -226,7 +185,7 @@ func TestHostilePayloadsAreDeadLettered(t *testing.T) {
 // decoded (its payload is not even JSON); its dead letter keeps only the start of its fields.
 func TestEntryOverMaxMessageSize(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, strings.Replace(passThroughPipeline, `pipeline "hostile" {}`,
+	plan := buildSource(t, strings.Replace(testdataSource(t, "hostile.hcl"), `pipeline "hostile" {}`,
 		`pipeline "hostile" { max_message_size = "4KiB" }`, 1))
 	if plan.MaxMessageSize != 4096 {
 		t.Fatalf("MaxMessageSize = %d", plan.MaxMessageSize)
@@ -259,7 +218,7 @@ func TestEntryOverMaxMessageSize(t *testing.T) {
 // that every node would dead-letter, and writes nothing of its batch.
 func TestPublisherRefusesMessagesOverMaxMessageSize(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, strings.Replace(publishPipeline, `pipeline "publish" {}`,
+	plan := buildSource(t, strings.Replace(testdataSource(t, "publish.hcl"), `pipeline "publish" {}`,
 		`pipeline "publish" { max_message_size = "1KiB" }`, 1))
 	pub, err := runtime.NewPublisher(c, plan)
 	if err != nil {

@@ -106,23 +106,9 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 	return rec.Code, string(body)
 }
 
-const passThrough = `
-pipeline "web" {}
-topic "in" { partitions = 2 }
-stage "pass" {
-  kind  = "filter"
-  input = topic.in
-  where = true
-}
-sink "out" {
-  kind  = "stdout"
-  input = stage.pass
-}
-`
-
 func TestHTTPHealthAndReadiness(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, passThrough)
+	plan := buildTestdata(t, "web.hcl")
 	rt, err := runtime.New(plan, runtime.Options{Redis: c})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +129,7 @@ func TestHTTPHealthAndReadiness(t *testing.T) {
 		t.Errorf("POST /readyz: %d", rec.Code)
 	}
 
-	s := startService(t, c, buildSource(t, passThrough), runtime.Options{})
+	s := startService(t, c, buildTestdata(t, "web.hcl"), runtime.Options{})
 	h = web.NewHandler(s.rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "flowrun_messages_total 0\n")
 	}))
@@ -632,7 +618,7 @@ func segmentCrosses(p, q [2]int, n graphNode) bool {
 
 // TestHTTPPage serves the page and its assets, which load nothing from elsewhere.
 func TestHTTPPage(t *testing.T) {
-	rt, err := runtime.New(buildSource(t, passThrough), runtime.Options{Redis: server.open(t)})
+	rt, err := runtime.New(buildTestdata(t, "web.hcl"), runtime.Options{Redis: server.open(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	plan := buildSource(t, tracedPipeline)
+	plan := buildTestdata(t, "traced")
 	s := startService(t, server.open(t), plan, runtime.Options{MeterProvider: mp, PollInterval: 10 * time.Millisecond})
 
 	var sums map[string]map[string]int64 // metric -> node -> value

@@ -13,23 +13,11 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-const publishPipeline = `
-pipeline "publish" {}
-topic "in" {
-  partitions = 4
-  key        = msg.k
-}
-sink "print" {
-  kind  = "stdout"
-  input = topic.in
-}
-`
-
 // TestPublishBatch writes keyed messages in one call: each lands in its key's partition, in the
 // order of the batch, with the trace context of the caller's span.
 func TestPublishBatch(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, publishPipeline)
+	plan := buildTestdata(t, "publish.hcl")
 	pub, err := runtime.NewPublisher(c, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +68,7 @@ func TestPublishBatch(t *testing.T) {
 // the whole batch fail, permanently, naming the message, before anything is written.
 func TestPublishBatchWritesNothingOnABadMessage(t *testing.T) {
 	c := server.open(t)
-	plan := buildSource(t, publishPipeline)
+	plan := buildTestdata(t, "publish.hcl")
 	pub, err := runtime.NewPublisher(c, plan)
 	if err != nil {
 		t.Fatal(err)

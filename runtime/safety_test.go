@@ -330,30 +330,6 @@ func nodeCounts(nodes []runtime.NodeSummary, name string) runtime.NodeSummary {
 	return runtime.NodeSummary{}
 }
 
-// sourceLeasePipeline reads a file into a one-partition topic capped at max_lag = 50, which a sink
-// copies to the stream out: a run of the source alone is held back once it has written 50 lines.
-func sourceLeasePipeline(delivery, out string) string {
-	return fmt.Sprintf(`
-pipeline "srclease" {
-  delivery = %q
-}
-variable "path" {}
-topic "in" {
-  max_lag = 50
-}
-source "lines" {
-  kind   = "file"
-  path   = var.path
-  output = topic.in
-}
-sink "out" {
-  kind   = "redis_stream"
-  input  = topic.in
-  stream = %q
-}
-`, delivery, out)
-}
-
 // numberedFile writes a file of n numbered JSON lines and returns its path.
 func numberedFile(t *testing.T, n int) string {
 	t.Helper()
@@ -427,7 +403,7 @@ func TestSourceLeaseTakenBeforeACommitStopsTheSource(t *testing.T) {
 			ctx := context.Background()
 			c := server.open(t)
 			out := fmt.Sprintf("srclease-%d:out", prefixes.Add(1))
-			plan := buildSource(t, sourceLeasePipeline(delivery, out), "path="+numberedFile(t, n))
+			plan := buildTestdata(t, "srclease.hcl", "delivery="+delivery, "out="+out, "path="+numberedFile(t, n))
 			keys := redis.Keys{Prefix: plan.KeyPrefix}
 			topic := keys.Stream("in", 0)
 
@@ -480,7 +456,7 @@ func TestSourceLeaseTakenAtRenewalStopsTheSource(t *testing.T) {
 	ctx := context.Background()
 	c := server.open(t)
 	out := fmt.Sprintf("srclease-%d:out", prefixes.Add(1))
-	plan := buildSource(t, sourceLeasePipeline("at_least_once", out), "path="+numberedFile(t, n))
+	plan := buildTestdata(t, "srclease.hcl", "delivery=at_least_once", "out="+out, "path="+numberedFile(t, n))
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	topic := keys.Stream("in", 0)
 
@@ -515,7 +491,7 @@ func TestSourceLeaseExpiredAndFreeIsTakenAgain(t *testing.T) {
 	const n = 400
 	c := server.open(t)
 	out := fmt.Sprintf("srclease-%d:out", prefixes.Add(1))
-	plan := buildSource(t, sourceLeasePipeline("at_least_once", out), "path="+numberedFile(t, n))
+	plan := buildTestdata(t, "srclease.hcl", "delivery=at_least_once", "out="+out, "path="+numberedFile(t, n))
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 
 	a, _ := heldBackSource(t, c, plan, 2*time.Second, n)
@@ -543,24 +519,6 @@ func TestSourceLeaseExpiredAndFreeIsTakenAgain(t *testing.T) {
 	}
 }
 
-// gatePipeline runs test.gate (see faults_test.go) on a one-partition topic, into a topic that a
-// stdout sink reads.
-const gatePipeline = `
-pipeline "gated" {}
-topic "in" {}
-topic "out" {}
-stage "work" {
-  kind   = "go"
-  func   = "test.gate"
-  input  = topic.in
-  output = topic.out
-}
-sink "log" {
-  kind  = "stdout"
-  input = topic.out
-}
-`
-
 // TestLeaseLostAtRenewalStopsTheWorker: another process takes a partition's lease (this process
 // stalled past its TTL, say), and this process's next renewal finds it gone. Idle, the worker stops
 // reading: this process gives the partition up and tries to take it again, as it would a free one.
@@ -570,7 +528,7 @@ func TestLeaseLostAtRenewalStopsTheWorker(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		ctx := context.Background()
 		c := server.open(t)
-		plan := buildSource(t, gatePipeline)
+		plan := buildTestdata(t, "gated.hcl")
 		keys := redis.Keys{Prefix: plan.KeyPrefix}
 		leaseKey := keys.Lease("in", 0, "work")
 		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
@@ -610,7 +568,7 @@ func TestLeaseLostAtRenewalStopsTheWorker(t *testing.T) {
 	t.Run("in flight", func(t *testing.T) {
 		ctx := context.Background()
 		c := server.open(t)
-		plan := buildSource(t, gatePipeline)
+		plan := buildTestdata(t, "gated.hcl")
 		keys := redis.Keys{Prefix: plan.KeyPrefix}
 		leaseKey := keys.Lease("in", 0, "work")
 		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
@@ -952,28 +910,6 @@ sink "log" {
 	}
 }
 
-// copyPipeline copies topic in to topic out through a map stage, with the given delivery; a stdout
-// sink reads topic out (tests run the stage alone).
-func copyPipeline(delivery string) string {
-	return fmt.Sprintf(`
-pipeline "copy" {
-  delivery = %q
-}
-topic "in" {}
-topic "out" {}
-stage "work" {
-  kind   = "map"
-  input  = topic.in
-  output = topic.out
-  set    = { seen = true }
-}
-sink "log" {
-  kind  = "stdout"
-  input = topic.out
-}
-`, delivery)
-}
-
 // TestOutputOfAnotherTypeEndsTheRun: the stream a stage writes to is a key of another type
 // (another application's). Found at start, it ends the run before anything is read. Created while
 // the run goes, the XADD of the stage's next commit fails inside the transaction that would ack its
@@ -991,7 +927,7 @@ func TestOutputOfAnotherTypeEndsTheRun(t *testing.T) {
 				// One script that writes and acks (redis.Commit): it finds the key first.
 				delivery = "effectively_once"
 			}
-			plan := buildSource(t, copyPipeline(delivery))
+			plan := buildTestdata(t, "copy.hcl", "delivery="+delivery)
 			keys := redis.Keys{Prefix: plan.KeyPrefix}
 			in, out := keys.Stream("in", 0), keys.Stream("out", 0)
 			takeOut := func() {
@@ -1083,7 +1019,7 @@ func TestEffectivelyOnceScriptFailing(t *testing.T) {
 	const n = 10
 	t.Run("until it works again", func(t *testing.T) {
 		c := server.open(t)
-		plan := buildSource(t, copyPipeline("effectively_once"))
+		plan := buildTestdata(t, "copy.hcl", "delivery=effectively_once")
 		keys := redis.Keys{Prefix: plan.KeyPrefix}
 		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
 		publishNumbered(t, c, plan, 0, n)
@@ -1119,7 +1055,7 @@ func TestEffectivelyOnceScriptFailing(t *testing.T) {
 		// twice. (A single server writes no markers: TestOutputOfAnotherTypeEndsTheRun.)
 		ctx := context.Background()
 		c := cluster.open(t)
-		plan := buildSource(t, copyPipeline("effectively_once"))
+		plan := buildTestdata(t, "copy.hcl", "delivery=effectively_once")
 		keys := redis.Keys{Prefix: plan.KeyPrefix}
 		in, out := keys.Stream("in", 0), keys.Stream("out", 0)
 		publishNumbered(t, c, plan, 0, n)

@@ -16,48 +16,13 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-const tracedPipeline = `
-pipeline "traced" {}
-topic "in" {
-  partitions = 2
-  key        = msg.k
-}
-source "gen" {
-  kind     = "generate"
-  count    = 4
-  output   = topic.in
-  template = { k = "k${index}", n = index }
-}
-stage "a" {
-  kind  = "map"
-  input = topic.in
-  set   = { a = true }
-}
-stage "b" {
-  kind  = "filter"
-  input = stage.a
-  where = true
-}
-stage "c" {
-  kind   = "map"
-  input  = stage.b
-  output = topic.out
-  set    = { c = true }
-}
-topic "out" { partitions = 2 }
-sink "print" {
-  kind  = "stdout"
-  input = topic.out
-}
-`
-
 // TestTraceFollowsEveryHop runs a source, three stages and a sink, tracing every message: each
 // message's spans form one trace, send -> process a -> process b -> process c -> process print.
 func TestTraceFollowsEveryHop(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	plan := buildSource(t, tracedPipeline)
+	plan := buildTestdata(t, "traced")
 	runJob(t, server.open(t), plan, runtime.Options{TracerProvider: tp})
 
 	byTrace := map[trace.TraceID][]sdktrace.ReadOnlySpan{}
@@ -139,7 +104,7 @@ func TestUnsampledTracesLeaveNoTraceContext(t *testing.T) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithSpanProcessor(rec))
 			defer func() { _ = tp.Shutdown(context.Background()) }()
 			c := server.open(t)
-			plan := buildSource(t, tracedPipeline)
+			plan := buildTestdata(t, "traced")
 			// Unfused, so that the entries between the stages are there to look at.
 			runJob(t, c, plan, runtime.Options{TracerProvider: tp, SampleRoot: tc.sampleRoot, NoFusion: true})
 			checkEveryOtherTraced(t, c, plan.KeyPrefix, rec)
@@ -197,9 +162,8 @@ func TestTracesStartWhereMessagesEnter(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	c := server.open(t)
-	// tracedPipeline without its source: topic in is fed from outside.
-	src := tracedPipeline[:strings.Index(tracedPipeline, `source "gen"`)] + tracedPipeline[strings.Index(tracedPipeline, `stage "a"`):]
-	plan := buildSource(t, src)
+	// The traced pipeline without its source: topic in is fed from outside.
+	plan := buildTestdata(t, "traced/traced.hcl")
 	ctx := context.Background()
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	const unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"

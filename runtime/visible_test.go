@@ -167,7 +167,7 @@ sink "hook" {
 func TestRatesDoNotDependOnViewers(t *testing.T) {
 	ctx := context.Background()
 	c := server.open(t)
-	plan := buildSource(t, passThrough)
+	plan := buildTestdata(t, "web.hcl")
 	// Samples every 20ms, each rate over every sample taken: the window covers the whole test.
 	s := startService(t, c, plan, runtime.Options{}, withRateSampling(20*time.Millisecond, 1<<20))
 	h := web.NewHandler(s.rt, nil)
@@ -332,7 +332,7 @@ sink "out" {
 func TestPollKeepsWhatItCanRead(t *testing.T) {
 	ctx := context.Background()
 	c := server.open(t)
-	plan := buildSource(t, passThrough)
+	plan := buildTestdata(t, "web.hcl")
 	s := startService(t, c, plan, runtime.Options{})
 	if err := c.Universal().Set(ctx, redis.Keys{Prefix: plan.KeyPrefix}.DeadLetter("out"), "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)

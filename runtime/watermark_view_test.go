@@ -24,56 +24,14 @@ import (
 )
 
 // The watermark of each stateful stage, per partition of its input, as /api/graph, the live page
-// and the metric flowrun_watermark_lag_seconds show it. A dedupe and an aggregate read topics that
-// only the test writes, so that each measures its own watermark per partition: the latest event
-// time read there. Orders go to both partitions of theirs, clicks to partition 0 alone: partition 1
-// of clicks has no watermark. The service runs on a virtual clock that moves only when the test
-// moves it (a millisecond at a time, for the polls of the streams), so that every lag is known.
+// and the metric flowrun_watermark_lag_seconds show it. A dedupe and an aggregate
+// (testdata/marks.hcl) read topics that only the test writes, so that each measures its own
+// watermark per partition: the latest event time read there. Orders go to both partitions of
+// theirs, clicks to partition 0 alone: partition 1 of clicks has no watermark. The service runs on
+// a virtual clock that moves only when the test moves it (a millisecond at a time, for the polls of
+// the streams), so that every lag is known.
 
-const marksPipeline = `
-pipeline "marks" {}
-topic "orders" {
-  partitions = 2
-  key        = msg.id
-}
-topic "clicks" {
-  partitions = 2
-  key        = msg.user
-}
-stage "once" {
-  kind       = "dedupe"
-  input      = topic.orders
-  key        = msg.id
-  within     = "1h"
-  event_time = msg.at
-}
-stage "per_minute" {
-  kind       = "aggregate"
-  input      = topic.clicks
-  group_by   = msg.user
-  event_time = msg.at
-  window {
-    type = "tumbling"
-    size = "1m"
-  }
-  aggregate = { clicks = count() }
-}
-stage "shown" {
-  kind  = "map"
-  input = stage.once
-  set   = { shown = true }
-}
-sink "out" {
-  kind  = "stdout"
-  input = stage.shown
-}
-sink "counts" {
-  kind  = "stdout"
-  input = stage.per_minute
-}
-`
-
-// marks is the running service of marksPipeline with what it was sent.
+// marks is the running service of testdata/marks.hcl with what it was sent.
 type marks struct {
 	s      *service
 	c      *redis.Client
@@ -96,12 +54,12 @@ func keyIn(prefix string, p, n int) string {
 	}
 }
 
-// startMarks runs marksPipeline as a service, sends it its orders and clicks, and waits until a poll
+// startMarks runs testdata/marks.hcl as a service, sends it its orders and clicks, and waits until a poll
 // of the streams has read every watermark that they make.
 func startMarks(t *testing.T) *marks {
 	t.Helper()
 	ctx := context.Background()
-	m := &marks{c: server.open(t), plan: buildSource(t, marksPipeline),
+	m := &marks{c: server.open(t), plan: buildTestdata(t, "marks.hcl"),
 		clock:  flowtest.NewClock(flowtest.Epoch.Add(12 * time.Hour)),
 		reader: sdkmetric.NewManualReader(),
 		topics: map[string]string{"once": "orders", "per_minute": "clicks"}}
