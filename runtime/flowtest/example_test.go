@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/runtime/flowtest"
 	"github.com/flowrun/flowrun/stages"
 )
@@ -54,7 +55,7 @@ sink "counted" {
 	if diags.HasErrors() {
 		panic(diags)
 	}
-	tests, diags := flow.LoadTestSource("clicks.flowtest.hcl", []byte(`
+	tests, diags := testfile.LoadSource("clicks.flowtest.hcl", []byte(`
 run "counts each user's clicks" {
   send {
     topic    = topic.clicks
