@@ -245,31 +245,24 @@ func (a *Attempt) Join() {
 	b := a.batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for k, v := range a.set {
-		b.set = put(b.set, k, v)
-		delete(b.del, k)
-	}
-	for k := range a.del {
-		delete(b.set, k)
-		b.del = put(b.del, k, true)
-	}
-	for k, at := range a.timerAt {
-		b.timerAt = put(b.timerAt, k, at)
-		delete(b.cancel, k)
-	}
-	for k := range a.cancel {
-		delete(b.timerAt, k)
-		b.cancel = put(b.cancel, k, true)
-	}
-	for k, at := range a.holdAt {
-		b.holdAt = put(b.holdAt, k, at)
-		delete(b.release, k)
-	}
-	for k := range a.release {
-		delete(b.holdAt, k)
-		b.release = put(b.release, k, true)
-	}
+	b.set, b.del = overlay(b.set, b.del, a.set, a.del)
+	b.timerAt, b.cancel = overlay(b.timerAt, b.cancel, a.timerAt, a.cancel)
+	b.holdAt, b.release = overlay(b.holdAt, b.release, a.holdAt, a.release)
 	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+}
+
+// overlay lays an attempt's writes of one kind (values set, keys removed) over the batch's: a
+// value set undoes an earlier removal of its key, a removal an earlier value.
+func overlay[V any](set map[string]V, removed map[string]bool, moreSet map[string]V, moreRemoved map[string]bool) (map[string]V, map[string]bool) {
+	for k, v := range moreSet {
+		set = put(set, k, v)
+		delete(removed, k)
+	}
+	for k := range moreRemoved {
+		delete(set, k)
+		removed = put(removed, k, true)
+	}
+	return set, removed
 }
 
 // Failed counts the outcomes of an attempt that failed for good (its message is dead-lettered),
