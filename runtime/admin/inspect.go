@@ -37,7 +37,8 @@ type StateReport struct {
 	Kind      string `json:"kind"`
 	Topic     string `json:"topic"`
 	Partition int    `json:"partition"`
-	// Watermark is the latest event time the stage saw in the partition (RFC 3339; "" before any).
+	// Watermark is the stage's watermark in the partition: the event time its committed state has
+	// reached, before which an event read from the partition is late (RFC 3339; "" before any).
 	Watermark string `json:"watermark,omitempty"`
 	// Keys are the keys the kind holds: a dedupe stage's remembered keys, an aggregate's groups
 	// with open windows (the count that max_keys bounds, stages.KeyCountKey); for a kind that
