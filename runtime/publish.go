@@ -36,7 +36,7 @@ type Publisher struct {
 	plan     *flow.Plan
 	streams  map[string][]string // each topic's partition streams, made once
 	producer *redis.Producer
-	spread   roundRobin
+	spread   sourceSpread
 	outputs  sync.Pool // of *[]redis.Output, PublishBatch's
 	gates    *backpressure
 	waiter   waiter // nil, or told when a write waits at a gate
@@ -206,7 +206,7 @@ func (p *Publisher) topic(name string) (*flow.Topic, error) {
 func (p *Publisher) output(t *flow.Topic, m *stages.Message, trace traceContext) (redis.Output, error) {
 	spread := 0
 	if t.Partitions > 1 {
-		spread = p.spread.next() // a counter every publishing goroutine shares: only when it matters
+		spread = p.spread.next("") // a counter every publishing goroutine shares: only when it matters
 	}
 	key, partition, err := route(t, m, spread)
 	if err != nil {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/flowrun/flowrun/flow"
@@ -12,7 +13,8 @@ import (
 // A message's way into a topic: its key (the topic's key expression, or the key it already has)
 // picks the partition, so that all messages of a key stay in one partition and in order. A message
 // without a key keeps the partition number it came from, modulo the topic's partitions, which keeps
-// the order of an unkeyed partition across hops; sources spread unkeyed messages round-robin.
+// the order of an unkeyed partition across hops; sources spread unkeyed messages by their origin's
+// ID (sourceSpread).
 
 // route computes the key and partition of m on topic t. fallback is the partition for a message
 // without a key.
@@ -66,7 +68,21 @@ type traceContext struct {
 	dropped bool
 }
 
-// roundRobin hands out partition numbers in turn, for unkeyed messages of a source.
-type roundRobin struct{ n atomic.Uint64 }
+// sourceSpread picks the partition of a source's unkeyed messages. A message with an origin ID (a
+// file's line, a generated message's number, an external stream's entry) goes where its ID hashes
+// to: produced again after a crash, by this process or another, it lands in the partition it
+// landed in first, where effectively-once delivery recognises it (its marker lives in that
+// partition's slot: on a cluster a source's writes are not one transaction). Messages without one
+// (those of a Publisher: flowrun produce, a test's sends) go round-robin.
+type sourceSpread struct{ n atomic.Uint64 }
 
-func (r *roundRobin) next() int { return int(r.n.Add(1) - 1) }
+func (s *sourceSpread) next(id string) int {
+	if id == "" {
+		return int(s.n.Add(1) - 1)
+	}
+	h := uint32(2166136261) // FNV-1a, inline: no allocation per message
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return int(h & math.MaxInt32)
+}

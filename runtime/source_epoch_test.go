@@ -16,13 +16,27 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// TestAFileSourceDiesBeforeItsFirstCheckpoint: on a cluster, a file source's batch is written first
-// and its position recorded after. A process that dies in between has written lines whose position
-// nobody recorded; the next one reads the file from its start again. Its messages must carry the
-// same IDs, so that effectively-once writes each line once: the source records the run's epoch, at
-// offset 0, before its first line.
-func TestAFileSourceDiesBeforeItsFirstCheckpoint(t *testing.T) {
-	const n = 40
+// TestAFileSourceDiesBetweenItsLinesAndTheirCheckpoint: on a cluster, a file source's batch is
+// written first and its position recorded after. A process that dies in between has written lines
+// whose position nobody recorded; the next one reads them again, from the file's start or from the
+// last position recorded. Each line must come out as the same message, in the same partition, so
+// that effectively-once writes it once: the source records the run's epoch, at offset 0, before its
+// first line (the messages' IDs carry it), and an unkeyed line goes to the partition its ID hashes
+// to, not to the next in turn of whichever process reads it.
+func TestAFileSourceDiesBetweenItsLinesAndTheirCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		allow int64 // checkpoints past the start that go through before the process dies
+	}{
+		{"before its first checkpoint", 0},
+		{"after its first checkpoint", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { fileSourceDiesAfter(t, tc.allow) })
+	}
+}
+
+func fileSourceDiesAfter(t *testing.T, allow int64) {
+	const n, batch = 40, 7
 	dir := t.TempDir()
 	var lines strings.Builder
 	for i := 0; i < n; i++ {
@@ -47,26 +61,27 @@ sink "out" {
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	position := keys.SourcePosition("lines")
 
-	// The first process: its lines are written, the position after them is refused for good (as
-	// if the process died there); the position at the start, which carries no offset, goes through.
+	// The first process: after allow checkpoints, its next batch is written and the position after
+	// it refused for good (as if the process died there); the position at the start, which carries
+	// no offset, goes through.
 	dying := cluster.open(t)
-	f := &checkpointFailer{key: position}
+	f := &checkpointFailer{key: position, allow: allow}
 	dying.Universal().AddHook(f)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var log syncBuffer
 	_, err := runtime.Run(ctx, plan, runtime.Options{Redis: dying, UntilDrained: true, Nodes: []string{"lines"},
-		Stdin: strings.NewReader(""), Logger: newLogger(&log)})
+		BatchSize: batch, Stdin: strings.NewReader(""), Logger: newLogger(&log)})
 	if err == nil || f.hits.Load() == 0 {
 		t.Fatalf("the first run did not fail at its checkpoint (%d refused): %v\n%s", f.hits.Load(), err, log.String())
 	}
-	if l := totalLength(t, c, keys.Streams("in", 3)); l != n {
-		t.Fatalf("the first run wrote %d entries, want all %d before its checkpoint failed (%v)\n%s", l, n, err, log.String())
+	if l := totalLength(t, c, keys.Streams("in", 3)); l <= allow*batch {
+		t.Fatalf("the first run wrote %d entries, want more than the %d its checkpoints cover (%v)\n%s", l, allow*batch, err, log.String())
 	}
 
 	j := runJob(t, c, plan, runtime.Options{})
 	if l := totalLength(t, c, keys.Streams("in", 3)); l != n {
-		t.Errorf("the topic holds %d entries after the restart, want %d: the lines were written again under new IDs", l, n)
+		t.Errorf("the topic holds %d entries after the restart, want %d: lines were written again", l, n)
 	}
 	if got := len(jsonLines(t, j.stdout)); got != n {
 		t.Errorf("the sink printed %d messages, want %d", got, n)
@@ -83,11 +98,14 @@ func totalLength(t *testing.T, c *redis.Client, streams []string) int64 {
 	return n
 }
 
-// checkpointFailer makes the scripts that record a source's position at key past its start fail
-// with an error that ends the run: the process dies there, after the batch's lines were written.
+// checkpointFailer makes the scripts that record a source's position at key past its start fail,
+// after the first allow of them, with an error that ends the run: the process dies there, after
+// the batch's lines were written.
 type checkpointFailer struct {
-	key  string
-	hits atomic.Int64
+	key   string
+	allow int64
+	seen  atomic.Int64
+	hits  atomic.Int64
 }
 
 func (f *checkpointFailer) fail(c goredis.Cmder) {
@@ -95,6 +113,9 @@ func (f *checkpointFailer) fail(c goredis.Cmder) {
 	text := fmt.Sprint(args...)
 	if (c.Name() != "eval" && c.Name() != "evalsha") || len(args) < 4 || !slices.Contains(args[3:], any(f.key)) ||
 		!strings.Contains(text, `"offset":`) || strings.Contains(text, `"offset":0,`) {
+		return
+	}
+	if f.seen.Add(1) <= f.allow {
 		return
 	}
 	args[0], args[1] = "eval", "return redis.error_reply('NOPERM injected: the process died before its checkpoint')"

@@ -33,7 +33,7 @@ type producingSource struct {
 	leaseKey string // "" when every process runs the source (a Shared kind)
 	// positionKey is where a resuming source's checkpoint lives; "" for sources that keep none.
 	positionKey string
-	spread      roundRobin
+	spread      sourceSpread
 	// time is the source's watermarks, when its topic feeds a stateful stage (source_time.go).
 	time      *sourceTime
 	done      atomic.Bool
@@ -133,7 +133,7 @@ func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) 
 	if span != nil {
 		defer span.End()
 	}
-	out, err := e.r.topicOutput(n, &message{id: at.ID, out: tc}, e.src.output, &m, 0, e.src.spread.next())
+	out, err := e.r.topicOutput(n, &message{id: at.ID, out: tc}, e.src.output, &m, 0, e.src.spread.next(at.ID))
 	if err == nil {
 		if size, limit := redis.EntrySize(out.Entry), e.r.maxMessageSize(); size > limit {
 			err = stages.Permanent(fmt.Errorf("the message's entry is %d bytes, more than max_message_size (%d bytes)", size, limit))

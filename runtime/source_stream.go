@@ -20,7 +20,7 @@ type streamSourceHandler struct {
 	r      *runner
 	node   *node
 	out    *flow.Topic
-	spread roundRobin
+	spread sourceSpread
 }
 
 func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource) {
@@ -33,7 +33,7 @@ func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource
 }
 
 func (h *streamSourceHandler) handle(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
-	out, err := h.r.topicOutput(h.node, m, h.out, &m.msg, 0, h.spread.next())
+	out, err := h.r.topicOutput(h.node, m, h.out, &m.msg, 0, h.spread.next(m.id))
 	if err != nil {
 		return outs, err
 	}
