@@ -181,16 +181,7 @@ func (o *ownership) step(ctx context.Context) {
 	}
 	for key, h := range o.sourceLes {
 		if err := r.rdb.RenewLease(ctx, h.lease, ttl); errors.Is(err, redis.ErrLeaseLost) {
-			// The lease expired (this process stalled past its TTL). If nobody took it meanwhile,
-			// take it again and go on: nobody else ran the source in between.
-			if lease, ok, err := r.rdb.AcquireLease(ctx, key, r.opts.ProcessID, ttl); err == nil && ok {
-				r.log.Warn("source lease expired and was taken again", "lease", key)
-				h.lease = lease
-				continue
-			}
-			r.log.Warn("source lease lost to another process; stopping the source", "lease", key)
-			h.lost()
-			delete(o.sourceLes, key)
+			o.retakeSourceLocked(ctx, key, h)
 		}
 	}
 	if ctx.Err() != nil || members == nil {
@@ -359,6 +350,51 @@ func (o *ownership) holdSource(ctx context.Context, key string) (context.Context
 			return ctx, false
 		case <-t.C():
 		}
+	}
+}
+
+// retakeSource is what a source's writer does when Redis refused its write under lease: the lease
+// it wrote under expired. It returns the lease to write under now, false when the source is lost
+// (then its context is canceled too).
+func (o *ownership) retakeSource(ctx context.Context, key string, refused redis.Lease) (redis.Lease, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h, ok := o.sourceLes[key]
+	if !ok {
+		return redis.Lease{}, false
+	}
+	if h.lease != refused {
+		return h.lease, true // the last renewal took it again already
+	}
+	return o.retakeSourceLocked(ctx, key, h)
+}
+
+// retakeSourceLocked takes a source's lease again once it expired (this process stalled past its
+// TTL): if nobody holds it now, nobody ran the source since this process last wrote under it
+// (a process that takes the lease keeps it while it runs the source), and the source goes on
+// where it was. Otherwise the source is lost to another process and stops.
+func (o *ownership) retakeSourceLocked(ctx context.Context, key string, h *heldLease) (redis.Lease, bool) {
+	r := o.r
+	if lease, ok, err := r.rdb.AcquireLease(ctx, key, r.opts.ProcessID, r.opts.LeaseTTL); err == nil && ok {
+		r.log.Warn("source lease expired and was taken again", "lease", key)
+		h.lease = lease
+		return lease, true
+	}
+	r.log.Warn("source lease lost to another process; stopping the source", "lease", key)
+	h.lost()
+	delete(o.sourceLes, key)
+	return redis.Lease{}, false
+}
+
+// dropSource forgets a source's lease after its source stopped because of it, releasing it if it
+// is still this process's, so that the lease can be taken again.
+func (o *ownership) dropSource(ctx context.Context, key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if h, ok := o.sourceLes[key]; ok {
+		h.lost()
+		delete(o.sourceLes, key)
+		_ = o.r.rdb.ReleaseLease(ctx, h.lease)
 	}
 }
 

@@ -65,22 +65,55 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 	return p, nil
 }
 
-// runProducer runs a producing source to its end, once it holds the source's lease.
+// runProducer runs a producing source to its end, once it holds the source's lease. A process that
+// loses the lease to another waits to take it back (when that one stops or dies) and runs the
+// source again from there: a resuming source from its checkpoint, others from their first message.
 func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSource) {
-	sctx := ctx
-	if p.leaseKey != "" {
-		var ok bool
-		if sctx, ok = own.holdSource(ctx, p.leaseKey); !ok {
-			return
+	for {
+		sctx := ctx
+		if p.leaseKey != "" {
+			var ok bool
+			if sctx, ok = own.holdSource(ctx, p.leaseKey); !ok {
+				return
+			}
 		}
+		waitTime := r.runSourceTime(sctx, p)
+		err := r.produce(sctx, own, p)
+		switch {
+		case err == nil:
+			p.done.Store(true)
+			r.kickDrain()
+			c := p.node.stats.counts()
+			r.log.Info("source finished", "source", p.node.name, "messages", c.out, "rejected", c.deadLettered)
+		case errors.Is(err, errSourceLeaseLost), sctx.Err() != nil && ctx.Err() == nil:
+			r.log.Warn("source lease lost; another process runs the source now", "source", p.node.name)
+			if ctx.Err() == nil && p.leaseKey != "" {
+				own.dropSource(ctx, p.leaseKey)
+				waitTime()
+				continue
+			}
+		case ctx.Err() == nil || !errors.Is(err, context.Canceled):
+			r.fail(fmt.Errorf("source %s: %w", p.node.name, err))
+		}
+		waitTime()
+		return
 	}
-	if p.time != nil {
-		// Its watermarks move while it is idle, and close at a job's end, as long as this process
-		// holds the source.
-		done := make(chan struct{})
-		go func() { defer close(done); p.time.run(sctx) }()
-		defer func() { <-done }()
+}
+
+// runSourceTime moves a source's watermarks while it is idle, and closes them at a job's end, as
+// long as this process holds the source (until sctx ends). It returns a function that waits for
+// that to end.
+func (r *runner) runSourceTime(sctx context.Context, p *producingSource) (wait func()) {
+	if p.time == nil {
+		return func() {}
 	}
+	done := make(chan struct{})
+	go func() { defer close(done); p.time.run(sctx) }()
+	return func() { <-done }
+}
+
+// produce runs a producing source until it ends, fails or loses its lease.
+func (r *runner) produce(sctx context.Context, own *ownership, p *producingSource) error {
 	w := r.startSourceWriter(sctx, p, own)
 	e := &emitter{r: r, src: p, w: w}
 	kind := lifecycle{p.impl}
@@ -94,17 +127,7 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 	if cerr := kind.close(); cerr != nil {
 		r.log.Error("closing", "source", p.node.name, "err", cerr)
 	}
-	switch {
-	case err == nil:
-		p.done.Store(true)
-		r.kickDrain()
-		c := p.node.stats.counts()
-		r.log.Info("source finished", "source", p.node.name, "messages", c.out, "rejected", c.deadLettered)
-	case errors.Is(err, errSourceLeaseLost), sctx.Err() != nil && ctx.Err() == nil:
-		r.log.Warn("source lease lost; another process runs the source now", "source", p.node.name)
-	case ctx.Err() == nil || !errors.Is(err, context.Canceled):
-		r.fail(fmt.Errorf("source %s: %w", p.node.name, err))
-	}
+	return err
 }
 
 // onRestart says what happens to messages a stop could not write.
@@ -193,6 +216,9 @@ func (e *emitter) Record(ctx context.Context, position string) error {
 			e.r.outage.ok()
 			return nil
 		case errors.Is(err, redis.ErrLeaseLost):
+			if _, ok := e.w.own.retakeSource(ctx, e.src.leaseKey, *args.Lease); ok {
+				continue
+			}
 			return errSourceLeaseLost
 		case redis.Unrecoverable(err) || ctx.Err() != nil:
 			return err

@@ -211,7 +211,10 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 				}
 			}
 			return nil
-		case errors.Is(err, redis.ErrLeaseLost):
+		case errors.Is(err, redis.ErrLeaseLost) && args.Lease != nil:
+			if _, ok := w.own.retakeSource(r.hard, w.src.leaseKey, *args.Lease); ok {
+				continue // the lease had expired and nobody took it: write the batch under the new one
+			}
 			w.drop(batch)
 			return errSourceLeaseLost
 		case redis.Unrecoverable(err):

@@ -1,0 +1,105 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// TestASourceWhoseLeaseExpiredGoesOn: a process that stalls past its lease's TTL finds its source's
+// write refused (the lease it wrote under expired). Nobody else took the lease: the process takes it
+// again and writes the same batch under the new one. Before, its source stopped there while the
+// process kept the lease, and nobody ran the source again: the job never ended.
+func TestASourceWhoseLeaseExpiredGoesOn(t *testing.T) {
+	for _, b := range []backend{server, cluster} {
+		t.Run(b.name, func(t *testing.T) {
+			const n, batch = 30, 4
+			dir := t.TempDir()
+			var lines strings.Builder
+			for i := 0; i < n; i++ {
+				fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
+			}
+			writeFile(t, filepath.Join(dir, "in.jsonl"), lines.String())
+			src := `
+pipeline "expiring" { delivery = "effectively_once" }
+topic "in" { partitions = 3 }
+source "lines" {
+  kind   = "file"
+  path   = "` + filepath.Join(dir, "in.jsonl") + `"
+  output = topic.in
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.in
+}
+`
+			plan := buildSource(t, src)
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			c := b.open(t)
+			expire := &leaseExpirer{position: keys.SourcePosition("lines"), lease: keys.SourceLease("lines"), at: 3, admin: b.open(t)}
+			c.Universal().AddHook(expire)
+			j := runJob(t, c, plan, runtime.Options{BatchSize: batch})
+			if expire.done.Load() == 0 {
+				t.Fatal("the lease was never expired under the source")
+			}
+			if !strings.Contains(j.log, "source lease expired and was taken again") {
+				t.Errorf("the log does not say the lease was taken again:\n%s", j.log)
+			}
+			if l := totalLength(t, c, keys.Streams("in", 3)); l != n {
+				t.Errorf("the topic holds %d entries, want %d", l, n)
+			}
+			if got := len(jsonLines(t, j.stdout)); got != n {
+				t.Errorf("the sink printed %d messages, want %d", got, n)
+			}
+		})
+	}
+}
+
+// leaseExpirer deletes a source's lease, as its expiry would, just before the at-th script that
+// records the source's position runs.
+type leaseExpirer struct {
+	position, lease string
+	at              int64
+	admin           *redis.Client
+	seen, done      atomic.Int64
+}
+
+func (e *leaseExpirer) before(ctx context.Context, c goredis.Cmder) {
+	args := c.Args()
+	if (c.Name() != "eval" && c.Name() != "evalsha") || len(args) < 4 || !slices.Contains(args[3:], any(e.position)) {
+		return
+	}
+	if e.seen.Add(1) != e.at {
+		return
+	}
+	if err := e.admin.Universal().Del(ctx, e.lease).Err(); err == nil {
+		e.done.Add(1)
+	}
+}
+
+func (e *leaseExpirer) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (e *leaseExpirer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, c goredis.Cmder) error {
+		e.before(ctx, c)
+		return next(ctx, c)
+	}
+}
+
+func (e *leaseExpirer) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, c := range cmds {
+			e.before(ctx, c)
+		}
+		return next(ctx, cmds)
+	}
+}
