@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -16,20 +17,31 @@ import (
 )
 
 // TestASourceWhoseLeaseExpiredGoesOn: a process that stalls past its lease's TTL finds its source's
-// write refused (the lease it wrote under expired). Nobody else took the lease: the process takes it
-// again and writes the same batch under the new one. Before, its source stopped there while the
-// process kept the lease, and nobody ran the source again: the job never ended.
+// write refused (the lease it wrote under expired).
+//   - Nobody else took the lease: the process takes it again and writes the same batch under the new
+//     one; its source goes on where it was, without reading the file again.
+//   - Another process took it and died (its lease expires soon after): the source stops, and the
+//     process waits to take the lease back, then resumes from the last checkpoint.
+//
+// Before, the source stopped in both cases while the process kept the lease or stopped asking for
+// it, and nobody ran the source again: the job never ended.
 func TestASourceWhoseLeaseExpiredGoesOn(t *testing.T) {
 	for _, b := range []backend{server, cluster} {
-		t.Run(b.name, func(t *testing.T) {
-			const n, batch = 30, 4
-			dir := t.TempDir()
-			var lines strings.Builder
-			for i := 0; i < n; i++ {
-				fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
-			}
-			writeFile(t, filepath.Join(dir, "in.jsonl"), lines.String())
-			src := `
+		for _, taken := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/taken=%v", b.name, taken), func(t *testing.T) { sourceLeaseExpires(t, b, taken) })
+		}
+	}
+}
+
+func sourceLeaseExpires(t *testing.T, b backend, taken bool) {
+	const n, batch = 30, 4
+	dir := t.TempDir()
+	var lines strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
+	}
+	writeFile(t, filepath.Join(dir, "in.jsonl"), lines.String())
+	src := `
 pipeline "expiring" { delivery = "effectively_once" }
 topic "in" { partitions = 3 }
 source "lines" {
@@ -42,33 +54,36 @@ sink "out" {
   input = topic.in
 }
 `
-			plan := buildSource(t, src)
-			keys := redis.Keys{Prefix: plan.KeyPrefix}
-			c := b.open(t)
-			expire := &leaseExpirer{position: keys.SourcePosition("lines"), lease: keys.SourceLease("lines"), at: 3, admin: b.open(t)}
-			c.Universal().AddHook(expire)
-			j := runJob(t, c, plan, runtime.Options{BatchSize: batch})
-			if expire.done.Load() == 0 {
-				t.Fatal("the lease was never expired under the source")
-			}
-			if !strings.Contains(j.log, "source lease expired and was taken again") {
-				t.Errorf("the log does not say the lease was taken again:\n%s", j.log)
-			}
-			if l := totalLength(t, c, keys.Streams("in", 3)); l != n {
-				t.Errorf("the topic holds %d entries, want %d", l, n)
-			}
-			if got := len(jsonLines(t, j.stdout)); got != n {
-				t.Errorf("the sink printed %d messages, want %d", got, n)
-			}
-		})
+	plan := buildSource(t, src)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	c := b.open(t)
+	expire := &leaseExpirer{position: keys.SourcePosition("lines"), lease: keys.SourceLease("lines"), at: 3, taken: taken, admin: b.open(t)}
+	c.Universal().AddHook(expire)
+	j := runJob(t, c, plan, runtime.Options{BatchSize: batch})
+	if expire.done.Load() == 0 {
+		t.Fatal("the lease was never expired under the source")
+	}
+	retaken := strings.Contains(j.log, "source lease expired and was taken again")
+	resumed := strings.Contains(j.log, "resuming where the source stopped")
+	if retaken == taken || resumed != taken {
+		t.Errorf("the lease taken again at once: %v, the source resumed from its checkpoint: %v; want %v and %v\n%s",
+			retaken, resumed, !taken, taken, j.log)
+	}
+	if l := totalLength(t, c, keys.Streams("in", 3)); l != n {
+		t.Errorf("the topic holds %d entries, want %d", l, n)
+	}
+	if got := len(jsonLines(t, j.stdout)); got != n {
+		t.Errorf("the sink printed %d messages, want %d", got, n)
 	}
 }
 
 // leaseExpirer deletes a source's lease, as its expiry would, just before the at-th script that
-// records the source's position runs.
+// records the source's position runs; if taken, another process holds it then, for a moment (it
+// died: its lease expires).
 type leaseExpirer struct {
 	position, lease string
 	at              int64
+	taken           bool
 	admin           *redis.Client
 	seen, done      atomic.Int64
 }
@@ -81,7 +96,11 @@ func (e *leaseExpirer) before(ctx context.Context, c goredis.Cmder) {
 	if e.seen.Add(1) != e.at {
 		return
 	}
-	if err := e.admin.Universal().Del(ctx, e.lease).Err(); err == nil {
+	err := e.admin.Universal().Del(ctx, e.lease).Err()
+	if e.taken && err == nil {
+		err = e.admin.Universal().Set(ctx, e.lease, "another-process#1", 300*time.Millisecond).Err()
+	}
+	if err == nil {
 		e.done.Add(1)
 	}
 }

@@ -292,6 +292,28 @@ var mutations = []mutation{
 		packages: []string{"./runtime"},
 	},
 	{
+		name: "sources-spread-round-robin", why: "a line read again after a crash goes to another partition than the first time: effectively-once writes it twice on a cluster",
+		file: "runtime/route.go", find: `	if id == "" {
+		return int(s.n.Add(1) - 1)`, replace: `	if true {
+		return int(s.n.Add(1) - 1)`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "expired-source-lease-not-retaken", why: "a source whose lease expired under a write, and that nobody took, stops and reads its input again from its checkpoint",
+		file: "runtime/source_write.go", find: `if _, ok := w.own.retakeSource(r.hard, w.src.leaseKey, *args.Lease); ok {`,
+		replace:  `if _, ok := w.own.retakeSource(r.hard, w.src.leaseKey, *args.Lease); ok && false {`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "lost-source-not-waited-for", why: "a process whose source was lost to another never runs it again: when that one dies, nobody does, and a job never ends",
+		file: "runtime/source_produce.go", find: `				own.dropSource(ctx, p.leaseKey)
+				waitTime()
+				continue`, replace: `				own.dropSource(ctx, p.leaseKey)
+				waitTime()
+				return`,
+		packages: []string{"./runtime"},
+	},
+	{
 		name: "idle-turn-ignores-timers-left", why: "timers left for the next turn wait for the next entry or watermark move: a service never emits the windows, a job never ends",
 		file: "runtime/worker_time.go", find: `if !changed && !w.timersDue {`, replace: `if !changed {`,
 		packages: []string{"./runtime"},
