@@ -6,8 +6,8 @@
 // It is the one payload rule of flowrun: transport/redis applies it to every entry it decodes
 // (DecodeEntry), and package stages to payloads that do not come through Redis (a file source's
 // lines, flowrun produce and eval). It imports only the standard library, so that transport/redis
-// may import it and still depend on nothing else of flowrun's. FuzzCheck compares it with
-// encoding/json.
+// may import it and still depend on nothing else of flowrun's (transport/redis's
+// TestImportsNothingElseOfFlowrun checks both). FuzzCheck compares it with encoding/json.
 package jsonscan
 
 import (
