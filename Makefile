@@ -40,9 +40,15 @@ soak:
 		grep -E '^    --- FAIL|generated_test.go:[0-9]+: (sink|replay|stage|st[0-9]|the last)|draws from|draws:' bin/soak.log; \
 		tail -n 2 bin/soak.log; exit $$status
 
+# gofmt, go vet, golangci-lint (.golangci.yml) and flowrun fmt on the examples. golangci-lint is a
+# tool of a module of its own (tools/golangci, which pins its version), so that the main module
+# does not depend on it; go tool builds it once into its cache (a few minutes, after downloading
+# it the first time), and both it and golangci-lint's own cache make later runs take seconds.
+GOLANGCI_LINT := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 	$(GO) run ./cmd/flowrun fmt --check examples/pipelines/* examples/plugins/pipeline
 
 fmt:
@@ -111,6 +117,7 @@ fuzz:
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzValidTraceParent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./stages -run '^$$' -fuzz '^FuzzPayloadCodec$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 
 # Regenerate the files derived from the languages' registries (packages flow and flow/testfile) and
 # the golden graphs.

@@ -118,11 +118,12 @@ func runDLQList(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) 
 		return writeJSON(stdio, dlqJSON(list))
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(stdio.Out, "no dead letters\n")
-		return nil
+		_, err := fmt.Fprintf(stdio.Out, "no dead letters\n")
+		return err
 	}
 	tw := tabwriter.NewWriter(stdio.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tFAILED AT\tATTEMPTS\tPARTITION\tKEY\tREPLAYED\tERROR")
+	p := &printer{w: tw}
+	p.println("ID\tFAILED AT\tATTEMPTS\tPARTITION\tKEY\tREPLAYED\tERROR")
 	for _, d := range list {
 		env := d.Envelope
 		errText := env.Error
@@ -133,14 +134,17 @@ func runDLQList(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) 
 		if !d.Replayed.IsZero() {
 			replayed = d.Replayed.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, env.LastFailedAt.Local().Format(time.DateTime),
+		p.printf("%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, env.LastFailedAt.Local().Format(time.DateTime),
 			env.Attempts, env.Partition, dash(env.Key), replayed, truncate(oneLineText(errText), 80))
+	}
+	if p.err != nil {
+		return p.err
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdio.Out, "%d dead letter%s\n", len(list), plural(len(list)))
-	return nil
+	_, err = fmt.Fprintf(stdio.Out, "%d dead letter%s\n", len(list), plural(len(list)))
+	return err
 }
 
 func runDLQShow(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error {
@@ -151,14 +155,15 @@ func runDLQShow(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) 
 	if f.asJSON {
 		return writeJSON(stdio, dlqJSON(list))
 	}
+	p := &printer{w: stdio.Out}
 	for i, d := range list {
 		if i > 0 {
-			fmt.Fprintln(stdio.Out)
+			p.println()
 		}
 		b, _ := json.MarshalIndent(dlqJSON([]runtime.DeadLetter{d})[0], "", "  ")
-		fmt.Fprintf(stdio.Out, "%s\n", b)
+		p.printf("%s\n", b)
 	}
-	return nil
+	return p.err
 }
 
 func runDLQReplay(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error {
@@ -183,9 +188,11 @@ func runDLQReplay(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags
 		return writeJSON(stdio, map[string]any{"replayed": nonNil(res.Replayed), "skipped": res.Skipped})
 	}
 	for id, why := range res.Skipped {
-		fmt.Fprintf(stdio.Err, "%s: not replayed: %s\n", id, why)
+		note(stdio.Err, "%s: not replayed: %s\n", id, why)
 	}
-	fmt.Fprintf(stdio.Out, "replayed %d dead letter%s to %s\n", len(res.Replayed), plural(len(res.Replayed)), f.node)
+	if _, err := fmt.Fprintf(stdio.Out, "replayed %d dead letter%s to %s\n", len(res.Replayed), plural(len(res.Replayed)), f.node); err != nil {
+		return err
+	}
 	if len(res.Skipped) > 0 {
 		return exitError{code: ExitError, message: fmt.Sprintf("%d dead letter%s not replayed", len(res.Skipped), plural(len(res.Skipped)))}
 	}
@@ -197,8 +204,11 @@ func runDLQPurge(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags)
 	if f.asJSON && err == nil {
 		return writeJSON(stdio, map[string]any{"purged": n})
 	}
-	fmt.Fprintf(stdio.Out, "purged %d dead letter%s\n", n, plural(n))
-	return err
+	_, werr := fmt.Fprintf(stdio.Out, "purged %d dead letter%s\n", n, plural(n))
+	if err != nil {
+		return err
+	}
+	return werr
 }
 
 // dlqJSON is the JSON form of dead letters.

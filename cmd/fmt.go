@@ -46,14 +46,18 @@ func newFmtCommand(stdio IO) *cobra.Command {
 					case check:
 						if changed {
 							unformatted++
-							fmt.Fprintln(stdio.Out, name)
+							if _, err := fmt.Fprintln(stdio.Out, name); err != nil {
+								return exitError{code: ExitError, message: err.Error()}
+							}
 						}
 					case write:
 						if changed {
 							if err := writeFileKeepMode(name, out); err != nil {
 								return exitError{code: ExitError, message: err.Error()}
 							}
-							fmt.Fprintln(stdio.Out, name)
+							if _, err := fmt.Fprintln(stdio.Out, name); err != nil {
+								return exitError{code: ExitError, message: err.Error()}
+							}
 						}
 					default:
 						if _, err := stdio.Out.Write(out); err != nil {

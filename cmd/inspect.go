@@ -81,7 +81,8 @@ func writeStateTable(out io.Writer, r *admin.Report) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STAGE\tKIND\tPARTITION\tWATERMARK\tKEYS\tTIMERS\tNEXT TIMER\tMEMORY")
+	pr := &printer{w: tw}
+	pr.println("STAGE\tKIND\tPARTITION\tWATERMARK\tKEYS\tTIMERS\tNEXT TIMER\tMEMORY")
 	for _, s := range r.State {
 		memory := "?"
 		if s.Bytes >= 0 {
@@ -91,8 +92,11 @@ func writeStateTable(out io.Writer, r *admin.Report) error {
 		if s.MaxKeys > 0 {
 			keys += " of " + strconv.FormatInt(s.MaxKeys, 10) // max_keys
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s[%d]\t%s\t%s\t%d\t%s\t%s\n", s.Stage, s.Kind, s.Topic, s.Partition,
+		pr.printf("%s\t%s\t%s[%d]\t%s\t%s\t%d\t%s\t%s\n", s.Stage, s.Kind, s.Topic, s.Partition,
 			orDash(s.Watermark), keys, s.Timers, orDash(s.NextTimer), memory)
+	}
+	if pr.err != nil {
+		return pr.err
 	}
 	return tw.Flush()
 }
@@ -102,24 +106,25 @@ func writeStateTable(out io.Writer, r *admin.Report) error {
 func writeInspectTable(out io.Writer, r *admin.Report) error {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "pipeline %s (key prefix %s) on %s\n", r.Pipeline, r.KeyPrefix, r.Redis)
+	pr := &printer{w: tw}
+	pr.printf("pipeline %s (key prefix %s) on %s\n", r.Pipeline, r.KeyPrefix, r.Redis)
 	if r.Description != "" {
-		fmt.Fprintf(tw, "%s\n", r.Description)
+		pr.printf("%s\n", r.Description)
 	}
 
-	fmt.Fprintln(tw)
+	pr.println()
 	if len(r.Processes) == 0 {
-		fmt.Fprintln(tw, "no flowrun process is running this pipeline")
+		pr.println("no flowrun process is running this pipeline")
 	} else {
-		fmt.Fprintln(tw, "PROCESS\tMEMBERSHIP LAPSES IN\tLEASES")
+		pr.println("PROCESS\tMEMBERSHIP LAPSES IN\tLEASES")
 		for _, p := range r.Processes {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", p.ID, shortDuration(time.Duration(p.ExpiresInMS)*time.Millisecond), p.Leases)
+			pr.printf("%s\t%s\t%d\n", p.ID, shortDuration(time.Duration(p.ExpiresInMS)*time.Millisecond), p.Leases)
 		}
 	}
 
 	if len(r.Sources) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "SOURCE\tKIND\tOUTPUT\tLEASE\tNOTE")
+		pr.println()
+		pr.println("SOURCE\tKIND\tOUTPUT\tLEASE\tNOTE")
 		for _, s := range r.Sources {
 			lease, note := leaseText(s.Lease, s.LeaseError), ""
 			switch {
@@ -128,7 +133,7 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 			case s.LeaseError != "":
 				note = "lease: " + s.LeaseError
 			}
-			fmt.Fprintf(tw, "source.%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.Output), lease, note)
+			pr.printf("source.%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.Output), lease, note)
 		}
 	}
 
@@ -139,8 +144,8 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 		}
 	}
 	if len(inputs) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "SOURCE\tSTREAM\tLENGTH\tGROUP\tLAG\tPENDING\tCONSUMERS\tOLDEST PENDING\tNOTE")
+		pr.println()
+		pr.println("SOURCE\tSTREAM\tLENGTH\tGROUP\tLAG\tPENDING\tCONSUMERS\tOLDEST PENDING\tNOTE")
 		for _, s := range inputs {
 			in, g := s.Input, s.Input.Group
 			if !g.Exists {
@@ -148,28 +153,28 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 				if !in.Exists {
 					note = "no stream yet"
 				}
-				fmt.Fprintf(tw, "source.%s\t%s\t%d\t%s\t-\t-\t-\t-\t%s\n", s.Name, in.Stream, in.Length, g.Group, note)
+				pr.printf("source.%s\t%s\t%d\t%s\t-\t-\t-\t-\t%s\n", s.Name, in.Stream, in.Length, g.Group, note)
 				continue
 			}
 			oldest := "-"
 			if g.OldestPendingID != "" {
 				oldest = shortDuration(time.Duration(g.OldestPendingAgeMS) * time.Millisecond)
 			}
-			fmt.Fprintf(tw, "source.%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t\n", s.Name, in.Stream, in.Length, g.Group,
+			pr.printf("source.%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t\n", s.Name, in.Stream, in.Length, g.Group,
 				lagText(g.Lag, g.LagExact), g.Pending, g.Consumers, oldest)
 		}
 	}
 
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLENGTH\tFIRST ID\tLAST ID")
+	pr.println()
+	pr.println("TOPIC\tPARTITION\tLENGTH\tFIRST ID\tLAST ID")
 	for _, t := range r.Topics {
 		for _, p := range t.Partitions {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", t.Name, p.Partition, p.Length, orDash(p.FirstID), orDash(p.LastID))
+			pr.printf("%s\t%d\t%d\t%s\t%s\n", t.Name, p.Partition, p.Length, orDash(p.FirstID), orDash(p.LastID))
 		}
 	}
 
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tLAG\tPENDING\tCONSUMERS\tOLDEST PENDING\tDELIVERIES\tLEASE\tNOTE")
+	pr.println()
+	pr.println("GROUP\tTOPIC\tPARTITION\tLAG\tPENDING\tCONSUMERS\tOLDEST PENDING\tDELIVERIES\tLEASE\tNOTE")
 	for _, t := range r.Topics {
 		for _, p := range t.Partitions {
 			for _, g := range p.Groups {
@@ -186,7 +191,7 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 						why = "fused in " + t.Fused + ": messages pass in memory "
 					}
 					note = strings.TrimSpace(why + note)
-					fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t%s\t%s\n", name, t.Name, p.Partition, leaseText(g.Lease, g.LeaseError), note)
+					pr.printf("%s\t%s\t%d\t-\t-\t-\t-\t-\t%s\t%s\n", name, t.Name, p.Partition, leaseText(g.Lease, g.LeaseError), note)
 					continue
 				}
 				oldest, deliveries := "-", "-"
@@ -194,21 +199,24 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 					oldest = shortDuration(time.Duration(g.OldestPendingAgeMS) * time.Millisecond)
 					deliveries = strconv.FormatInt(g.OldestPendingDeliveries, 10)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", name, t.Name, p.Partition,
+				pr.printf("%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", name, t.Name, p.Partition,
 					lagText(g.Lag, g.LagExact), g.Pending, g.Consumers, oldest, deliveries, leaseText(g.Lease, g.LeaseError), note)
 			}
 		}
 	}
 
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "READER\tINPUT\tLAG\tPENDING\tRETRIES\tDEAD LETTERS")
+	pr.println()
+	pr.println("READER\tINPUT\tLAG\tPENDING\tRETRIES\tDEAD LETTERS")
 	for _, rd := range r.Readers {
 		dl := strconv.FormatInt(rd.DeadLetters, 10)
 		if rd.DeadLetterTopic != "" {
 			dl += " (dead letters go to topic " + rd.DeadLetterTopic + ")"
 		}
-		fmt.Fprintf(tw, "%s.%s\t%s\t%s\t%d\t%d\t%s\n", rd.Kind, rd.Name, rd.Input, lagText(rd.Lag, rd.LagExact),
+		pr.printf("%s.%s\t%s\t%s\t%d\t%d\t%s\n", rd.Kind, rd.Name, rd.Input, lagText(rd.Lag, rd.LagExact),
 			rd.Pending, rd.ScheduledRetries, dl)
+	}
+	if pr.err != nil {
+		return pr.err
 	}
 	if err := tw.Flush(); err != nil {
 		return err

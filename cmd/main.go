@@ -72,7 +72,7 @@ func Execute(ctx context.Context, args []string, stdio IO) int {
 		case exit.json:
 			writeJSONRecord(stdio.Err, slog.LevelError, exit.message, slog.Int("exit_code", exit.code))
 		default:
-			fmt.Fprintln(stdio.Err, "Error:", exit.message)
+			note(stdio.Err, "Error: %s\n", exit.message)
 		}
 		return exit.code
 	}
@@ -82,8 +82,7 @@ func Execute(ctx context.Context, args []string, stdio IO) int {
 			slog.String("usage", root.Name()+" --help"))
 		return ExitInvalid
 	}
-	fmt.Fprintln(stdio.Err, "Error:", err)
-	fmt.Fprintf(stdio.Err, "Run '%s --help' for usage.\n", root.Name())
+	note(stdio.Err, "Error: %v\nRun '%s --help' for usage.\n", err, root.Name())
 	return ExitInvalid
 }
 

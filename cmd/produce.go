@@ -62,7 +62,7 @@ func newProduceCommand(stdio IO) *cobra.Command {
 					return err
 				}
 				if topic.Key != nil {
-					fmt.Fprintf(stdio.Err, "flowrun: topic %s computes keys with its own expression (%s); --key is not used\n",
+					note(stdio.Err, "flowrun: topic %s computes keys with its own expression (%s); --key is not used\n",
 						topic.Name, topic.Key)
 					key = nil
 				}
@@ -74,7 +74,7 @@ func newProduceCommand(stdio IO) *cobra.Command {
 			defer closeRedis()
 			pub, err := runtime.NewPublisherWith(client.Client(), plan, runtime.PublisherOptions{
 				HeldBack: func(topic string, partition int, maxLag int64) {
-					fmt.Fprintf(stdio.Err, "flowrun: partition %d of topic %s holds max_lag (%d) messages that its readers have "+
+					note(stdio.Err, "flowrun: partition %d of topic %s holds max_lag (%d) messages that its readers have "+
 						"not processed: waiting for them to catch up\n", partition, topic, maxLag)
 				},
 			})
@@ -167,7 +167,7 @@ read:
 		value, err := stages.DecodePayload(text)
 		if err != nil {
 			bad++
-			fmt.Fprintf(stdio.Err, "stdin:%d: %v\n", l.n, err)
+			note(stdio.Err, "stdin:%d: %v\n", l.n, err)
 			continue
 		}
 		m := stages.NewMessage("", text, nil)
@@ -176,7 +176,7 @@ read:
 			k, err := key.Key(value)
 			if err != nil {
 				bad++
-				fmt.Fprintf(stdio.Err, "stdin:%d: --key: %s\n", l.n, flow.EvalMessage(err))
+				note(stdio.Err, "stdin:%d: --key: %s\n", l.n, flow.EvalMessage(err))
 				continue
 			}
 			m.Key = k
@@ -184,7 +184,7 @@ read:
 		if err := pub.Publish(ctx, topic, m); err != nil {
 			if stages.IsPermanent(err) {
 				bad++
-				fmt.Fprintf(stdio.Err, "stdin:%d: %v\n", l.n, err)
+				note(stdio.Err, "stdin:%d: %v\n", l.n, err)
 				continue
 			}
 			if ctx.Err() != nil {
@@ -210,7 +210,7 @@ read:
 	if err := pub.Close(closeCtx); err != nil {
 		return exitError{code: ExitError, message: fmt.Sprintf("publishing to topic %s: %v", topic, err)}
 	}
-	fmt.Fprintf(stdio.Err, "published %d message%s to topic %s\n", published, plural(published), topic)
+	note(stdio.Err, "published %d message%s to topic %s\n", published, plural(published), topic)
 	switch {
 	case interrupted:
 		return exitError{code: ExitError, message: "interrupted before the end of standard input"}

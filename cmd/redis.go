@@ -187,7 +187,7 @@ func (f *redisFlags) connect(ctx context.Context, stderr io.Writer, allowEmbedde
 		srv.Close()
 		return nil, nil, exitError{code: ExitError, message: "the embedded Redis: " + oneLine(err.Error())}
 	}
-	fmt.Fprintf(stderr, "flowrun: no Redis configured (--redis or %s): using an embedded in-memory Redis at %s; "+
+	note(stderr, "flowrun: no Redis configured (--redis or %s): using an embedded in-memory Redis at %s; "+
 		"its data is lost when flowrun exits\n", EnvRedisURL, srv.Addr())
 	return c, func() { _ = c.Close(); srv.Close() }, nil
 }

@@ -279,10 +279,10 @@ func TestTLSFlags(t *testing.T) {
 		"plain to TLS port": {srv, nil, "use rediss://"},
 	} {
 		url := ""
-		switch {
-		case name == "a plain port":
+		switch name {
+		case "a plain port":
 			continue // no TLS answer only shows after the dial timeout; transport/redis tests it
-		case name == "plain to TLS port":
+		case "plain to TLS port":
 			url = "redis://" + tc.srv.TLSAddr()
 		default:
 			url = tc.srv.TLSURL()

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -72,13 +73,18 @@ func TestStatusLineKeepsLinesWhole(t *testing.T) {
 		},
 	}))
 	stdout := status.Output(term)
+	write := func(s string) {
+		if _, err := io.WriteString(stdout, s); err != nil {
+			t.Error(err)
+		}
+	}
 
 	status.Set("[===       ] 3/10")
 	log.Info("first")
 	status.Set("[====      ] 4/10")
-	fmt.Fprint(stdout, `{"n":1}`+"\n"+`{"n":`) // a partial line waits for its end
+	write(`{"n":1}` + "\n" + `{"n":`) // a partial line waits for its end
 	log.Warn("second")
-	fmt.Fprint(stdout, "2}\n")
+	write("2}\n")
 	want := []string{`level=INFO msg=first`, `{"n":1}`, `level=WARN msg=second`, `{"n":2}`, `[====      ] 4/10`}
 	if got := term.screen(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("screen:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -105,8 +111,8 @@ func TestStatusLineKeepsLinesWhole(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < n; i++ {
-			fmt.Fprintf(stdout, `{"i":%d}`, i)
-			fmt.Fprint(stdout, "\n")
+			write(fmt.Sprintf(`{"i":%d}`, i))
+			write("\n")
 		}
 	}()
 	go func() {

@@ -72,7 +72,8 @@ func writeSummary(w io.Writer, s *runtime.Summary) (err error) {
 	if inFlight {
 		header += "in flight\t"
 	}
-	fmt.Fprint(tw, header+"|\twritten\tfailed attempts\tretries\tin/s\t\n")
+	p := &printer{w: tw}
+	p.printf("%s|\twritten\tfailed attempts\tretries\tin/s\t\n", header)
 	for _, n := range s.Nodes {
 		rate := "-"
 		if secs > 0 {
@@ -86,7 +87,10 @@ func writeSummary(w io.Writer, s *runtime.Summary) (err error) {
 		if inFlight {
 			row += fmt.Sprintf("%d\t", n.InFlight)
 		}
-		fmt.Fprintf(tw, "%s|\t%d\t%d\t%d\t%s\t\n", row, n.Written, n.FailedAttempts, n.Retries, rate)
+		p.printf("%s|\t%d\t%d\t%d\t%s\t\n", row, n.Written, n.FailedAttempts, n.Retries, rate)
+	}
+	if p.err != nil {
+		return p.err
 	}
 	if err := tw.Flush(); err != nil {
 		return err

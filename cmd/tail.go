@@ -48,7 +48,7 @@ func newTailCommand(stdio IO) *cobra.Command {
 				return err
 			}
 			if why := fusedLink(plan, topic); why != "" {
-				fmt.Fprintf(stdio.Err, "flowrun: %s; tail shows what an unfused run wrote there.\n", why)
+				note(stdio.Err, "flowrun: %s; tail shows what an unfused run wrote there.\n", why)
 			}
 			client, closeRedis, err := conn.connect(c.Context(), stdio.Err, false)
 			if err != nil {

@@ -115,7 +115,9 @@ func runTests(ctx context.Context, stdio IO, f testFlags, paths []string) error 
 			continue
 		}
 		if len(tests) == 0 {
-			fmt.Fprintf(stdio.Out, "%s: no test files (NAME.flowtest.hcl beside the pipeline or in its tests/ directory)\n", path)
+			if _, err := fmt.Fprintf(stdio.Out, "%s: no test files (NAME.flowtest.hcl beside the pipeline or in its tests/ directory)\n", path); err != nil {
+				return exitError{code: ExitError, message: err.Error()}
+			}
 			continue
 		}
 		for _, t := range tests {
@@ -148,15 +150,15 @@ func runTests(ctx context.Context, stdio IO, f testFlags, paths []string) error 
 			results = append(results, r)
 			if jsonOut != nil {
 				jsonOut.Run(r)
-			} else {
-				flowtest.WriteText(stdio.Out, r, tf.sources, f.verbose)
+			} else if err := flowtest.WriteText(stdio.Out, r, tf.sources, f.verbose); err != nil {
+				return exitError{code: ExitError, message: err.Error()}
 			}
 		}
 	}
 	if jsonOut != nil {
 		jsonOut.Done(results)
-	} else {
-		flowtest.WriteTextSummary(stdio.Out, results, f.seed)
+	} else if err := flowtest.WriteTextSummary(stdio.Out, results, f.seed); err != nil {
+		return exitError{code: ExitError, message: err.Error()}
 	}
 	if f.junit != "" {
 		if err := writeJUnitFile(f.junit, results); err != nil {

@@ -63,9 +63,11 @@ func newValidateCommand(stdio IO) *cobra.Command {
 				}
 				printDiagnostics(stdio.Err, diags, files)
 				if errs == 0 {
-					fmt.Fprintf(stdio.Out, "%s: pipeline %q is valid (%s%s)%s\n", path, plan.Name, summarize(plan), testsNote(len(tests)), warningNote(warnings))
+					if _, err := fmt.Fprintf(stdio.Out, "%s: pipeline %q is valid (%s%s)%s\n", path, plan.Name, summarize(plan), testsNote(len(tests)), warningNote(warnings)); err != nil {
+						return exitError{code: ExitError, message: err.Error()}
+					}
 				} else {
-					fmt.Fprintf(stdio.Err, "%s: %d error%s%s\n", path, errs, plural(errs), warningNote(warnings))
+					note(stdio.Err, "%s: %d error%s%s\n", path, errs, plural(errs), warningNote(warnings))
 				}
 			}
 			if asJSON {

@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"fmt"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -19,17 +18,21 @@ func newVersionCommand(stdio IO) *cobra.Command {
 		Short: "Print the version of flowrun and of the Go stage functions built in",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			fmt.Fprintf(stdio.Out, "flowrun %s\n", Version)
+			p := &printer{w: stdio.Out}
+			p.printf("flowrun %s\n", Version)
 			if info, ok := debug.ReadBuildInfo(); ok {
-				fmt.Fprintf(stdio.Out, "go: %s\n", info.GoVersion)
+				p.printf("go: %s\n", info.GoVersion)
 				for _, s := range info.Settings {
 					if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
-						fmt.Fprintf(stdio.Out, "%s: %s\n", s.Key, s.Value)
+						p.printf("%s: %s\n", s.Key, s.Value)
 					}
 				}
 			}
 			if names := stages.Names(); len(names) > 0 {
-				fmt.Fprintf(stdio.Out, "go stage functions: %v\n", names)
+				p.printf("go stage functions: %v\n", names)
+			}
+			if p.err != nil {
+				return exitError{code: ExitError, message: p.err.Error()}
 			}
 			return nil
 		},

@@ -114,18 +114,18 @@ func TestRunLogFormatJSON(t *testing.T) {
 	}
 	var recs []record
 	for _, l := range strings.Split(strings.TrimSuffix(errOut, "\n"), "\n") {
-		var any map[string]any
-		if err := json.Unmarshal([]byte(l), &any); err != nil {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
 			t.Fatalf("not JSON: %q (%v)\n%s", l, err, errOut)
 		}
 		var r record
-		if any["msg"] == "job summary" || any["level"] == "ERROR" || strings.HasPrefix(any["msg"].(string), "dead letter") {
+		if rec["msg"] == "job summary" || rec["level"] == "ERROR" || strings.HasPrefix(rec["msg"].(string), "dead letter") {
 			if err := json.Unmarshal([]byte(l), &r); err != nil {
 				t.Fatalf("%q: %v", l, err)
 			}
 		} else {
-			r.Level, r.Msg = any["level"].(string), any["msg"].(string)
-			r.Node, _ = any["node"].(string)
+			r.Level, r.Msg = rec["level"].(string), rec["msg"].(string)
+			r.Node, _ = rec["node"].(string)
 		}
 		recs = append(recs, r)
 	}

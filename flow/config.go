@@ -380,18 +380,18 @@ func decodeNestedBlocks(parent *hcl.Block, allowed []NestedBlock, hbs hcl.Blocks
 	counts := map[string]int{}
 	for _, hb := range hbs {
 		var spec *BlockSpec
-		var max int
+		var most int
 		for _, nb := range allowed {
 			if nb.Spec.Type == hb.Type {
-				spec, max = nb.Spec, nb.Max
+				spec, most = nb.Spec, nb.Max
 			}
 		}
 		counts[hb.Type]++
-		if max > 0 && counts[hb.Type] > max {
+		if most > 0 && counts[hb.Type] > most {
 			diags = diags.Append(&hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  fmt.Sprintf("Duplicate %s block", hb.Type),
-				Detail:   fmt.Sprintf("A %s block may hold at most %d %s block%s.", parent.Type, max, hb.Type, plural(max)),
+				Detail:   fmt.Sprintf("A %s block may hold at most %d %s block%s.", parent.Type, most, hb.Type, plural(most)),
 				Subject:  hb.DefRange.Ptr(),
 			})
 			continue

@@ -94,20 +94,20 @@ func (p *Plan) fuseStages(extraReaders map[string]bool) {
 	}
 }
 
-// upstreamFused returns the stage that b fuses with, or nil (see fuseStages).
-func (b *Stage) upstreamFused(stages map[string]*Stage, readers map[*Topic]int, extraReaders map[string]bool) *Stage {
-	t := b.Input
+// upstreamFused returns the stage that s fuses with, or nil (see fuseStages).
+func (s *Stage) upstreamFused(stages map[string]*Stage, readers map[*Topic]int, extraReaders map[string]bool) *Stage {
+	t := s.Input
 	if t == nil || !t.Implicit || t.Stage == "" || readers[t] != 1 || extraReaders[t.Name] {
 		return nil
 	}
 	a := stages[t.Stage]
-	if a == nil || a.Output != t || !b.Fuse || !a.Fuse || b.Kind == RepartitionKind || a.Kind == RepartitionKind {
+	if a == nil || a.Output != t || !s.Fuse || !a.Fuse || s.Kind == RepartitionKind || a.Kind == RepartitionKind {
 		return nil
 	}
-	if a.stateful() || b.stateful() || !a.keepsKey() || a.Delivery != b.Delivery {
+	if a.stateful() || s.stateful() || !a.keepsKey() || a.Delivery != s.Delivery {
 		return nil
 	}
-	if orderingStrictness(b.Ordering) > orderingStrictness(a.Ordering) {
+	if orderingStrictness(s.Ordering) > orderingStrictness(a.Ordering) {
 		return nil
 	}
 	return a

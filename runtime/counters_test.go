@@ -457,8 +457,8 @@ func TestCountersAddUp(t *testing.T) {
 		// late but the one meant to be.
 		var lines []string
 		for c, customer := range []string{"a", "b"} {
-			at := func(min, sec int) string {
-				return time.Date(2026, 1, 1, 0, 10*c+min, sec, 0, time.UTC).Format(time.RFC3339)
+			at := func(mins, sec int) string {
+				return time.Date(2026, 1, 1, 0, 10*c+mins, sec, 0, time.UTC).Format(time.RFC3339)
 			}
 			for _, o := range []struct {
 				id       string

@@ -165,11 +165,11 @@ func checkRevenue(t *testing.T, c *redis.Client, opts runtime.Options) {
 
 	type minute struct{ customer, start string }
 	type sums struct {
-		orders         int
-		revenue, high  float64
-		buyers         map[string]bool
-		first          string
-		firstAt, order time.Time
+		orders        int
+		revenue, high float64
+		buyers        map[string]bool
+		first         string
+		firstAt       time.Time
 	}
 	windows := map[minute]*sums{}
 	var order []minute

@@ -175,7 +175,9 @@ sink "out" {
 	total := 0
 	for _, cell := range cells {
 		var n int
-		fmt.Sscan(cell.text, &n)
+		if _, err := fmt.Sscan(cell.text, &n); err != nil {
+			t.Errorf("a partition shows length %q: %v", cell.text, err)
+		}
 		total += n
 	}
 	if total != 15 {
@@ -332,7 +334,7 @@ func dumpDOM(t *testing.T, chromium, url string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(profile)
+	defer func() { _ = os.RemoveAll(profile) }() // the browser's profile, in the temporary directory
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

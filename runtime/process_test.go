@@ -112,8 +112,8 @@ func waitProcess(t *testing.T, p *process) error {
 		return err
 	case <-timer.C:
 		_ = p.cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("%s still running after %s, killed; its log:\n%s", strings.Join(p.cmd.Args, " "), processDeadline, p.log.String())
+		waitErr := <-done
+		return fmt.Errorf("%s still running after %s, killed (%v); its log:\n%s", strings.Join(p.cmd.Args, " "), processDeadline, waitErr, p.log.String())
 	}
 }
 

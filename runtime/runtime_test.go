@@ -25,7 +25,7 @@ func init() {
 	// message, so that the lanes of a stage finish in a jumbled order.
 	stages.Register("test.shuffle", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
 		h := fnv.New32a()
-		fmt.Fprint(h, m.Value["seq"])
+		_, _ = fmt.Fprint(h, m.Value["seq"]) // a hash's Write never fails
 		spin := int(h.Sum32() % 20000)
 		x := 0
 		for i := 0; i < spin; i++ {

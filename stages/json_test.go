@@ -112,7 +112,7 @@ func TestEncodeLikeEncodingJSON(t *testing.T) {
 	}
 	values := []any{
 		map[string]any{"n": 1, "i64": int64(-7), "u": uint8(3), "f32": float32(0.1), "s": []string{"a<b"}},
-		[]any{1e21, 1e20, 1e-6, 1e-7, 123456789.125, -0.0, 0.0, math.MaxFloat64, math.SmallestNonzeroFloat64, 5e-324},
+		[]any{1e21, 1e20, 1e-6, 1e-7, 123456789.125, math.Copysign(0, -1), 0.0, math.MaxFloat64, math.SmallestNonzeroFloat64, 5e-324},
 		[]any{json.Number(""), json.Number("1.5e3"), json.Number("-0")},
 		map[string]any{"custom": custom{A: 1}, "ptr": &custom{B: "<>"}, "m": map[string]string{"z": "1", "a": "2"}},
 		map[string]any{"raw": json.RawMessage(`{"x": 1}`), "nil map": map[string]any(nil), "nil list": []any(nil)},

@@ -77,7 +77,7 @@ func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: closing loses nothing
 	head := make([]byte, fingerprintLen)
 	nh, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
@@ -90,7 +90,7 @@ func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
 	}
 	// The head was read already: a fresh start reads it again from memory (the file may be a
 	// pipe, which cannot seek), a resumption seeks past it.
-	var in io.Reader = io.MultiReader(bytes.NewReader(head), f)
+	in := io.MultiReader(bytes.NewReader(head), f)
 	if pos.Offset > 0 {
 		if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
 			return fmt.Errorf("reading %s: %w", s.path, err)

@@ -574,9 +574,9 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 	if group, ok := strings.CutPrefix(name, forgetPrefix); ok {
 		return out, s.forgetClosed(ctx, st, group)
 	}
-	closing := strings.HasPrefix(name, windowPrefix)
-	key, ok := strings.CutPrefix(name, windowPrefix)
+	key, closing := strings.CutPrefix(name, windowPrefix)
 	if !closing {
+		var ok bool
 		if key, ok = strings.CutPrefix(name, updatePrefix); !ok {
 			return out, nil
 		}

@@ -290,7 +290,8 @@ func (c *compiler) isConstant(e hclsyntax.Expression) bool {
 		}
 	}
 	constant := true
-	hclsyntax.VisitAll(e, func(n hclsyntax.Node) hcl.Diagnostics {
+	// The visitor returns no diagnostics, so VisitAll has none to return.
+	_ = hclsyntax.VisitAll(e, func(n hclsyntax.Node) hcl.Diagnostics {
 		switch n := n.(type) {
 		case *hclsyntax.FunctionCallExpr:
 			if _, ok := c.scope.Functions[n.Name]; !ok || impure[n.Name] {

@@ -201,7 +201,8 @@ func FuzzEval(f *testing.F) {
 
 func hasImpure(e hclsyntax.Expression) bool {
 	found := false
-	hclsyntax.VisitAll(e, func(n hclsyntax.Node) hcl.Diagnostics {
+	// The visitor returns no diagnostics, so VisitAll has none to return.
+	_ = hclsyntax.VisitAll(e, func(n hclsyntax.Node) hcl.Diagnostics {
 		if c, ok := n.(*hclsyntax.FunctionCallExpr); ok && impure[c.Name] {
 			found = true
 		}

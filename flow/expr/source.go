@@ -99,11 +99,11 @@ func printExpr(b *strings.Builder, e hclsyntax.Expression) {
 			b.WriteByte(')')
 		}
 	case *hclsyntax.ForExpr:
-		open, close := "[", "]"
+		opening, closing := "[", "]"
 		if e.KeyExpr != nil {
-			open, close = "{", "}"
+			opening, closing = "{", "}"
 		}
-		b.WriteString(open + "for ")
+		b.WriteString(opening + "for ")
 		if e.KeyVar != "" {
 			b.WriteString(e.KeyVar + ", ")
 		}
@@ -122,7 +122,7 @@ func printExpr(b *strings.Builder, e hclsyntax.Expression) {
 			b.WriteString(" if ")
 			printExpr(b, e.CondExpr)
 		}
-		b.WriteString(close)
+		b.WriteString(closing)
 	case *hclsyntax.FunctionCallExpr:
 		b.WriteString(e.Name + "(")
 		for i, a := range e.Args {

@@ -106,15 +106,15 @@ func (d *decoder) bool(a *hcl.Attribute) (bool, bool) {
 	return ok && v.True(), ok
 }
 
-// integer reads a whole number of at least min.
-func (d *decoder) integer(a *hcl.Attribute, min int) (int, bool) {
+// integer reads a whole number of at least lowest.
+func (d *decoder) integer(a *hcl.Attribute, lowest int) (int, bool) {
 	v, ok := d.convert(a, cty.Number)
 	if !ok {
 		return 0, false
 	}
 	n, ok := wholeNumber(v)
-	if !ok || n < min {
-		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%s takes a whole number of at least %d.", a.Name, min)
+	if !ok || n < lowest {
+		d.errorf(a.Expr.Range(), fmt.Sprintf("Invalid value for %s", a.Name), "%s takes a whole number of at least %d.", a.Name, lowest)
 		return 0, false
 	}
 	return n, true

@@ -482,7 +482,8 @@ func (d *decoder) checkFunctions(e hcl.Expression) {
 		return
 	}
 	names := slices.Sorted(maps.Keys(d.ctx.Functions))
-	hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
+	// The visitor returns no diagnostics, so VisitAll has none to return.
+	_ = hclsyntax.VisitAll(sx, func(n hclsyntax.Node) hcl.Diagnostics {
 		if call, ok := n.(*hclsyntax.FunctionCallExpr); ok {
 			if _, ok := d.ctx.Functions[call.Name]; !ok {
 				d.errorf(call.NameRange, "Call to unknown function", "There is no function named %q.%s", call.Name, flow.DidYouMean(call.Name, names))

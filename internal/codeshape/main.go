@@ -18,9 +18,11 @@ import (
 	"fmt"
 	"go/ast"
 	"go/types"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"golang.org/x/tools/go/packages"
 )
@@ -30,7 +32,7 @@ func main() {
 	funcsOver := flag.Int("funcs", 0, "list the functions longer than this many lines (0: only the longest)")
 	arrows := flag.Bool("arrows", false, "list the arrows in circles")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: codeshape [-files] [-funcs N] [-arrows] PACKAGE")
+		_, _ = fmt.Fprintln(flag.CommandLine.Output(), "usage: codeshape [-files] [-funcs N] [-arrows] PACKAGE") // stderr: nowhere better to report to
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -44,7 +46,10 @@ func main() {
 		os.Exit(1)
 	}
 	s := measure(pkg)
-	s.print(os.Stdout, *listFiles, *funcsOver, *arrows)
+	if _, err := io.WriteString(os.Stdout, s.text(*listFiles, *funcsOver, *arrows)); err != nil {
+		fmt.Fprintln(os.Stderr, "codeshape:", err)
+		os.Exit(1)
+	}
 }
 
 func load(pattern string) (*packages.Package, error) {
@@ -209,7 +214,10 @@ func inCircles(arrows map[arrow]bool) map[arrow]bool {
 	return circled
 }
 
-func (s *shape) print(w *os.File, listFiles bool, funcsOver int, listArrows bool) {
+// text is the report that main prints.
+func (s *shape) text(listFiles bool, funcsOver int, listArrows bool) string {
+	var b strings.Builder
+	w := &b
 	sort.Slice(s.files, func(i, j int) bool { return s.files[i].lines > s.files[j].lines })
 	sort.Slice(s.funcs, func(i, j int) bool { return s.funcs[i].lines > s.funcs[j].lines })
 	total := 0
@@ -253,6 +261,7 @@ func (s *shape) print(w *os.File, listFiles bool, funcsOver int, listArrows bool
 			fmt.Fprintf(w, "  %s -> %s\n", a.from, a.to)
 		}
 	}
+	return b.String()
 }
 
 func sortedByCount(m map[string]int, most int) []string {

@@ -3,9 +3,11 @@
 // and gjson accept them inside strings, and the first encoder to touch them turns them into
 // U+FFFD, so the message would change on its way), and nesting deeper than MaxDepth.
 //
-// Package stages uses it for payloads that do not come through Redis (a file source's lines,
-// flowrun produce and eval). transport/redis, which imports nothing of flowrun's, writes the same
-// rule out for itself (CheckPayload); runtime's TestPayloadRulesAgree checks that the two agree.
+// It is the one payload rule of flowrun: transport/redis applies it to every entry it decodes
+// (DecodeEntry), and package stages to payloads that do not come through Redis (a file source's
+// lines, flowrun produce and eval). It imports only the standard library, so that transport/redis
+// may import it and still depend on nothing else of flowrun's (transport/redis's
+// TestImportsNothingElseOfFlowrun checks both). FuzzCheck compares it with encoding/json.
 package jsonscan
 
 import (

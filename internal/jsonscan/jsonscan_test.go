@@ -1,9 +1,13 @@
 package jsonscan
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func nested(depth int) string {
@@ -79,5 +83,74 @@ func BenchmarkCheck(b *testing.B) {
 				_ = Check(p)
 			}
 		})
+	}
+}
+
+// FuzzCheck compares Check with what encoding/json and unicode/utf8 say of the same text: text is
+// refused for its bytes exactly when it is not valid UTF-8, at the first invalid byte; valid JSON
+// is refused for its depth exactly when encoding/json's tokens nest past MaxDepth, at the bracket
+// that opens level MaxDepth+1. Of text that is not JSON, Check only has to point at a bracket.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"a":"b"}`, `[]`, `"s"`, `{"s":"\\"}`, `["\\\""]`, "{\"a\":\"\xff\"}", "ok\xe2\x82",
+		nested(MaxDepth), nested(MaxDepth + 2), strings.Repeat("[", MaxDepth+1),
+		`{"s":"` + strings.Repeat(`[{\"`, MaxDepth) + `"}`,
+		`["\\\\"` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+2),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		err := Check(p)
+		var e *Error
+		if err != nil && !errors.As(err, &e) {
+			t.Fatalf("error is not an *Error: %v", err)
+		}
+		if !utf8.Valid(p) {
+			if e == nil || e.Depth || !utf8.Valid(p[:e.Offset]) {
+				t.Fatalf("invalid UTF-8 %q: %#v, want the offset of its first invalid byte", p, err)
+			}
+			if r, size := utf8.DecodeRune(p[e.Offset:]); r != utf8.RuneError || size != 1 {
+				t.Fatalf("invalid UTF-8 %q: offset %d is not an invalid byte", p, e.Offset)
+			}
+			return
+		}
+		if e != nil && (!e.Depth || e.Offset < 0 || e.Offset >= len(p) || (p[e.Offset] != '[' && p[e.Offset] != '{')) {
+			t.Fatalf("%q: %#v, want a depth error at a bracket", p, err)
+		}
+		if !json.Valid(p) {
+			return
+		}
+		want := tooDeepByDecoder(t, p)
+		switch {
+		case want < 0 && e != nil:
+			t.Fatalf("%q nests at most %d deep, but Check says %v", p, MaxDepth, err)
+		case want >= 0 && (e == nil || e.Offset != want):
+			t.Fatalf("%q opens level %d at byte %d, but Check says %v", p, MaxDepth+1, want, err)
+		}
+	})
+}
+
+// tooDeepByDecoder returns the offset of the bracket that opens level MaxDepth+1 of valid JSON
+// text, by encoding/json's tokens, or -1.
+func tooDeepByDecoder(t *testing.T, p []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(p))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return -1
+		}
+		if err != nil {
+			t.Fatalf("encoding/json reads valid JSON %q: %v", p, err)
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+			if depth > MaxDepth {
+				return int(dec.InputOffset()) - 1
+			}
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
 	}
 }

@@ -176,7 +176,7 @@ var mutations = []mutation{
 	// Hostile input.
 	{
 		name: "payload-unchecked", why: "payloads that are not UTF-8 or nest too deeply pass on unchecked",
-		file: "transport/redis/entry.go", find: `	if err := CheckPayload(p); err != nil {
+		file: "transport/redis/entry.go", find: `	if err := jsonscan.Check(p); err != nil {
 		return Entry{}, malformed(msg, "payload is "+err.Error())
 	}`,
 		replace:  ``,

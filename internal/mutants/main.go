@@ -97,7 +97,11 @@ func (m mutation) try(root string, race, checkOnly bool, tests string) result {
 	if err != nil {
 		fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "mutants: leaving the copy of the tree behind:", err)
+		}
+	}()
 	if err := copyTree(root, dir); err != nil {
 		fatal(err)
 	}
@@ -212,7 +216,7 @@ func copyFile(from, to string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read only: closing loses nothing
 	st, err := in.Stat()
 	if err != nil {
 		return err
@@ -225,7 +229,7 @@ func copyFile(from, to string) error {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy failed already: that is the error to report
 		return err
 	}
 	return out.Close()

@@ -263,7 +263,7 @@ func ping(addr string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // a probe: its answer is read already, or the error returned
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		return err
@@ -389,6 +389,6 @@ func (s *Server) shutdown() {
 // Do sends one command to the server on a short-lived connection, for harness internals.
 func (s *Server) do(ctx context.Context, args ...any) (any, error) {
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, Protocol: 2})
-	defer c.Close()
+	defer func() { _ = c.Close() }() // one command, answered before the client closes
 	return c.Do(ctx, args...).Result()
 }

@@ -145,7 +145,7 @@ func traceExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, erro
 		}
 		exp, err := stdouttrace.New(stdouttrace.WithWriter(f))
 		if err != nil {
-			f.Close()
+			_ = f.Close() // nothing was written to it: the exporter's error is the one to report
 			return nil, err
 		}
 		return closingExporter{exp, f}, nil

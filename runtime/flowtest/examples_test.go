@@ -49,7 +49,9 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 					for _, r := range results {
 						if !r.Passed() {
 							var out bytes.Buffer
-							flowtest.WriteText(&out, r, files, true)
+							if err := flowtest.WriteText(&out, r, files, true); err != nil {
+								t.Fatal(err)
+							}
 							t.Errorf("no fusion: %v\n%s", noFusion, out.String())
 						}
 					}
@@ -81,7 +83,9 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 		t.Errorf("failures at lines %v, want 30, 34 and 38", lines)
 	}
 	var out bytes.Buffer
-	flowtest.WriteText(&out, results[1], files, false)
+	if err := flowtest.WriteText(&out, results[1], files, false); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		`- key=a {"doubled":5,"id":"a","n":2}`, `+ key=a {"doubled":4,"id":"a","n":2}`,
 		"the stage passes two messages on", "line 30",
@@ -111,7 +115,9 @@ func TestStatefulStagesUnderTest(t *testing.T) {
 		for _, r := range flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1}) {
 			if !r.Passed() {
 				var out bytes.Buffer
-				flowtest.WriteText(&out, r, files, true)
+				if err := flowtest.WriteText(&out, r, files, true); err != nil {
+					t.Fatal(err)
+				}
 				t.Error(out.String())
 			}
 		}
@@ -129,7 +135,9 @@ func TestCountersAddUpUnderTest(t *testing.T) {
 	for _, r := range flowtest.RunFile(context.Background(), tests[0], tests[0].Plan, flowtest.Options{Seed: 1}) {
 		if !r.Passed() {
 			var out bytes.Buffer
-			flowtest.WriteText(&out, r, files, true)
+			if err := flowtest.WriteText(&out, r, files, true); err != nil {
+				t.Fatal(err)
+			}
 			t.Error(out.String())
 		}
 	}

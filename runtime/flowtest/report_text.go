@@ -19,12 +19,15 @@ import (
 // Diagnostics are printed without word wrapping (width 0): hcl wraps a Detail to the width, which
 // would break the one-message-a-line diff. They are not colored, as the signature has no terminal
 // to ask.
-func WriteText(w io.Writer, r *RunResult, files map[string]*hcl.File, verbose bool) {
+//
+// The text is written to w at once, and the error is w's.
+func WriteText(w io.Writer, r *RunResult, files map[string]*hcl.File, verbose bool) error {
 	status := "PASS"
 	if !r.Passed() {
 		status = "FAIL"
 	}
-	fmt.Fprintf(w, "%s  %s: run %q (%s, %s virtual)\n", status, r.File, r.Run, formatWall(r.Wall), r.Virtual)
+	var text strings.Builder
+	fmt.Fprintf(&text, "%s  %s: run %q (%s, %s virtual)\n", status, r.File, r.Run, formatWall(r.Wall), r.Virtual)
 
 	var body bytes.Buffer
 	dw := hcl.NewDiagnosticTextWriter(&body, files, 0, false)
@@ -41,7 +44,9 @@ func WriteText(w io.Writer, r *RunResult, files map[string]*hcl.File, verbose bo
 		writeSeen(&body, r.Seen)
 		writeDeadLetters(&body, r.DeadLetters)
 	}
-	writeIndented(w, body.String(), "    ")
+	writeIndented(&text, body.String(), "    ")
+	_, err := io.WriteString(w, text.String())
+	return err
 }
 
 // failureDiagnostic turns a failure into the diagnostic the text printer shows: the failed block as
@@ -68,7 +73,7 @@ func failureDetail(f *Failure) string {
 }
 
 // writeSeen lists every message that arrived, by sink and topic name.
-func writeSeen(w io.Writer, seen map[string][]Arrived) {
+func writeSeen(w *bytes.Buffer, seen map[string][]Arrived) {
 	for _, where := range sortedWheres(seen) {
 		msgs := seen[where]
 		if len(msgs) == 0 {
@@ -87,7 +92,7 @@ func writeSeen(w io.Writer, seen map[string][]Arrived) {
 }
 
 // writeDeadLetters lists every dead letter of the run.
-func writeDeadLetters(w io.Writer, dls []DeadLetter) {
+func writeDeadLetters(w *bytes.Buffer, dls []DeadLetter) {
 	if len(dls) == 0 {
 		fmt.Fprintln(w, "dead letters: none")
 		return
@@ -108,12 +113,11 @@ func compactPayload(p []byte) string {
 }
 
 // writeIndented writes text with prefix before each non-empty line.
-func writeIndented(w io.Writer, text, prefix string) {
+func writeIndented(sb *strings.Builder, text, prefix string) {
 	text = strings.TrimRight(text, "\n")
 	if text == "" {
 		return
 	}
-	var sb strings.Builder
 	for _, line := range strings.Split(text, "\n") {
 		if line != "" {
 			sb.WriteString(prefix)
@@ -121,7 +125,6 @@ func writeIndented(w io.Writer, text, prefix string) {
 		}
 		sb.WriteByte('\n')
 	}
-	io.WriteString(w, sb.String())
 }
 
 // formatWall rounds a real duration to what a person reads: 12ms, 1.234s, 250µs.
@@ -134,8 +137,8 @@ func formatWall(d time.Duration) string {
 
 // WriteTextSummary writes the last line of `flowrun test`: how many runs passed and failed, in how
 // many files and how long (the sum of the runs' wall time), and with failures, the seed to replay
-// them with.
-func WriteTextSummary(w io.Writer, results []*RunResult, seed int64) {
+// them with. The error is w's.
+func WriteTextSummary(w io.Writer, results []*RunResult, seed int64) error {
 	passed, failed := 0, 0
 	files := map[string]bool{}
 	var wall time.Duration
@@ -148,10 +151,13 @@ func WriteTextSummary(w io.Writer, results []*RunResult, seed int64) {
 		files[r.File] = true
 		wall += r.Wall
 	}
-	fmt.Fprintf(w, "%d passed, %d failed (%d %s, %s)\n", passed, failed, len(files), plural(len(files), "file", "files"), formatTotal(wall))
+	var text strings.Builder
+	fmt.Fprintf(&text, "%d passed, %d failed (%d %s, %s)\n", passed, failed, len(files), plural(len(files), "file", "files"), formatTotal(wall))
 	if failed > 0 {
-		fmt.Fprintf(w, "seed %d: replay with -seed %d\n", seed, seed)
+		fmt.Fprintf(&text, "seed %d: replay with -seed %d\n", seed, seed)
 	}
+	_, err := io.WriteString(w, text.String())
+	return err
 }
 
 // formatTotal writes a total time in tenths of a second, or in milliseconds under a tenth.

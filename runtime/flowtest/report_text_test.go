@@ -39,7 +39,9 @@ var expectBlock = hcl.Range{
 func TestWriteTextPass(t *testing.T) {
 	var sb strings.Builder
 	r := &RunResult{File: "tests/orders.flowtest.hcl", Run: "happy path", Wall: 12300 * time.Microsecond, Virtual: 90 * time.Second}
-	WriteText(&sb, r, parsedFiles(t), false)
+	if err := WriteText(&sb, r, parsedFiles(t), false); err != nil {
+		t.Fatal(err)
+	}
 	want := "PASS  tests/orders.flowtest.hcl: run \"happy path\" (12ms, 1m30s virtual)\n"
 	if sb.String() != want {
 		t.Errorf("got\n%q\nwant\n%q", sb.String(), want)
@@ -64,7 +66,9 @@ func TestWriteTextFail(t *testing.T) {
 		},
 	}
 	var sb strings.Builder
-	WriteText(&sb, r, parsedFiles(t), true)
+	if err := WriteText(&sb, r, parsedFiles(t), true); err != nil {
+		t.Fatal(err)
+	}
 	out := sb.String()
 	checkLines(t, out, []string{
 		`FAIL  tests/orders.flowtest.hcl: run "happy path" (3ms, 0s virtual)`,
@@ -91,23 +95,29 @@ func TestWriteTextFail(t *testing.T) {
 func TestWriteTextFailureWithoutSource(t *testing.T) {
 	r := &RunResult{File: "t.flowtest.hcl", Run: "r", Failures: []Failure{{Summary: "assert failed"}}}
 	var sb strings.Builder
-	WriteText(&sb, r, nil, false)
+	if err := WriteText(&sb, r, nil, false); err != nil {
+		t.Fatal(err)
+	}
 	checkLines(t, sb.String(), []string{`FAIL  t.flowtest.hcl: run "r" (0s, 0s virtual)`, "    Error: assert failed"})
 }
 
 func TestWriteTextSummary(t *testing.T) {
 	pass := func(file string, wall time.Duration) *RunResult { return &RunResult{File: file, Wall: wall} }
 	var sb strings.Builder
-	WriteTextSummary(&sb, []*RunResult{
+	if err := WriteTextSummary(&sb, []*RunResult{
 		pass("a", 100*time.Millisecond), pass("a", 100*time.Millisecond), pass("b", 150*time.Millisecond),
 		{File: "b", Wall: 50 * time.Millisecond, Err: errors.New("x")},
-	}, 42)
+	}, 42); err != nil {
+		t.Fatal(err)
+	}
 	want := "3 passed, 1 failed (2 files, 0.4s)\nseed 42: replay with -seed 42\n"
 	if sb.String() != want {
 		t.Errorf("got %q, want %q", sb.String(), want)
 	}
 	sb.Reset()
-	WriteTextSummary(&sb, []*RunResult{pass("a", 2*time.Millisecond)}, 7)
+	if err := WriteTextSummary(&sb, []*RunResult{pass("a", 2*time.Millisecond)}, 7); err != nil {
+		t.Fatal(err)
+	}
 	if want := "1 passed, 0 failed (1 file, 2ms)\n"; sb.String() != want {
 		t.Errorf("got %q, want %q", sb.String(), want)
 	}

@@ -1,3 +1,7 @@
+// Package state holds what a stateful stage keeps per input partition, under that partition's
+// hash tag: the state writes of a batch, which commit with its acks in one fenced step (Batch), and
+// the watermarks a unit follows or measures and passes on to what it writes (Watermarks). Nothing
+// is restored when a partition moves: the next owner reads the committed state from Redis.
 package state
 
 import (

@@ -395,9 +395,10 @@ func (e *AccessError) Error() string {
 		fmt.Fprintf(&b, "redis user %q may not run %s (", e.User, e.Check.Command())
 	}
 	if e.Check.For != "" {
-		if e.Reason == AccessUnknownCommand {
+		switch e.Reason {
+		case AccessUnknownCommand:
 			b.WriteString(" (")
-		} else if e.Reason == AccessKey {
+		case AccessKey:
 			b.WriteString(", ")
 		}
 		b.WriteString("needed by " + e.Check.For)
@@ -629,12 +630,4 @@ func quoteACL(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
-}
-
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = quoteACL(s)
-	}
-	return out
 }

@@ -236,7 +236,7 @@ func TestAccessCoversTheOperations(t *testing.T) {
 		waitFor(t, "pending entries to be idle", func() bool {
 			res, err := c.Reclaim(ctx, ReclaimArgs{Stream: u.in, Group: "st", Consumer: "me", MinIdle: time.Millisecond})
 			must(t, err)
-			return len(res.Batch.Entries) > 0
+			return len(res.Entries) > 0
 		})
 		b, err := c.ReadGroup(ctx, ReadArgs{Stream: u.in, Group: "st", Consumer: "me", Count: 10, Block: time.Millisecond})
 		must(t, err)

@@ -11,6 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
+
+	"github.com/flowrun/flowrun/internal/jsonscan"
 )
 
 // The field names of a stream entry. Any client can write and read them, for example:
@@ -23,6 +25,12 @@ const (
 	FieldTraceParent = "traceparent" // W3C trace context (optional)
 	FieldTraceState  = "tracestate"  // W3C trace state (optional)
 )
+
+// MaxDepth is how deeply objects and arrays may nest in a payload: {"a":[1]} nests 2 deep.
+// DecodeEntry refuses an entry whose payload nests deeper, or is not valid UTF-8, as malformed
+// where it is first read. The rule is internal/jsonscan's, which package stages applies to
+// payloads that do not come through Redis; see jsonscan.MaxDepth for why 1000.
+const MaxDepth = jsonscan.MaxDepth
 
 // Entry is one message of a stream.
 //
@@ -202,7 +210,7 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	p := viewBytes(payload)
 	// Checked first: gjson's validator recurses once per level of nesting, and a payload of
 	// millions of brackets would overflow the goroutine's stack.
-	if err := CheckPayload(p); err != nil {
+	if err := jsonscan.Check(p); err != nil {
 		return Entry{}, malformed(msg, "payload is "+err.Error())
 	}
 	// Every entry of every hop is checked: gjson's validator accepts what encoding/json.Valid

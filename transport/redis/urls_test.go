@@ -173,7 +173,7 @@ func TestOpenWithSpecialPasswords(t *testing.T) {
 			}
 			_ = c.Close()
 			// The wrong password: refused, and the error shows neither.
-			wrong := strings.Replace(urls, encodePassword(pw), encodePassword(pw)+"Wv9", -1)
+			wrong := strings.ReplaceAll(urls, encodePassword(pw), encodePassword(pw)+"Wv9")
 			if c, err := Open(ctx, Options{URLs: []string{wrong}}); err == nil {
 				_ = c.Close()
 				t.Fatalf("%s: a wrong password was accepted", name)
