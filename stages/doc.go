@@ -21,9 +21,11 @@
 //
 // and a custom binary blank-imports that package and calls cmd.Main (see examples/plugins, which
 // also registers a sink kind of its own). KeepsKey declares that the function passes every message
-// on with the key it got, so that the stage after it may run fused with it (registry.go). A pipeline then uses the function with kind = "go" and
-// func = "acme.score". A function that keeps state per key, with timers in event time, registers
-// with RegisterStateful instead (a StatefulFunc), and gets the stage's State.
+// on with the key it got, so that the stage after it may run fused with it. A pipeline then uses
+// the function with kind = "go" and func = "acme.score". A function that keeps state per key, with
+// timers in event time, registers with RegisterStateful instead (a StatefulFunc), and gets the
+// stage's State. func.go holds the types of the functions, registry.go the registry of them by
+// name, and stage_go.go the kind that runs them.
 //
 // This package does not load code at run time: Go's plugin package is deliberately not used, as
 // version skew between host and plugin breaks loading, it needs cgo, and plugins cannot be unloaded.
