@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,8 +93,15 @@ func init() {
 				out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
 				size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
 				session: w.String("type") == "session", gap: w.Duration("gap"),
-				onUpdate: s.Config.String("emit") == "on_update", fields: s.Config.Aggregates("aggregate"),
+				onUpdate:    s.Config.String("emit") == "on_update",
 				idleTimeout: s.Config.Duration("idle_timeout"), keys: newKeyLimit(s),
+			}
+			for _, f := range s.Config.Aggregates("aggregate") {
+				fn, ok := aggregateFunctions[f.Func]
+				if !ok {
+					return nil, fmt.Errorf("stage %s: %s has no aggregate function %q", s.Name, f.Name, f.Func)
+				}
+				a.fields = append(a.fields, aggregateField{Aggregate: f, fn: fn})
 			}
 			if a.advance == 0 {
 				a.advance = a.size // tumbling
@@ -177,7 +182,7 @@ type aggregateStage struct {
 	lateTopic     *flow.Topic // where late events go, if a topic
 	onUpdate      bool
 	idleTimeout   time.Duration
-	fields        []flow.Aggregate
+	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
 	decoded       windowCache
 }
@@ -453,7 +458,7 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // emits its value after this batch.
 func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64) error {
 	for i, f := range s.fields {
-		w.Fields[i].add(f.Func, values[i], at)
+		w.Fields[i].add(f.fn, values[i], at)
 	}
 	b, err := json.Marshal(w)
 	if err != nil {
@@ -626,7 +631,7 @@ func (s *aggregateStage) forgetClosed(ctx context.Context, st State, group strin
 func (s *aggregateStage) result(w *windowState) map[string]any {
 	v := make(map[string]any, len(s.fields)+2)
 	for i, f := range s.fields {
-		v[f.Name] = w.Fields[i].value(f)
+		v[f.Name] = f.fn.value(&w.Fields[i], f.Aggregate)
 	}
 	v["key"] = w.Group
 	v["window"] = map[string]any{
@@ -695,10 +700,10 @@ type windowState struct {
 }
 
 // merge folds another window of the group in: a session that an event joined to this one.
-func (w *windowState) merge(o *windowState, fields []flow.Aggregate) {
+func (w *windowState) merge(o *windowState, fields []aggregateField) {
 	w.Start, w.End = min(w.Start, o.Start), max(w.End, o.End)
 	for i, f := range fields {
-		w.Fields[i].merge(f.Func, &o.Fields[i])
+		f.fn.merge(&w.Fields[i], &o.Fields[i])
 	}
 }
 
@@ -716,183 +721,6 @@ type openWindow struct {
 	ID    int64 `json:"i"`
 	Start int64 `json:"s"`
 	End   int64 `json:"e"`
-}
-
-// accumulator is one aggregate field's running value: each function uses the parts it needs.
-type accumulator struct {
-	N        int64            `json:"n,omitempty"` // values counted (count, avg)
-	Sum      float64          `json:"sum,omitempty"`
-	Best     any              `json:"best,omitempty"` // min or max so far
-	Distinct map[string]bool  `json:"d,omitempty"`
-	Counts   map[string]int64 `json:"c,omitempty"` // top_k
-	Value    any              `json:"v,omitempty"` // first or last
-	At       int64            `json:"at,omitempty"`
-	Set      bool             `json:"set,omitempty"` // Value (or Best) has been set
-}
-
-// add folds one value (the field's argument on one message, at its event time) in. Nulls count for
-// count() only.
-func (a *accumulator) add(fn string, v any, at int64) {
-	if fn == "count" {
-		a.N++
-		return
-	}
-	if v == nil {
-		return
-	}
-	switch fn {
-	case "sum", "avg":
-		if f, ok := toFloat(v); ok {
-			a.Sum += f
-			a.N++
-		}
-	case "min", "max":
-		if !a.Set || better(fn, v, a.Best) {
-			a.Best, a.Set = v, true
-		}
-	case "count_distinct":
-		a.Distinct = put(a.Distinct, canonical(v), true)
-	case "top_k":
-		if a.Counts == nil {
-			a.Counts = map[string]int64{}
-		}
-		a.Counts[canonical(v)]++
-	case "first":
-		if !a.Set || at < a.At {
-			a.Value, a.At, a.Set = v, at, true
-		}
-	case "last":
-		if !a.Set || at >= a.At {
-			a.Value, a.At, a.Set = v, at, true
-		}
-	}
-}
-
-// merge folds another running value of the same field in, as if its values had been added here:
-// counts and sums add, min and max keep the better, count_distinct unites, top_k adds its counts,
-// first and last keep the earliest and the latest by event time.
-func (a *accumulator) merge(fn string, b *accumulator) {
-	switch fn {
-	case "count", "sum", "avg":
-		a.N += b.N
-		a.Sum += b.Sum
-	case "min", "max":
-		if b.Set && (!a.Set || better(fn, b.Best, a.Best)) {
-			a.Best, a.Set = b.Best, true
-		}
-	case "count_distinct":
-		for v := range b.Distinct {
-			a.Distinct = put(a.Distinct, v, true)
-		}
-	case "top_k":
-		for v, n := range b.Counts {
-			a.Counts = put(a.Counts, v, a.Counts[v]+n)
-		}
-	case "first":
-		if b.Set && (!a.Set || b.At < a.At) {
-			a.Value, a.At, a.Set = b.Value, b.At, true
-		}
-	case "last":
-		if b.Set && (!a.Set || b.At >= a.At) {
-			a.Value, a.At, a.Set = b.Value, b.At, true
-		}
-	}
-}
-
-// value is the field's result.
-func (a *accumulator) value(f flow.Aggregate) any {
-	switch f.Func {
-	case "count":
-		return a.N
-	case "sum":
-		return number(a.Sum)
-	case "avg":
-		if a.N == 0 {
-			return nil
-		}
-		return number(a.Sum / float64(a.N))
-	case "min", "max":
-		return a.Best
-	case "count_distinct":
-		return len(a.Distinct)
-	case "top_k":
-		values := make([]string, 0, len(a.Counts))
-		for v := range a.Counts {
-			values = append(values, v)
-		}
-		sort.Slice(values, func(i, j int) bool {
-			if a.Counts[values[i]] != a.Counts[values[j]] {
-				return a.Counts[values[i]] > a.Counts[values[j]]
-			}
-			return values[i] < values[j]
-		})
-		top := make([]any, 0, min(f.K, len(values)))
-		for _, v := range values[:min(f.K, len(values))] {
-			var x any
-			if json.Unmarshal([]byte(v), &x) != nil {
-				x = v
-			}
-			top = append(top, x)
-		}
-		return top
-	}
-	return a.Value // first, last
-}
-
-func put[V any](m map[string]V, k string, v V) map[string]V {
-	if m == nil {
-		m = map[string]V{}
-	}
-	m[k] = v
-	return m
-}
-
-// canonical is a value's JSON, for counting equal values together.
-func canonical(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
-}
-
-func toFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case json.Number:
-		f, err := x.Float64()
-		return f, err == nil
-	case string:
-		f, err := strconv.ParseFloat(x, 64)
-		return f, err == nil
-	}
-	return 0, false
-}
-
-// better reports whether v beats best for min or max: numbers by value, anything else by its text.
-func better(fn string, v, best any) bool {
-	fv, vNum := toFloat(v)
-	fb, bNum := toFloat(best)
-	var less, greater bool
-	if vNum && bNum {
-		less, greater = fv < fb, fv > fb
-	} else {
-		sv, sb := fmt.Sprint(v), fmt.Sprint(best)
-		less, greater = sv < sb, sv > sb
-	}
-	if fn == "min" {
-		return less
-	}
-	return greater
-}
-
-// number is a float64 result, as a whole number when it is one.
-func number(f float64) any {
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-		return int64(f)
-	}
-	return f
 }
 
 // floorDiv divides rounding towards negative infinity, so that windows align before 1970 too.
