@@ -82,30 +82,33 @@ func init() {
 }`,
 			Check: checkWindow,
 		},
-		Traits: StageTraits{Stateful: true, FireAtEnd: true},
-		NewStateful: func(s *flow.Stage, env Env) (StatefulProcessor, error) {
-			w := s.Config.Blocks("window")[0]
-			a := &aggregateStage{
-				out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
-				size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
-				session: w.String("type") == "session", gap: w.Duration("gap"),
-				onUpdate:    s.Config.String("emit") == "on_update",
-				idleTimeout: s.Config.Duration("idle_timeout"), keys: newKeyLimit(s),
-			}
-			for _, f := range s.Config.Aggregates("aggregate") {
-				fn, ok := aggregateFunctions[f.Func]
-				if !ok {
-					return nil, fmt.Errorf("stage %s: %s has no aggregate function %q", s.Name, f.Name, f.Func)
-				}
-				a.fields = append(a.fields, aggregateField{Aggregate: f, fn: fn})
-			}
-			if a.advance == 0 {
-				a.advance = a.size // tumbling
-			}
-			a.lateTopic, a.late = s.Config.TopicOrChoice("late")
-			return a, nil
-		},
+		Traits:      StageTraits{Stateful: true},
+		NewStateful: newAggregateStage,
 	})
+}
+
+// newAggregateStage builds an aggregate stage, which fires its timers at a job's end, to close its
+// windows, and passes on results of its own.
+func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
+	w := s.Config.Blocks("window")[0]
+	a := &aggregateStage{
+		out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
+		size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
+		session: w.String("type") == "session", gap: w.Duration("gap"),
+		onUpdate: s.Config.String("emit") == "on_update", keys: newKeyLimit(s),
+	}
+	for _, f := range s.Config.Aggregates("aggregate") {
+		fn, ok := aggregateFunctions[f.Func]
+		if !ok {
+			return StatefulStage{}, fmt.Errorf("stage %s: %s has no aggregate function %q", s.Name, f.Name, f.Func)
+		}
+		a.fields = append(a.fields, aggregateField{Aggregate: f, fn: fn})
+	}
+	if a.advance == 0 {
+		a.advance = a.size // tumbling
+	}
+	a.lateTopic, a.late = s.Config.TopicOrChoice("late")
+	return StatefulStage{Processor: a, TimerHandler: a, FireAtEnd: true, StatePrefetcher: a, OutputWatermarker: a}, nil
 }
 
 var windowSpec = &flow.BlockSpec{
@@ -177,14 +180,10 @@ type aggregateStage struct {
 	late          string      // "drop" or "dead_letter" when lateTopic is nil
 	lateTopic     *flow.Topic // where late events go, if a topic
 	onUpdate      bool
-	idleTimeout   time.Duration
 	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
 	decoded       windowCache
 }
-
-// IdleTimeout makes an idle partition's watermark move with the clock (stages.IdleAdvancer).
-func (s *aggregateStage) IdleTimeout() time.Duration { return s.idleTimeout }
 
 func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
 	group, err := s.groupOf(m)

@@ -52,11 +52,12 @@ func init() {
 			},
 		},
 		Traits: StageTraits{Stateful: true, KeepsKey: true},
-		NewStateful: func(s *flow.Stage, env Env) (StatefulProcessor, error) {
+		NewStateful: func(s *flow.Stage, env Env) (StatefulStage, error) {
 			d := &dedupeStage{out: s.Output, key: s.Config.Expr("key"), eventTime: s.Config.Expr("event_time"),
 				within: s.Config.Duration("within"), keys: newKeyLimit(s)}
 			d.duplicates, _ = s.Config.TopicOrChoice("duplicates")
-			return d, nil
+			// Its timers forget keys: they do not fire at a job's end, and stay for the next run.
+			return StatefulStage{Processor: d, TimerHandler: d, StatePrefetcher: d}, nil
 		},
 	})
 }

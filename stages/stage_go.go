@@ -42,11 +42,10 @@ func init() {
 		},
 		TraitsOf: func(config flow.Attrs) StageTraits {
 			name := config.String("func")
-			fn, ok := LookupStateful(name)
-			if !ok {
-				return StageTraits{KeepsKey: FuncKeepsKey(name)}
+			if _, stateful := LookupStateful(name); stateful {
+				return StageTraits{Stateful: true}
 			}
-			return StageTraits{Stateful: true, FireAtEnd: fn.FireAtEnd}
+			return StageTraits{KeepsKey: FuncKeepsKey(name)}
 		},
 		New:         newGoStage,
 		NewStateful: newStatefulGoStage,
@@ -87,23 +86,24 @@ func newGoStage(s *flow.Stage, env Env) (Processor, error) {
 }
 
 // newStatefulGoStage finds the stage's stateful function (RegisterStateful); a test's mock of it
-// (env.Functions) stands in for it, keeping no state.
-func newStatefulGoStage(s *flow.Stage, env Env) (StatefulProcessor, error) {
+// (env.Functions) stands in for it, keeping no state and setting no timers. The stage has timers
+// when the function has OnTimer, and fires them at a job's end when it asks for it (FireAtEnd).
+func newStatefulGoStage(s *flow.Stage, env Env) (StatefulStage, error) {
 	name := s.Config.String("func")
 	if env.Functions != nil {
 		if fn, ok := env.Functions(name); ok {
-			return mockedStatefulStage{&goStage{out: s.Output, fn: fn}}, nil
+			return StatefulStage{Processor: mockedStatefulStage{&goStage{out: s.Output, fn: fn}}}, nil
 		}
 	}
 	fn, ok := LookupStateful(name)
 	if !ok {
-		return nil, fmt.Errorf("stage %s: no stateful Go stage function %q is registered in this binary", s.Name, name)
+		return StatefulStage{}, fmt.Errorf("stage %s: no stateful Go stage function %q is registered in this binary", s.Name, name)
 	}
 	st := &statefulGoStage{out: s.Output, fn: fn, eventTime: s.Config.Expr("event_time")}
-	if fn.OnTimer != nil {
-		return &timedGoStage{st}, nil
+	if fn.OnTimer == nil {
+		return StatefulStage{Processor: st}, nil
 	}
-	return st, nil
+	return StatefulStage{Processor: st, TimerHandler: st, FireAtEnd: fn.FireAtEnd}, nil
 }
 
 // goStage calls a registered Go function.
@@ -145,10 +145,8 @@ func (s mockedStatefulStage) Process(ctx context.Context, _ State, m *Message, o
 	return s.goStage.Process(ctx, m, out)
 }
 
-// timedGoStage is a stateful function with OnTimer: the runtime fires its timers (TimerHandler).
-type timedGoStage struct{ *statefulGoStage }
-
-func (s *timedGoStage) OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error) {
+// OnTimer calls the function's OnTimer: the stage declares it (TimerHandler) only when it has one.
+func (s *statefulGoStage) OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error) {
 	state := funcState{State: st, timers: true}
 	return call(s.out, out, func() ([]Message, error) { return s.fn.OnTimer(ctx, name, at, state) })
 }
