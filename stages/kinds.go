@@ -54,6 +54,10 @@ type StageTraits struct {
 	// the same hop (flow.Kind.KeepsKey). The runtime holds a kind to it: an output with another key
 	// fails the message for good, and it is dead-lettered.
 	KeepsKey bool
+	// Conditional kinds pass a message on, or not, by conditions written in the stage's block:
+	// filter's where, route's cases. What such a stage filters was refused there, and flowrun
+	// test's explanation of a missing message points at the block.
+	Conditional bool
 }
 
 // SinkKind registers a kind of sink.
@@ -62,7 +66,8 @@ type SinkKind struct {
 	Traits SinkTraits
 	New    func(s *flow.Sink, env Env) (Sink, error)
 	// Streams, for a sink that writes to Redis (Write), lists the streams it writes to, so that
-	// the runtime checks its permissions on them before the run starts.
+	// the runtime checks its permissions on them before the run starts. It is what marks such a
+	// sink: flowrun test lets it write, as its writes stay in the test's own Redis.
 	Streams func(s *flow.Sink) []string
 }
 

@@ -23,7 +23,7 @@ func init() {
   where  = msg.amount > 100 && msg.country == "DE"
 }`,
 		},
-		Traits: StageTraits{Inline: true, KeepsKey: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true, Conditional: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
 			return &filterStage{out: s.Output, where: s.Config.Expr("where")}, nil
 		},

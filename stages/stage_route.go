@@ -33,7 +33,7 @@ func init() {
 }`,
 			OwnOutputs: routeOutputs,
 		},
-		Traits: StageTraits{Inline: true, KeepsKey: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true, Conditional: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
 			r := &routeStage{fallback: s.Config.Topic("default")}
 			for _, c := range s.Config.Blocks("case") {
