@@ -12,60 +12,90 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The aggregate stage's attributes and blocks, and the values of late and emit.
+const (
+	aggregateFieldGroupBy   = "group_by"
+	aggregateFieldGrace     = "grace"
+	aggregateFieldLate      = "late"
+	aggregateFieldEmit      = "emit"
+	aggregateFieldAggregate = "aggregate"
+	aggregateBlockWindow    = "window"
+
+	aggregateLateDrop       = "drop"
+	aggregateLateDeadLetter = "dead_letter"
+	aggregateEmitOnClose    = "on_close"
+	aggregateEmitOnUpdate   = "on_update"
+)
+
+// The attributes of an aggregate's window block, and the types of windows.
+const (
+	windowFieldType    = "type"
+	windowFieldSize    = "size"
+	windowFieldAdvance = "advance"
+	windowFieldGap     = "gap"
+
+	windowTumbling = "tumbling"
+	windowHopping  = "hopping"
+	windowSession  = "session"
+)
+
 // The aggregate stage folds the messages of each group into windows of event time and emits one
 // message per group and window when the window closes (or after every batch that changed it). A
 // window's accumulators are state of the input partition; the result is written, and the state
 // deleted, in the commit of the batch whose watermark closed the window: both or neither.
 func init() {
-	RegisterStage(StageKind{
-		Spec: &flow.Kind{
-			Name:     "aggregate",
-			StateKey: "group_by",
-			Results:  true,
-			Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
-				"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC); a result's " +
-				"event time is its window's start. Windows " +
-				"are half-open [start, end): tumbling and hopping ones aligned to the Unix epoch, a session from a " +
-				"group's first event to gap after its last. A window closes when the partition's " +
-				"watermark passes its end plus grace; an event for a closed window " +
-				"is late for it. A group's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
-				"repartition topic keyed by the group (<stage>.by_key).",
-			Attributes: []flow.Attribute{
-				{
-					Name: "group_by", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true,
-					Doc: "The group a message counts in, such as group_by = msg.customer_id; a constant, such as group_by = \"all\", " +
-						"counts every message in one group.",
-				},
-				{
-					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
-					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
-				},
-				{Name: "grace", Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How far behind the watermark an event may be and still count, in event time: a window closes once the watermark passes its end plus grace."},
-				{
-					Name: "late", Type: flow.TypeTopicOrChoice, Enum: []string{"drop", "dead_letter"}, Default: "dead_letter",
-					Doc: `What happens to an event for a window that has closed: "drop" (counted as dropped), "dead_letter", or topic.NAME. ` +
-						`An event that is late for some of its windows (hopping) counts in the others, and goes where late says for those.`,
-				},
-				{
-					Name: "idle_timeout", Type: flow.TypeDuration, Default: time.Minute,
-					Doc: "A writer of the stage's input (a source, or a stage before it) that has had nothing to write for this long, with nothing pending " +
-						"and no retry waiting, moves its watermark on by the time that passes on the clock, so that the last windows close; " +
-						"the shortest idle_timeout of the stateful stages a writer feeds is its own; \"0s\": only events move it.",
-				},
-				{
-					Name: "emit", Type: flow.TypeString, Enum: []string{"on_close", "on_update"}, Default: "on_close",
-					Doc: "on_close emits a window's result once, when it closes; on_update emits its current value after each batch that changed it, and again when it closes. " +
-						"When an event merges sessions, on_update emits the merged session (whose start is the earliest's), and the sessions merged into it emit nothing more.",
-				},
-				{
-					Name: "aggregate", Type: flow.TypeAggregates, Required: true, Roots: []string{"msg"}, Deterministic: true,
-					Doc: "The fields of the result: count(), sum(x), min(x), max(x), avg(x), count_distinct(x), top_k(x, k) " +
-						"(the k most frequent values, most frequent first), first(x) and last(x) (by event time).",
-				},
-				maxKeysAttribute("groups with open windows", "A group counts until its last window's timer fires, at the end of the batch whose watermark closed it."),
-			},
-			Blocks: []flow.NestedBlock{{Spec: windowSpec, Min: 1, Max: 1}},
-			Example: `stage "revenue_per_minute" {
+	RegisterStage(StageKind{Spec: aggregateSpec, Traits: StageTraits{Stateful: true}, NewStateful: newAggregateStage})
+}
+
+// aggregateSpec is the aggregate kind in the language.
+var aggregateSpec = &flow.Kind{
+	Name:     "aggregate",
+	StateKey: aggregateFieldGroupBy,
+	Results:  true,
+	Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
+		"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC); a result's " +
+		"event time is its window's start. Windows " +
+		"are half-open [start, end): tumbling and hopping ones aligned to the Unix epoch, a session from a " +
+		"group's first event to gap after its last. A window closes when the partition's " +
+		"watermark passes its end plus grace; an event for a closed window " +
+		"is late for it. A group's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
+		"repartition topic keyed by the group (<stage>.by_key).",
+	Attributes: []flow.Attribute{
+		{
+			Name: aggregateFieldGroupBy, Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true,
+			Doc: "The group a message counts in, such as group_by = msg.customer_id; a constant, such as group_by = \"all\", " +
+				"counts every message in one group.",
+		},
+		{
+			Name: flow.EventTimeAttribute, Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
+			Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
+		},
+		{Name: aggregateFieldGrace, Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How far behind the watermark an event may be and still count, in event time: a window closes once the watermark passes its end plus grace."},
+		{
+			Name: aggregateFieldLate, Type: flow.TypeTopicOrChoice, Enum: []string{aggregateLateDrop, aggregateLateDeadLetter}, Default: aggregateLateDeadLetter,
+			Doc: `What happens to an event for a window that has closed: "drop" (counted as dropped), "dead_letter", or topic.NAME. ` +
+				`An event that is late for some of its windows (hopping) counts in the others, and goes where late says for those.`,
+		},
+		{
+			Name: flow.IdleTimeoutAttribute, Type: flow.TypeDuration, Default: time.Minute,
+			Doc: "A writer of the stage's input (a source, or a stage before it) that has had nothing to write for this long, with nothing pending " +
+				"and no retry waiting, moves its watermark on by the time that passes on the clock, so that the last windows close; " +
+				"the shortest idle_timeout of the stateful stages a writer feeds is its own; \"0s\": only events move it.",
+		},
+		{
+			Name: aggregateFieldEmit, Type: flow.TypeString, Enum: []string{aggregateEmitOnClose, aggregateEmitOnUpdate}, Default: aggregateEmitOnClose,
+			Doc: "on_close emits a window's result once, when it closes; on_update emits its current value after each batch that changed it, and again when it closes. " +
+				"When an event merges sessions, on_update emits the merged session (whose start is the earliest's), and the sessions merged into it emit nothing more.",
+		},
+		{
+			Name: aggregateFieldAggregate, Type: flow.TypeAggregates, Required: true, Roots: []string{"msg"}, Deterministic: true,
+			Doc: "The fields of the result: count(), sum(x), min(x), max(x), avg(x), count_distinct(x), top_k(x, k) " +
+				"(the k most frequent values, most frequent first), first(x) and last(x) (by event time).",
+		},
+		maxKeysAttribute("groups with open windows", "A group counts until its last window's timer fires, at the end of the batch whose watermark closed it."),
+	},
+	Blocks: []flow.NestedBlock{{Spec: windowSpec, Min: 1, Max: 1}},
+	Example: `stage "revenue_per_minute" {
   kind       = "aggregate"
   input      = topic.orders
   group_by   = msg.customer_id
@@ -80,24 +110,20 @@ func init() {
     revenue = sum(msg.amount)
   }
 }`,
-			Check: checkWindow,
-		},
-		Traits:      StageTraits{Stateful: true},
-		NewStateful: newAggregateStage,
-	})
+	Check: checkWindow,
 }
 
 // newAggregateStage builds an aggregate stage, which fires its timers at a job's end, to close its
 // windows, and passes on results of its own.
 func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
-	w := s.Config.Blocks("window")[0]
+	w := s.Config.Blocks(aggregateBlockWindow)[0]
 	a := &aggregateStage{
-		out: s.Output, groupBy: s.Config.Expr("group_by"), eventTime: s.Config.Expr("event_time"),
-		size: w.Duration("size"), advance: w.Duration("advance"), grace: s.Config.Duration("grace"),
-		session: w.String("type") == "session", gap: w.Duration("gap"),
-		onUpdate: s.Config.String("emit") == "on_update", keys: newKeyLimit(s),
+		out: s.Output, groupBy: s.Config.Expr(aggregateFieldGroupBy), eventTime: flow.EventTimeOf(s),
+		size: w.Duration(windowFieldSize), advance: w.Duration(windowFieldAdvance), grace: s.Config.Duration(aggregateFieldGrace),
+		session: w.String(windowFieldType) == windowSession, gap: w.Duration(windowFieldGap),
+		onUpdate: s.Config.String(aggregateFieldEmit) == aggregateEmitOnUpdate, keys: newKeyLimit(s),
 	}
-	for _, f := range s.Config.Aggregates("aggregate") {
+	for _, f := range s.Config.Aggregates(aggregateFieldAggregate) {
 		fn, ok := aggregateFunctions[f.Func]
 		if !ok {
 			return StatefulStage{}, fmt.Errorf("stage %s: %s has no aggregate function %q", s.Name, f.Name, f.Func)
@@ -107,23 +133,23 @@ func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 	if a.advance == 0 {
 		a.advance = a.size // tumbling
 	}
-	a.lateTopic, a.late = s.Config.TopicOrChoice("late")
+	a.lateTopic, a.late = s.Config.TopicOrChoice(aggregateFieldLate)
 	return StatefulStage{Processor: a, TimerHandler: a, FireAtEnd: true, StatePrefetcher: a, OutputWatermarker: a}, nil
 }
 
 var windowSpec = &flow.BlockSpec{
-	Type: "window",
+	Type: aggregateBlockWindow,
 	Doc:  "The windows of an aggregate stage.",
 	Attributes: []flow.Attribute{
 		{
-			Name: "type", Type: flow.TypeString, Required: true, Enum: []string{"tumbling", "hopping", "session"},
+			Name: windowFieldType, Type: flow.TypeString, Required: true, Enum: []string{windowTumbling, windowHopping, windowSession},
 			Doc: "tumbling: windows of size, one after another; hopping: windows of size that start every advance, and overlap; " +
 				"session: a window per group from its first event to gap after its last, which each event less than gap away extends.",
 		},
-		{Name: "size", Type: flow.TypeDuration, DefaultDoc: "none: tumbling and hopping windows need one", Doc: "How long a tumbling or hopping window is."},
-		{Name: "advance", Type: flow.TypeDuration, DefaultDoc: "size", Doc: "How far apart hopping windows start."},
+		{Name: windowFieldSize, Type: flow.TypeDuration, DefaultDoc: "none: tumbling and hopping windows need one", Doc: "How long a tumbling or hopping window is."},
+		{Name: windowFieldAdvance, Type: flow.TypeDuration, DefaultDoc: "size", Doc: "How far apart hopping windows start."},
 		{
-			Name: "gap", Type: flow.TypeDuration, DefaultDoc: "none: session windows need one",
+			Name: windowFieldGap, Type: flow.TypeDuration, DefaultDoc: "none: session windows need one",
 			Doc: "How long a session lasts past its last event: an event less than gap after its last event (or before its first) " +
 				"joins it, and an event less than gap away from two sessions merges them.",
 		},
@@ -132,40 +158,42 @@ var windowSpec = &flow.BlockSpec{
 
 // checkWindow checks the window's durations fit its type, at the attribute that does not.
 func checkWindow(c *flow.KindCheck) {
-	blocks := c.Config.Blocks("window")
+	blocks := c.Config.Blocks(aggregateBlockWindow)
 	if len(blocks) != 1 {
 		return
 	}
 	w := blocks[0]
-	typ := w.String("type")
-	invalid := func(attribute, detail string) { c.BlockErrorf("window", attribute, "Invalid window", "%s", detail) }
-	if typ == "session" {
+	typ := w.String(windowFieldType)
+	invalid := func(attribute, detail string) {
+		c.BlockErrorf(aggregateBlockWindow, attribute, "Invalid window", "%s", detail)
+	}
+	if typ == windowSession {
 		switch {
-		case w.Has("size"):
-			invalid("size", "A session window has no size: it lasts from its group's first event to gap after its last.")
-		case w.Has("advance"):
-			invalid("advance", "A session window has no advance: an event extends the session it joins.")
-		case !w.Has("gap"):
-			invalid("gap", `A session window needs a gap, such as "5m": how long a session lasts past its last event.`)
-		case w.Duration("gap") < time.Millisecond:
-			invalid("gap", "The session's gap must be at least 1ms.")
+		case w.Has(windowFieldSize):
+			invalid(windowFieldSize, "A session window has no size: it lasts from its group's first event to gap after its last.")
+		case w.Has(windowFieldAdvance):
+			invalid(windowFieldAdvance, "A session window has no advance: an event extends the session it joins.")
+		case !w.Has(windowFieldGap):
+			invalid(windowFieldGap, `A session window needs a gap, such as "5m": how long a session lasts past its last event.`)
+		case w.Duration(windowFieldGap) < time.Millisecond:
+			invalid(windowFieldGap, "The session's gap must be at least 1ms.")
 		}
 		return
 	}
-	size, advance := w.Duration("size"), w.Duration("advance")
+	size, advance := w.Duration(windowFieldSize), w.Duration(windowFieldAdvance)
 	switch {
-	case w.Has("gap"):
-		invalid("gap", "Only a session window has a gap; a "+typ+" window has a size.")
-	case !w.Has("size"):
-		invalid("size", "A "+typ+` window needs a size, such as "1m".`)
+	case w.Has(windowFieldGap):
+		invalid(windowFieldGap, "Only a session window has a gap; a "+typ+" window has a size.")
+	case !w.Has(windowFieldSize):
+		invalid(windowFieldSize, "A "+typ+` window needs a size, such as "1m".`)
 	case size < time.Millisecond:
-		invalid("size", "The window's size must be at least 1ms.")
-	case typ == "hopping" && (advance <= 0 || advance > size):
-		invalid("advance", "A hopping window needs an advance greater than 0 and no greater than its size.")
-	case typ == "hopping" && size%advance != 0:
-		invalid("advance", "A hopping window's size must be a whole number of advances.")
-	case typ == "tumbling" && advance != 0 && advance != size:
-		invalid("advance", "A tumbling window has no advance: its windows follow one another.")
+		invalid(windowFieldSize, "The window's size must be at least 1ms.")
+	case typ == windowHopping && (advance <= 0 || advance > size):
+		invalid(windowFieldAdvance, "A hopping window needs an advance greater than 0 and no greater than its size.")
+	case typ == windowHopping && size%advance != 0:
+		invalid(windowFieldAdvance, "A hopping window's size must be a whole number of advances.")
+	case typ == windowTumbling && advance != 0 && advance != size:
+		invalid(windowFieldAdvance, "A tumbling window has no advance: its windows follow one another.")
 	}
 }
 
@@ -177,7 +205,7 @@ type aggregateStage struct {
 	session       bool
 	gap           time.Duration // session windows
 	grace         time.Duration
-	late          string      // "drop" or "dead_letter" when lateTopic is nil
+	late          string      // aggregateLateDrop or aggregateLateDeadLetter when lateTopic is nil
 	lateTopic     *flow.Topic // where late events go, if a topic
 	onUpdate      bool
 	fields        []aggregateField
@@ -223,7 +251,7 @@ func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out 
 	switch {
 	case s.lateTopic != nil:
 		return append(out, Output{Topic: s.lateTopic, Message: *m}), nil
-	case s.late == "drop":
+	case s.late == aggregateLateDrop:
 		return out, nil
 	case a.added:
 		// Counted in its other windows: the attempt succeeds, and the message is dead-lettered
