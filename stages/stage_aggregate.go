@@ -137,6 +137,7 @@ func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 	return StatefulStage{Processor: a, TimerHandler: a, FireAtEnd: true, StatePrefetcher: a, OutputWatermarker: a}, nil
 }
 
+// windowSpec is the aggregate's window block: what windows its groups are folded into.
 var windowSpec = &flow.BlockSpec{
 	Type: aggregateBlockWindow,
 	Doc:  "The windows of an aggregate stage.",
@@ -197,6 +198,7 @@ func checkWindow(c *flow.KindCheck) {
 	}
 }
 
+// aggregateStage is a stage of the aggregate kind, as its block configures it.
 type aggregateStage struct {
 	out           *flow.Topic
 	groupBy       *expr.Program
