@@ -110,11 +110,18 @@ func (w *StageWatermark) Domain(name string) int {
 // when the stateful stage it feeds has no idle_timeout of its own (a dedupe stage).
 const DefaultIdleTimeout = time.Minute
 
+// The attributes that watermarks read of a stateful kind that declares them: the message's event
+// time (EventTimeOf), and how long the stage's writers may be idle (DefaultIdleTimeout otherwise).
+const (
+	EventTimeAttribute   = "event_time"
+	IdleTimeoutAttribute = "idle_timeout"
+)
+
 // EventTimeOf returns a stateful stage's event time: its event_time expression, or nil for the
 // entry's time. It is nil for stages of kinds without one.
 func EventTimeOf(s *Stage) *expr.Program {
-	if s.Config.Declares("event_time") {
-		return s.Config.Expr("event_time")
+	if s.Config.Declares(EventTimeAttribute) {
+		return s.Config.Expr(EventTimeAttribute)
 	}
 	return nil
 }
@@ -135,8 +142,8 @@ func stateful(s *Stage) bool {
 
 // idleTimeoutOf is how long a stateful stage lets its writers be idle before their watermarks move.
 func idleTimeoutOf(s *Stage) time.Duration {
-	if s.Config.Declares("idle_timeout") {
-		return s.Config.Duration("idle_timeout")
+	if s.Config.Declares(IdleTimeoutAttribute) {
+		return s.Config.Duration(IdleTimeoutAttribute)
 	}
 	return DefaultIdleTimeout
 }

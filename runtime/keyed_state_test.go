@@ -35,8 +35,8 @@ func init() {
 }`,
 		},
 		Traits: stages.StageTraits{Stateful: true},
-		NewStateful: func(s *flow.Stage, env stages.Env) (stages.StatefulProcessor, error) {
-			return &countStage{out: s.Output, forgetAt: int(s.Config.Int("forget_at"))}, nil
+		NewStateful: func(s *flow.Stage, env stages.Env) (stages.StatefulStage, error) {
+			return stages.StatefulStage{Processor: &countStage{out: s.Output, forgetAt: int(s.Config.Int("forget_at"))}}, nil
 		},
 	})
 }

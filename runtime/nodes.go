@@ -37,7 +37,7 @@ type node struct {
 	stateful  bool // the kind keeps per-key state (keyed_state.go)
 	// timers is the processor of a stateful stage whose kind has timers (timers.go); nil otherwise.
 	timers stages.TimerHandler
-	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StageTraits.FireAtEnd).
+	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StatefulStage.FireAtEnd).
 	fireAtEnd bool
 	// prefetch names the state keys of a batch's messages, to read them in one round trip
 	// (stages.StatePrefetcher); nil for kinds that cannot tell.
@@ -228,10 +228,13 @@ func (r *runner) addStage(s *flow.Stage) error {
 	h := &stageHandler{r: r, node: n, keepsKey: keyClaimOf(s, traits)}
 	var impl any
 	if n.stateful {
-		if h.stateful, err = stages.CompileStateful(s, env); err != nil {
+		compiled, err := stages.CompileStateful(s, env)
+		if err != nil {
 			return &ConfigError{err.Error()}
 		}
-		impl = h.stateful
+		h.stateful, impl = compiled.Processor, compiled.Processor
+		n.timers, n.fireAtEnd = compiled.TimerHandler, compiled.FireAtEnd
+		n.prefetch, n.outputWatermark = compiled.StatePrefetcher, compiled.OutputWatermarker
 	} else {
 		if h.proc, err = stages.Compile(s, env); err != nil {
 			return &ConfigError{err.Error()}
@@ -240,15 +243,6 @@ func (r *runner) addStage(s *flow.Stage) error {
 	}
 	h.lifecycle = lifecycle{impl}
 	n.handler = h
-	if th, ok := impl.(stages.TimerHandler); ok && n.stateful {
-		n.timers, n.fireAtEnd = th, traits.FireAtEnd
-	}
-	if p, ok := impl.(stages.StatePrefetcher); ok && n.stateful {
-		n.prefetch = p
-	}
-	if ow, ok := impl.(stages.OutputWatermarker); ok && n.stateful {
-		n.outputWatermark = ow
-	}
 	r.nodes = append(r.nodes, n)
 	if !s.FusedAfter() || r.opts.NoFusion {
 		r.addUnits(n) // a stage fused after another gets units only if its link runs as a stream (fuseChains)

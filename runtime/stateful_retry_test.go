@@ -34,8 +34,8 @@ func init() {
 }`,
 		},
 		Traits: stages.StageTraits{Stateful: true},
-		NewStateful: func(s *flow.Stage, env stages.Env) (stages.StatefulProcessor, error) {
-			return &windowStage{out: s.Output}, nil
+		NewStateful: func(s *flow.Stage, env stages.Env) (stages.StatefulStage, error) {
+			return stages.StatefulStage{Processor: &windowStage{out: s.Output}}, nil
 		},
 	})
 }

@@ -133,7 +133,29 @@ type Env struct {
 	Redact func(string) string
 }
 
-// StatefulProcessor is a compiled stateful stage (StageTraits.Stateful): Process gets, with each
+// StatefulStage is a compiled stateful stage (StageTraits.Stateful), as its kind's NewStateful makes
+// it: its processor, and each thing the runtime does with it besides Process, declared by setting
+// it. The runtime asks nothing else of the processor (whose lifecycle, Opener and io.Closer, is a
+// Processor's): a method that is not declared here is not called, so that what a stateful kind
+// can do is written in one place. CompileStateful checks that the declarations hold together.
+type StatefulStage struct {
+	Processor StatefulProcessor
+	// TimerHandler fires the stage's due timers; nil for a kind that sets none.
+	TimerHandler TimerHandler
+	// FireAtEnd makes every timer fire when a job's inputs are drained (flowrun run
+	// --until-drained), whatever the watermark: windows close, so that a job's output is complete.
+	// A kind whose timers forget (dedupe) leaves it unset. It needs a TimerHandler.
+	FireAtEnd bool
+	// StatePrefetcher names the state keys a batch's messages will read, to read them at once;
+	// nil: Process's reads go one by one.
+	StatePrefetcher StatePrefetcher
+	// OutputWatermarker says how late the stage's results can be, for a kind whose outputs are
+	// results of its own (flow.Kind.Results, which it then sets too); nil for a kind that passes
+	// on the messages it read, and with them its input's watermark.
+	OutputWatermarker OutputWatermarker
+}
+
+// StatefulProcessor is the processor of a stateful stage (StatefulStage): Process gets, with each
 // message, the state of the message's input partition as this attempt sees it. Like a Processor's,
 // it appends the outputs of m to out; an error fails the attempt, and its state writes with it.
 type StatefulProcessor interface {
@@ -183,40 +205,31 @@ type State interface {
 	Partition() int
 }
 
-// TimerHandler is implemented by stateful processors that use timers: OnTimer is called for each
-// due timer, earliest first, with the state of the batch; the timer is cancelled unless OnTimer
-// sets it again. An error keeps the timer, and the batch is processed again (a Permanent error
-// drops the timer, and is logged).
+// TimerHandler is what a stateful kind that uses timers declares (StatefulStage.TimerHandler):
+// OnTimer is called for each due timer, earliest first, with the state of the batch; the timer is
+// cancelled unless OnTimer sets it again. An error keeps the timer, and the batch is processed
+// again (a Permanent error drops the timer, and is logged).
 type TimerHandler interface {
 	OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error)
 }
 
-// OutputWatermarker is implemented by stateful kinds whose outputs are results of their own rather
-// than the messages they read (flow.Kind.Results: an aggregate's windows): OutputWatermark returns
-// the earliest event time a result it writes later can carry, given its input's watermark (for
-// windows, their start: the watermark less grace and the window's size), before its holds (see
-// State.Hold). The readers of its results take it as their watermark. A kind whose outputs are the
+// OutputWatermarker is what a stateful kind whose outputs are results of its own rather than the
+// messages it read declares (StatefulStage.OutputWatermarker, with flow.Kind.Results: an
+// aggregate's windows): OutputWatermark returns the earliest event time a result it writes later
+// can carry, given its input's watermark (for windows, their start: the watermark less grace and
+// the window's size), before its holds (see State.Hold). The readers of its results take it as their watermark. A kind whose outputs are the
 // messages it read passes its input's watermark on and needs none of this.
 type OutputWatermarker interface {
 	OutputWatermark(watermark time.Time) time.Time
 }
 
-// StatePrefetcher is implemented by stateful processors that can tell, before a batch is
-// processed, which state keys Process will read for a message: the runtime then reads a batch's
-// keys in one round trip, instead of one per key as Process asks. A key named but not read costs a
-// little; a key read but not named is read when Process asks. StateKeys appends to keys and
-// returns it; it may decode m, and must not change the state.
+// StatePrefetcher is what a stateful kind that can tell, before a batch is processed, which state
+// keys Process will read for a message declares (StatefulStage.StatePrefetcher): the runtime then
+// reads a batch's keys in one round trip, instead of one per key as Process asks. A key named but
+// not read costs a little; a key read but not named is read when Process asks. StateKeys appends
+// to keys and returns it; it may decode m, and must not change the state.
 type StatePrefetcher interface {
 	StateKeys(m *Message, keys []string) []string
-}
-
-// IdleAdvancer is implemented by timed stateful processors whose watermark must move while their
-// input is idle, so that their last windows close: once the pipeline's writers of the input have
-// had nothing to write for IdleTimeout (and nothing pending, no retry waiting), their watermarks
-// move on by the time that passes on the clock from then (never to the clock's now: event times may
-// lie in the past). The shortest IdleTimeout of the stateful stages a writer feeds is its own.
-type IdleAdvancer interface {
-	IdleTimeout() time.Duration
 }
 
 // Clock is the source of time of the kinds and of the runtime that runs them, so that a test can

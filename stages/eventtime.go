@@ -9,6 +9,10 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// A message's event time, and the headers that carry time from hop to hop: the event time of a
+// message whose own is its entry's (EventTimeHeader), and the watermarks where it entered the
+// pipeline (WatermarkHeader).
+
 // EventTime returns a message's event time: the value of the expression, an RFC 3339 string or Unix
 // milliseconds, or, without one, the time its entry was written (or, for a message a repartition
 // stage copied, the time its original entry was written: EventTimeHeader). A value of neither form
@@ -51,4 +55,40 @@ func EventTime(e *expr.Program, m *Message) (time.Time, error) {
 		return time.UnixMilli(ms), nil
 	}
 	return time.Time{}, Permanent(fmt.Errorf("the event time is %s, not an RFC 3339 string or Unix milliseconds", v))
+}
+
+// EventTimeHeader carries the event time, in Unix milliseconds, of a message whose event time is
+// the time its entry was first written (a stateful stage without event_time), or that an aggregate
+// gave its result: EventTime reads it in place of the time of the entry it arrives in. Sources and
+// the stages that read what comes from outside the pipeline set it, where it is needed.
+const EventTimeHeader = "flowrun-event-time"
+
+// WatermarkHeader starts the name of the headers that carry, for each time domain (flow.TimeDomain)
+// that stages after it read event time by, the watermark of the place the message entered the
+// pipeline (its source) as it was when the message was written there, in Unix milliseconds:
+// "flowrun-watermark:msg.ts". A stateful stage takes a message for late when it is late by that
+// watermark or by its own, so that what is late is what was late where it entered, whatever the
+// batches, partitions and processes on the way.
+const WatermarkHeader = "flowrun-watermark"
+
+// WatermarkHeaderOf names the header of a domain.
+func WatermarkHeaderOf(domain string) string {
+	if domain == "" {
+		return WatermarkHeader
+	}
+	return WatermarkHeader + ":" + domain
+}
+
+// CarriedWatermark returns the watermark a message carries for a domain (WatermarkHeader), in Unix
+// ms; 0 when it carries none.
+func CarriedWatermark(m *Message, domain string) int64 {
+	v := m.Headers[WatermarkHeaderOf(domain)]
+	if v == "" {
+		return 0
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return ms
 }

@@ -20,11 +20,14 @@ import (
 // runtime's own fields do, so that no key of the kinds can be it (flowrun inspect --state reads it).
 const KeyCountKey = "\x00keys"
 
+// maxKeysField is the attribute of the kinds that bound their keys.
+const maxKeysField = "max_keys"
+
 // maxKeysAttribute declares max_keys for a kind whose keys are what; until says when one stops
 // counting.
 func maxKeysAttribute(what, until string) flow.Attribute {
 	return flow.Attribute{
-		Name: "max_keys", Type: flow.TypeInteger, Min: flow.Bound(1), DefaultDoc: "no limit",
+		Name: maxKeysField, Type: flow.TypeInteger, Min: flow.Bound(1), DefaultDoc: "no limit",
 		Doc: "How many " + what + " the state of one input partition may hold. A message that would add one more " +
 			"is dead-lettered, saying so; the messages of those already held go on. " + until,
 	}
@@ -37,7 +40,7 @@ type keyLimit struct {
 }
 
 func newKeyLimit(s *flow.Stage) keyLimit {
-	return keyLimit{stage: s.Name, max: s.Config.Int("max_keys")}
+	return keyLimit{stage: s.Name, max: s.Config.Int(maxKeysField)}
 }
 
 // admit counts a new key in, or refuses it with a permanent error (its message is dead-lettered)
@@ -80,8 +83,8 @@ func MaxKeys(s *flow.Stage) int64 {
 		return 0
 	}
 	for _, a := range s.Spec.Attributes {
-		if a.Name == "max_keys" {
-			return s.Config.Int("max_keys")
+		if a.Name == maxKeysField {
+			return s.Config.Int(maxKeysField)
 		}
 	}
 	return 0

@@ -21,11 +21,12 @@ type StageKind struct {
 	// TraitsOf, when set, gives the traits of each stage from its configuration, in place of
 	// Traits, for a kind whose traits depend on it: a go stage is stateful when its function is.
 	TraitsOf func(config flow.Attrs) StageTraits
-	// New makes the processor of a stage that keeps no state; NewStateful that of a stateful one
-	// (StageTraits.Stateful), which gets its state with each message. A kind sets the one its
-	// traits call for, or both when they depend on the configuration.
+	// New makes the processor of a stage that keeps no state; NewStateful a stateful one
+	// (StageTraits.Stateful), whose processor gets its state with each message, with what else it
+	// does (timers, prefetching, a watermark of its results). A kind sets the one its traits call
+	// for, or both when they depend on the configuration.
 	New         func(s *flow.Stage, env Env) (Processor, error)
-	NewStateful func(s *flow.Stage, env Env) (StatefulProcessor, error)
+	NewStateful func(s *flow.Stage, env Env) (StatefulStage, error)
 }
 
 // TraitsFor returns the traits of a stage of the kind with this configuration.
@@ -43,19 +44,20 @@ type StageTraits struct {
 	// with side effects or waits (a Go function may call a service) run in lanes (concurrency).
 	Inline bool
 	// Stateful kinds keep per-key state and timers, which their processor (StatefulProcessor) gets
-	// with each message. Their stages need a lease per partition (an ordering other than "none"),
-	// so that one process at a time owns the state.
+	// with each message; what else the stage does, NewStateful declares (StatefulStage). Their
+	// stages need a lease per partition (an ordering other than "none"), so that one process at a
+	// time owns the state.
 	Stateful bool
-	// FireAtEnd makes every timer of a stateful kind fire when a job's inputs are drained (flowrun
-	// run --until-drained), whatever the watermark: windows close, so that a job's output is
-	// complete. A kind whose timers forget (dedupe) leaves it unset.
-	FireAtEnd bool
 	// KeepsKey declares that the kind's outputs keep the key of the message they came from
 	// (Output.Message.Key is the input's): filter, map and route do, a go stage does when its
 	// function is registered with KeepsKey. Only after such a stage may the next one run fused, in
 	// the same hop (flow.Kind.KeepsKey). The runtime holds a kind to it: an output with another key
 	// fails the message for good, and it is dead-lettered.
 	KeepsKey bool
+	// Conditional kinds pass a message on, or not, by conditions written in the stage's block:
+	// filter's where, route's cases. What such a stage filters was refused there, and flowrun
+	// test's explanation of a missing message points at the block.
+	Conditional bool
 }
 
 // SinkKind registers a kind of sink.
@@ -64,7 +66,8 @@ type SinkKind struct {
 	Traits SinkTraits
 	New    func(s *flow.Sink, env Env) (Sink, error)
 	// Streams, for a sink that writes to Redis (Write), lists the streams it writes to, so that
-	// the runtime checks its permissions on them before the run starts.
+	// the runtime checks its permissions on them before the run starts. It is what marks such a
+	// sink: flowrun test lets it write, as its writes stay in the test's own Redis.
 	Streams func(s *flow.Sink) []string
 }
 
@@ -189,14 +192,29 @@ func Compile(s *flow.Stage, env Env) (Processor, error) {
 	return k.New(s, env)
 }
 
-// CompileStateful builds the processor of a stateful stage of the plan.
-func CompileStateful(s *flow.Stage, env Env) (StatefulProcessor, error) {
+// CompileStateful builds a stateful stage of the plan, and checks that what its kind declares of
+// it holds together.
+func CompileStateful(s *flow.Stage, env Env) (StatefulStage, error) {
 	k, err := StageKindOf(s)
 	if err != nil {
-		return nil, err
+		return StatefulStage{}, err
 	}
 	if k.NewStateful == nil || !k.TraitsFor(s.Config).Stateful {
-		return nil, fmt.Errorf("stage %s: a %s stage keeps no state: Compile builds it", s.Name, s.Kind)
+		return StatefulStage{}, fmt.Errorf("stage %s: a %s stage keeps no state: Compile builds it", s.Name, s.Kind)
 	}
-	return k.NewStateful(s, env)
+	st, err := k.NewStateful(s, env)
+	if err != nil {
+		return StatefulStage{}, err
+	}
+	results := k.Spec.Results
+	switch {
+	case st.Processor == nil:
+		err = fmt.Errorf("stage %s: the %s kind made a stateful stage without a Processor", s.Name, s.Kind)
+	case st.FireAtEnd && st.TimerHandler == nil:
+		err = fmt.Errorf("stage %s: the %s kind fires its timers at the end, but declares no TimerHandler", s.Name, s.Kind)
+	case results != (st.OutputWatermarker != nil):
+		err = fmt.Errorf("stage %s: the %s kind writes results of its own (flow.Kind.Results: %v) but declares an OutputWatermarker: %v; a kind declares both or neither",
+			s.Name, s.Kind, results, st.OutputWatermarker != nil)
+	}
+	return st, err
 }

@@ -5,11 +5,36 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/flowrun/flowrun/internal/jsonscan"
 )
+
+// Message is one message as a stage function sees it.
+type Message struct {
+	// Key is the message's key: it picks the partition and orders the messages of one key. A function
+	// may change it, unless it is registered with KeepsKey; the output topic's key expression, if
+	// any, recomputes it.
+	Key string
+	// Value is the message's JSON payload, decoded: strings, json.Number numbers (which keep every
+	// digit of large ids), bools, nil, []any and map[string]any. A function may modify and return it.
+	Value map[string]any
+	// Headers travel with the message from hop to hop (trace context is carried separately).
+	Headers map[string]string
+	// EntryTime is when the message's entry was added to the stream it was read from (its ID's
+	// time): the event time of a message that carries none. Zero for a message a kind made.
+	EntryTime time.Time
+
+	// raw is the payload as it arrived, kept while it still describes the message so that it can be
+	// passed on without decoding and encoding it again.
+	raw []byte
+	// checked: raw was checked as it was read (NewEntryMessage), so Decode need not check it again.
+	checked bool
+	// sizeHint is the length of the payload the message arrived with, once raw no longer holds it.
+	sizeHint int
+}
 
 // NewMessage returns a message whose payload is decoded only when something needs its fields, so
 // that a stage that passes messages on unchanged never pays for JSON.

@@ -68,8 +68,8 @@ stage "st" {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prefetcher, ok := proc.(StatePrefetcher)
-			if !ok {
+			prefetcher := proc.StatePrefetcher
+			if prefetcher == nil {
 				t.Fatal("the kind names no state keys ahead")
 			}
 			ctx := context.Background()
@@ -78,7 +78,7 @@ stage "st" {
 				named := prefetcher.StateKeys(&m, nil)
 				st.read = nil
 				st.observe(&m)
-				if _, err := proc.Process(ctx, st, &m, nil); err != nil {
+				if _, err := proc.Processor.Process(ctx, st, &m, nil); err != nil {
 					t.Fatal(err)
 				}
 				for _, k := range st.read {

@@ -9,6 +9,14 @@ import (
 	"github.com/flowrun/flowrun/flow"
 )
 
+// The file sink's attributes, and the values of mode.
+const (
+	fileSinkFieldPath    = "path"
+	fileSinkFieldMode    = "mode"
+	fileSinkModeAppend   = "append"
+	fileSinkModeTruncate = "truncate"
+)
+
 // The file sink appends each message's payload as a line of JSON to a file, and syncs the file
 // before the batch is acknowledged, so that an acknowledged message is on disk.
 func init() {
@@ -18,9 +26,9 @@ func init() {
 			Doc: "Appends each message as a line of JSON to a file, and syncs the file before it acknowledges " +
 				"a batch. The file and the directories above it are created when missing.",
 			Attributes: []flow.Attribute{
-				{Name: "path", Type: flow.TypeString, Required: true, Doc: "The file to write to; a relative path is relative to the working directory."},
+				{Name: fileSinkFieldPath, Type: flow.TypeString, Required: true, Doc: "The file to write to; a relative path is relative to the working directory."},
 				{
-					Name: "mode", Type: flow.TypeString, Default: "append", Enum: []string{"append", "truncate"},
+					Name: fileSinkFieldMode, Type: flow.TypeString, Default: fileSinkModeAppend, Enum: []string{fileSinkModeAppend, fileSinkModeTruncate},
 					Doc: "append adds to what the file holds; truncate empties it once, when the run starts, for a " +
 						"job whose output replaces the last run's. Every process that runs the sink empties it " +
 						"when it starts, so a pipeline shared by processes on one machine appends.",
@@ -35,7 +43,7 @@ func init() {
 		},
 		Traits: SinkTraits{Inline: true},
 		New: func(s *flow.Sink, _ Env) (Sink, error) {
-			return &fileSink{path: s.Config.String("path"), truncate: s.Config.String("mode") == "truncate"}, nil
+			return &fileSink{path: s.Config.String(fileSinkFieldPath), truncate: s.Config.String(fileSinkFieldMode) == fileSinkModeTruncate}, nil
 		},
 	})
 }

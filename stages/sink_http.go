@@ -13,6 +13,14 @@ import (
 	"github.com/flowrun/flowrun/flow"
 )
 
+// The http sink's attributes.
+const (
+	httpSinkFieldURL     = "url"
+	httpSinkFieldMethod  = "method"
+	httpSinkFieldHeaders = "headers"
+	httpSinkFieldTimeout = "timeout"
+)
+
 // The http sink sends each message as a JSON request body. 2xx is success; 408, 429, 5xx and
 // network errors are transient (the sink pauses until the service is back); any other status fails
 // the message for good.
@@ -23,13 +31,13 @@ func init() {
 			Doc: "Sends each message as a JSON request body. 2xx is success; 408, 429 and 5xx are retried; " +
 				"other 4xx fail for good.",
 			Attributes: []flow.Attribute{
-				{Name: "url", Type: flow.TypeString, Required: true, Doc: "The URL to send to."},
+				{Name: httpSinkFieldURL, Type: flow.TypeString, Required: true, Doc: "The URL to send to."},
 				{
-					Name: "method", Type: flow.TypeString, Default: "POST",
+					Name: httpSinkFieldMethod, Type: flow.TypeString, Default: "POST",
 					Enum: []string{"POST", "PUT", "PATCH"}, Doc: "The request method.",
 				},
-				{Name: "headers", Type: flow.TypeStringMap, Doc: "Request headers, such as { Authorization = \"Bearer ${var.token}\" }."},
-				{Name: "timeout", Type: flow.TypeDuration, Default: 10 * time.Second, Doc: "How long one request may take."},
+				{Name: httpSinkFieldHeaders, Type: flow.TypeStringMap, Doc: "Request headers, such as { Authorization = \"Bearer ${var.token}\" }."},
+				{Name: httpSinkFieldTimeout, Type: flow.TypeDuration, Default: 10 * time.Second, Doc: "How long one request may take."},
 			},
 			Example: `sink "webhook" {
   kind    = "http"
@@ -42,8 +50,8 @@ func init() {
 		New: func(s *flow.Sink, env Env) (Sink, error) {
 			return &httpSink{
 				client: env.HTTPClient, clock: env.Clock, redact: env.Redact,
-				url: s.Config.String("url"), method: s.Config.String("method"),
-				headers: s.Config.StringMap("headers"), timeout: s.Config.Duration("timeout"),
+				url: s.Config.String(httpSinkFieldURL), method: s.Config.String(httpSinkFieldMethod),
+				headers: s.Config.StringMap(httpSinkFieldHeaders), timeout: s.Config.Duration(httpSinkFieldTimeout),
 			}, nil
 		},
 	})

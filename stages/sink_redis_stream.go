@@ -6,6 +6,12 @@ import (
 	"github.com/flowrun/flowrun/flow"
 )
 
+// The redis_stream sink's attributes.
+const (
+	streamSinkFieldStream = "stream"
+	streamSinkFieldMaxLen = "max_len"
+)
+
 // The redis_stream sink appends each message to a stream that other applications read, in the same
 // round trip that acknowledges the batch (a Write).
 func init() {
@@ -14,8 +20,8 @@ func init() {
 			Name: "redis_stream",
 			Doc:  "Appends each message to a Redis stream that other applications read.",
 			Attributes: []flow.Attribute{
-				{Name: "stream", Type: flow.TypeString, Required: true, Doc: "The stream's key, used as it is (the pipeline's key_prefix does not apply)."},
-				{Name: "max_len", Type: flow.TypeInteger, Min: flow.Bound(1), Doc: "Caps the stream at about this many entries (XADD MAXLEN ~)."},
+				{Name: streamSinkFieldStream, Type: flow.TypeString, Required: true, Doc: "The stream's key, used as it is (the pipeline's key_prefix does not apply)."},
+				{Name: streamSinkFieldMaxLen, Type: flow.TypeInteger, Min: flow.Bound(1), Doc: "Caps the stream at about this many entries (XADD MAXLEN ~)."},
 			},
 			Example: `sink "to_billing" {
   kind   = "redis_stream"
@@ -25,9 +31,9 @@ func init() {
 		},
 		Traits: SinkTraits{Inline: true},
 		New: func(s *flow.Sink, _ Env) (Sink, error) {
-			return &streamSink{stream: s.Config.String("stream"), maxLen: s.Config.Int("max_len")}, nil
+			return &streamSink{stream: s.Config.String(streamSinkFieldStream), maxLen: s.Config.Int(streamSinkFieldMaxLen)}, nil
 		},
-		Streams: func(s *flow.Sink) []string { return []string{s.Config.String("stream")} },
+		Streams: func(s *flow.Sink) []string { return []string{s.Config.String(streamSinkFieldStream)} },
 	})
 }
 

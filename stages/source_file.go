@@ -15,6 +15,11 @@ import (
 	"github.com/flowrun/flowrun/flow"
 )
 
+// The file source's attributes.
+const (
+	fileSourceFieldPath = "path"
+)
+
 // The file source reads a file of JSON lines (see jsonlines.go), one message per line, and ends at
 // the end of the file.
 //
@@ -29,7 +34,7 @@ func init() {
 			Name: "file",
 			Doc:  "Reads a file of JSON lines, one message per line, and ends at the end of the file.",
 			Attributes: []flow.Attribute{
-				{Name: "path", Type: flow.TypeString, Required: true, Doc: "The file to read; a relative path is relative to the working directory (use path.pipeline for files next to the pipeline)."},
+				{Name: fileSourceFieldPath, Type: flow.TypeString, Required: true, Doc: "The file to read; a relative path is relative to the working directory (use path.pipeline for files next to the pipeline)."},
 			},
 			Example: `source "orders_file" {
   kind   = "file"
@@ -39,7 +44,7 @@ func init() {
 		},
 		Traits: SourceTraits{Resumes: true},
 		New: func(s *flow.Source, env Env) (Source, error) {
-			return &fileSource{path: s.Config.String("path"), env: env}, nil
+			return &fileSource{path: s.Config.String(fileSourceFieldPath), env: env}, nil
 		},
 	})
 }

@@ -10,6 +10,13 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The generate source's attributes.
+const (
+	generateSourceFieldCount    = "count"
+	generateSourceFieldRate     = "rate"
+	generateSourceFieldTemplate = "template"
+)
+
 // The generate source produces messages from a template, at most rate per second: for demos, load
 // tests and synthetic data. A restarted generate source starts from its first message again.
 func init() {
@@ -18,10 +25,10 @@ func init() {
 			Name: "generate",
 			Doc:  "Generates messages from a template: for demos, load tests and synthetic data.",
 			Attributes: []flow.Attribute{
-				{Name: "count", Type: flow.TypeInteger, Min: flow.Bound(0), Doc: "How many messages to generate; without it the source never ends."},
-				{Name: "rate", Type: flow.TypeNumber, Min: flow.Bound(0), Doc: "Messages per second; without it, as fast as the pipeline takes them."},
+				{Name: generateSourceFieldCount, Type: flow.TypeInteger, Min: flow.Bound(0), Doc: "How many messages to generate; without it the source never ends."},
+				{Name: generateSourceFieldRate, Type: flow.TypeNumber, Min: flow.Bound(0), Doc: "Messages per second; without it, as fast as the pipeline takes them."},
 				{
-					Name: "template", Type: flow.TypeMessageFields, Required: true, Roots: []string{"index"},
+					Name: generateSourceFieldTemplate, Type: flow.TypeMessageFields, Required: true, Roots: []string{"index"},
 					Doc: "The fields of each message, as expressions where index is the message number, from 0.",
 				},
 			},
@@ -38,16 +45,16 @@ func init() {
 		},
 		Traits: SourceTraits{
 			Finite: func(config flow.Attrs) (bool, int64) {
-				if !config.Has("count") {
+				if !config.Has(generateSourceFieldCount) {
 					return false, -1
 				}
-				return true, config.Int("count")
+				return true, config.Int(generateSourceFieldCount)
 			},
 		},
 		New: func(s *flow.Source, env Env) (Source, error) {
-			g := &generateSource{clock: env.Clock, rate: s.Config.Float("rate"), template: s.Config.Fields("template"), count: -1}
-			if s.Config.Has("count") {
-				g.count = s.Config.Int("count")
+			g := &generateSource{clock: env.Clock, rate: s.Config.Float(generateSourceFieldRate), template: s.Config.Fields(generateSourceFieldTemplate), count: -1}
+			if s.Config.Has(generateSourceFieldCount) {
+				g.count = s.Config.Int(generateSourceFieldCount)
 			}
 			return g, nil
 		},

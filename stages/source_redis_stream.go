@@ -4,6 +4,15 @@ import (
 	"github.com/flowrun/flowrun/flow"
 )
 
+// The redis_stream source's attributes, and the values of start.
+const (
+	streamSourceFieldStream   = "stream"
+	streamSourceFieldGroup    = "group"
+	streamSourceFieldStart    = "start"
+	streamSourceStartEarliest = "earliest"
+	streamSourceStartLatest   = "latest"
+)
+
 // The redis_stream source reads a stream that other applications write, through a consumer group of
 // its own, and passes each entry to its output topic. The runtime reads it like a stage's input (a
 // StreamSource), with a single lease so that one process reads the stream in order; the group
@@ -17,10 +26,10 @@ func init() {
 				"group, so that a restart resumes where it stopped. An entry with a payload field is that JSON; " +
 				"any other entry becomes an object of its fields.",
 			Attributes: []flow.Attribute{
-				{Name: "stream", Type: flow.TypeString, Required: true, Doc: "The stream's key, used as it is (the pipeline's key_prefix does not apply)."},
-				{Name: "group", Type: flow.TypeString, DefaultDoc: `"flowrun." followed by the pipeline and source names`, Doc: "The consumer group the source reads through."},
+				{Name: streamSourceFieldStream, Type: flow.TypeString, Required: true, Doc: "The stream's key, used as it is (the pipeline's key_prefix does not apply)."},
+				{Name: streamSourceFieldGroup, Type: flow.TypeString, DefaultDoc: `"flowrun." followed by the pipeline and source names`, Doc: "The consumer group the source reads through."},
 				{
-					Name: "start", Type: flow.TypeString, Default: "earliest", Enum: []string{"earliest", "latest"},
+					Name: streamSourceFieldStart, Type: flow.TypeString, Default: streamSourceStartEarliest, Enum: []string{streamSourceStartEarliest, streamSourceStartLatest},
 					Doc: "Where a new consumer group starts: earliest reads what the stream already holds, latest only what is added afterwards.",
 				},
 			},
@@ -30,13 +39,13 @@ func init() {
   output = topic.orders
 }`,
 			Check: func(c *flow.KindCheck) {
-				c.Config.SetDefault("group", "flowrun."+c.Pipeline+"."+c.Name)
+				c.Config.SetDefault(streamSourceFieldGroup, "flowrun."+c.Pipeline+"."+c.Name)
 			},
 		},
 		Stream: func(s *flow.Source) StreamSource {
 			return StreamSource{
-				Stream: s.Config.String("stream"), Group: s.Config.String("group"),
-				StartLatest: s.Config.String("start") == "latest",
+				Stream: s.Config.String(streamSourceFieldStream), Group: s.Config.String(streamSourceFieldGroup),
+				StartLatest: s.Config.String(streamSourceFieldStart) == streamSourceStartLatest,
 			}
 		},
 	})

@@ -427,3 +427,18 @@ func TestAnEventLateForSomeOfItsWindows(t *testing.T) {
 		})
 	}
 }
+
+// Every aggregate function that the language accepts is one entry of the kind's table, and the
+// table has no entry the language does not accept.
+func TestAggregateFunctionsAreTheLanguages(t *testing.T) {
+	for name := range flow.AggregateFuncs {
+		if fn, ok := aggregateFunctions[name]; !ok || fn.add == nil || fn.merge == nil || fn.value == nil {
+			t.Errorf("the language's aggregate function %s() has no add, merge and value in aggregateFunctions", name)
+		}
+	}
+	for name := range aggregateFunctions {
+		if _, ok := flow.AggregateFuncs[name]; !ok {
+			t.Errorf("aggregateFunctions has %s(), which the language does not accept (flow.AggregateFuncs)", name)
+		}
+	}
+}

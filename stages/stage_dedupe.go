@@ -11,6 +11,14 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The dedupe stage's attributes, and the values of duplicates.
+const (
+	dedupeFieldKey        = "key"
+	dedupeFieldWithin     = "within"
+	dedupeFieldDuplicates = "duplicates"
+	dedupeDuplicatesDrop  = "drop"
+)
+
 // The dedupe stage passes on the first message of each key and drops, or routes, the messages of
 // the same key that follow within a span of event time. Its memory of a key is state of the input
 // partition, committed with the acks: a crash neither forgets a key nor remembers one twice.
@@ -18,21 +26,21 @@ func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
 			Name:     "dedupe",
-			StateKey: "key",
+			StateKey: dedupeFieldKey,
 			Doc: "Passes on the first message of each key and drops (or sends to a topic) every later message of " +
 				"the same key whose event time is less than within apart from the first's. A key is forgotten once " +
 				"the partition's watermark (the latest event time it has seen) is within past its first message. " +
 				"A key's messages must share a partition: where the input topic is keyed otherwise, the stage reads a " +
 				"repartition topic keyed by the key (<stage>.by_key), and its outputs are keyed by it.",
 			Attributes: []flow.Attribute{
-				{Name: "key", Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true, Doc: "What makes two messages the same, such as msg.order_id."},
-				{Name: "within", Type: flow.TypeDuration, Required: true, Doc: "How long a key is remembered, in event time."},
+				{Name: dedupeFieldKey, Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg"}, Deterministic: true, Doc: "What makes two messages the same, such as msg.order_id."},
+				{Name: dedupeFieldWithin, Type: flow.TypeDuration, Required: true, Doc: "How long a key is remembered, in event time."},
 				{
-					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
+					Name: flow.EventTimeAttribute, Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
 					Doc: "The message's event time: an RFC 3339 string, or Unix milliseconds.",
 				},
 				{
-					Name: "duplicates", Type: flow.TypeTopicOrChoice, Enum: []string{"drop"}, Default: "drop",
+					Name: dedupeFieldDuplicates, Type: flow.TypeTopicOrChoice, Enum: []string{dedupeDuplicatesDrop}, Default: dedupeDuplicatesDrop,
 					Doc: `Where duplicates go: "drop" (they are counted as filtered), or topic.NAME.`,
 				},
 				maxKeysAttribute("remembered keys", "A key counts until the timer that forgets it fires, at the end of the batch whose watermark passed it."),
@@ -46,17 +54,18 @@ func init() {
   duplicates = "drop"
 }`,
 			Check: func(c *flow.KindCheck) {
-				if c.Has("within") && c.Config.Duration("within") <= 0 {
-					c.Errorf("within", "Invalid within", "within must be a positive duration, such as \"24h\".")
+				if c.Has(dedupeFieldWithin) && c.Config.Duration(dedupeFieldWithin) <= 0 {
+					c.Errorf(dedupeFieldWithin, "Invalid within", "within must be a positive duration, such as \"24h\".")
 				}
 			},
 		},
 		Traits: StageTraits{Stateful: true, KeepsKey: true},
-		NewStateful: func(s *flow.Stage, env Env) (StatefulProcessor, error) {
-			d := &dedupeStage{out: s.Output, key: s.Config.Expr("key"), eventTime: s.Config.Expr("event_time"),
-				within: s.Config.Duration("within"), keys: newKeyLimit(s)}
-			d.duplicates, _ = s.Config.TopicOrChoice("duplicates")
-			return d, nil
+		NewStateful: func(s *flow.Stage, env Env) (StatefulStage, error) {
+			d := &dedupeStage{out: s.Output, key: s.Config.Expr(dedupeFieldKey), eventTime: flow.EventTimeOf(s),
+				within: s.Config.Duration(dedupeFieldWithin), keys: newKeyLimit(s)}
+			d.duplicates, _ = s.Config.TopicOrChoice(dedupeFieldDuplicates)
+			// Its timers forget keys: they do not fire at a job's end, and stay for the next run.
+			return StatefulStage{Processor: d, TimerHandler: d, StatePrefetcher: d}, nil
 		},
 	})
 }

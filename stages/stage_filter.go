@@ -7,6 +7,11 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The filter stage's attributes.
+const (
+	filterFieldWhere = "where"
+)
+
 // The filter stage passes on the messages for which where holds and drops the others.
 func init() {
 	RegisterStage(StageKind{
@@ -14,7 +19,7 @@ func init() {
 			Name: "filter",
 			Doc:  "Passes on the messages for which where holds and drops the others.",
 			Attributes: []flow.Attribute{
-				{Name: "where", Type: flow.TypeMessageBool, Required: true, Roots: []string{"msg"}, Doc: "The condition a message must meet to pass."},
+				{Name: filterFieldWhere, Type: flow.TypeMessageBool, Required: true, Roots: []string{"msg"}, Doc: "The condition a message must meet to pass."},
 			},
 			Example: `stage "big_orders" {
   kind   = "filter"
@@ -23,9 +28,9 @@ func init() {
   where  = msg.amount > 100 && msg.country == "DE"
 }`,
 		},
-		Traits: StageTraits{Inline: true, KeepsKey: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true, Conditional: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
-			return &filterStage{out: s.Output, where: s.Config.Expr("where")}, nil
+			return &filterStage{out: s.Output, where: s.Config.Expr(filterFieldWhere)}, nil
 		},
 	})
 }

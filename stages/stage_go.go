@@ -11,6 +11,11 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The go stage's attributes.
+const (
+	goFieldFunc = "func"
+)
+
 // The go stage runs a Go function registered with Register, or with RegisterStateful: a stage that
 // calls a stateful function is itself stateful (its traits depend on its func).
 func init() {
@@ -24,9 +29,9 @@ func init() {
 				"keeps state per key and sets timers in event time, in its input partition, committed with " +
 				"the acknowledgements: its stage is stateful, like a dedupe or aggregate stage.",
 			Attributes: []flow.Attribute{
-				{Name: "func", Type: flow.TypeString, Required: true, Doc: "The registered name of the function, such as \"acme.score\"."},
+				{Name: goFieldFunc, Type: flow.TypeString, Required: true, Doc: "The registered name of the function, such as \"acme.score\"."},
 				{
-					Name: "event_time", Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
+					Name: flow.EventTimeAttribute, Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true, DefaultDoc: "the time the message's entry was written",
 					Doc: "For a stateful function only: the message's event time, an RFC 3339 string or Unix milliseconds. " +
 						"The partition's watermark, the latest event time it has seen, makes the function's timers due.",
 				},
@@ -38,15 +43,14 @@ func init() {
   output = topic.scored
 }`,
 			Check:  checkGoFunc,
-			Detail: func(config flow.Attrs) string { return "go stage: " + config.String("func") },
+			Detail: func(config flow.Attrs) string { return "go stage: " + config.String(goFieldFunc) },
 		},
 		TraitsOf: func(config flow.Attrs) StageTraits {
-			name := config.String("func")
-			fn, ok := LookupStateful(name)
-			if !ok {
-				return StageTraits{KeepsKey: FuncKeepsKey(name)}
+			name := config.String(goFieldFunc)
+			if _, stateful := LookupStateful(name); stateful {
+				return StageTraits{Stateful: true}
 			}
-			return StageTraits{Stateful: true, FireAtEnd: fn.FireAtEnd}
+			return StageTraits{KeepsKey: FuncKeepsKey(name)}
 		},
 		New:         newGoStage,
 		NewStateful: newStatefulGoStage,
@@ -56,12 +60,12 @@ func init() {
 // checkGoFunc reports a go stage whose function is not registered in this binary, and an event_time
 // for a function that keeps no state.
 func checkGoFunc(c *flow.KindCheck) {
-	name := c.Config.String("func")
-	if _, plain := Lookup(name); plain && c.Has("event_time") {
-		c.Errorf("event_time", "Event time of a stateless function",
+	name := c.Config.String(goFieldFunc)
+	if _, plain := Lookup(name); plain && c.Has(flow.EventTimeAttribute) {
+		c.Errorf(flow.EventTimeAttribute, "Event time of a stateless function",
 			"%q keeps no state, so it has no use for event time: event_time is for functions registered with stages.RegisterStateful.", name)
 	}
-	if !c.Has("func") || name == "" || slices.Contains(c.GoFuncs, name) {
+	if !c.Has(goFieldFunc) || name == "" || slices.Contains(c.GoFuncs, name) {
 		return
 	}
 	detail := fmt.Sprintf("No Go stage function %q is registered in this flowrun binary.%s", name, flow.DidYouMean(name, c.GoFuncs))
@@ -69,13 +73,13 @@ func checkGoFunc(c *flow.KindCheck) {
 		detail += fmt.Sprintf(" Registered: %s.", flow.QuotedList(c.GoFuncs))
 	}
 	detail += " Functions are registered with stages.Register and compiled into a custom binary (see examples/plugins)."
-	c.Errorf("func", "Unknown Go stage function", "%s", detail)
+	c.Errorf(goFieldFunc, "Unknown Go stage function", "%s", detail)
 }
 
 // newGoStage finds the stage's function: env.Functions first, so that a test's mock stands in for a
 // function (a mock keeps no state), then the registered ones.
 func newGoStage(s *flow.Stage, env Env) (Processor, error) {
-	name := s.Config.String("func")
+	name := s.Config.String(goFieldFunc)
 	lookup := env.Functions
 	if lookup == nil {
 		lookup = Lookup
@@ -87,23 +91,24 @@ func newGoStage(s *flow.Stage, env Env) (Processor, error) {
 }
 
 // newStatefulGoStage finds the stage's stateful function (RegisterStateful); a test's mock of it
-// (env.Functions) stands in for it, keeping no state.
-func newStatefulGoStage(s *flow.Stage, env Env) (StatefulProcessor, error) {
-	name := s.Config.String("func")
+// (env.Functions) stands in for it, keeping no state and setting no timers. The stage has timers
+// when the function has OnTimer, and fires them at a job's end when it asks for it (FireAtEnd).
+func newStatefulGoStage(s *flow.Stage, env Env) (StatefulStage, error) {
+	name := s.Config.String(goFieldFunc)
 	if env.Functions != nil {
 		if fn, ok := env.Functions(name); ok {
-			return mockedStatefulStage{&goStage{out: s.Output, fn: fn}}, nil
+			return StatefulStage{Processor: mockedStatefulStage{&goStage{out: s.Output, fn: fn}}}, nil
 		}
 	}
 	fn, ok := LookupStateful(name)
 	if !ok {
-		return nil, fmt.Errorf("stage %s: no stateful Go stage function %q is registered in this binary", s.Name, name)
+		return StatefulStage{}, fmt.Errorf("stage %s: no stateful Go stage function %q is registered in this binary", s.Name, name)
 	}
-	st := &statefulGoStage{out: s.Output, fn: fn, eventTime: s.Config.Expr("event_time")}
-	if fn.OnTimer != nil {
-		return &timedGoStage{st}, nil
+	st := &statefulGoStage{out: s.Output, fn: fn, eventTime: flow.EventTimeOf(s)}
+	if fn.OnTimer == nil {
+		return StatefulStage{Processor: st}, nil
 	}
-	return st, nil
+	return StatefulStage{Processor: st, TimerHandler: st, FireAtEnd: fn.FireAtEnd}, nil
 }
 
 // goStage calls a registered Go function.
@@ -145,10 +150,8 @@ func (s mockedStatefulStage) Process(ctx context.Context, _ State, m *Message, o
 	return s.goStage.Process(ctx, m, out)
 }
 
-// timedGoStage is a stateful function with OnTimer: the runtime fires its timers (TimerHandler).
-type timedGoStage struct{ *statefulGoStage }
-
-func (s *timedGoStage) OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error) {
+// OnTimer calls the function's OnTimer: the stage declares it (TimerHandler) only when it has one.
+func (s *statefulGoStage) OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error) {
 	state := funcState{State: st, timers: true}
 	return call(s.out, out, func() ([]Message, error) { return s.fn.OnTimer(ctx, name, at, state) })
 }

@@ -82,10 +82,10 @@ func TestStatefulGoStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr := kind.TraitsFor(total.Config); !tr.Stateful || !tr.FireAtEnd || tr.Inline {
+	if tr := kind.TraitsFor(total.Config); !tr.Stateful || tr.Inline {
 		t.Fatalf("traits of a stage of test.total: %+v", tr)
 	}
-	if tr := kind.TraitsFor(untimed.Config); !tr.Stateful || tr.FireAtEnd {
+	if tr := kind.TraitsFor(untimed.Config); !tr.Stateful {
 		t.Fatalf("traits of a stage of test.untimed: %+v", tr)
 	}
 	if tr := kind.TraitsFor(plan(t, splitStage+sinkA).Stage("split").Config); tr.Stateful {
@@ -104,7 +104,7 @@ func TestStatefulGoStage(t *testing.T) {
 	for i, at := range []int64{60_000, 30_000} {
 		m := NewMessage("k", []byte(`{"n": 5, "at": `+strconv.FormatInt(at, 10)+`}`), nil)
 		state.observe(&m)
-		outs, err := proc.Process(context.Background(), state, &m, nil)
+		outs, err := proc.Processor.Process(context.Background(), state, &m, nil)
 		if err != nil || len(outs) != 1 || outs[0].Topic != total.Output || outs[0].Message.Value["total"] != 5*(i+1) {
 			t.Fatalf("message %d: %+v, %v", i, outs, err)
 		}
@@ -114,9 +114,9 @@ func TestStatefulGoStage(t *testing.T) {
 	if state.timers["k"] != 120_000 || string(state.values["k"]) != "10" {
 		t.Fatalf("state after two messages: %v, timers %v", state.values, state.timers)
 	}
-	th, ok := proc.(TimerHandler)
-	if !ok {
-		t.Fatal("a stateful function with OnTimer is no TimerHandler")
+	th := proc.TimerHandler
+	if th == nil || !proc.FireAtEnd {
+		t.Fatalf("a stateful function with OnTimer and FireAtEnd declares timers %v, fired at the end %v", th, proc.FireAtEnd)
 	}
 	outs, err := th.OnTimer(context.Background(), state, "k", time.UnixMilli(120_000), nil)
 	if err != nil || len(outs) != 1 || outs[0].Topic != total.Output || outs[0].Message.Value["total"] != "10" || len(state.values) != 0 {
@@ -126,7 +126,7 @@ func TestStatefulGoStage(t *testing.T) {
 		t.Fatalf("a panicking OnTimer: %v", err)
 	}
 	bad := NewMessage("k", []byte(`{"n": 1, "at": "yesterday"}`), nil)
-	if _, err := proc.Process(context.Background(), state, &bad, nil); !IsPermanent(err) {
+	if _, err := proc.Processor.Process(context.Background(), state, &bad, nil); !IsPermanent(err) {
 		t.Fatalf("an event time of neither form: %v", err)
 	}
 
@@ -134,12 +134,12 @@ func TestStatefulGoStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := proc.(TimerHandler); ok {
-		t.Fatal("a stateful function without OnTimer is a TimerHandler: its stage would look for due timers in every batch")
+	if proc.TimerHandler != nil || proc.FireAtEnd {
+		t.Fatal("a stateful function without OnTimer declares timers: its stage would look for due timers in every batch")
 	}
 	m := NewMessage("k", []byte(`{}`), nil)
 	m.EntryTime = time.UnixMilli(1)
-	if _, err := proc.Process(context.Background(), newMemState(), &m, nil); !IsPermanent(err) || !errors.Is(err, errNoOnTimer) {
+	if _, err := proc.Processor.Process(context.Background(), newMemState(), &m, nil); !IsPermanent(err) || !errors.Is(err, errNoOnTimer) {
 		t.Fatalf("a timer set without OnTimer: %v", err)
 	}
 
@@ -150,11 +150,11 @@ func TestStatefulGoStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, timed := mocked.(TimerHandler); timed {
+	if mocked.TimerHandler != nil {
 		t.Fatal("a mock of a stateful function fires its timers")
 	}
 	mm := NewMessage("k", []byte(`{"n": 1}`), nil)
-	if outs, err := mocked.Process(context.Background(), newMemState(), &mm, nil); err != nil || len(outs) != 1 || outs[0].Message.Value["total"] != nil {
+	if outs, err := mocked.Processor.Process(context.Background(), newMemState(), &mm, nil); err != nil || len(outs) != 1 || outs[0].Message.Value["total"] != nil {
 		t.Fatalf("the mock: %+v, %v", outs, err)
 	}
 }

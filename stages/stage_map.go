@@ -7,6 +7,12 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The map stage's attributes.
+const (
+	mapFieldSet  = "set"
+	mapFieldDrop = "drop"
+)
+
 // The map stage changes each message: set adds or replaces fields, then drop removes fields.
 func init() {
 	RegisterStage(StageKind{
@@ -14,8 +20,8 @@ func init() {
 			Name: "map",
 			Doc:  "Changes each message: set adds or replaces fields, then drop removes fields.",
 			Attributes: []flow.Attribute{
-				{Name: "set", Type: flow.TypeMessageFields, Roots: []string{"msg"}, Doc: "Fields to add or replace, as an object of expressions over msg."},
-				{Name: "drop", Type: flow.TypeStringList, Doc: "Names of fields to remove."},
+				{Name: mapFieldSet, Type: flow.TypeMessageFields, Roots: []string{"msg"}, Doc: "Fields to add or replace, as an object of expressions over msg."},
+				{Name: mapFieldDrop, Type: flow.TypeStringList, Doc: "Names of fields to remove."},
 			},
 			Example: `stage "enrich" {
   kind   = "map"
@@ -28,14 +34,14 @@ func init() {
   drop = ["internal_note"]
 }`,
 			Check: func(c *flow.KindCheck) {
-				if !c.Has("set") && !c.Has("drop") {
+				if !c.Has(mapFieldSet) && !c.Has(mapFieldDrop) {
 					c.Warnf("", "Map stage changes nothing", "Give it set, drop or both; as it is, it passes messages on unchanged.")
 				}
 			},
 		},
 		Traits: StageTraits{Inline: true, KeepsKey: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
-			return &mapStage{out: s.Output, set: s.Config.Fields("set"), drop: s.Config.Strings("drop")}, nil
+			return &mapStage{out: s.Output, set: s.Config.Fields(mapFieldSet), drop: s.Config.Strings(mapFieldDrop)}, nil
 		},
 	})
 }

@@ -7,6 +7,14 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The route stage's attributes and blocks, and the attributes of a case.
+const (
+	routeFieldDefault = "default"
+	routeBlockCase    = "case"
+	caseFieldWhen     = "when"
+	caseFieldOutput   = "output"
+)
+
 // The route stage sends each message to the output of the first case whose condition holds.
 func init() {
 	RegisterStage(StageKind{
@@ -15,7 +23,7 @@ func init() {
 			Doc:        "Sends each message to the output of the first case whose condition holds, or to default.",
 			OutputsDoc: "the outputs of its case blocks and its default",
 			Attributes: []flow.Attribute{
-				{Name: "default", Type: flow.TypeTopicRef, Doc: "The topic for messages that match no case; without it they are dropped and counted."},
+				{Name: routeFieldDefault, Type: flow.TypeTopicRef, Doc: "The topic for messages that match no case; without it they are dropped and counted."},
 			},
 			Blocks: []flow.NestedBlock{{Spec: caseSpec, Min: 1}},
 			Example: `stage "by_region" {
@@ -33,11 +41,11 @@ func init() {
 }`,
 			OwnOutputs: routeOutputs,
 		},
-		Traits: StageTraits{Inline: true, KeepsKey: true},
+		Traits: StageTraits{Inline: true, KeepsKey: true, Conditional: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {
-			r := &routeStage{fallback: s.Config.Topic("default")}
-			for _, c := range s.Config.Blocks("case") {
-				r.cases = append(r.cases, routeCase{when: c.Expr("when"), out: c.Topic("output")})
+			r := &routeStage{fallback: s.Config.Topic(routeFieldDefault)}
+			for _, c := range s.Config.Blocks(routeBlockCase) {
+				r.cases = append(r.cases, routeCase{when: c.Expr(caseFieldWhen), out: c.Topic(caseFieldOutput)})
 			}
 			return r, nil
 		},
@@ -45,11 +53,11 @@ func init() {
 }
 
 var caseSpec = &flow.BlockSpec{
-	Type: "case",
+	Type: routeBlockCase,
 	Doc:  "One branch of a route stage: a message goes to the output of the first case whose condition holds.",
 	Attributes: []flow.Attribute{
-		{Name: "when", Type: flow.TypeMessageBool, Required: true, Roots: []string{"msg"}, Doc: "The condition, such as msg.region == \"eu\"."},
-		{Name: "output", Type: flow.TypeTopicRef, Required: true, Doc: "The topic for messages of this case, as topic.NAME."},
+		{Name: caseFieldWhen, Type: flow.TypeMessageBool, Required: true, Roots: []string{"msg"}, Doc: "The condition, such as msg.region == \"eu\"."},
+		{Name: caseFieldOutput, Type: flow.TypeTopicRef, Required: true, Doc: "The topic for messages of this case, as topic.NAME."},
 	},
 }
 
@@ -57,16 +65,16 @@ var caseSpec = &flow.BlockSpec{
 // its default.
 func routeOutputs(config flow.Attrs) []flow.KindOutput {
 	var outs []flow.KindOutput
-	for _, c := range config.Blocks("case") {
-		if t := c.Topic("output"); t != nil {
+	for _, c := range config.Blocks(routeBlockCase) {
+		if t := c.Topic(caseFieldOutput); t != nil {
 			label := ""
-			if when := c.Expr("when"); when != nil {
+			if when := c.Expr(caseFieldWhen); when != nil {
 				label = when.String()
 			}
 			outs = append(outs, flow.KindOutput{Topic: t, Label: label})
 		}
 	}
-	if t := config.Topic("default"); t != nil {
+	if t := config.Topic(routeFieldDefault); t != nil {
 		outs = append(outs, flow.KindOutput{Topic: t, Label: "default"})
 	}
 	return outs

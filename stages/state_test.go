@@ -113,7 +113,7 @@ func (s *memState) attempt(f func() error) error {
 
 // batch processes payloads as one batch of partition 2: it returns the outputs, and each payload's
 // error (nil for those that went through).
-func (s *memState) batch(t *testing.T, proc StatefulProcessor, payloads ...string) ([]Output, []error) {
+func (s *memState) batch(t *testing.T, proc StatefulStage, payloads ...string) ([]Output, []error) {
 	t.Helper()
 	ctx := context.Background()
 	var outs []Output
@@ -122,7 +122,7 @@ func (s *memState) batch(t *testing.T, proc StatefulProcessor, payloads ...strin
 		m := NewMessage("", []byte(p), nil)
 		s.observe(&m)
 		errs[i] = s.attempt(func() error {
-			o, err := proc.Process(ctx, s.state(), &m, outs)
+			o, err := proc.Processor.Process(ctx, s.state(), &m, outs)
 			if err == nil {
 				outs = o
 			}
@@ -132,16 +132,20 @@ func (s *memState) batch(t *testing.T, proc StatefulProcessor, payloads ...strin
 	return s.fire(t, ctx, proc, s.watermark, outs), errs
 }
 
-// end fires every timer, as a job does once its input is drained (FireAtEnd).
-func (s *memState) end(t *testing.T, proc StatefulProcessor) []Output {
+// end fires every timer of a kind that asks for it (FireAtEnd), as a job does once its input is
+// drained.
+func (s *memState) end(t *testing.T, proc StatefulStage) []Output {
 	t.Helper()
+	if !proc.FireAtEnd {
+		t.Fatal("the kind does not fire its timers at the end")
+	}
 	return s.fire(t, context.Background(), proc, math.MaxInt64, nil)
 }
 
-func (s *memState) fire(t *testing.T, ctx context.Context, proc StatefulProcessor, wm int64, outs []Output) []Output {
+func (s *memState) fire(t *testing.T, ctx context.Context, proc StatefulStage, wm int64, outs []Output) []Output {
 	t.Helper()
-	th, ok := proc.(TimerHandler)
-	if !ok {
+	th := proc.TimerHandler
+	if th == nil {
 		return outs
 	}
 	fired := map[string]bool{}
@@ -192,7 +196,7 @@ func (s *memState) keyCount(t *testing.T) int64 {
 }
 
 // statefulProcessor compiles the stage name of the pipeline with a fresh memState.
-func statefulProcessor(t *testing.T, stagesSrc, name string) (StatefulProcessor, *memState) {
+func statefulProcessor(t *testing.T, stagesSrc, name string) (StatefulStage, *memState) {
 	t.Helper()
 	st := newMemState()
 	p := plan(t, stagesSrc)
@@ -202,4 +206,40 @@ func statefulProcessor(t *testing.T, stagesSrc, name string) (StatefulProcessor,
 		t.Fatal(err)
 	}
 	return proc, st
+}
+
+// test_untimed_end and test_unmarked_results are stateful kinds whose declarations do not hold
+// together: one fires timers at the end without a TimerHandler, the other writes results of its own
+// (flow.Kind.Results) without saying how late they can be (OutputWatermarker).
+func init() {
+	for name, made := range map[string]StatefulStage{
+		"test_untimed_end":      {Processor: passOn{}, FireAtEnd: true},
+		"test_unmarked_results": {Processor: passOn{}},
+	} {
+		RegisterStage(StageKind{
+			Spec: &flow.Kind{
+				Name: name, Doc: "A stateful kind of the tests that declares too little.", Results: name == "test_unmarked_results",
+				Example: "stage \"st\" {\n  kind  = \"" + name + "\"\n  input = topic.in\n}",
+			},
+			Traits:      StageTraits{Stateful: true},
+			NewStateful: func(*flow.Stage, Env) (StatefulStage, error) { return made, nil },
+		})
+	}
+}
+
+type passOn struct{}
+
+func (passOn) Process(_ context.Context, _ State, m *Message, out []Output) ([]Output, error) {
+	return append(out, Output{Message: *m}), nil
+}
+
+// CompileStateful refuses a stateful stage whose kind declares what it does in a way that does not
+// hold together, rather than run it without the half it left out.
+func TestCompileStatefulChecksTheDeclarations(t *testing.T) {
+	for _, kind := range []string{"test_untimed_end", "test_unmarked_results"} {
+		p := plan(t, "stage \"st\" {\n  kind   = \""+kind+"\"\n  input  = topic.in\n  output = topic.a\n}\n"+sinkA)
+		if _, err := CompileStateful(p.Stage("st"), Env{}); err == nil {
+			t.Errorf("a stage of %s compiled", kind)
+		}
+	}
 }

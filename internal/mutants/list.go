@@ -337,12 +337,12 @@ var mutations = []mutation{
 	},
 	{
 		name: "window-closes-after-end-plus-grace", why: "a window whose end plus grace is the watermark is still open: an event for it after its result was written makes a second result",
-		file: "stages/stage_aggregate.go", find: `		if end+grace <= a.watermark {`, replace: `		if end+grace < a.watermark {`,
+		file: "stages/aggregate_window.go", find: `		if end+grace <= a.watermark {`, replace: `		if end+grace < a.watermark {`,
 		packages: []string{"./stages"},
 	},
 	{
 		name: "session-closes-after-end-plus-grace", why: "a session whose end plus grace is the watermark is joined: two overlapping results",
-		file: "stages/stage_aggregate.go", find: `			case o.End+grace <= a.watermark:`, replace: `			case o.End+grace < a.watermark:`,
+		file: "stages/aggregate_session.go", find: `			case o.End+grace <= a.watermark:`, replace: `			case o.End+grace < a.watermark:`,
 		packages: []string{"./stages"},
 	},
 

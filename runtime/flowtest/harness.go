@@ -310,14 +310,16 @@ func (h *harness) nodeEnv(typ, name string, env *stages.Env) {
 }
 
 // wrapSink puts the capture in front of every sink: alone, or with the real sink behind it where it
-// writes only where the test can see (an http sink with canned answers, a redis_stream sink).
+// writes only where the test can see (an http sink with canned answers, a sink that writes to
+// Redis streams, whose kind lists them: SinkKind.Streams).
 func (h *harness) wrapSink(name string, made stages.Sink) stages.Sink {
 	c := &captureSink{name: "sink." + name, store: h.captured}
 	for _, s := range h.plan.Sinks {
 		if s.Name != name {
 			continue
 		}
-		if _, canned := h.answers[name]; canned || s.Kind == "redis_stream" {
+		kind, err := stages.SinkKindOf(s)
+		if _, canned := h.answers[name]; canned || err == nil && kind.Streams != nil {
 			c.behind = made
 		}
 	}

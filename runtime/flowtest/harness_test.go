@@ -2,7 +2,9 @@ package flowtest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +202,23 @@ func TestACrashLosesNothingAndTheNextProcessTakesOver(t *testing.T) {
 	// The successor waited for the dead process's leases (a minute) before it went on.
 	if results[0].Virtual < 10*time.Second+testLeaseTTL {
 		t.Errorf("virtual time %s: the successor did not wait for the leases to expire", results[0].Virtual)
+	}
+}
+
+// A failure's explanation points at the block of a stage that filtered the missing message, as its
+// kind is conditional (stages.StageTraits.Conditional), whatever the kind is called.
+func TestWhyPointsAtTheConditionThatFiltered(t *testing.T) {
+	plan := compile(t, retryPipeline)
+	file := retryFile()
+	file.Overrides[0].Responses = []int{200}
+	file.Runs[0].Expect = []*testfile.Expect{{Sink: "ledger", HasCount: true, Count: 2}}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || len(results[0].Failures) != 1 {
+		t.Fatalf("want one failure, got %+v", results)
+	}
+	line := strings.Count(retryPipeline[:strings.Index(retryPipeline, `stage "big"`)], "\n") + 1
+	want := fmt.Sprintf("stage.big filtered 1 of 2 messages (the where at p.hcl:%d)", line)
+	if why := results[0].Failures[0].Why; !slices.Contains(why, want) {
+		t.Errorf("the explanation is %q, want it to say %q", why, want)
 	}
 }

@@ -39,8 +39,9 @@ type NodeFacts struct {
 	// The outcomes of the messages the node took in (In = Out + Filtered + Dropped + Absorbed +
 	// DeadLettered + InFlight), and its retries.
 	In, Out, Filtered, Dropped, Absorbed, DeadLettered, InFlight, Retries int64
-	// Condition is where the node's where condition is written ("file:line"), for a filter or a
-	// route; "" for others.
+	// Condition is where the node's condition is written ("file:line"): a sink's where, or the
+	// block of a stage whose kind is conditional (stages.StageTraits.Conditional: a filter, a
+	// route); "" for others.
 	Condition string
 }
 

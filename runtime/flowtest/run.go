@@ -221,7 +221,7 @@ func (h *harness) facts(s *seen, sent []Arrived) Facts {
 	}
 	for _, st := range h.plan.Stages {
 		condition := ""
-		if st.Kind == "filter" || st.Kind == "route" {
+		if kind, err := stages.StageKindOf(st); err == nil && kind.TraitsFor(st.Config).Conditional {
 			condition = fmt.Sprintf("%s:%d", st.Range.Filename, st.Range.Start.Line)
 		}
 		add("stage", st.Name, st.Kind, condition)

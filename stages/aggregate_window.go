@@ -1,0 +1,267 @@
+package stages
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The windows of the aggregate kind (stage_aggregate.go) and their state: tumbling and hopping
+// windows, aligned to the Unix epoch, and what sessions (aggregate_session.go) share with them.
+//
+// The state of a group is an index of its open windows (groupPrefix and the group: a groupState),
+// which exists while the group has an open window and is what max_keys counts, and each window's
+// accumulators (windowPrefix and windowKey: a windowState). A window's id is its start for tumbling
+// and hopping windows, which are aligned and so never share one; a session's start moves as events
+// join it, so the index numbers the group's sessions instead. A window's timers are named by its
+// key: windowPrefix closes it, updatePrefix emits its value after a batch (emit = "on_update").
+const windowPrefix, updatePrefix, groupPrefix, forgetPrefix = "w:", "u:", "g:", "c:"
+
+func windowKey(group string, id int64) string {
+	return group + "\x00" + strconv.FormatInt(id, 10)
+}
+
+// addToWindows folds one message into the tumbling or hopping windows of its group that hold its
+// event time and have not closed, and lists those that have in a.late.
+func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
+	size, advance, grace := s.size.Milliseconds(), s.advance.Milliseconds(), s.grace.Milliseconds()
+	// The windows that hold at start at multiples of advance, from the latest at or before it back
+	// to the one that ends just after it. A window is closed once end + grace is at or before the
+	// watermark: the batch that moved the watermark there fires its timer, after its messages, and
+	// the answer must not depend on where batches end.
+	for start := floorDiv(a.at, advance) * advance; start > a.at-size; start -= advance {
+		end := start + size
+		if end+grace <= a.watermark {
+			a.late = append(a.late, openWindow{ID: start, Start: start, End: end})
+			continue
+		}
+		key := windowKey(a.group, start)
+		w, err := s.load(ctx, a.st, key)
+		if err != nil {
+			return err
+		}
+		if w == nil {
+			g, err := s.loadGroup(ctx, a.st, a.group)
+			if err != nil {
+				return err
+			}
+			if g, err = s.admit(ctx, a.st, g); err != nil {
+				return err
+			}
+			g.Windows = append(g.Windows, openWindow{ID: start, Start: start, End: end})
+			if err := s.putGroup(ctx, a.st, a.group, g); err != nil {
+				return err
+			}
+			w = s.newWindow(a.group, start, end)
+		}
+		if err := s.fold(ctx, a.st, key, w, a.values, a.at); err != nil {
+			return err
+		}
+		a.added = true
+	}
+	slices.Reverse(a.late) // earliest first
+	return nil
+}
+
+func (s *aggregateStage) newWindow(group string, start, end int64) *windowState {
+	return &windowState{Group: group, Start: start, End: end, Fields: make([]accumulator, len(s.fields))}
+}
+
+// fold adds one message's values to a window and writes it, with its timers: the one that closes it,
+// at its end plus grace (moved when a session's end moves), and, with emit = "on_update", one that
+// emits its value after this batch.
+func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64) error {
+	for i, f := range s.fields {
+		w.Fields[i].add(f.fn, values[i], at)
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if err := st.Put(ctx, windowPrefix+key, b); err != nil {
+		return err
+	}
+	s.decoded.keep(st.Partition(), key, b, w)
+	if err := st.SetTimer(ctx, windowPrefix+key, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
+		return err
+	}
+	if s.onUpdate {
+		// Due at once: timers fire after the batch's messages, so this emits once per batch.
+		return st.SetTimer(ctx, updatePrefix+key, time.UnixMilli(at))
+	}
+	return nil
+}
+
+func (s *aggregateStage) load(ctx context.Context, st State, key string) (*windowState, error) {
+	b, found, err := st.Get(ctx, windowPrefix+key)
+	if err != nil || !found {
+		return nil, err
+	}
+	if w := s.decoded.take(st.Partition(), key, b); w != nil {
+		return w, nil
+	}
+	var w windowState
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, Permanent(fmt.Errorf("the state of window %q cannot be read: %w", key, err))
+	}
+	if len(w.Fields) != len(s.fields) {
+		return nil, Permanent(fmt.Errorf("the state of window %q has %d fields, the stage %d: the aggregate changed under existing state", key, len(w.Fields), len(s.fields)))
+	}
+	return &w, nil
+}
+
+// forgetWindow deletes a window's state and cancels its timers and hold.
+func (s *aggregateStage) forgetWindow(ctx context.Context, st State, key string) error {
+	if err := st.Delete(ctx, windowPrefix+key); err != nil {
+		return err
+	}
+	if err := st.CancelTimer(ctx, windowPrefix+key); err != nil {
+		return err
+	}
+	if s.session {
+		if err := st.Release(ctx, windowPrefix+key); err != nil {
+			return err
+		}
+	}
+	return st.CancelTimer(ctx, updatePrefix+key)
+}
+
+// loadGroup reads a group's index of its open windows; nil when it has none.
+func (s *aggregateStage) loadGroup(ctx context.Context, st State, group string) (*groupState, error) {
+	b, found, err := st.Get(ctx, groupPrefix+group)
+	if err != nil || !found {
+		return nil, err
+	}
+	var g groupState
+	if err := json.Unmarshal(b, &g); err != nil {
+		return nil, Permanent(fmt.Errorf("the state of group %q cannot be read: %w", group, err))
+	}
+	return &g, nil
+}
+
+// admit returns a group's index, counting the group in (max_keys) when it has none yet.
+func (s *aggregateStage) admit(ctx context.Context, st State, g *groupState) (*groupState, error) {
+	if g != nil && len(g.Windows) > 0 {
+		return g, nil
+	}
+	if err := s.keys.admit(ctx, st); err != nil {
+		return nil, err
+	}
+	if g == nil {
+		g = &groupState{}
+	}
+	return g, nil
+}
+
+// putGroup writes a group's index, its windows by start; once it has none, it deletes it and counts
+// the group out.
+func (s *aggregateStage) putGroup(ctx context.Context, st State, group string, g *groupState) error {
+	if len(g.Windows) == 0 {
+		// Its last window closed: it counts out. A session's index stays while its closed sessions
+		// may still be reached (ClosedUntil), until the timer that forgets it.
+		if err := s.keys.release(ctx, st); err != nil {
+			return err
+		}
+		if g.ClosedUntil == 0 {
+			return st.Delete(ctx, groupPrefix+group)
+		}
+		if err := st.SetTimer(ctx, forgetPrefix+group, time.UnixMilli(g.ClosedUntil+s.gap.Milliseconds()+s.grace.Milliseconds())); err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(g.Windows, func(a, b openWindow) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.ID, b.ID)) })
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	return st.Put(ctx, groupPrefix+group, b)
+}
+
+// windowCache keeps the windows that the stage encoded last, each with the bytes it wrote, so that
+// the next message of a window whose state still holds those bytes takes the window as it is
+// instead of decoding its JSON again: a window is decoded once per process, not once per message.
+// The bytes are compared, so the cache cannot be out of date, whatever the state went through (a
+// failed attempt, another process); a window taken out is the taker's to change, and is kept again
+// only once written.
+type windowCache struct {
+	mu      sync.Mutex
+	windows map[windowCacheKey]cachedWindow
+}
+
+type windowCacheKey struct {
+	partition int
+	key       string
+}
+
+type cachedWindow struct {
+	raw []byte
+	w   *windowState
+}
+
+// maxCachedWindows bounds the cache; past it, it starts again empty.
+const maxCachedWindows = 1 << 16
+
+// take returns the window that raw encodes, if the cache has it, and forgets it.
+func (c *windowCache) take(partition int, key string, raw []byte) *windowState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := windowCacheKey{partition, key}
+	cw, ok := c.windows[k]
+	if !ok {
+		return nil
+	}
+	delete(c.windows, k)
+	if !bytes.Equal(cw.raw, raw) {
+		return nil
+	}
+	return cw.w
+}
+
+// keep remembers the window w that raw encodes, as written to the state.
+func (c *windowCache) keep(partition int, key string, raw []byte, w *windowState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.windows == nil || len(c.windows) >= maxCachedWindows {
+		c.windows = make(map[windowCacheKey]cachedWindow)
+	}
+	c.windows[windowCacheKey{partition, key}] = cachedWindow{raw: raw, w: w}
+}
+
+// windowState is a window's accumulators, as its state holds them (JSON).
+type windowState struct {
+	Group  string        `json:"g"`
+	Start  int64         `json:"s"`
+	End    int64         `json:"e"`
+	Fields []accumulator `json:"f"`
+}
+
+// groupState is a group's index of its open windows, by start. Next numbers its sessions.
+type groupState struct {
+	Next    int64        `json:"n,omitempty"`
+	Windows []openWindow `json:"w"`
+	// ClosedUntil is the latest end of the group's sessions that have closed, while an event that
+	// falls before it could still be on time otherwise; 0 for tumbling and hopping windows.
+	ClosedUntil int64 `json:"c,omitempty"`
+}
+
+// openWindow is a window in its group's index: the id in its state key and timers, and its bounds.
+type openWindow struct {
+	ID    int64 `json:"i"`
+	Start int64 `json:"s"`
+	End   int64 `json:"e"`
+}
+
+// floorDiv divides rounding towards negative infinity, so that windows align before 1970 too.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
