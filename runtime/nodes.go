@@ -161,6 +161,10 @@ type message struct {
 	watermark    int64        // a stateful node's watermark as of the message, in Unix ms
 	// outcome is what its handler said became of it when it wrote nothing (outcomes.go).
 	outcome outcome
+	// batched: a sink that takes batches made its first attempt with its batch, which came to
+	// batchErr (sinkHandler.deliverBatch); its first attempt takes that result.
+	batched  bool
+	batchErr error
 }
 
 // heldBack and released make a node the waiter of its writes at a capped topic's gate.

@@ -42,6 +42,7 @@ func (r *runner) addSink(s *flow.Sink) error {
 		impl = r.opts.WrapSink(s.Name, impl)
 	}
 	h := &sinkHandler{lifecycle: lifecycle{impl}, r: r, node: n, where: s.Where, sink: impl}
+	h.batch, _ = impl.(stages.BatchSink)
 	if kind.Streams != nil {
 		h.streams = kind.Streams(s)
 	}
@@ -58,10 +59,18 @@ type sinkHandler struct {
 	node      *node
 	where     *expr.Program
 	sink      stages.Sink
-	streams   []string // the streams its writes go to (SinkKind.Streams), for the access check
+	batch     stages.BatchSink // the sink, when it takes batches; nil otherwise
+	streams   []string         // the streams its writes go to (SinkKind.Streams), for the access check
 }
 
 func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	if m.batched { // its first attempt was made with its batch (deliverBatch)
+		m.batched = false
+		if m.batchErr == nil {
+			m.outcome = outcomeDelivered
+		}
+		return outs, m.batchErr
+	}
 	if h.where != nil {
 		ok, err := stages.Holds(h.where, &m.msg)
 		if err != nil {
@@ -72,7 +81,61 @@ func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Outpu
 			return outs, nil
 		}
 	}
+	if h.batch != nil {
+		return outs, h.deliverOne(ctx, m)
+	}
 	return h.deliver(ctx, m, outs)
+}
+
+// deliverBatch makes the first attempt at a batch's messages at once, for a sink that takes
+// batches (stages.BatchSink), before they go through the node's layers one by one: each message's
+// first attempt then takes its result (handle), and the layers retry, dead-letter and count it as
+// they do any attempt. A transient result is not taken: those messages make their first attempts
+// one at a time, as the node's breaker lets them, so that a sink that was away is probed by one
+// message rather than paused again by each of a batch's stale failures. Entries that the poison
+// check fails unprocessed, and messages that where filters out, are left to their own attempts.
+func (h *sinkHandler) deliverBatch(ctx context.Context, msgs []*message) {
+	if h.batch == nil || len(msgs) < 2 {
+		return
+	}
+	batch := make([]stages.Delivery, 0, len(msgs))
+	of := make([]*message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.deliveries > poisonDeliveries {
+			continue
+		}
+		if h.where != nil {
+			if ok, err := stages.Holds(h.where, &m.msg); err != nil || !ok {
+				continue
+			}
+		}
+		batch = append(batch, stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition})
+		of = append(of, m)
+	}
+	if len(batch) < 2 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.node.timeout)
+	defer cancel()
+	h.batch.DeliverBatch(ctx, batch)
+	for i, d := range batch {
+		if d.Err == nil || !stages.IsTransient(d.Err) {
+			of[i].batched, of[i].batchErr = true, d.Err
+		}
+	}
+}
+
+// deliverOne is an attempt at one message through a sink that takes batches: a batch of one.
+func (h *sinkHandler) deliverOne(ctx context.Context, m *message) error {
+	if m.out.parent != "" {
+		ctx = stages.ContextWithTrace(ctx, m.out.parent, m.out.state)
+	}
+	batch := []stages.Delivery{{Message: &m.msg, ID: m.id, Partition: m.partition}}
+	h.batch.DeliverBatch(ctx, batch)
+	if batch[0].Err == nil {
+		m.outcome = outcomeDelivered
+	}
+	return batch[0].Err
 }
 
 // deliver delivers a message through the sink. A delivered message is the sink's out, counted
