@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
@@ -32,6 +34,9 @@ import (
 // read batch in one transaction (a BatchSink), with effectively-once delivery through a ledger
 // of the entries it wrote, kept in the same transaction. See docs/connectors.md.
 func init() {
+	// The MySQL driver logs what it retries (a dead idle connection) to standard error on its own;
+	// the sink reports what matters through its errors and the run's log.
+	_ = mysql.SetLogger(stdlog.New(io.Discard, "", 0))
 	RegisterSink(SinkKind{
 		Spec: &flow.Kind{
 			Name: "sql",
@@ -172,7 +177,10 @@ func newSQLSink(s *flow.Sink, env Env) (Sink, error) {
 		driver: c.String("driver"), dsn: c.String("dsn"), schema: schema, table: table, display: c.String("table"),
 		fields: c.Fields("columns"), upsert: c.Strings("upsert"), timeout: c.Duration("timeout"),
 		once: s.Delivery == flow.EffectivelyOnce, ledger: c.String("ledger_table"), retention: c.Duration("ledger_retention"),
-		clock: env.Clock, units: map[string]bool{}, pruned: map[string]time.Time{},
+		clock: env.Clock, units: map[string]bool{}, pruned: map[string]time.Time{}, log: env.Logger,
+	}
+	if k.log == nil {
+		k.log = slog.New(slog.DiscardHandler)
 	}
 	if k.clock == nil {
 		k.clock = SystemClock{}
@@ -209,6 +217,7 @@ type sqlSink struct {
 	clock         Clock
 	redact        func(string) string
 	dialect       sqlDialect
+	log           *slog.Logger
 
 	db      *sql.DB
 	columns []sqlColumn // by field
@@ -485,6 +494,9 @@ func (s *sqlSink) write(ctx context.Context, rows []*sqlRow) (err error) {
 		if !r.skip {
 			todo = append(todo, r)
 		}
+	}
+	if skipped := len(rows) - len(todo); skipped > 0 {
+		s.log.Info("entries already written, per the ledger, skipped", "entries", skipped, "table", s.display)
 	}
 	per := max(1, min(1000, s.dialect.maxParams()/max(1, len(s.fields))))
 	for start := 0; start < len(todo); start += per {

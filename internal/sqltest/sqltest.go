@@ -156,15 +156,16 @@ func MySQLError(err error, number uint16) bool {
 	return ok && me.Number == number
 }
 
-// Proxy is a TCP proxy on a free loopback port in front of a server. Cut closes every connection
-// through it and refuses new ones (it stops listening) until Restore.
+// Proxy is a TCP proxy on a free loopback port in front of a server. Cut resets every connection
+// through it, and each new one as soon as it is made (counted by Refused), until Restore: to the
+// client, the server is gone.
 type Proxy struct {
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	addr   string
-	conns  map[net.Conn]bool
-	closed bool
+	target  string
+	ln      net.Listener
+	mu      sync.Mutex
+	down    bool
+	refused int
+	conns   map[net.Conn]bool
 }
 
 // NewProxy starts a proxy in front of target; it stops when the test ends.
@@ -175,23 +176,21 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.ln, p.addr = ln, ln.Addr().String()
-	go p.serve(ln)
+	p.ln = ln
+	go p.serve()
 	t.Cleanup(func() {
-		p.mu.Lock()
-		p.closed = true
-		p.mu.Unlock()
+		_ = ln.Close()
 		p.Cut()
 	})
 	return p
 }
 
 // Addr is the proxy's address.
-func (p *Proxy) Addr() string { return p.addr }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *Proxy) serve(ln net.Listener) {
+func (p *Proxy) serve() {
 	for {
-		c, err := ln.Accept()
+		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
@@ -199,17 +198,34 @@ func (p *Proxy) serve(ln net.Listener) {
 	}
 }
 
+// reset closes a connection with a TCP reset, as a server that died does.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
 func (p *Proxy) pipe(c net.Conn) {
+	p.mu.Lock()
+	if p.down {
+		p.refused++
+		p.mu.Unlock()
+		reset(c)
+		return
+	}
+	p.mu.Unlock()
 	s, err := net.Dial("tcp", p.target)
 	if err != nil {
-		_ = c.Close()
+		reset(c)
 		return
 	}
 	p.mu.Lock()
-	if p.ln == nil {
+	if p.down {
+		p.refused++
 		p.mu.Unlock()
-		_ = c.Close()
-		_ = s.Close()
+		reset(c)
+		reset(s)
 		return
 	}
 	p.conns[c], p.conns[s] = true, true
@@ -218,56 +234,36 @@ func (p *Proxy) pipe(c net.Conn) {
 	go func() { _, _ = io.Copy(s, c); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, s); done <- struct{}{} }()
 	<-done
-	_ = c.Close()
-	_ = s.Close()
+	reset(c)
+	reset(s)
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, s)
 	p.mu.Unlock()
 }
 
-// Cut closes every connection through the proxy and stops listening: connections are refused.
+// Cut resets every connection through the proxy, and every new one until Restore.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ln != nil {
-		_ = p.ln.Close()
-		p.ln = nil
-	}
+	p.down = true
 	for c := range p.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0) // a reset, as when a server dies
-		}
-		_ = c.Close()
+		reset(c)
 	}
 }
 
-// Restore listens again on the same address.
-func (p *Proxy) Restore(t testing.TB) {
-	t.Helper()
+// Restore lets connections through again.
+func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.ln != nil {
-		return
-	}
-	var err error
-	for range 100 { // the port was just closed; it is ours again at once on Linux
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			p.ln = ln
-			go p.serve(ln)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the proxy cannot listen on %s again: %v", p.addr, err)
+	p.down = false
 }
 
-// Connections is how many connections pass through the proxy now (two sockets each).
-func (p *Proxy) Connections() int {
+// Refused is how many connections the proxy has reset as they were made while cut.
+func (p *Proxy) Refused() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.conns) / 2
+	return p.refused
 }
 
 // Quote quotes an identifier for the driver.
