@@ -275,7 +275,7 @@ func TestSQLSinkExactlyOnceThroughKills(t *testing.T) {
 			logs = append(logs, p.log.String())
 		}
 		atLast := rows()
-		if atLast >= n {
+		if atLast >= int64(n) {
 			t.Fatal("every row was written before the last kill: nothing was killed mid-stream")
 		}
 		last := startBinary(t, bin, append(args, "--until-drained")...)
