@@ -183,8 +183,8 @@ func runServiceUntil(t *testing.T, c *redis.Client, plan *flow.Plan, done func()
 	return log.String()
 }
 
-// TestSQLSinkWaitsOutAnOutage writes orders through a TCP proxy in front of the database: after a
-// first part has arrived, the proxy resets every connection and refuses new ones, and the rest is
+// TestSQLSinkWaitsOutAnOutage writes orders through a TCP proxy in front of the database, which
+// refuses connections when the run starts (it waits) and, after a first part has arrived, the proxy resets every connection and refuses new ones, and the rest is
 // published. The sink pauses, probes until the proxy has refused it a few times, and once the
 // database is back writes everything: nothing dead-lettered, each row once with its values.
 func TestSQLSinkWaitsOutAnOutage(t *testing.T) {
@@ -195,6 +195,7 @@ func TestSQLSinkWaitsOutAnOutage(t *testing.T) {
 		c := server.open(t)
 		plan := buildSource(t, sqlPipeline("ignored", db.Driver, db.DSNVia(proxy.Addr()), "effectively_once"))
 		publishOrders(t, c, plan, 0, first, nil)
+		proxy.Cut() // away at start: the run waits for it
 		ctx, stop := context.WithCancel(context.Background())
 		var log syncBuffer
 		ended := make(chan error, 1)
@@ -208,10 +209,16 @@ func TestSQLSinkWaitsOutAnOutage(t *testing.T) {
 			runErr = <-ended
 		})
 		t.Cleanup(stopRun)
+		waitFor(t, "the sink to try the database at start", func() bool { return proxy.Refused() >= 2 })
+		if got := db.Count(t, "SELECT count(*) FROM orders"); got != 0 {
+			t.Fatalf("%d rows written while the database was away", got)
+		}
+		proxy.Restore()
+		atStart := proxy.Refused()
 		waitFor(t, "the first part in the table", func() bool { return db.Count(t, "SELECT count(*) FROM orders") == first })
 		proxy.Cut()
 		publishOrders(t, c, plan, first, n, nil)
-		waitFor(t, "the sink to probe the database that is away", func() bool { return proxy.Refused() >= 5 })
+		waitFor(t, "the sink to probe the database that is away", func() bool { return proxy.Refused()-atStart >= 5 })
 		during := db.Count(t, "SELECT count(*) FROM orders")
 		proxy.Restore()
 		waitFor(t, "every message written and acknowledged", func() bool {
@@ -225,8 +232,8 @@ func TestSQLSinkWaitsOutAnOutage(t *testing.T) {
 		if list := sinkDeadLetters(t, c, plan, "db"); len(list) > 0 {
 			t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
 		}
-		t.Logf("%s: %d rows at the cut, %d while the database was away (%d connections refused), %d at the end",
-			db.Driver, first, during, proxy.Refused(), n)
+		t.Logf("%s: %d connections refused at start; %d rows at the cut, %d while the database was away (%d connections refused), %d at the end",
+			db.Driver, atStart, first, during, proxy.Refused()-atStart, n)
 	})
 }
 

@@ -254,6 +254,32 @@ func (s *sqlSink) Timeout() time.Duration { return s.timeout }
 // Open connects, checks that the table and its columns exist, that the statement the sink will run
 // is one the database accepts (an upsert's key, say), and creates the ledger when it needs one.
 func (s *sqlSink) Open(ctx context.Context) error {
+	if err := s.openDB(); err != nil {
+		return err
+	}
+	// A database that is away at start is waited for, as during a run; a table that is not what
+	// the sink needs stops the run at once.
+	wait := 100 * time.Millisecond
+	for {
+		err := s.prepare(ctx)
+		if err == nil || !IsTransient(err) || ctx.Err() != nil {
+			return err
+		}
+		s.log.Warn("the database is away; the pipeline starts once the sink can reach it", "table", s.display,
+			"err", err.Error(), "retry_in", wait)
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C():
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// openDB makes the connection pool; it connects when it is first used.
+func (s *sqlSink) openDB() error {
 	switch s.driver {
 	case "postgres":
 		cfg, err := pgx.ParseConfig(s.dsn)
@@ -278,6 +304,11 @@ func (s *sqlSink) Open(ctx context.Context) error {
 	s.db.SetMaxOpenConns(8)
 	s.db.SetMaxIdleConns(8)
 	s.db.SetConnMaxIdleTime(5 * time.Minute)
+	return nil
+}
+
+// prepare checks the table and creates the ledger, within the sink's timeout.
+func (s *sqlSink) prepare(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.checkTable(ctx); err != nil {
@@ -286,7 +317,7 @@ func (s *sqlSink) Open(ctx context.Context) error {
 	if s.once {
 		for _, stmt := range s.dialect.createLedger(s.ledger) {
 			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("creating the ledger table %s: %w", s.ledger, s.describe(err))
+				return fmt.Errorf("creating the ledger table %s: %w", s.ledger, s.classify(err))
 			}
 		}
 	}
@@ -305,7 +336,7 @@ func (s *sqlSink) Close() error {
 func (s *sqlSink) checkTable(ctx context.Context) error {
 	rows, err := s.db.QueryContext(ctx, s.dialect.columnsQuery(s.schema != ""), s.dialect.columnsArgs(s.schema, s.table)...)
 	if err != nil {
-		return fmt.Errorf("reading the columns of table %s: %w", s.display, s.describe(err))
+		return fmt.Errorf("reading the columns of table %s: %w", s.display, s.classify(err))
 	}
 	defer rows.Close()
 	have := map[string]sqlColumn{}
@@ -314,13 +345,13 @@ func (s *sqlSink) checkTable(ctx context.Context) error {
 		var name, dataType string
 		var maxLen sql.NullInt64
 		if err := rows.Scan(&name, &dataType, &maxLen); err != nil {
-			return s.describe(err)
+			return s.classify(err)
 		}
 		have[name] = sqlColumn{name: name, typ: dataType, kind: s.dialect.kindOf(dataType), maxLen: maxLen.Int64}
 		names = append(names, name)
 	}
 	if err := rows.Err(); err != nil {
-		return s.describe(err)
+		return s.classify(err)
 	}
 	if len(have) == 0 {
 		return fmt.Errorf("table %s does not exist (or this user cannot see it)", s.display)
@@ -344,7 +375,7 @@ func (s *sqlSink) checkTable(ctx context.Context) error {
 	// Planning the statement checks what only the database knows, such as an upsert's key.
 	rows2, err := s.db.QueryContext(ctx, "EXPLAIN "+s.insertSQL(1), make([]any, len(s.fields))...)
 	if err != nil {
-		return fmt.Errorf("table %s refuses the sink's statement: %w", s.display, s.describe(err))
+		return fmt.Errorf("table %s refuses the sink's statement: %w", s.display, s.classify(err))
 	}
 	return rows2.Close()
 }
