@@ -312,3 +312,61 @@ sink "db" {
 		}
 	}
 }
+
+// BenchmarkSQLSink writes batches of 1000 rows (an id, a text, a decimal, a timestamp, a JSON
+// document), one transaction each, with and without the ledger, and reports rows/s:
+// go test ./stages -run '^$' -bench SQLSink.
+func BenchmarkSQLSink(b *testing.B) {
+	for _, driver := range []string{"postgres", "mysql"} {
+		for _, delivery := range []string{"at_least_once", "effectively_once"} {
+			b.Run(driver+"/"+delivery, func(b *testing.B) {
+				db := sqltest.New(b, driver)
+				table := "CREATE TABLE t (id bigint PRIMARY KEY, k varchar(20), amount numeric(14,2), at timestamptz, doc jsonb)"
+				if driver == "mysql" {
+					table = "CREATE TABLE t (id bigint PRIMARY KEY, k varchar(20), amount decimal(14,2), at datetime(3), doc json)"
+				}
+				db.Exec(b, table)
+				p := plan(b, fmt.Sprintf(`
+sink "db" {
+  kind     = "sql"
+  input    = topic.in
+  driver   = %q
+  dsn      = %q
+  table    = "t"
+  columns  = { id = msg.id, k = msg.k, amount = msg.amount, at = msg.at, doc = msg.doc }
+  delivery = %q
+}
+`, driver, db.DSN(), delivery))
+				k, _ := SinkKindOf(p.Sinks[0])
+				made, err := k.New(p.Sinks[0], Env{Pipeline: "bench", Clock: SystemClock{}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink := made.(*sqlSink)
+				if err := sink.Open(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				defer sink.Close()
+				const rows = 1000
+				next := 0
+				b.ResetTimer()
+				for range b.N {
+					batch := make([]Delivery, rows)
+					for i := range batch {
+						m := NewMessage("", []byte(fmt.Sprintf(`{"id":%d,"k":"k%d","amount":%d.25,"at":"2024-05-01T10:00:00Z","doc":{"i":%d}}`,
+							next, next%50, next, next)), nil)
+						batch[i] = Delivery{Message: &m, ID: fmt.Sprintf("%d-0", next), Partition: 0}
+						next++
+					}
+					sink.DeliverBatch(context.Background(), batch)
+					for _, d := range batch {
+						if d.Err != nil {
+							b.Fatal(d.Err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "rows/s")
+			})
+		}
+	}
+}
