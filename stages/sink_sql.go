@@ -482,16 +482,11 @@ func (s *sqlSink) deliverRows(ctx context.Context, rows []*sqlRow) {
 // write is one transaction: with the ledger, it locks the rows' units, skips the entries it
 // records as written, and records the others with them.
 func (s *sqlSink) write(ctx context.Context, rows []*sqlRow) (err error) {
-	units := map[string][2]int64{} // unit -> the least and greatest entry ms of its rows
+	units := map[string][][2]int64{} // unit -> the entries of its rows
 	for _, r := range rows {
-		if r.unit == "" {
-			continue
+		if r.unit != "" {
+			units[r.unit] = append(units[r.unit], [2]int64{r.ms, r.seq})
 		}
-		b, ok := units[r.unit]
-		if !ok {
-			b = [2]int64{r.ms, r.ms}
-		}
-		units[r.unit] = [2]int64{min(b[0], r.ms), max(b[1], r.ms)}
 	}
 	for unit := range units {
 		if err := s.ensureUnit(ctx, unit); err != nil {
@@ -509,11 +504,10 @@ func (s *sqlSink) write(ctx context.Context, rows []*sqlRow) (err error) {
 	}()
 	written := map[string]map[[2]int64]bool{}
 	for _, unit := range slices.Sorted(maps.Keys(units)) { // always in one order: no deadlock
-		b := units[unit]
 		if _, err := tx.ExecContext(ctx, s.dialect.lockUnit(s.ledger), unit); err != nil {
 			return s.classify(err)
 		}
-		got, err := s.ledgerEntries(ctx, tx, unit, b[0], b[1])
+		got, err := s.ledgerEntries(ctx, tx, unit, units[unit])
 		if err != nil {
 			return err
 		}
@@ -568,25 +562,33 @@ func (s *sqlSink) ensureUnit(ctx context.Context, unit string) error {
 	return nil
 }
 
-// ledgerEntries reads the entries of a unit that the ledger records between two entry times.
-func (s *sqlSink) ledgerEntries(ctx context.Context, tx *sql.Tx, unit string, from, to int64) (map[[2]int64]bool, error) {
-	rows, err := tx.QueryContext(ctx, s.dialect.readLedger(s.ledger), unit, from, to)
+// ledgerEntries reads which of a unit's entries the ledger records as written.
+func (s *sqlSink) ledgerEntries(ctx context.Context, tx *sql.Tx, unit string, entries [][2]int64) (map[[2]int64]bool, error) {
+	got := map[[2]int64]bool{}
+	for start := 0; start < len(entries); start += 1000 {
+		chunk := entries[start:min(len(entries), start+1000)]
+		query, args := s.dialect.readLedger(s.ledger, unit, chunk)
+		if err := s.readLedger(ctx, tx, query, args, got); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
+}
+
+func (s *sqlSink) readLedger(ctx context.Context, tx *sql.Tx, query string, args []any, got map[[2]int64]bool) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, s.classify(err)
+		return s.classify(err)
 	}
 	defer rows.Close()
-	got := map[[2]int64]bool{}
 	for rows.Next() {
 		var ms, seq int64
 		if err := rows.Scan(&ms, &seq); err != nil {
-			return nil, s.classify(err)
+			return s.classify(err)
 		}
 		got[[2]int64{ms, seq}] = true
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.classify(err)
-	}
-	return got, nil
+	return s.classify(rows.Err())
 }
 
 // record adds the rows' entries to the ledger, and forgets, once a minute per unit, the entries
@@ -990,7 +992,7 @@ type sqlDialect interface {
 	createLedger(table string) []string
 	insertUnit(table string) string
 	lockUnit(table string) string
-	readLedger(table string) string
+	readLedger(table, unit string, entries [][2]int64) (string, []any)
 	insertLedger(table string, rows int) string
 	pruneLedger(table string) string
 }
@@ -1073,8 +1075,14 @@ func (d postgresDialect) lockUnit(table string) string {
 	return "SELECT 1 FROM " + d.quote(table) + " WHERE unit = $1 AND entry_ms = -1 AND entry_seq = -1 FOR UPDATE"
 }
 
-func (d postgresDialect) readLedger(table string) string {
-	return "SELECT entry_ms, entry_seq FROM " + d.quote(table) + " WHERE unit = $1 AND entry_ms BETWEEN $2 AND $3"
+func (d postgresDialect) readLedger(table, unit string, entries [][2]int64) (string, []any) {
+	// Two arrays, not a list of pairs: PostgreSQL plans a long IN list slowly.
+	ms, seq := make([]int64, len(entries)), make([]int64, len(entries))
+	for i, e := range entries {
+		ms[i], seq[i] = e[0], e[1]
+	}
+	return "SELECT entry_ms, entry_seq FROM " + d.quote(table) + " WHERE unit = $1 AND (entry_ms, entry_seq) IN " +
+		"(SELECT * FROM unnest($2::bigint[], $3::bigint[]))", []any{unit, ms, seq}
 }
 
 func (d postgresDialect) insertLedger(table string, rows int) string {
@@ -1153,9 +1161,15 @@ func (d mysqlDialect) lockUnit(table string) string {
 	return "SELECT 1 FROM " + d.quote(table) + " WHERE unit = ? AND entry_ms = -1 AND entry_seq = -1 FOR UPDATE"
 }
 
-func (d mysqlDialect) readLedger(table string) string {
+func (d mysqlDialect) readLedger(table, unit string, entries [][2]int64) (string, []any) {
+	args := make([]any, 0, 1+2*len(entries))
+	args = append(args, unit)
+	for _, e := range entries {
+		args = append(args, e[0], e[1])
+	}
 	// A locking read sees what was committed before the lock, whatever the transaction's snapshot.
-	return "SELECT entry_ms, entry_seq FROM " + d.quote(table) + " WHERE unit = ? AND entry_ms BETWEEN ? AND ? FOR UPDATE"
+	return "SELECT entry_ms, entry_seq FROM " + d.quote(table) + " WHERE unit = ? AND (entry_ms, entry_seq) IN (" +
+		entryPairs(len(entries), 2, d.placeholder) + ") FOR UPDATE", args
 }
 
 func (d mysqlDialect) insertLedger(table string, rows int) string {
@@ -1164,6 +1178,18 @@ func (d mysqlDialect) insertLedger(table string, rows int) string {
 
 func (d mysqlDialect) pruneLedger(table string) string {
 	return "DELETE FROM " + d.quote(table) + " WHERE unit = ? AND entry_ms >= 0 AND written_ms < ?"
+}
+
+// entryPairs is "($a, $b), ($c, $d), ..." for n pairs of placeholders from the first-th on.
+func entryPairs(n, first int, placeholder func(int) string) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "(%s, %s)", placeholder(first+2*i), placeholder(first+2*i+1))
+	}
+	return b.String()
 }
 
 func ledgerInsert(table string, rows int, placeholder func(int) string) string {
