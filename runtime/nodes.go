@@ -165,6 +165,10 @@ type message struct {
 	// batchErr (sinkHandler.deliverBatch); its first attempt takes that result.
 	batched  bool
 	batchErr error
+	// away, for a message of such a batch that failed transiently, is the batch's messages that
+	// wait with it, at awayAt: once one of them is delivered, those after it go as a batch again.
+	away   *sinkBatch
+	awayAt int
 }
 
 // heldBack and released make a node the waiter of its writes at a capped topic's gate.

@@ -82,7 +82,12 @@ func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Outpu
 		}
 	}
 	if h.batch != nil {
-		return outs, h.deliverOne(ctx, m)
+		err := h.deliverOne(ctx, m)
+		if err == nil && m.away != nil {
+			h.deliverRest(m) // the sink is back: the rest of the batch goes as a batch again
+		}
+		m.away = nil
+		return outs, err
 	}
 	return h.deliver(ctx, m, outs)
 }
@@ -90,15 +95,19 @@ func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Outpu
 // deliverBatch makes the first attempt at a batch's messages at once, for a sink that takes
 // batches (stages.BatchSink), before they go through the node's layers one by one: each message's
 // first attempt then takes its result (handle), and the layers retry, dead-letter and count it as
-// they do any attempt. A transient result is not taken: those messages make their first attempts
-// one at a time, as the node's breaker lets them, so that a sink that was away is probed by one
-// message rather than paused again by each of a batch's stale failures. Entries that the poison
-// check fails unprocessed, and messages that where filters out, are left to their own attempts.
+// they do any attempt. Entries that the poison check fails unprocessed, and messages that where
+// filters out, are left to their own attempts.
+//
+// A transient result is not taken: the sink is away, and those messages make their first attempts
+// one at a time, as the node's breaker lets them probe, so that the sink is not paused again by
+// each of a batch's stale failures; a paused sink takes no batch at all. Once one of them is
+// delivered, the sink is back, and the messages after it make their first attempts as a batch
+// again (deliverRest): a sink that processes a partition's messages in order (Inline) only, since
+// lanes may have started some of them.
 func (h *sinkHandler) deliverBatch(ctx context.Context, msgs []*message) {
 	if h.batch == nil || len(msgs) < 2 {
 		return
 	}
-	batch := make([]stages.Delivery, 0, len(msgs))
 	of := make([]*message, 0, len(msgs))
 	for _, m := range msgs {
 		if m.deliveries > poisonDeliveries {
@@ -109,21 +118,69 @@ func (h *sinkHandler) deliverBatch(ctx context.Context, msgs []*message) {
 				continue
 			}
 		}
-		batch = append(batch, stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition})
 		of = append(of, m)
 	}
-	if len(batch) < 2 {
+	if len(of) < 2 {
 		return
+	}
+	if h.node.breaker != nil {
+		if _, _, paused := h.node.breaker.pausedSince(); paused {
+			h.wait(of)
+			return
+		}
+	}
+	h.deliverSome(ctx, of)
+}
+
+// deliverSome delivers messages as a batch and gives each the result of its first attempt, but
+// for those that failed transiently, which wait (see deliverBatch).
+func (h *sinkHandler) deliverSome(ctx context.Context, of []*message) {
+	batch := make([]stages.Delivery, len(of))
+	for i, m := range of {
+		batch[i] = stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition}
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.node.timeout)
 	defer cancel()
 	h.batch.DeliverBatch(ctx, batch)
+	var waiting []*message
 	for i, d := range batch {
+		of[i].away = nil
 		if d.Err == nil || !stages.IsTransient(d.Err) {
 			of[i].batched, of[i].batchErr = true, d.Err
+			continue
 		}
+		waiting = append(waiting, of[i])
+	}
+	h.wait(waiting)
+}
+
+// wait marks messages that make their first attempts one at a time while the sink is away, until
+// one of them is delivered: those after it then go as a batch (deliverRest).
+func (h *sinkHandler) wait(msgs []*message) {
+	if !h.node.inline || len(msgs) < 2 {
+		return
+	}
+	b := &sinkBatch{msgs: msgs}
+	for i, m := range msgs {
+		m.away, m.awayAt = b, i
 	}
 }
+
+// deliverRest delivers, as a batch, the messages that waited with m and come after it.
+func (h *sinkHandler) deliverRest(m *message) {
+	var rest []*message
+	for _, later := range m.away.msgs[m.awayAt+1:] {
+		if later.away == m.away && !later.batched {
+			rest = append(rest, later)
+		}
+	}
+	if len(rest) >= 2 {
+		h.deliverSome(h.r.hard, rest)
+	}
+}
+
+// sinkBatch is the messages of a batch that wait while the sink is away (deliverBatch).
+type sinkBatch struct{ msgs []*message }
 
 // deliverOne is an attempt at one message through a sink that takes batches: a batch of one.
 func (h *sinkHandler) deliverOne(ctx context.Context, m *message) error {

@@ -78,6 +78,8 @@ func init() {
 			Detail: func(c flow.Attrs) string { return "sql sink: " + c.String("table") },
 			Check:  checkSQLSink,
 		},
+		// Inline: a partition's messages in order, one batch at a time, in the reading goroutine;
+		// the batch is one transaction, and lanes would only split it.
 		Traits: SinkTraits{Inline: true},
 		New:    newSQLSink,
 	})
@@ -482,6 +484,8 @@ func (s *sqlSink) deliverRows(ctx context.Context, rows []*sqlRow) {
 // write is one transaction: with the ledger, it locks the rows' units, skips the entries it
 // records as written, and records the others with them.
 func (s *sqlSink) write(ctx context.Context, rows []*sqlRow) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	units := map[string][][2]int64{} // unit -> the entries of its rows
 	for _, r := range rows {
 		if r.unit != "" {
