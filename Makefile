@@ -125,12 +125,15 @@ generate:
 	$(GO) test ./flow ./flow/testfile ./schema -run 'Generated|Golden' -update
 
 # The programs the tests need besides Go: redis-server (tests start their own), a C compiler for
-# the race detector (cgo; the tests also build the flowrun processes they start with -race), and
-# Graphviz's dot (the graph tests render every example).
+# the race detector (cgo; the tests also build the flowrun processes they start with -race),
+# Graphviz's dot (the graph tests render every example), and PostgreSQL and MariaDB servers for the
+# sql sink's tests, which make databases of their own there.
 tools:
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server (or brew install redis)"; exit 1; }
 	@command -v gcc >/dev/null || command -v cc >/dev/null || { echo "gcc is missing: go test -race needs cgo (apt-get install gcc libc6-dev)"; exit 1; }
 	@command -v dot >/dev/null || echo "note: Graphviz's dot is missing, so the DOT rendering tests are skipped (apt-get install graphviz)"
+	@bash -c 'exec 3<>/dev/tcp/127.0.0.1/5432' 2>/dev/null || echo "note: no PostgreSQL on 127.0.0.1:5432 (user postgres, trust), so the sql sink's tests skip it (docs/connectors.md)"
+	@bash -c 'exec 3<>/dev/tcp/127.0.0.1/3306' 2>/dev/null || echo "note: no MariaDB or MySQL on 127.0.0.1:3306 (root, no password), so the sql sink's tests skip it (docs/connectors.md)"
 
 clean:
 	rm -rf bin

@@ -181,6 +181,17 @@ func (k *KindCheck) BlockErrorf(block, attribute, summary, format string, args .
 	k.c.errorf(k.nestedRangeOf(block, attribute), summary, fmt.Sprintf(format, args...))
 }
 
+// Secret makes the plan hide s wherever it prints text (Plan.Redact: graphs, logs, errors, dead
+// letters), as it hides the values of sensitive variables: a password inside an attribute, such as
+// a database's connection string, whether or not it came from a sensitive variable.
+func (k *KindCheck) Secret(s string) {
+	if len(s) < 4 || k.c.plan == nil {
+		return
+	}
+	k.c.plan.secrets = append(k.c.plan.secrets, s)
+	sort.SliceStable(k.c.plan.secrets, func(i, j int) bool { return len(k.c.plan.secrets[i]) > len(k.c.plan.secrets[j]) })
+}
+
 func (k *KindCheck) rangeOf(attribute string) hcl.Range {
 	if a, ok := k.block.Attributes[attribute]; ok {
 		return a.Expr.Range()

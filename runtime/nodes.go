@@ -161,6 +161,14 @@ type message struct {
 	watermark    int64        // a stateful node's watermark as of the message, in Unix ms
 	// outcome is what its handler said became of it when it wrote nothing (outcomes.go).
 	outcome outcome
+	// batched: a sink that takes batches made its first attempt with its batch, which came to
+	// batchErr (sinkHandler.deliverBatch); its first attempt takes that result.
+	batched  bool
+	batchErr error
+	// away, for a message of such a batch that failed transiently, is the batch's messages that
+	// wait with it, at awayAt: once one of them is delivered, those after it go as a batch again.
+	away   *sinkBatch
+	awayAt int
 }
 
 // heldBack and released make a node the waiter of its writes at a capped topic's gate.

@@ -42,6 +42,7 @@ func (r *runner) addSink(s *flow.Sink) error {
 		impl = r.opts.WrapSink(s.Name, impl)
 	}
 	h := &sinkHandler{lifecycle: lifecycle{impl}, r: r, node: n, where: s.Where, sink: impl}
+	h.batch, _ = impl.(stages.BatchSink)
 	if kind.Streams != nil {
 		h.streams = kind.Streams(s)
 	}
@@ -58,10 +59,18 @@ type sinkHandler struct {
 	node      *node
 	where     *expr.Program
 	sink      stages.Sink
-	streams   []string // the streams its writes go to (SinkKind.Streams), for the access check
+	batch     stages.BatchSink // the sink, when it takes batches; nil otherwise
+	streams   []string         // the streams its writes go to (SinkKind.Streams), for the access check
 }
 
 func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
+	if m.batched { // its first attempt was made with its batch (deliverBatch)
+		m.batched = false
+		if m.batchErr == nil {
+			m.outcome = outcomeDelivered
+		}
+		return outs, m.batchErr
+	}
 	if h.where != nil {
 		ok, err := stages.Holds(h.where, &m.msg)
 		if err != nil {
@@ -72,7 +81,118 @@ func (h *sinkHandler) handle(ctx context.Context, m *message, outs []redis.Outpu
 			return outs, nil
 		}
 	}
+	if h.batch != nil {
+		err := h.deliverOne(ctx, m)
+		if err == nil && m.away != nil {
+			h.deliverRest(m) // the sink is back: the rest of the batch goes as a batch again
+		}
+		m.away = nil
+		return outs, err
+	}
 	return h.deliver(ctx, m, outs)
+}
+
+// deliverBatch makes the first attempt at a batch's messages at once, for a sink that takes
+// batches (stages.BatchSink), before they go through the node's layers one by one: each message's
+// first attempt then takes its result (handle), and the layers retry, dead-letter and count it as
+// they do any attempt. Entries that the poison check fails unprocessed, and messages that where
+// filters out, are left to their own attempts.
+//
+// A transient result is not taken: the sink is away, and those messages make their first attempts
+// one at a time, as the node's breaker lets them probe, so that the sink is not paused again by
+// each of a batch's stale failures; a paused sink takes no batch at all. Once one of them is
+// delivered, the sink is back, and the messages after it make their first attempts as a batch
+// again (deliverRest): a sink that processes a partition's messages in order (Inline) only, since
+// lanes may have started some of them.
+func (h *sinkHandler) deliverBatch(ctx context.Context, msgs []*message) {
+	if h.batch == nil || len(msgs) < 2 {
+		return
+	}
+	of := make([]*message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.deliveries > poisonDeliveries {
+			continue
+		}
+		if h.where != nil {
+			if ok, err := stages.Holds(h.where, &m.msg); err != nil || !ok {
+				continue
+			}
+		}
+		of = append(of, m)
+	}
+	if len(of) < 2 {
+		return
+	}
+	if h.node.breaker != nil {
+		if _, _, paused := h.node.breaker.pausedSince(); paused {
+			h.wait(of)
+			return
+		}
+	}
+	h.deliverSome(ctx, of)
+}
+
+// deliverSome delivers messages as a batch and gives each the result of its first attempt, but
+// for those that failed transiently, which wait (see deliverBatch).
+func (h *sinkHandler) deliverSome(ctx context.Context, of []*message) {
+	batch := make([]stages.Delivery, len(of))
+	for i, m := range of {
+		batch[i] = stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition}
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.node.timeout)
+	defer cancel()
+	h.batch.DeliverBatch(ctx, batch)
+	var waiting []*message
+	for i, d := range batch {
+		of[i].away = nil
+		if d.Err == nil || !stages.IsTransient(d.Err) {
+			of[i].batched, of[i].batchErr = true, d.Err
+			continue
+		}
+		waiting = append(waiting, of[i])
+	}
+	h.wait(waiting)
+}
+
+// wait marks messages that make their first attempts one at a time while the sink is away, until
+// one of them is delivered: those after it then go as a batch (deliverRest).
+func (h *sinkHandler) wait(msgs []*message) {
+	if !h.node.inline || len(msgs) < 2 {
+		return
+	}
+	b := &sinkBatch{msgs: msgs}
+	for i, m := range msgs {
+		m.away, m.awayAt = b, i
+	}
+}
+
+// deliverRest delivers, as a batch, the messages that waited with m and come after it.
+func (h *sinkHandler) deliverRest(m *message) {
+	var rest []*message
+	for _, later := range m.away.msgs[m.awayAt+1:] {
+		if later.away == m.away && !later.batched {
+			rest = append(rest, later)
+		}
+	}
+	if len(rest) >= 2 {
+		h.deliverSome(h.r.hard, rest)
+	}
+}
+
+// sinkBatch is the messages of a batch that wait while the sink is away (deliverBatch).
+type sinkBatch struct{ msgs []*message }
+
+// deliverOne is an attempt at one message through a sink that takes batches: a batch of one.
+func (h *sinkHandler) deliverOne(ctx context.Context, m *message) error {
+	if m.out.parent != "" {
+		ctx = stages.ContextWithTrace(ctx, m.out.parent, m.out.state)
+	}
+	batch := []stages.Delivery{{Message: &m.msg, ID: m.id, Partition: m.partition}}
+	h.batch.DeliverBatch(ctx, batch)
+	if batch[0].Err == nil {
+		m.outcome = outcomeDelivered
+	}
+	return batch[0].Err
 }
 
 // deliver delivers a message through the sink. A delivered message is the sink's out, counted

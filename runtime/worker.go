@@ -525,6 +525,9 @@ func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*me
 		p.counts = c.counts // its stages count as the messages pass them (fusion.go)
 	}
 	own := &c.counts.nodes[0]
+	if h, ok := n.handler.(*sinkHandler); ok {
+		h.deliverBatch(r.hard, msgs) // a sink that takes batches delivers the batch at once
+	}
 	for i, res := range r.processAll(n, msgs, p) {
 		m := msgs[i]
 		if res.abandoned {

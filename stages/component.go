@@ -37,6 +37,30 @@ type Sink interface {
 	Deliver(ctx context.Context, m *Message, out []Write) ([]Write, error)
 }
 
+// BatchSink is implemented by sinks that deliver a read batch at once, such as in one database
+// transaction. The runtime then calls DeliverBatch, never Deliver: with the messages of a batch that
+// pass the sink's where, for their first attempt, and with a batch of one for each later attempt
+// at a message that failed (its retries, one probe at a time while the sink is paused). The sink
+// sets each Delivery's Err as Deliver would return it: a Permanent error dead-letters that message
+// only, a Transient one pauses the sink, and a message whose first attempt failed transiently is
+// attempted again on its own. A BatchSink writes nothing to Redis (it has no Writes).
+type BatchSink interface {
+	Sink
+	DeliverBatch(ctx context.Context, batch []Delivery)
+}
+
+// Delivery is one message of a batch handed to a BatchSink, and what delivering it came to.
+type Delivery struct {
+	Message *Message
+	// ID is the stream ID of the message's input entry, the same on every delivery of the entry:
+	// what a sink that delivers effectively once remembers with what it wrote.
+	ID string
+	// Partition is the input partition the entry was read from.
+	Partition int
+	// Err is set by DeliverBatch: nil when the message was delivered.
+	Err error
+}
+
 // Write is an entry a sink adds to a stream of its choosing, written atomically with the
 // acknowledgement of the batch it came from (exactly once with delivery = "effectively_once").
 type Write struct {

@@ -346,6 +346,20 @@ var mutations = []mutation{
 		packages: []string{"./stages"},
 	},
 
+	// The sql sink: effectively-once into a database, and only the refused rows dead-lettered.
+	{
+		name: "sql-ledger-ignored", why: "the sql sink writes again the entries its ledger says were written, so a crash between commit and ack doubles rows",
+		file: "stages/sink_sql.go", find: `		r.skip = r.unit != "" && written[r.unit][[2]int64{r.ms, r.seq}]`,
+		replace:  `		r.skip = false && written[r.unit][[2]int64{r.ms, r.seq}]`,
+		packages: []string{"./stages"},
+	},
+	{
+		name: "sql-no-split", why: "a row the database refuses fails its whole batch, and good rows are dead-lettered with it",
+		file: "stages/sink_sql.go", find: `	case IsTransient(err) || len(rows) == 1 || ctx.Err() != nil:`,
+		replace:  `	case true:`,
+		packages: []string{"./stages"},
+	},
+
 	// flowrun test: a test tool that passes what it should fail hides every failure it tests for.
 	{
 		name: "test-drains-at-once", why: "a run without advance ends before the pipeline has done its work",

@@ -222,3 +222,40 @@ func TestWhyPointsAtTheConditionThatFiltered(t *testing.T) {
 		t.Errorf("the explanation is %q, want it to say %q", why, want)
 	}
 }
+
+// TestASQLSinkIsTestedWithoutADatabase: flowrun test stands in for a sql sink as for any sink that
+// does not write to Redis: what reaches it is captured, and the database (here, nothing listens on
+// port 1) is never dialled.
+func TestASQLSinkIsTestedWithoutADatabase(t *testing.T) {
+	plan := compile(t, `
+pipeline "shop" { key_prefix = "shop" }
+topic "orders" {
+  partitions = 2
+  key        = msg.id
+}
+sink "orders_db" {
+  kind     = "sql"
+  input    = topic.orders
+  driver   = "postgres"
+  dsn      = "postgres://writer:secret-pw@127.0.0.1:1/shop?connect_timeout=1"
+  table    = "orders"
+  columns  = { id = msg.id, amount = msg.amount }
+  where    = msg.amount > 0
+  delivery = "effectively_once"
+}
+`)
+	file := &testfile.File{
+		Path: "p.flowtest.hcl",
+		Runs: []*testfile.Run{{
+			Name: "orders",
+			Steps: []*testfile.Step{{Sends: []*testfile.Send{{Topic: "orders", Messages: []testfile.Message{
+				payloadOf(`{"id":"a","amount":5}`), payloadOf(`{"id":"b","amount":0}`),
+			}}}}},
+			Expect: []*testfile.Expect{{Sink: "orders_db", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"id":"a","amount":5}`)}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("want one passing run, got %+v", results)
+	}
+}
