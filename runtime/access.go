@@ -97,81 +97,114 @@ func (r *runner) accessChecks() *redis.Access {
 		a.Members("the membership of the running processes", r.keys.NodeMembers(n.name))
 	}
 	for _, u := range r.units {
-		n := u.node
-		who := n.typ + " " + n.name
-		a.Consume(who, u.stream, n.group)
-		// Checked before the ack: the markers of effectively-once outputs, the types of the others.
-		var markers, streams []string
-		for _, o := range r.committedOutputs(n) {
-			if o.dedup != "" {
-				markers = append(markers, o.dedup)
-			} else {
-				streams = append(streams, o.stream)
-			}
-		}
-		var state redis.StateKeys
-		if n.stateful {
-			state = redis.StateKeys{Hash: r.keys.State(n.input.Name, u.partition, n.name), Timers: r.keys.Timers(n.input.Name, u.partition, n.name),
-				Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
-			a.State(who, state.Hash, state.Timers)
-		}
-		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, markers, streams)
-		if n.delivery == flow.EffectivelyOnce && u.leaseKey != "" && !r.rdb.IsCluster() {
-			// Its effectively-once commits are one script without markers (redis.Commit).
-			var outputs, marks []string
-			for _, o := range r.committedOutputs(n) {
-				outputs = append(outputs, o.stream)
-			}
-			if spec := r.timeSpec(u); spec != nil {
-				for _, o := range spec.Outputs {
-					marks = append(marks, o.Hashes...)
-				}
-				marks = append(marks, spec.Close.Hash)
-			}
-			a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, outputs, marks)
-		}
-		a.Stats(who, u.stream)
-		if u.leaseKey != "" {
-			a.Lease(who, u.leaseKey)
-		}
-		if u.retryKey != "" {
-			a.Retries(who, u.retryKey)
-		}
-		if spec := r.timeSpec(u); spec != nil {
-			if spec.Marks != "" {
-				a.ReadMarks(who, spec.Marks, u.stream)
-			}
-			for _, o := range spec.Outputs {
-				for _, h := range o.Hashes {
-					a.WriteMarks(who, h)
-				}
-			}
-		}
-		if n.stateful {
-			a.Holds(who, r.keys.Holds(n.input.Name, u.partition, n.name))
+		r.unitAccess(a, u)
+	}
+	r.resumedAccess(a)
+	r.statePartitionsAccess(a)
+	r.outputsAccess(a)
+	r.marksAccess(a)
+	for _, p := range r.producers {
+		r.producerAccess(a, p)
+	}
+	r.backlogAccess(a)
+	r.retentionAccess(a)
+	// Last, so that a refusal names what the run needs a key for before the check itself.
+	for _, k := range r.streamKeys() {
+		a.Type("the check of the streams' types", k)
+	}
+	return a
+}
+
+// unitAccess lists what a consuming unit sends: its group, its commit (settle, and the one script
+// of an effectively-once commit on a single server), its lease, retry set, watermarks and holds.
+func (r *runner) unitAccess(a *redis.Access, u *unit) {
+	n := u.node
+	who := n.typ + " " + n.name
+	a.Consume(who, u.stream, n.group)
+	// Checked before the ack: the markers of effectively-once outputs, the types of the others.
+	var markers, streams []string
+	for _, o := range r.committedOutputs(n) {
+		if o.dedup != "" {
+			markers = append(markers, o.dedup)
+		} else {
+			streams = append(streams, o.stream)
 		}
 	}
+	var state redis.StateKeys
+	if n.stateful {
+		state = redis.StateKeys{Hash: r.keys.State(n.input.Name, u.partition, n.name), Timers: r.keys.Timers(n.input.Name, u.partition, n.name),
+			Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
+		a.State(who, state.Hash, state.Timers)
+	}
+	a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, markers, streams)
+	if n.delivery == flow.EffectivelyOnce && u.leaseKey != "" && !r.rdb.IsCluster() {
+		// Its effectively-once commits are one script without markers (redis.Commit).
+		var outputs, marks []string
+		for _, o := range r.committedOutputs(n) {
+			outputs = append(outputs, o.stream)
+		}
+		if spec := r.timeSpec(u); spec != nil {
+			for _, o := range spec.Outputs {
+				marks = append(marks, o.Hashes...)
+			}
+			marks = append(marks, spec.Close.Hash)
+		}
+		a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, outputs, marks)
+	}
+	a.Stats(who, u.stream)
+	if u.leaseKey != "" {
+		a.Lease(who, u.leaseKey)
+	}
+	if u.retryKey != "" {
+		a.Retries(who, u.retryKey)
+	}
+	if spec := r.timeSpec(u); spec != nil {
+		if spec.Marks != "" {
+			a.ReadMarks(who, spec.Marks, u.stream)
+		}
+		for _, o := range spec.Outputs {
+			for _, h := range o.Hashes {
+				a.WriteMarks(who, h)
+			}
+		}
+	}
+	if n.stateful {
+		a.Holds(who, r.keys.Holds(n.input.Name, u.partition, n.name))
+	}
+}
+
+// resumedAccess lists the links of fused stages, checked for entries left from a run without
+// fusion (fuseChains).
+func (r *runner) resumedAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		if n.resumeAs == "" {
 			continue
 		}
-		// Its link was checked for entries left from a run without fusion (fuseChains).
 		for p := 0; p < n.input.Partitions; p++ {
 			a.Stats(n.typ+" "+n.name, r.keys.Stream(n.input.Name, p))
 			a.Retries(n.typ+" "+n.name, r.keys.Retry(n.input.Name, p, n.name))
 		}
 	}
+}
+
+// statePartitionsAccess lists the check of each stateful stage's partition count at start
+// (state_partitions.go).
+func (r *runner) statePartitionsAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		if !n.stateful {
 			continue
 		}
-		// The check of its partition count at start (state_partitions.go).
 		var hashes, timers []string
 		for p := 0; p < n.input.Partitions; p++ {
 			hashes, timers = append(hashes, r.keys.State(n.input.Name, p, n.name)), append(timers, r.keys.Timers(n.input.Name, p, n.name))
 		}
 		a.StatePartitions(n.typ+" "+n.name, r.keys.StatePartitions(n.input.Name, n.name), hashes, timers)
 	}
+}
+
+// outputsAccess lists each node's dead-letter stream and, for a consuming node, what its commits
+// write.
+func (r *runner) outputsAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		who := n.typ + " " + n.name
 		a.Len(who, r.keys.DeadLetter(n.name))
@@ -182,6 +215,10 @@ func (r *runner) accessChecks() *redis.Access {
 			a.Output(who, o.stream, o.dedup)
 		}
 	}
+}
+
+// marksAccess lists the topics' watermarks, reopened at start, and those a job's end test reads.
+func (r *runner) marksAccess(a *redis.Access) {
 	for _, h := range r.markHashes() {
 		a.WriteMarks("the watermarks of the pipeline's topics, reopened at start", h)
 	}
@@ -195,36 +232,42 @@ func (r *runner) accessChecks() *redis.Access {
 			a.ReadMarkField("the end of a job", p.time.hashes[0])
 		}
 	}
-	for _, p := range r.producers {
-		who := "source " + p.node.name
-		if p.leaseKey != "" {
-			a.Lease(who, p.leaseKey)
-		}
-		if p.time != nil {
-			a.ReadMarks(who, p.time.hashes[0], r.keys.Stream(p.output.Name, 0))
-			for _, h := range p.time.hashes {
-				a.WriteMarks(who, h)
-			}
-		}
-		var markers []string
-		streams := []string{r.keys.DeadLetter(p.node.name)}
-		for i, s := range r.streams[p.output.Name] {
-			dedup := ""
-			if p.node.delivery == flow.EffectivelyOnce {
-				dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
-				markers = append(markers, dedup)
-			} else {
-				streams = append(streams, s)
-			}
-			a.Output(who, s, dedup)
-		}
-		a.Output(who, r.keys.DeadLetter(p.node.name), "")
-		if p.positionKey != "" {
-			a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
+}
+
+// producerAccess lists what a producing source sends: its lease, watermarks, outputs, dead
+// letters and checkpoint.
+func (r *runner) producerAccess(a *redis.Access, p *producingSource) {
+	who := "source " + p.node.name
+	if p.leaseKey != "" {
+		a.Lease(who, p.leaseKey)
+	}
+	if p.time != nil {
+		a.ReadMarks(who, p.time.hashes[0], r.keys.Stream(p.output.Name, 0))
+		for _, h := range p.time.hashes {
+			a.WriteMarks(who, h)
 		}
 	}
+	var markers []string
+	streams := []string{r.keys.DeadLetter(p.node.name)}
+	for i, s := range r.streams[p.output.Name] {
+		dedup := ""
+		if p.node.delivery == flow.EffectivelyOnce {
+			dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
+			markers = append(markers, dedup)
+		} else {
+			streams = append(streams, s)
+		}
+		a.Output(who, s, dedup)
+	}
+	a.Output(who, r.keys.DeadLetter(p.node.name), "")
+	if p.positionKey != "" {
+		a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
+	}
+}
+
+// backlogAccess lists the backlogs that writers into a topic with a max_lag measure.
+func (r *runner) backlogAccess(a *redis.Access) {
 	for _, n := range r.nodes {
-		// Writers into a topic with a max_lag measure its backlog.
 		for _, e := range r.plan.Edges {
 			if e.From != n.typ+"."+n.name || !e.Writes() {
 				continue
@@ -236,25 +279,26 @@ func (r *runner) accessChecks() *redis.Access {
 			}
 		}
 	}
-	if r.hasRetention() {
-		readers := r.readers()
-		for _, t := range r.plan.Topics {
-			if t.Retention.MaxLen == 0 && t.Retention.MaxAge == 0 {
-				continue
+}
+
+// retentionAccess lists the trimming of retained topics, and the groups it reads to trim no
+// further than they have read.
+func (r *runner) retentionAccess(a *redis.Access) {
+	if !r.hasRetention() {
+		return
+	}
+	readers := r.readers()
+	for _, t := range r.plan.Topics {
+		if t.Retention.MaxLen == 0 && t.Retention.MaxAge == 0 {
+			continue
+		}
+		for _, s := range r.streams[t.Name] {
+			for _, g := range readers[t.Name] {
+				a.Group("trimming topic "+t.Name, s, g)
 			}
-			for _, s := range r.streams[t.Name] {
-				for _, g := range readers[t.Name] {
-					a.Group("trimming topic "+t.Name, s, g)
-				}
-				a.Trim("trimming topic "+t.Name, s)
-			}
+			a.Trim("trimming topic "+t.Name, s)
 		}
 	}
-	// Last, so that a refusal names what the run needs a key for before the check itself.
-	for _, k := range r.streamKeys() {
-		a.Type("the check of the streams' types", k)
-	}
-	return a
 }
 
 // producing reports whether n is a source that produces (generate, file, stdin): it writes
