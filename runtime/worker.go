@@ -86,41 +86,14 @@ func (w *worker) run(ctx context.Context) error {
 				continue // there may be more due
 			}
 		}
-		var batch redis.Batch
-		var err error
-		switch {
-		case ahead != nil:
-			batch, err = ahead.batch, ahead.err
-			ahead = nil
-		case w.recover:
-			batch, err = w.r.rdb.ReadPending(ctx, args, w.recovery)
-			if err == nil {
-				if batch.Len() == 0 {
-					w.recover, w.recovery = false, ""
-					w.uncertain.settle(w)
-					continue
-				}
-				ids := batch.IDs()
-				w.recovery = maxID(ids)
-			}
-		default:
-			batch, err = w.r.rdb.ReadGroup(ctx, w.readArgs(args))
+		batch, recovered, err := w.read(ctx, args, &ahead)
+		if recovered {
+			continue
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if !w.readFailed(ctx, err) {
 				return nil
 			}
-			if errors.Is(err, redis.ErrNoGroup) { // someone deleted the stream or the group
-				w.ensureGroup(ctx)
-				continue
-			}
-			if !w.r.redisFailed(n.typ+" "+n.name+" reading "+w.u.stream, err) {
-				return nil
-			}
-			// The read may have delivered entries whose reply was lost with the connection: they
-			// are in this consumer's pending list, so read that again before anything new.
-			w.recover, w.recovery = true, ""
-			w.backoff.wait(ctx, w.r)
 			continue
 		}
 		w.r.outage.ok()
@@ -132,19 +105,72 @@ func (w *worker) run(ctx context.Context) error {
 		} else if err := w.idleTurn(ctx); err != nil {
 			return err
 		}
-		if w.r.clock.Now().Sub(lastReclaim) > n.claimIdle {
-			// Take over what another consumer left pending, once it has been idle long enough that
-			// nobody is still working on it: a dead consumer of a partition without leases, or a
-			// process that read a batch just before it noticed it had lost this partition's lease.
-			if err := w.reclaim(ctx, n.claimIdle); err != nil {
-				return err
-			}
-			lastReclaim = w.r.clock.Now()
+		if err := w.reclaimIdle(ctx, &lastReclaim); err != nil {
+			return err
 		}
 	}
 	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
 		// Read just before the stop: a batch that was read is processed.
 		return w.process(ctx, ahead.batch, nil, nil)
+	}
+	return nil
+}
+
+// read returns the unit's next batch: the one read ahead, the consumer's own pending entries
+// while it recovers, or new entries. recovered: the recovery read everything again, and the
+// turn is over.
+func (w *worker) read(ctx context.Context, args redis.ReadArgs, ahead **readResult) (batch redis.Batch, recovered bool, err error) {
+	switch {
+	case *ahead != nil:
+		batch, err = (*ahead).batch, (*ahead).err
+		*ahead = nil
+	case w.recover:
+		batch, err = w.r.rdb.ReadPending(ctx, args, w.recovery)
+		if err == nil {
+			if batch.Len() == 0 {
+				w.recover, w.recovery = false, ""
+				w.uncertain.settle(w)
+				return batch, true, nil
+			}
+			ids := batch.IDs()
+			w.recovery = maxID(ids)
+		}
+	default:
+		batch, err = w.r.rdb.ReadGroup(ctx, w.readArgs(args))
+	}
+	return batch, false, err
+}
+
+// readFailed handles a read that failed, and reports whether the worker goes on.
+func (w *worker) readFailed(ctx context.Context, err error) bool {
+	n := w.u.node
+	if ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, redis.ErrNoGroup) { // someone deleted the stream or the group
+		w.ensureGroup(ctx)
+		return true
+	}
+	if !w.r.redisFailed(n.typ+" "+n.name+" reading "+w.u.stream, err) {
+		return false
+	}
+	// The read may have delivered entries whose reply was lost with the connection: they
+	// are in this consumer's pending list, so read that again before anything new.
+	w.recover, w.recovery = true, ""
+	w.backoff.wait(ctx, w.r)
+	return true
+}
+
+// reclaimIdle takes over what another consumer left pending, once it has been idle long enough
+// that nobody is still working on it: a dead consumer of a partition without leases, or a process
+// that read a batch just before it noticed it had lost this partition's lease.
+func (w *worker) reclaimIdle(ctx context.Context, lastReclaim *time.Time) error {
+	n := w.u.node
+	if w.r.clock.Now().Sub(*lastReclaim) > n.claimIdle {
+		if err := w.reclaim(ctx, n.claimIdle); err != nil {
+			return err
+		}
+		*lastReclaim = w.r.clock.Now()
 	}
 	return nil
 }
