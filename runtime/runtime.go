@@ -430,18 +430,8 @@ func (r *runner) selectNodes() (map[string]bool, error) {
 
 // run starts everything, waits for the end, and shuts down in order.
 func (r *runner) run(ctx context.Context) (*Summary, error) {
-	if !r.opts.NoFusion {
-		r.checkFusedLinks(ctx)
-	}
-	if err := r.checkAccess(ctx); err != nil {
+	if err := r.checkAtStart(ctx); err != nil {
 		return nil, err
-	}
-	if err := r.checkStatePartitions(ctx); err != nil {
-		return nil, err
-	}
-	r.warnIfStateMayBeEvicted(ctx)
-	if err := r.reopenMarks(ctx); err != nil {
-		return nil, fmt.Errorf("reopening the watermarks: %w", err)
 	}
 	r.started.Store(r.clock.Now().UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -450,16 +440,8 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHard()
 	r.hard = hard
-
-	for _, n := range r.nodes {
-		if err := n.open(runCtx); err != nil {
-			r.closeNodes()
-			return nil, fmt.Errorf("%s %s: %w", n.typ, n.name, err)
-		}
-	}
-	if err := r.registerMetrics(); err != nil {
-		r.closeNodes()
-		return nil, fmt.Errorf("metrics: %w", err)
+	if err := r.openNodes(runCtx); err != nil {
+		return nil, err
 	}
 	r.log.Info("pipeline starting", "process", r.opts.ProcessID, "nodes", len(r.nodes), "partitions", len(r.units),
 		"job", r.opts.UntilDrained)
@@ -467,17 +449,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	own := newOwnership(r)
 	r.own.Store(own)
 	var wg conc.WaitGroup
-	wg.Go(func() { r.pollLoop(runCtx) })
-	wg.Go(func() { own.run(runCtx) })
-	for _, p := range r.producers {
-		wg.Go(func() { r.runProducer(runCtx, own, p) })
-	}
-	if r.opts.UntilDrained {
-		wg.Go(func() { r.watchDrain(runCtx) })
-	}
-	if r.hasRetention() {
-		wg.Go(func() { r.trimLoop(runCtx) })
-	}
+	r.startLoops(runCtx, &wg, own)
 
 	<-runCtx.Done()
 	if ctx.Err() != nil {
@@ -485,17 +457,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		r.log.Info("stopping: reading nothing new, finishing the work in flight", "drain_timeout", r.opts.DrainTimeout)
 	}
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
-	drainTimer := r.clock.NewTimer(r.opts.DrainTimeout)
-	drained := make(chan struct{})
-	go func() {
-		select {
-		case <-drainTimer.C():
-			r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
-			stopHard()
-		case <-drained:
-		}
-	}()
-	defer func() { drainTimer.Stop(); close(drained) }()
+	defer r.startDrainTimer(stopHard)()
 	readersDone := make(chan struct{})
 	go r.wakeReaders(readersDone)
 	wg.Wait()
@@ -507,7 +469,78 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 			r.fail(fmt.Errorf("writing to standard output: %w", err))
 		}
 	}
+	return r.end(ctx)
+}
 
+// checkAtStart checks, before anything runs, what the run needs of Redis: fused links left from a
+// run without fusion, the user's permissions, the stateful stages' partition counts; and reopens
+// the watermarks.
+func (r *runner) checkAtStart(ctx context.Context) error {
+	if !r.opts.NoFusion {
+		r.checkFusedLinks(ctx)
+	}
+	if err := r.checkAccess(ctx); err != nil {
+		return err
+	}
+	if err := r.checkStatePartitions(ctx); err != nil {
+		return err
+	}
+	r.warnIfStateMayBeEvicted(ctx)
+	if err := r.reopenMarks(ctx); err != nil {
+		return fmt.Errorf("reopening the watermarks: %w", err)
+	}
+	return nil
+}
+
+// openNodes opens every node and registers the metrics; on an error it closes the nodes.
+func (r *runner) openNodes(ctx context.Context) error {
+	for _, n := range r.nodes {
+		if err := n.open(ctx); err != nil {
+			r.closeNodes()
+			return fmt.Errorf("%s %s: %w", n.typ, n.name, err)
+		}
+	}
+	if err := r.registerMetrics(); err != nil {
+		r.closeNodes()
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// startLoops starts the run's loops: the poll, the ownership (which starts the workers), the
+// producing sources, a job's end test and the trimming of retained topics.
+func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *ownership) {
+	wg.Go(func() { r.pollLoop(ctx) })
+	wg.Go(func() { own.run(ctx) })
+	for _, p := range r.producers {
+		wg.Go(func() { r.runProducer(ctx, own, p) })
+	}
+	if r.opts.UntilDrained {
+		wg.Go(func() { r.watchDrain(ctx) })
+	}
+	if r.hasRetention() {
+		wg.Go(func() { r.trimLoop(ctx) })
+	}
+}
+
+// startDrainTimer abandons the work in flight (stopHard) once the shutdown has waited
+// DrainTimeout. The function it returns ends the timer.
+func (r *runner) startDrainTimer(stopHard context.CancelFunc) func() {
+	drainTimer := r.clock.NewTimer(r.opts.DrainTimeout)
+	drained := make(chan struct{})
+	go func() {
+		select {
+		case <-drainTimer.C():
+			r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
+			stopHard()
+		case <-drained:
+		}
+	}()
+	return func() { drainTimer.Stop(); close(drained) }
+}
+
+// end returns the run's summary and the error that ended it.
+func (r *runner) end(ctx context.Context) (*Summary, error) {
 	summary := r.summary()
 	r.mu.Lock()
 	err := r.fatalErr
