@@ -285,36 +285,58 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	if err := r.keys.Validate(); err != nil {
 		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
 	}
-	selected, err := r.selectNodes()
-	if err != nil {
+	if err := r.addNodes(); err != nil {
 		return nil, err
 	}
-	for _, s := range plan.Sources {
+	r.dedupTTL = redis.DefaultDedupTTL
+	r.backpressure = newBackpressure(r.rdb, plan, r.keys, r.clock)
+	r.configureNodes()
+	if !opts.NoFusion {
+		r.fuse(nil)
+	}
+	if err := r.checkJob(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// addNodes adds the sources, stages and sinks that this process runs, in plan order.
+func (r *runner) addNodes() error {
+	selected, err := r.selectNodes()
+	if err != nil {
+		return err
+	}
+	for _, s := range r.plan.Sources {
 		if !selected[s.Name] {
 			continue
 		}
 		if err := r.addSource(s); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, s := range plan.Stages {
+	for _, s := range r.plan.Stages {
 		if selected[s.Name] {
 			if err := r.addStage(s); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	for _, s := range plan.Sinks {
+	for _, s := range r.plan.Sinks {
 		if selected[s.Name] {
 			if err := r.addSink(s); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	r.dedupTTL = redis.DefaultDedupTTL
-	r.backpressure = newBackpressure(r.rdb, plan, r.keys, r.clock)
-	written := writtenTopics(plan)
-	readLimits := cappedReads(plan)
+	return nil
+}
+
+// configureNodes gives each node what the run decides for it: its transient retry policy and
+// breaker, its layers, how much it reads at a time, its span name, whether it starts traces, how
+// long its entries stay pending before another consumer takes them; and the dedup markers' TTL.
+func (r *runner) configureNodes() {
+	written := writtenTopics(r.plan)
+	readLimits := cappedReads(r.plan)
 	for _, n := range r.nodes {
 		n.transientRetry = n.retry
 		if n.retry.Name == "" {
@@ -324,27 +346,28 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		if n.handler != nil { // producing sources process nothing
 			n.process = r.layers(n)
 		}
-		n.readCount = int64(opts.BatchSize)
+		n.readCount = int64(r.opts.BatchSize)
 		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
 			n.readCount = limit
 		}
 		n.spanName = "process " + n.inputName()
 		n.startsTraces = n.input == nil || !written[n.input.Name]
 		n.claimIdle = claimIdle(n)
-		r.dedupTTL = max(r.dedupTTL, 4*(opts.LeaseTTL+n.claimIdle))
+		r.dedupTTL = max(r.dedupTTL, 4*(r.opts.LeaseTTL+n.claimIdle))
 	}
-	if !opts.NoFusion {
-		r.fuse(nil)
-	}
-	if opts.UntilDrained {
+}
+
+// checkJob refuses job mode with a source that never ends.
+func (r *runner) checkJob() error {
+	if r.opts.UntilDrained {
 		for _, p := range r.producers {
 			if !p.finite {
-				return nil, &ConfigError{fmt.Sprintf("--until-drained: source %q never ends (a generate source without count); "+
+				return &ConfigError{fmt.Sprintf("--until-drained: source %q never ends (a generate source without count); "+
 					"give it a count or run the pipeline as a service", p.node.name)}
 			}
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // cappedReads returns, for each node that writes to topics with a max_lag (outputs and side
