@@ -6,7 +6,7 @@ var mutations = []mutation{
 	// Shutdown and job mode.
 	{
 		name: "ack-abandoned", why: "a shutdown acks the messages it abandoned, which are then lost",
-		file: "runtime/worker.go",
+		file: "runtime/worker_batch.go",
 		find: `		if res.abandoned {
 			c.abandoned = true
 			continue
@@ -54,7 +54,7 @@ var mutations = []mutation{
 	// Retries and poison messages.
 	{
 		name: "retry-move-without-ack", why: "a message moved to the retry set stays pending too, and is processed twice",
-		file: "runtime/worker.go",
+		file: "runtime/worker_batch.go",
 		find: `		if m.retry != nil {
 			*retryDone = append(*retryDone, *m.retry)
 		} else {
@@ -248,12 +248,12 @@ var mutations = []mutation{
 	},
 	{
 		name: "state-not-with-acks", why: "a batch's state is not written with its acks: state falls behind its inputs",
-		file: "runtime/worker.go", find: `	c.args.State = c.state.Writes()`, replace: `	c.args.State = nil`,
+		file: "runtime/worker_batch.go", find: `	c.args.State = c.state.Writes()`, replace: `	c.args.State = nil`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "timers-never-fire", why: "a stateful stage's timers never fire: a dedupe stage remembers every key for ever",
-		file: "runtime/worker.go", find: `	if n.timers != nil {`, replace: `	if false {`,
+		file: "runtime/worker_batch.go", find: `	if n.timers != nil {`, replace: `	if false {`,
 		packages: []string{"./runtime"},
 	},
 
