@@ -207,7 +207,7 @@ var mutations = []mutation{
 	// Failing fast.
 	{
 		name: "no-access-check", why: "a run without permissions starts, and fails half-way",
-		file: "runtime/runtime.go", find: `	if err := r.checkAccess(ctx); err != nil {`, replace: `	if err := error(nil); err != nil {`,
+		file: "runtime/runner.go", find: `	if err := r.checkAccess(ctx); err != nil {`, replace: `	if err := error(nil); err != nil {`,
 		packages: []string{"./runtime"},
 	},
 	{
@@ -237,7 +237,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "state-partitions-unchecked", why: "a stateful stage runs on a new partition count under its state: keys are looked for in other partitions than their state",
-		file: "runtime/runtime.go", find: `	if err := r.checkStatePartitions(ctx); err != nil {`,
+		file: "runtime/runner.go", find: `	if err := r.checkStatePartitions(ctx); err != nil {`,
 		replace:  `	if err := r.checkStatePartitions(ctx); false && err != nil {`,
 		packages: []string{"./cmd"},
 	},

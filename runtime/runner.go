@@ -1,0 +1,410 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sourcegraph/conc"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// The engine's loop, at the top: the runner assembles the nodes of the plan that this process
+// runs (nodes.go, sources, sinks, fusion.go), checks at start what the run needs of Redis, starts
+// the ownership of partitions (ownership.go, which starts a worker per unit: worker.go), the
+// producing sources and the timed loops, and shuts them down in order. Run and its Options, the
+// public side, are runtime.go.
+
+// runner is one Run of a plan.
+type runner struct {
+	plan    *flow.Plan
+	opts    Options
+	rdb     *redis.Client
+	keys    redis.Keys
+	log     *slog.Logger
+	started atomic.Int64 // when the run started, in Unix nanoseconds; 0 before
+
+	nodes     []*node            // every node this process runs, in plan order
+	producers []*producingSource // sources that produce messages (generate, file, stdin)
+	units     []*unit            // every partition of a consuming node this process runs
+	// closing is set when a job's inputs are drained: the watermarks close, and the stateful stages
+	// with timers close what is open (their windows). closeSources is closed with it, to wake the
+	// producing sources' watermarks (source_time.go).
+	closing      atomic.Bool
+	closeSources chan struct{}
+
+	// dedupTTL is how long effectively-once markers live: longer than an input can take to be
+	// delivered again after its outputs were written (a lease expiring, an entry going idle).
+	dedupTTL time.Duration
+
+	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
+	hard context.Context
+
+	clock        stages.Clock              // Options.Clock
+	activity     *Activity                 // the run's count, which Options.Activity (if set) follows
+	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
+	randMu       sync.Mutex                // guards opts.Rand
+	own          atomic.Pointer[ownership] // set when the run starts
+	outage       outage
+	backpressure *backpressure
+	poll         poll
+	tracing      tracing
+	metrics      metrics
+	streams      map[string][]string // the stream keys of every topic's partitions, made once
+	// obs is what the run keeps for its operators: the dead-letter log, the rate samples.
+	obs observations
+
+	mu       sync.Mutex
+	fatalErr error              // the first error that stops the run
+	out      *stages.LineWriter // the stdout sinks' shared output
+	stopRun  context.CancelFunc
+}
+
+func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
+	r := &runner{
+		plan:  plan,
+		opts:  opts,
+		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
+		clock: opts.Clock, drainKick: make(chan struct{}, 1), closeSources: make(chan struct{}),
+		keys: redis.Keys{Prefix: plan.KeyPrefix},
+		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
+	}
+	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
+	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
+	r.obs.rates.every = opts.SampleInterval // 0: the default
+	r.outage.log, r.outage.clock = r.log, r.clock
+	r.streams = map[string][]string{}
+	for _, t := range plan.Topics {
+		r.streams[t.Name] = r.keys.Streams(t.Name, t.Partitions)
+	}
+	if err := r.keys.Validate(); err != nil {
+		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
+	}
+	if err := r.addNodes(); err != nil {
+		return nil, err
+	}
+	r.dedupTTL = redis.DefaultDedupTTL
+	r.backpressure = newBackpressure(r.rdb, plan, r.keys, r.clock)
+	r.configureNodes()
+	if !opts.NoFusion {
+		r.fuse(nil)
+	}
+	if err := r.checkJob(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// addNodes adds the sources, stages and sinks that this process runs, in plan order.
+func (r *runner) addNodes() error {
+	selected, err := r.selectNodes()
+	if err != nil {
+		return err
+	}
+	for _, s := range r.plan.Sources {
+		if !selected[s.Name] {
+			continue
+		}
+		if err := r.addSource(s); err != nil {
+			return err
+		}
+	}
+	for _, s := range r.plan.Stages {
+		if selected[s.Name] {
+			if err := r.addStage(s); err != nil {
+				return err
+			}
+		}
+	}
+	for _, s := range r.plan.Sinks {
+		if selected[s.Name] {
+			if err := r.addSink(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// configureNodes gives each node what the run decides for it: its transient retry policy and
+// breaker, its layers, how much it reads at a time, its span name, whether it starts traces, how
+// long its entries stay pending before another consumer takes them; and the dedup markers' TTL.
+func (r *runner) configureNodes() {
+	written := writtenTopics(r.plan)
+	readLimits := cappedReads(r.plan)
+	for _, n := range r.nodes {
+		n.transientRetry = n.retry
+		if n.retry.Name == "" {
+			n.transientRetry = flow.DefaultTransientRetry
+		}
+		n.breaker = newBreaker(n, n.transientRetry, r)
+		if n.handler != nil { // producing sources process nothing
+			n.process = r.layers(n)
+		}
+		n.readCount = int64(r.opts.BatchSize)
+		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
+			n.readCount = limit
+		}
+		n.spanName = "process " + n.inputName()
+		n.startsTraces = n.input == nil || !written[n.input.Name]
+		n.claimIdle = claimIdle(n)
+		r.dedupTTL = max(r.dedupTTL, 4*(r.opts.LeaseTTL+n.claimIdle))
+	}
+}
+
+// checkJob refuses job mode with a source that never ends.
+func (r *runner) checkJob() error {
+	if r.opts.UntilDrained {
+		for _, p := range r.producers {
+			if !p.finite {
+				return &ConfigError{fmt.Sprintf("--until-drained: source %q never ends (a generate source without count); "+
+					"give it a count or run the pipeline as a service", p.node.name)}
+			}
+		}
+	}
+	return nil
+}
+
+// cappedReads returns, for each node that writes to topics with a max_lag (outputs and side
+// outputs, such as an aggregate's late topic), the smallest of those: such a node reads no more at
+// a time, so that one batch's outputs pass a cap by at most the cap.
+func cappedReads(plan *flow.Plan) map[string]int64 {
+	limits := map[string]int64{}
+	for _, e := range plan.Edges {
+		if !e.Writes() {
+			continue
+		}
+		t := plan.Topic(strings.TrimPrefix(e.To, "topic."))
+		if t == nil || t.MaxLag <= 0 {
+			continue
+		}
+		if l, ok := limits[e.From]; !ok || t.MaxLag < l {
+			limits[e.From] = t.MaxLag
+		}
+	}
+	return limits
+}
+
+// writtenTopics returns the topics that some node of the plan writes (outputs, side outputs such
+// as an aggregate's late topic, and dead letters), whichever process runs it.
+func writtenTopics(plan *flow.Plan) map[string]bool {
+	written := map[string]bool{}
+	for _, e := range plan.Edges {
+		if e.Writes() || e.Kind == flow.EdgeDeadLetter {
+			written[strings.TrimPrefix(e.To, "topic.")] = true
+		}
+	}
+	return written
+}
+
+// selectNodes resolves Options.Nodes against the plan.
+func (r *runner) selectNodes() (map[string]bool, error) {
+	all := map[string]bool{}
+	var names []string
+	for _, s := range r.plan.Sources {
+		all[s.Name] = true
+		names = append(names, s.Name)
+	}
+	for _, s := range r.plan.Stages {
+		all[s.Name] = true
+		names = append(names, s.Name)
+	}
+	for _, s := range r.plan.Sinks {
+		all[s.Name] = true
+		names = append(names, s.Name)
+	}
+	if len(r.opts.Nodes) == 0 {
+		return all, nil
+	}
+	sort.Strings(names)
+	selected := map[string]bool{}
+	for _, n := range r.opts.Nodes {
+		n = strings.TrimSpace(n)
+		if !all[n] {
+			return nil, &ConfigError{fmt.Sprintf("pipeline %s has no source, stage or sink %q; it has %s",
+				r.plan.Name, n, strings.Join(names, ", "))}
+		}
+		selected[n] = true
+	}
+	if !r.opts.NoFusion {
+		for _, c := range r.plan.Chains {
+			var in, out []string
+			for _, s := range c.Stages {
+				if selected[s.Name] {
+					in = append(in, s.Name)
+				} else {
+					out = append(out, s.Name)
+				}
+			}
+			if len(in) > 0 && len(out) > 0 {
+				return nil, &ConfigError{fmt.Sprintf("stages %s run fused, in one hop, so one process runs them all: "+
+					"name %s too, set fuse = false on the stage after the one where the processes should part, or run with --no-fusion",
+					strings.Join(c.Names(), ", "), strings.Join(out, ", "))}
+			}
+		}
+	}
+	return selected, nil
+}
+
+// run starts everything, waits for the end, and shuts down in order.
+func (r *runner) run(ctx context.Context) (*Summary, error) {
+	if err := r.checkAtStart(ctx); err != nil {
+		return nil, err
+	}
+	r.started.Store(r.clock.Now().UnixNano())
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	r.stopRun = stopRun
+	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHard()
+	r.hard = hard
+	if err := r.openNodes(runCtx); err != nil {
+		return nil, err
+	}
+	r.log.Info("pipeline starting", "process", r.opts.ProcessID, "nodes", len(r.nodes), "partitions", len(r.units),
+		"job", r.opts.UntilDrained)
+
+	own := newOwnership(r)
+	r.own.Store(own)
+	var wg conc.WaitGroup
+	r.startLoops(runCtx, &wg, own)
+
+	<-runCtx.Done()
+	if ctx.Err() != nil {
+		// Stopped from outside (SIGINT, SIGTERM): the drain can take a while, so say it has begun.
+		r.log.Info("stopping: reading nothing new, finishing the work in flight", "drain_timeout", r.opts.DrainTimeout)
+	}
+	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
+	defer r.startDrainTimer(stopHard)()
+	readersDone := make(chan struct{})
+	go r.wakeReaders(readersDone)
+	wg.Wait()
+	own.shutdown(hard)
+	close(readersDone)
+	r.closeNodes()
+	if r.out != nil {
+		if err := r.out.Flush(); err != nil {
+			r.fail(fmt.Errorf("writing to standard output: %w", err))
+		}
+	}
+	return r.end(ctx)
+}
+
+// checkAtStart checks, before anything runs, what the run needs of Redis: fused links left from a
+// run without fusion, the user's permissions, the stateful stages' partition counts; and reopens
+// the watermarks.
+func (r *runner) checkAtStart(ctx context.Context) error {
+	if !r.opts.NoFusion {
+		r.checkFusedLinks(ctx)
+	}
+	if err := r.checkAccess(ctx); err != nil {
+		return err
+	}
+	if err := r.checkStatePartitions(ctx); err != nil {
+		return err
+	}
+	r.warnIfStateMayBeEvicted(ctx)
+	if err := r.reopenMarks(ctx); err != nil {
+		return fmt.Errorf("reopening the watermarks: %w", err)
+	}
+	return nil
+}
+
+// openNodes opens every node and registers the metrics; on an error it closes the nodes.
+func (r *runner) openNodes(ctx context.Context) error {
+	for _, n := range r.nodes {
+		if err := n.open(ctx); err != nil {
+			r.closeNodes()
+			return fmt.Errorf("%s %s: %w", n.typ, n.name, err)
+		}
+	}
+	if err := r.registerMetrics(); err != nil {
+		r.closeNodes()
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// startLoops starts the run's loops: the poll, the ownership (which starts the workers), the
+// producing sources, a job's end test and the trimming of retained topics.
+func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *ownership) {
+	wg.Go(func() { r.pollLoop(ctx) })
+	wg.Go(func() { own.run(ctx) })
+	for _, p := range r.producers {
+		wg.Go(func() { r.runProducer(ctx, own, p) })
+	}
+	if r.opts.UntilDrained {
+		wg.Go(func() { r.watchDrain(ctx) })
+	}
+	if r.hasRetention() {
+		wg.Go(func() { r.trimLoop(ctx) })
+	}
+}
+
+// startDrainTimer abandons the work in flight (stopHard) once the shutdown has waited
+// DrainTimeout. The function it returns ends the timer.
+func (r *runner) startDrainTimer(stopHard context.CancelFunc) func() {
+	drainTimer := r.clock.NewTimer(r.opts.DrainTimeout)
+	drained := make(chan struct{})
+	go func() {
+		select {
+		case <-drainTimer.C():
+			r.log.Warn("drain timeout: abandoning work in flight, which other processes will redo", "timeout", r.opts.DrainTimeout)
+			stopHard()
+		case <-drained:
+		}
+	}()
+	return func() { drainTimer.Stop(); close(drained) }
+}
+
+// end returns the run's summary and the error that ended it.
+func (r *runner) end(ctx context.Context) (*Summary, error) {
+	summary := r.summary()
+	r.mu.Lock()
+	err := r.fatalErr
+	r.mu.Unlock()
+	if err == nil && ctx.Err() == nil && !r.opts.UntilDrained {
+		err = errors.New("runtime: stopped without a cause") // should not happen: say so rather than exit 0
+	}
+	r.log.Info("pipeline stopped", "elapsed", summary.Elapsed.Round(time.Millisecond))
+	return summary, err
+}
+
+// maxMessageSize is the largest entry the pipeline takes (max_message_size).
+func (r *runner) maxMessageSize() int64 {
+	if r.plan.MaxMessageSize > 0 {
+		return r.plan.MaxMessageSize
+	}
+	return int64(flow.DefaultMaxMessageSize)
+}
+
+// fail records the first error that ends the run, and stops it.
+func (r *runner) fail(err error) {
+	r.mu.Lock()
+	if r.fatalErr == nil {
+		r.fatalErr = err
+	}
+	r.mu.Unlock()
+	r.log.Error("stopping", "err", err)
+	r.stopRun()
+}
+
+// finish ends a job run without an error.
+func (r *runner) finish() { r.stopRun() }
+
+func (r *runner) closeNodes() {
+	for _, n := range r.nodes {
+		if err := n.close(); err != nil {
+			r.log.Error("closing", "node", n.name, "err", err)
+		}
+	}
+}
