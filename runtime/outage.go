@@ -1,15 +1,12 @@
 package runtime
 
 import (
-	"fmt"
-	"github.com/flowrun/flowrun/stages"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	redis "github.com/flowrun/flowrun/transport/redis"
+	"github.com/flowrun/flowrun/stages"
 )
 
 // When Redis goes away, every worker, source and timer of the process finds out at once, and
@@ -81,26 +78,4 @@ func (o *outage) failing() (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.since, !o.since.IsZero()
-}
-
-// redisFailed handles a failed call to Redis in a loop that retries it. An error that waiting does
-// not heal (redis.Unrecoverable: no permission, a wrong password, an unknown command) ends the run
-// with what was being done; any other is part of an outage, and the caller retries. It reports
-// whether to retry.
-func (r *runner) redisFailed(what string, err error) bool {
-	if redis.Unrecoverable(err) {
-		r.fail(fmt.Errorf("%s: %w", what, err))
-		return false
-	}
-	r.outage.failed(what, err)
-	// A transaction that Redis refused to queue (EXECABORT) hides why: a command the user may no
-	// longer send (its ACL changed while the run went on) looks like running out of memory. Once an
-	// outage, ask again what the start-up check asked.
-	if strings.Contains(err.Error(), "EXECABORT") && r.outage.recheck() {
-		if cerr := r.checkAccess(r.hard); cerr != nil {
-			r.fail(fmt.Errorf("%s: %w", what, cerr))
-			return false
-		}
-	}
-	return true
 }

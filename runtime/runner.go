@@ -54,7 +54,6 @@ type runner struct {
 	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
 	randMu       sync.Mutex                // guards opts.Rand
 	own          atomic.Pointer[ownership] // set when the run starts
-	outage       outage
 	backpressure *backpressure
 	poll         poll
 	tracing      tracing
@@ -63,10 +62,10 @@ type runner struct {
 	// obs is what the run keeps for its operators: the dead-letter log, the rate samples.
 	obs observations
 
-	mu       sync.Mutex
-	fatalErr error              // the first error that stops the run
-	out      *stages.LineWriter // the stdout sinks' shared output
-	stopRun  context.CancelFunc
+	failures // ends the run on an error; meets a failing Redis
+
+	mu  sync.Mutex
+	out *stages.LineWriter // the stdout sinks' shared output (guarded by mu)
 }
 
 func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
@@ -81,7 +80,8 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
-	r.outage.log, r.outage.clock = r.log, r.clock
+	r.failures.log, r.outage.log, r.outage.clock = r.log, r.log, r.clock
+	r.failures.checkAccess = func() error { return r.checkAccess(r.hard) }
 	r.streams = map[string][]string{}
 	for _, t := range plan.Topics {
 		r.streams[t.Name] = r.keys.Streams(t.Name, t.Partitions)
@@ -369,9 +369,7 @@ func (r *runner) startDrainTimer(stopHard context.CancelFunc) func() {
 // end returns the run's summary and the error that ended it.
 func (r *runner) end(ctx context.Context) (*Summary, error) {
 	summary := r.summary()
-	r.mu.Lock()
-	err := r.fatalErr
-	r.mu.Unlock()
+	err := r.failures.err()
 	if err == nil && ctx.Err() == nil && !r.opts.UntilDrained {
 		err = errors.New("runtime: stopped without a cause") // should not happen: say so rather than exit 0
 	}
@@ -386,20 +384,6 @@ func (r *runner) maxMessageSize() int64 {
 	}
 	return int64(flow.DefaultMaxMessageSize)
 }
-
-// fail records the first error that ends the run, and stops it.
-func (r *runner) fail(err error) {
-	r.mu.Lock()
-	if r.fatalErr == nil {
-		r.fatalErr = err
-	}
-	r.mu.Unlock()
-	r.log.Error("stopping", "err", err)
-	r.stopRun()
-}
-
-// finish ends a job run without an error.
-func (r *runner) finish() { r.stopRun() }
 
 func (r *runner) closeNodes() {
 	for _, n := range r.nodes {

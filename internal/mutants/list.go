@@ -212,12 +212,12 @@ var mutations = []mutation{
 	},
 	{
 		name: "retry-unrecoverable", why: "a run without permissions retries forever instead of ending",
-		file: "runtime/outage.go", find: `	if redis.Unrecoverable(err) {
-		r.fail(fmt.Errorf("%s: %w", what, err))
+		file: "runtime/failures.go", find: `	if redis.Unrecoverable(err) {
+		f.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
 		replace: `	if redis.Unrecoverable(err) && false {
-		r.fail(fmt.Errorf("%s: %w", what, err))
+		f.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
 		packages: []string{"./runtime"},
