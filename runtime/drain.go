@@ -160,7 +160,7 @@ func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
 				return starts
 			}
 			var b backoff
-			b.wait(ctx, r)
+			b.wait(ctx, r.clock, &r.jitter)
 		}
 	}
 	return starts

@@ -52,7 +52,7 @@ type runner struct {
 	clock        stages.Clock              // Options.Clock
 	activity     *Activity                 // the run's count, which Options.Activity (if set) follows
 	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
-	randMu       sync.Mutex                // guards opts.Rand
+	jitter                                 // draws from opts.Rand
 	own          atomic.Pointer[ownership] // set when the run starts
 	backpressure *backpressure
 	poll         poll
@@ -81,6 +81,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
 	r.failures.log, r.outage.log, r.outage.clock = r.log, r.log, r.clock
+	r.jitter.rand = opts.Rand
 	r.failures.checkAccess = func() error { return r.checkAccess(r.hard) }
 	r.streams = map[string][]string{}
 	for _, t := range plan.Topics {

@@ -198,7 +198,7 @@ func (e *emitter) Record(ctx context.Context, position string) error {
 			return err
 		}
 		e.r.outage.failed("source "+e.src.node.name+" recording its position", err)
-		b.wait(ctx, e.r)
+		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }
 
@@ -219,6 +219,6 @@ func (e *emitter) Resume(ctx context.Context) (string, bool, error) {
 			return "", false, err
 		}
 		e.r.outage.failed("source "+e.src.node.name+" reading its position", err)
-		b.wait(ctx, e.r)
+		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }

@@ -226,7 +226,7 @@ func (t *sourceTime) close(ctx context.Context) {
 			return
 		}
 		var b backoff
-		b.wait(ctx, t.r)
+		b.wait(ctx, t.r.clock, &t.r.jitter)
 	}
 	t.closed = true
 	t.r.kickDrain()

@@ -222,6 +222,6 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
 		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard, r)
+		b.wait(r.hard, r.clock, &r.jitter)
 	}
 }

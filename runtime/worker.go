@@ -155,7 +155,7 @@ func (w *worker) readFailed(ctx context.Context, err error) bool {
 	// The read may have delivered entries whose reply was lost with the connection: they
 	// are in this consumer's pending list, so read that again before anything new.
 	w.recover, w.recovery = true, ""
-	w.backoff.wait(ctx, w.r)
+	w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 	return true
 }
 
@@ -251,7 +251,7 @@ func (w *worker) ensureGroup(ctx context.Context) bool {
 		if ctx.Err() != nil || !w.r.redisFailed(w.u.node.typ+" "+w.u.node.name+" creating its consumer group on "+w.u.stream, err) {
 			return false
 		}
-		w.backoff.wait(ctx, w.r)
+		w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 	}
 	return false
 }
@@ -277,7 +277,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 				return nil
 			}
 			w.recover, w.recovery = true, "" // a lost reply may have claimed entries for this consumer
-			w.backoff.wait(ctx, w.r)
+			w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 			continue
 		}
 		if res.Batch.Len() > 0 {

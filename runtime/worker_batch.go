@@ -161,7 +161,7 @@ func (w *worker) finishBatch(ctx context.Context, c *batchCommit, retryDone, ret
 		// What was delivered may not be durable: acking it could lose it. Deliver the batch again.
 		w.r.log.Error("making deliveries durable failed; the batch will be delivered again", "node", n.name, "err", err)
 		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx, w.r)
+		w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 		return nil
 	}
 	c.args.Stream, c.args.Group, c.args.Lease, c.args.DedupTTL = w.u.stream, n.group, w.lease, w.r.dedupTTL
@@ -177,7 +177,7 @@ func (w *worker) again(ctx context.Context, why string, err error) *batchCommit 
 		w.r.log.Warn(why, "node", w.u.node.name, "err", err)
 	}
 	w.recover, w.recovery = true, ""
-	w.backoff.wait(ctx, w.r)
+	w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 	return nil
 }
 

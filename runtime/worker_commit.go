@@ -43,7 +43,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		r.log.Debug("committing a batch failed; it will be processed again", "node", n.name, "stream", w.u.stream, "err", err)
 		w.uncertain.add(c) // it may have been applied: the recovery tells
 		w.recover, w.recovery = true, ""
-		w.backoff.wait(ctx, w.r)
+		w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 		return nil
 	}
 	r.outage.ok()

@@ -100,7 +100,7 @@ var mutations = []mutation{
 	{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
 		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard, r)`,
+		b.wait(r.hard, r.clock, &r.jitter)`,
 		replace: `		_ = b
 		return nil`,
 		packages: []string{"./runtime"},
