@@ -197,3 +197,11 @@ func (n *node) inputName() string {
 	}
 	return n.name
 }
+
+// streamKey returns the stream of a topic's partition.
+func (r *runner) streamKey(t *flow.Topic, partition int) string {
+	if keys := r.streams[t.Name]; partition < len(keys) {
+		return keys[partition]
+	}
+	return r.keys.Stream(t.Name, partition)
+}

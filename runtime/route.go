@@ -36,14 +36,6 @@ func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partitio
 	return key, redis.Partition(key, t.Partitions), nil
 }
 
-// streamKey returns the stream of a topic's partition.
-func (r *runner) streamKey(t *flow.Topic, partition int) string {
-	if keys := r.streams[t.Name]; partition < len(keys) {
-		return keys[partition]
-	}
-	return r.keys.Stream(t.Name, partition)
-}
-
 // entryOf encodes a message as a stream entry.
 func entryOf(key string, m *stages.Message, trace traceContext) (redis.Entry, error) {
 	payload, err := m.Payload()
