@@ -147,7 +147,7 @@ func (r *runner) configureNodes() {
 		if n.retry.Name == "" {
 			n.transientRetry = flow.DefaultTransientRetry
 		}
-		n.breaker = newBreaker(n, n.transientRetry, r)
+		n.breaker = newBreaker(n.log, n.transientRetry, r.clock, r.plan.Redact, r.jittered, r.activity)
 		if n.handler != nil { // producing sources process nothing
 			n.process = r.layers(n)
 		}
