@@ -19,7 +19,7 @@ func (r *runner) observeLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for {
 		now := r.clock.Now()
-		r.obs.rates.add(now, r.nodes)
+		r.obs.rates.add(now, sampleCounts(r.nodes))
 		r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, now, false)
 		select {
 		case <-ctx.Done():
@@ -27,4 +27,23 @@ func (r *runner) observeLoop(ctx context.Context) {
 		case <-ticker.C():
 		}
 	}
+}
+
+// sampleCounts is the nodes' counters that their rates are made of.
+func sampleCounts(nodes []*node) []nodeCounts {
+	counts := make([]nodeCounts, len(nodes))
+	for i, n := range nodes {
+		nc := n.stats.counts()
+		counts[i] = nodeCounts{in: nc.in, out: nc.written, dead: nc.deadLettered, late: nc.late, duplicates: nc.duplicates}
+	}
+	return counts
+}
+
+// nodeNames is the names of the nodes, in their order.
+func nodeNames(nodes []*node) []string {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.name
+	}
+	return names
 }

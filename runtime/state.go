@@ -182,7 +182,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
 	}
 	s.Nodes = r.nodeSummaries()
-	s.Rates = r.obs.rates.rates(r.nodes)
+	s.Rates = r.obs.rates.rates(nodeNames(r.nodes))
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{
 			Name: p.node.name, Produced: p.node.stats.counts().in, Total: p.total, Done: p.done.Load(),
