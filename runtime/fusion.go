@@ -19,19 +19,6 @@ import (
 // the chain's retry set, the message as the stage before it made it, with the stage's name: its
 // next attempt starts at that stage.
 
-// chain is a fused chain as this process runs it.
-type chain struct {
-	name  string
-	nodes []*node       // in order; nodes[0] owns the units
-	steps []messageFunc // each node's own layers (nodes[0].process is the chain's)
-	// head keeps the settings of the first node that the chain changed, to undo it (unchain).
-	head struct {
-		inline    bool
-		lanes     int
-		readCount int64
-	}
-}
-
 // fuse wires the plan's chains into this process's nodes (in newRunner, before the run, so that
 // what the run will send, accessChecks, is known), running unfused the links into the stages of
 // cut. A stage after the first of a chain has no units of its own.
@@ -240,16 +227,6 @@ func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, fres
 	}
 	all.outs = buf[start:len(buf):len(buf)]
 	return all, buf
-}
-
-// index returns the position of the named stage in the chain, or -1.
-func (c *chain) index(stage string) int {
-	for i, n := range c.nodes {
-		if n.name == stage {
-			return i
-		}
-	}
-	return -1
 }
 
 // handOn passes on a due retry for a stage that does not run in head's chain (the pipeline changed,

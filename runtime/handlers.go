@@ -190,14 +190,6 @@ func (m *message) keptKey(n *node, t *flow.Topic, msg *stages.Message) bool {
 	return t.Key.String() == n.input.Key.String()
 }
 
-// inputName names the node's input in dedup markers: its topic, or for a source the source itself.
-func (n *node) inputName() string {
-	if n.input != nil {
-		return n.input.Name
-	}
-	return n.name
-}
-
 // streamKey returns the stream of a topic's partition.
 func (r *runner) streamKey(t *flow.Topic, partition int) string {
 	if keys := r.streams[t.Name]; partition < len(keys) {

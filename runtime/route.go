@@ -51,13 +51,6 @@ func entryOf(key string, m *stages.Message, trace traceContext) (redis.Entry, er
 	}, nil
 }
 
-// traceContext is the W3C trace context that travels with a message from entry to entry.
-type traceContext struct {
-	parent, state string
-	// dropped is set when the entry's traceparent was invalid and dropped (see traceOf).
-	dropped bool
-}
-
 // roundRobin hands out partition numbers in turn, for unkeyed messages of a source.
 type roundRobin struct{ n atomic.Uint64 }
 

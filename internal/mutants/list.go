@@ -243,7 +243,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "stateful-retries-in-redis", why: "a stateful stage's retries wait in the retry set while later messages go on: the message comes back late",
-		file: "runtime/nodes.go", find: `	n.retryInPlace = n.retryInPlace || s.Watermark != nil`, replace: `	n.retryInPlace = n.retryInPlace || false`,
+		file: "runtime/assemble.go", find: `	n.retryInPlace = n.retryInPlace || s.Watermark != nil`, replace: `	n.retryInPlace = n.retryInPlace || false`,
 		packages: []string{"./runtime"},
 	},
 	{
