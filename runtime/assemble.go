@@ -45,7 +45,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 	}
 	n.log = r.log.With(n.typ, n.name)
 	env := r.env(n)
-	h := &stageHandler{r: r, node: n, keepsKey: keyClaimOf(s, traits)}
+	h := &stageHandler{r: &r.processing, node: n, keepsKey: keyClaimOf(s, traits)}
 	var impl any
 	if n.stateful {
 		if h.stateful, err = stages.CompileStateful(s, env); err != nil {

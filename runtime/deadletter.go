@@ -55,10 +55,10 @@ type DeadLetter struct {
 }
 
 // deadLetterMessage is the dead letter of a message that failed for good.
-func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
+func (r *processing) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
 	payload, perr := m.msg.Payload()
 	env := Envelope{
-		Error: r.plan.Redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: r.clock.Now(),
+		Error: r.redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: r.clock.Now(),
 		Partition: m.partition, ID: m.id, Path: m.path, Key: m.msg.Key, Headers: m.msg.Headers,
 	}
 	if perr == nil && json.Valid(payload) {
@@ -70,7 +70,7 @@ func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int,
 }
 
 // deadLetterMalformed is the dead letter of an entry that cannot be decoded.
-func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntryError) redis.Output {
+func (r *processing) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntryError) redis.Output {
 	now := r.clock.Now()
 	env := Envelope{
 		Error: "malformed entry: " + bad.Reason, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
@@ -81,7 +81,7 @@ func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntry
 
 // deadLetterDeleted records an entry that retention trimmed while it was pending: its contents are
 // gone, but its ID and the fact are kept.
-func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
+func (r *processing) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 	now := r.clock.Now()
 	env := Envelope{
 		Error:    "the entry was deleted from the stream (trimmed by retention) before it was processed; its contents are lost",
@@ -91,7 +91,7 @@ func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 }
 
 // deadLetter addresses an envelope to the node's dead-letter topic or stream.
-func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceContext) redis.Output {
+func (r *processing) deadLetter(n *node, partition int, env Envelope, trace traceContext) redis.Output {
 	env.Node, env.NodeType = n.name, n.typ
 	env.TraceParent, env.TraceState = trace.parent, trace.state
 	if n.input != nil {
@@ -105,7 +105,7 @@ func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceCon
 		body = []byte(`{"error":"the dead letter could not be encoded"}`)
 	}
 	// Logged (rate-limited) as it is made; counted when its batch commits (outcomes.go).
-	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())
+	r.deadLetters.record(r.log, n, &env, r.redact(env.Error), r.pipelinePath, r.clock.Now())
 	msg := stages.NewMessage(env.Key, body, env.Headers)
 	stream := r.keys.DeadLetter(n.name)
 	key := env.Key

@@ -20,13 +20,13 @@ import (
 // (an attemptFunc). layers composes them once per node.
 
 // layers composes the node's policies around its handler.
-func (r *runner) layers(n *node) messageFunc {
+func (r *processing) layers(n *node) messageFunc {
 	attempt := r.withTimeout(n, n.handler.handle)
 	return r.withMetrics(n, r.withTracing(n, r.withDeadLetters(n, r.withPoisonCheck(n, r.withRetries(n, attempt)))))
 }
 
 // processMessage runs a message through the node's layers.
-func (r *runner) processMessage(n *node, m *message, buf []redis.Output, p pass) (result, []redis.Output) {
+func (r *processing) processMessage(n *node, m *message, buf []redis.Output, p pass) (result, []redis.Output) {
 	if m.retry != nil && m.retry.Stage != "" && (n.chain == nil || n.chain.index(m.retry.Stage) < 0) {
 		res, buf, _ := r.handOn(n, m, buf, p) // for a stage that ran fused after n, and no longer does
 		return res, buf

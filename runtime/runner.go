@@ -29,7 +29,6 @@ type runner struct {
 	plan    *flow.Plan
 	opts    Options
 	rdb     *redis.Client
-	keys    redis.Keys
 	log     *slog.Logger
 	started atomic.Int64 // when the run started, in Unix nanoseconds; 0 before
 
@@ -46,19 +45,14 @@ type runner struct {
 	// delivered again after its outputs were written (a lease expiring, an entry going idle).
 	dedupTTL time.Duration
 
-	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
-	hard context.Context
+	// processing is what the per-message path needs of the run: the clock, the activity count,
+	// the context that ends work in flight, the keys, tracing and metrics, the dead letters.
+	processing
 
-	clock        stages.Clock              // Options.Clock
-	activity     *Activity                 // the run's count, which Options.Activity (if set) follows
 	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
-	jitter                                 // draws from opts.Rand
 	own          atomic.Pointer[ownership] // set when the run starts
 	backpressure *backpressure
 	poll         poll
-	tracing      tracing
-	metrics      metrics
-	streams      map[string][]string // the stream keys of every topic's partitions, made once
 	// obs is what the run keeps for its operators: the dead-letter log, the rate samples.
 	obs observations
 
@@ -70,13 +64,15 @@ type runner struct {
 
 func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r := &runner{
-		plan:  plan,
-		opts:  opts,
-		rdb:   opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
-		clock: opts.Clock, drainKick: make(chan struct{}, 1), closeSources: make(chan struct{}),
-		keys: redis.Keys{Prefix: plan.KeyPrefix},
-		log:  redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
+		plan:      plan,
+		opts:      opts,
+		rdb:       opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
+		drainKick: make(chan struct{}, 1), closeSources: make(chan struct{}),
+		log: redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
+	r.processing = processing{log: r.log, clock: opts.Clock, keys: redis.Keys{Prefix: plan.KeyPrefix},
+		deadLetters: &r.obs.deadLetters, redact: plan.Redact, retryInPlaceUpTo: opts.RetryInPlaceUpTo,
+		pipelinePath: opts.PipelinePath, stage: r.stageNode}
 	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
@@ -103,6 +99,16 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// stageNode is the stage named name that this process runs, or nil.
+func (r *runner) stageNode(name string) *node {
+	for _, n := range r.nodes {
+		if n.typ == "stage" && n.name == name {
+			return n
+		}
+	}
+	return nil
 }
 
 // addNodes adds the sources, stages and sinks that this process runs, in plan order.

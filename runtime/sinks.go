@@ -41,7 +41,7 @@ func (r *runner) addSink(s *flow.Sink) error {
 	if r.opts.WrapSink != nil {
 		impl = r.opts.WrapSink(s.Name, impl)
 	}
-	h := &sinkHandler{lifecycle: lifecycle{impl}, r: r, node: n, where: s.Where, sink: impl}
+	h := &sinkHandler{lifecycle: lifecycle{impl}, r: &r.processing, node: n, where: s.Where, sink: impl}
 	if kind.Streams != nil {
 		h.streams = kind.Streams(s)
 	}
@@ -54,7 +54,7 @@ func (r *runner) addSink(s *flow.Sink) error {
 // sinkHandler applies a sink's where and delivers what passes.
 type sinkHandler struct {
 	lifecycle // the sink's
-	r         *runner
+	r         *processing
 	node      *node
 	where     *expr.Program
 	sink      stages.Sink

@@ -17,7 +17,7 @@ import (
 // streamSourceHandler passes entries of an external stream to the source's output topic.
 type streamSourceHandler struct {
 	noLifecycle
-	r      *runner
+	r      *processing
 	node   *node
 	out    *flow.Topic
 	spread roundRobin
@@ -26,7 +26,7 @@ type streamSourceHandler struct {
 func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource) {
 	n.group, n.source = in.Group, s
 	n.ordering, n.lanes, n.inline = flow.OrderByPartition, 1, true
-	n.handler = &streamSourceHandler{r: r, node: n, out: s.Output}
+	n.handler = &streamSourceHandler{r: &r.processing, node: n, out: s.Output}
 	r.units = append(r.units, &unit{
 		node: n, stream: in.Stream, leaseKey: r.keys.StreamLease(in.Stream, s.Name), startLatest: in.StartLatest,
 	})

@@ -168,7 +168,7 @@ var mutations = []mutation{
 	// Visible failures.
 	{
 		name: "silent-dead-letters", why: "dead letters are neither logged nor summed up",
-		file: "runtime/deadletter.go", find: `	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())`,
+		file: "runtime/deadletter.go", find: `	r.deadLetters.record(r.log, n, &env, r.redact(env.Error), r.pipelinePath, r.clock.Now())`,
 		replace:  `	_ = r.clock`,
 		packages: []string{"./runtime", "./cmd"},
 	},
