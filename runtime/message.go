@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/flowrun/flowrun/runtime/state"
@@ -12,30 +11,6 @@ import (
 
 // What the per-message layers (layers.go) work with: a message as a node works on it, the
 // handler that does the node's work, and the functions, pass and result of the layers.
-
-// processing is what the per-message path needs of the run (lanes.go, layers.go, layer_*.go,
-// handlers.go, deadletter.go, fused.go): the clock and logger, the count of work in flight, the
-// context that ends it, the jitter of retry delays, tracing and metrics, the keys and streams that
-// outputs go to, and the dead letters' log. The runner embeds it; handlers hold it.
-type processing struct {
-	log      *slog.Logger // the runner's
-	clock    stages.Clock // Options.Clock
-	activity *Activity    // the run's count, which Options.Activity (if set) follows
-	// hard is canceled when shutdown has waited DrainTimeout: work in flight is abandoned then.
-	hard    context.Context
-	jitter  // draws from Options.Rand
-	tracing tracing
-	metrics metrics
-	keys    redis.Keys
-	streams map[string][]string // the stream keys of every topic's partitions, made once
-	// deadLetters logs the dead letters as they are made (the runner's obs.deadLetters).
-	deadLetters      *deadLetterLog
-	redact           func(string) string // flow.Plan.Redact
-	retryInPlaceUpTo time.Duration       // Options.RetryInPlaceUpTo
-	pipelinePath     string              // Options.PipelinePath
-	// stage is the stage of that name that this process runs, or nil (runner.stageNode).
-	stage func(name string) *node
-}
 
 // handler does a node's work on one message.
 type handler interface {
