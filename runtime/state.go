@@ -174,59 +174,8 @@ func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) 
 	return ps, nil
 }
 
-// Snapshot returns what the pipeline is doing now.
-func (rt *Runtime) Snapshot() Snapshot {
-	r := rt.r
-	s := Snapshot{Taken: rt.r.clock.Now()}
-	if start := r.started.Load(); start != 0 {
-		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
-	}
-	s.Nodes = r.nodeSummaries()
-	s.Rates = r.obs.rates.rates(nodeNames(r.nodes))
-	for _, p := range r.producers {
-		s.Sources = append(s.Sources, SourceProgress{
-			Name: p.node.name, Produced: p.node.stats.counts().in, Total: p.total, Done: p.done.Load(),
-			Unwritten: p.unwritten.Load(),
-		})
-	}
-	r.poll.mu.Lock()
-	s.Polled, s.PollErr = r.poll.at, r.poll.err
-	s.Partitions = append([]PartitionState(nil), r.poll.partitions...)
-	s.DeadLetters = map[string]int64{}
-	for k, v := range r.poll.deadLetters {
-		s.DeadLetters[k] = v
-	}
-	r.poll.mu.Unlock()
-	if own := r.own.Load(); own != nil {
-		s.Leases, s.Balanced = own.holdings()
-	}
-	s.RedisFailingSince, _ = r.outage.failing()
-	return s
-}
-
-// Ready reports whether the pipeline is working: Redis answered the last poll, recently, and this
-// process holds its share of the partitions.
-func (rt *Runtime) Ready() error {
-	s := rt.Snapshot()
-	switch {
-	case s.Polled.IsZero():
-		return errNotStarted
-	case s.PollErr != nil:
-		return s.PollErr
-	case rt.r.clock.Now().Sub(s.Polled) > 3*rt.r.opts.PollInterval+time.Second:
-		return errStalePoll
-	case !s.Balanced:
-		return errUnbalanced
-	}
-	return nil
-}
-
 var (
 	errNotStarted = readinessError("the pipeline has not started")
 	errStalePoll  = readinessError("Redis has not answered for a while")
 	errUnbalanced = readinessError("the process has not taken its share of the partitions yet")
 )
-
-type readinessError string
-
-func (e readinessError) Error() string { return string(e) }
