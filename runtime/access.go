@@ -284,16 +284,16 @@ func (r *runner) backlogAccess(a *redis.Access) {
 // retentionAccess lists the trimming of retained topics, and the groups it reads to trim no
 // further than they have read.
 func (r *runner) retentionAccess(a *redis.Access) {
-	if !r.hasRetention() {
+	if !hasRetention(r.plan) {
 		return
 	}
-	readers := r.readers()
+	groups := readers(r.plan)
 	for _, t := range r.plan.Topics {
 		if t.Retention.MaxLen == 0 && t.Retention.MaxAge == 0 {
 			continue
 		}
 		for _, s := range r.streams[t.Name] {
-			for _, g := range readers[t.Name] {
+			for _, g := range groups[t.Name] {
 				a.Group("trimming topic "+t.Name, s, g)
 			}
 			a.Trim("trimming topic "+t.Name, s)

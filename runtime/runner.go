@@ -293,7 +293,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
 	defer r.startDrainTimer(stopHard)()
 	readersDone := make(chan struct{})
-	go r.wakeReaders(readersDone)
+	go wakeReaders(r.rdb, r.hard, r.clock, r.opts.Block, readersDone)
 	wg.Wait()
 	own.shutdown(hard)
 	close(readersDone)
@@ -352,8 +352,9 @@ func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *owners
 	if r.opts.UntilDrained {
 		wg.Go(func() { r.watchDrain(ctx) })
 	}
-	if r.hasRetention() {
-		wg.Go(func() { r.trimLoop(ctx) })
+	if hasRetention(r.plan) {
+		trim := &trimmer{rdb: r.rdb, plan: r.plan, keys: r.keys, clock: r.clock, log: r.log, every: r.opts.TrimInterval}
+		wg.Go(func() { trim.run(ctx) })
 	}
 }
 
