@@ -316,10 +316,11 @@ func (r *runner) checkAtStart(ctx context.Context) error {
 	if err := r.checkAccess(ctx); err != nil {
 		return err
 	}
-	if err := r.checkStatePartitions(ctx); err != nil {
+	sc := &stateCheck{rdb: r.rdb, keys: r.keys, log: r.log, plan: r.plan, nodes: r.nodes}
+	if err := sc.checkStatePartitions(ctx); err != nil {
 		return err
 	}
-	r.warnIfStateMayBeEvicted(ctx)
+	sc.warnIfStateMayBeEvicted(ctx)
 	if err := r.reopenMarks(ctx); err != nil {
 		return fmt.Errorf("reopening the watermarks: %w", err)
 	}
@@ -372,6 +373,13 @@ func (r *runner) startDrainTimer(stopHard context.CancelFunc) func() {
 		}
 	}()
 	return func() { drainTimer.Stop(); close(drained) }
+}
+
+// summary is taken once every worker has stopped, so the dead-letter warnings still held back by
+// the rate limit are logged first: nothing dead-lettered later could join them.
+func (r *runner) summary() *Summary {
+	r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, r.clock.Now(), true)
+	return &Summary{Elapsed: r.clock.Now().Sub(time.Unix(0, r.started.Load())), Nodes: nodeSummaries(r.nodes, &r.obs.deadLetters), Path: r.opts.PipelinePath}
 }
 
 // end returns the run's summary and the error that ended it.

@@ -51,7 +51,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 	if start := r.started.Load(); start != 0 {
 		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
 	}
-	s.Nodes = r.nodeSummaries()
+	s.Nodes = nodeSummaries(r.nodes, &r.obs.deadLetters)
 	s.Rates = r.obs.rates.rates(nodeNames(r.nodes))
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{

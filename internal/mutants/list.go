@@ -237,8 +237,8 @@ var mutations = []mutation{
 	},
 	{
 		name: "state-partitions-unchecked", why: "a stateful stage runs on a new partition count under its state: keys are looked for in other partitions than their state",
-		file: "runtime/runner.go", find: `	if err := r.checkStatePartitions(ctx); err != nil {`,
-		replace:  `	if err := r.checkStatePartitions(ctx); false && err != nil {`,
+		file: "runtime/runner.go", find: `	if err := sc.checkStatePartitions(ctx); err != nil {`,
+		replace:  `	if err := sc.checkStatePartitions(ctx); false && err != nil {`,
 		packages: []string{"./cmd"},
 	},
 	{
