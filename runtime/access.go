@@ -273,7 +273,7 @@ func (r *runner) backlogAccess(a *redis.Access) {
 				continue
 			}
 			for _, s := range r.streams[strings.TrimPrefix(e.To, "topic.")] {
-				if r.backpressure.gate(s) != nil {
+				if r.backpressure.Gate(s) != nil {
 					a.Backlog(n.typ+" "+n.name+" (max_lag)", s)
 				}
 			}

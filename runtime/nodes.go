@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
 )
 
@@ -122,18 +123,20 @@ func (n *node) close() error {
 	return n.handler.close()
 }
 
-// heldBack and released make a node the waiter of its writes at a capped topic's gate.
-func (n *node) heldBack(g *partitionGate) {
-	n.stats.heldBy.Store(&g.topic)
+// HeldBack and Released make a node the waiter of its writes at a capped topic's gate
+// (backpressure.Waiter).
+func (n *node) HeldBack(g *backpressure.Gate) {
+	topic := g.Topic()
+	n.stats.heldBy.Store(&topic)
 	if n.stats.holding.Add(1) == 1 {
 		n.backpressureLog.Do(func() {
 			n.log.Info("held back: a topic it writes has reached its max_lag; it goes on as the topic's readers catch up",
-				"topic", g.topic, "partition", g.partition, "max_lag", g.limit)
+				"topic", g.Topic(), "partition", g.Partition(), "max_lag", g.Limit())
 		})
 	}
 }
 
-func (n *node) released(_ *partitionGate, waited time.Duration) {
+func (n *node) Released(_ *backpressure.Gate, waited time.Duration) {
 	n.stats.heldBack.Add(int64(waited))
 	n.stats.holding.Add(-1)
 }

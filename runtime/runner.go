@@ -14,6 +14,7 @@ import (
 	"github.com/sourcegraph/conc"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -51,7 +52,7 @@ type runner struct {
 
 	drainKick    chan struct{}             // wakes a job's end test (watchDrain): something may have finished
 	own          atomic.Pointer[ownership] // set when the run starts
-	backpressure *backpressure
+	backpressure *backpressure.Gates
 	poll         poll
 	// obs is what the run keeps for its operators: the dead-letter log, the rate samples.
 	obs observations
@@ -90,7 +91,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		return nil, err
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
-	r.backpressure = newBackpressure(r.rdb, plan, r.keys, r.clock)
+	r.backpressure = backpressure.New(r.rdb, plan, r.keys, r.clock)
 	r.configureNodes()
 	if !opts.NoFusion {
 		r.fuse(nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -39,7 +40,7 @@ type sourceItem struct {
 	rejected bool // a dead letter, not a message for the output topic
 	// position is the source's checkpoint once this entry is written; "" for sources without.
 	position string
-	gate     *partitionGate // the cap of the partition it goes to, if any: it was let through
+	gate     *backpressure.Gate // the cap of the partition it goes to, if any: it was let through
 	// times are its event times, per domain of the source's watermarks (source_time.go).
 	times []int64
 }
@@ -132,10 +133,10 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 		return append(batch, it), nil
 	}
 	bp := w.r.backpressure
-	if it.gate = bp.gate(it.out.Stream); it.gate == nil {
+	if it.gate = bp.Gate(it.out.Stream); it.gate == nil {
 		return append(batch, it), nil
 	}
-	if ok, err := bp.tryAdmit(w.ctx, it.gate, 1); err != nil {
+	if ok, err := bp.TryAdmit(w.ctx, it.gate, 1); err != nil {
 		return batch, err
 	} else if ok {
 		return append(batch, it), nil
@@ -147,11 +148,11 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 		clear(batch)
 		batch = batch[:0]
 	}
-	if err := bp.admit(w.ctx, it.gate, 1, w.src.node); err != nil {
+	if err := bp.Admit(w.ctx, it.gate, 1, w.src.node); err != nil {
 		if w.ctx.Err() == nil {
 			return batch, err
 		}
-		it.gate.letThrough(1) // a stop still writes what the source produced
+		it.gate.LetThrough(1) // a stop still writes what the source produced
 	}
 	return append(batch, it), nil
 }
@@ -161,7 +162,7 @@ func (w *sourceWriter) drop(items []sourceItem) {
 	w.src.unwritten.Add(-int64(len(items)))
 	for _, it := range items {
 		if it.gate != nil {
-			it.gate.dropped(1)
+			it.gate.Dropped(1)
 		}
 	}
 }
@@ -207,7 +208,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			w.src.unwritten.Add(-int64(len(batch)))
 			for _, it := range batch {
 				if it.gate != nil {
-					it.gate.written(1)
+					it.gate.Written(1)
 				}
 			}
 			return nil

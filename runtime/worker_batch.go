@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/runtime/state"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -63,7 +64,7 @@ type batchCommit struct {
 	abandoned bool // a shutdown interrupted some messages: they stay pending
 	// admits has an element per output to a partition whose backlog is capped (max_lag): the
 	// commit waits until each has room.
-	admits []*partitionGate
+	admits []*backpressure.Gate
 	state  *state.Batch // a stateful stage's, whose outcomes count once the batch is committed
 	// counts are what the batch did, counted once it is committed (outcomes.go).
 	counts *batchCounts
@@ -261,7 +262,7 @@ func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*me
 		}
 		c.args.Outputs = append(c.args.Outputs, res.outs...)
 		c.args.Outputs = append(c.args.Outputs, res.deadLetters...)
-		if gated := r.backpressure.gates; len(gated) > 0 {
+		if gated := r.backpressure.Gated(); len(gated) > 0 {
 			for j := range res.outs {
 				if g := gated[res.outs[j].Stream]; g != nil {
 					c.admits = append(c.admits, g)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -22,9 +23,9 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 	_, err := r.rdb.Commit(r.hard, c.args)
 	for _, g := range c.admits {
 		if err == nil {
-			g.written(1)
+			g.Written(1)
 		} else {
-			g.dropped(1)
+			g.Dropped(1)
 		}
 	}
 	switch {
@@ -60,24 +61,24 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 // admit waits until every capped partition that a batch writes to has room for its outputs. A
 // stop ends the wait: the batch is processed, and committing it beats doing it again.
 // Its error is one that waiting does not heal.
-func (w *worker) admit(ctx context.Context, gates []*partitionGate) error {
+func (w *worker) admit(ctx context.Context, gates []*backpressure.Gate) error {
 	if len(gates) == 0 {
 		return nil
 	}
 	defer w.r.activity.waiting()() // waiting for room is not work: a virtual clock may move on meanwhile
-	counts := make(map[*partitionGate]int64, len(gates))
+	counts := make(map[*backpressure.Gate]int64, len(gates))
 	for _, g := range gates {
 		counts[g]++
 	}
-	admitted := make(map[*partitionGate]int64, len(counts))
+	admitted := make(map[*backpressure.Gate]int64, len(counts))
 	for g, n := range counts {
-		err := w.r.backpressure.admit(ctx, g, n, w.u.node)
+		err := w.r.backpressure.Admit(ctx, g, n, w.u.node)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			g.letThrough(n) // a stop: committing the batch beats doing it again
+			g.LetThrough(n) // a stop: committing the batch beats doing it again
 		case err != nil:
 			for g, n := range admitted {
-				g.dropped(n)
+				g.Dropped(n)
 			}
 			return err
 		}

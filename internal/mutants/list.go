@@ -161,7 +161,7 @@ var mutations = []mutation{
 	// Backpressure.
 	{
 		name: "gate-forgets-in-flight", why: "backpressure lets writers pass the cap by what they have not written yet",
-		file: "runtime/backpressure.go", find: `	if g.measured+g.since+g.unwritten >= g.limit {`, replace: `	if g.measured >= g.limit {`,
+		file: "runtime/backpressure/backpressure.go", find: `	if g.measured+g.since+g.unwritten >= g.limit {`, replace: `	if g.measured >= g.limit {`,
 		packages: []string{"./runtime"},
 	},
 
