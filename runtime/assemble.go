@@ -120,7 +120,7 @@ func (r *runner) addSource(s *flow.Source) error {
 		r.addStreamSource(n, s, kind.Stream(s))
 		return nil
 	}
-	p, err := r.newProducingSource(n, s, kind)
+	p, err := r.src.newProducingSource(n, s, kind, r.env(n))
 	if err != nil {
 		return err
 	}

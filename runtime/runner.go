@@ -35,6 +35,7 @@ type runner struct {
 
 	nodes     []*node            // every node this process runs, in plan order
 	producers []*producingSource // sources that produce messages (generate, file, stdin)
+	src       *sourceRun         // what they need of the run
 	units     []*unit            // every partition of a consuming node this process runs
 	// closing is set when a job's inputs are drained: the watermarks close, and the stateful stages
 	// with timers close what is open (their windows). closeSources is closed with it, to wake the
@@ -87,11 +88,14 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	if err := r.keys.Validate(); err != nil {
 		return nil, &ConfigError{fmt.Sprintf("pipeline %s: %v", plan.Name, err)}
 	}
+	r.backpressure = backpressure.New(r.rdb, plan, r.keys, r.clock)
+	r.src = &sourceRun{processing: &r.processing, failures: &r.failures, log: r.log, rdb: r.rdb, plan: plan, opts: &r.opts,
+		backpressure: r.backpressure, dedupTTL: &r.dedupTTL, closing: &r.closing, closeSources: r.closeSources,
+		kickDrain: r.kickDrain}
 	if err := r.addNodes(); err != nil {
 		return nil, err
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
-	r.backpressure = backpressure.New(r.rdb, plan, r.keys, r.clock)
 	r.configureNodes()
 	if !opts.NoFusion {
 		r.fuse(nil)
@@ -349,7 +353,7 @@ func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *owners
 	wg.Go(func() { r.pollLoop(ctx) })
 	wg.Go(func() { own.run(ctx) })
 	for _, p := range r.producers {
-		wg.Go(func() { r.runProducer(ctx, own, p) })
+		wg.Go(func() { r.src.runProducer(ctx, own, p) })
 	}
 	if r.opts.UntilDrained {
 		wg.Go(func() { r.watchDrain(ctx) })
@@ -395,9 +399,12 @@ func (r *runner) end(ctx context.Context) (*Summary, error) {
 }
 
 // maxMessageSize is the largest entry the pipeline takes (max_message_size).
-func (r *runner) maxMessageSize() int64 {
-	if r.plan.MaxMessageSize > 0 {
-		return r.plan.MaxMessageSize
+func (r *runner) maxMessageSize() int64 { return maxMessageSize(r.plan) }
+
+// maxMessageSize is the largest entry the plan takes (max_message_size).
+func maxMessageSize(plan *flow.Plan) int64 {
+	if plan.MaxMessageSize > 0 {
+		return plan.MaxMessageSize
 	}
 	return int64(flow.DefaultMaxMessageSize)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -22,6 +25,27 @@ import (
 // A source whose kind Resumes (file) records its position with every batch (a checkpoint, in the
 // same transaction on a single server), so that a restarted process resumes after the last message
 // written; others start from their first message again.
+
+// sourceRun is what the producing sources, their writers (source_write.go) and their watermarks
+// (source_time.go) need of the run: the per-message path (to make their entries and dead
+// letters), the run's failures, the client and plan, the options, the backpressure gates, the
+// dedup markers' TTL, and a job's end (closing, closeSources, kickDrain). The runner makes one.
+type sourceRun struct {
+	*processing
+	*failures
+	log          *slog.Logger // the runner's
+	rdb          *redis.Client
+	plan         *flow.Plan
+	opts         *Options
+	backpressure *backpressure.Gates
+	dedupTTL     *time.Duration // the runner's, set once its nodes are configured
+	closing      *atomic.Bool   // the runner's: a job's inputs are drained
+	closeSources chan struct{}  // closed with closing
+	kickDrain    func()         // wakes a job's end test
+}
+
+// maxMessageSize is the largest entry the pipeline takes (max_message_size).
+func (r *sourceRun) maxMessageSize() int64 { return maxMessageSize(r.plan) }
 
 // producingSource is a source that produces messages.
 type producingSource struct {
@@ -40,7 +64,7 @@ type producingSource struct {
 	unwritten atomic.Int64 // entries produced and not yet written (nor dropped by a stop)
 }
 
-func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind) (*producingSource, error) {
+func (r *sourceRun) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind, env stages.Env) (*producingSource, error) {
 	p := &producingSource{node: n, output: s.Output, finite: true}
 	if kind.Traits.Finite != nil {
 		var total int64
@@ -53,7 +77,7 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 	if kind.Traits.Resumes {
 		p.positionKey = r.keys.SourcePosition(s.Name)
 	}
-	impl, err := kind.New(s, r.env(n))
+	impl, err := kind.New(s, env)
 	if err != nil {
 		return nil, &ConfigError{"source " + s.Name + ": " + err.Error()}
 	}
@@ -66,7 +90,7 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 }
 
 // runProducer runs a producing source to its end, once it holds the source's lease.
-func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSource) {
+func (r *sourceRun) runProducer(ctx context.Context, own *ownership, p *producingSource) {
 	sctx := ctx
 	if p.leaseKey != "" {
 		var ok bool
@@ -122,7 +146,7 @@ func (p *producingSource) onRestart() string {
 // entries for its writer, messages for the output topic and rejects for the source's dead-letter
 // stream.
 type emitter struct {
-	r   *runner
+	r   *sourceRun
 	src *producingSource
 	w   *sourceWriter
 }

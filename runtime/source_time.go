@@ -21,7 +21,7 @@ import (
 
 // sourceTime is a producing source's watermarks.
 type sourceTime struct {
-	r       *runner
+	r       *sourceRun
 	src     *producingSource
 	domains []flow.TimeDomain
 	hashes  []string // every partition's watermarks hash
@@ -39,7 +39,7 @@ type sourceTime struct {
 	resumed   bool
 }
 
-func (r *runner) newSourceTime(p *producingSource) *sourceTime {
+func (r *sourceRun) newSourceTime(p *producingSource) *sourceTime {
 	tw := p.output.Watermark
 	if tw == nil {
 		return nil

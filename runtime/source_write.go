@@ -48,7 +48,7 @@ type sourceItem struct {
 // sourceWriter writes a producing source's entries.
 type sourceWriter struct {
 	ctx context.Context // the source's: waiting at a capped topic ends with it
-	r   *runner
+	r   *sourceRun
 	src *producingSource
 	own *ownership
 	// most is the most entries it writes at once: what a pipelined round trip amortises well
@@ -60,7 +60,7 @@ type sourceWriter struct {
 	err     error         // why it ended, set before stopped closes
 }
 
-func (r *runner) startSourceWriter(ctx context.Context, p *producingSource, own *ownership) *sourceWriter {
+func (r *sourceRun) startSourceWriter(ctx context.Context, p *producingSource, own *ownership) *sourceWriter {
 	most := min(redis.DefaultBatchSize, r.opts.BatchSize)
 	w := &sourceWriter{ctx: ctx, r: r, src: p, own: own, most: most, items: make(chan sourceItem, 2*most), stopped: make(chan struct{})}
 	go func() {
@@ -171,7 +171,7 @@ func (w *sourceWriter) drop(items []sourceItem) {
 // that a stop still writes what the source produced, within the drain time.
 func (w *sourceWriter) write(batch []sourceItem) error {
 	r, n := w.r, w.src.node
-	args := redis.CommitArgs{Outputs: make([]redis.Output, len(batch)), DedupTTL: r.dedupTTL}
+	args := redis.CommitArgs{Outputs: make([]redis.Output, len(batch)), DedupTTL: *r.dedupTTL}
 	var written counts
 	for i, it := range batch {
 		args.Outputs[i] = it.out
