@@ -127,3 +127,48 @@ func (r *runner) addSource(s *flow.Source) error {
 	r.producers = append(r.producers, p)
 	return nil
 }
+
+func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource) {
+	n.group, n.source = in.Group, s
+	n.ordering, n.lanes, n.inline = flow.OrderByPartition, 1, true
+	n.handler = &streamSourceHandler{r: &r.processing, node: n, out: s.Output}
+	r.units = append(r.units, &unit{
+		node: n, stream: in.Stream, leaseKey: r.keys.StreamLease(in.Stream, s.Name), startLatest: in.StartLatest,
+	})
+}
+
+func (r *runner) addSink(s *flow.Sink) error {
+	kind, err := stages.SinkKindOf(s)
+	if err != nil {
+		return &ConfigError{err.Error()}
+	}
+	n := &node{
+		name: s.Name, typ: "sink", kind: s.Kind,
+		group: redis.Group(s.Name), input: s.Input,
+		ordering: flow.OrderByKey, lanes: kind.Traits.Lanes, inline: kind.Traits.Inline,
+		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: stages.DefaultSinkTimeout,
+		deadLetter: s.DeadLetter, delivery: s.Delivery,
+	}
+	if n.lanes == 0 {
+		n.lanes = stages.DefaultSinkLanes
+	}
+	n.log = r.log.With("node", n.name)
+	impl, err := kind.New(s, r.env(n))
+	if err != nil {
+		return &ConfigError{"sink " + s.Name + ": " + err.Error()}
+	}
+	if t, ok := impl.(stages.Timeouter); ok && t.Timeout() > 0 {
+		n.timeout = t.Timeout()
+	}
+	if r.opts.WrapSink != nil {
+		impl = r.opts.WrapSink(s.Name, impl)
+	}
+	h := &sinkHandler{lifecycle: lifecycle{impl}, r: &r.processing, node: n, where: s.Where, sink: impl}
+	if kind.Streams != nil {
+		h.streams = kind.Streams(s)
+	}
+	n.handler = h
+	r.nodes = append(r.nodes, n)
+	r.addUnits(n)
+	return nil
+}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -175,3 +176,11 @@ func newProcessID() string {
 type ConfigError struct{ msg string }
 
 func (e *ConfigError) Error() string { return e.msg }
+
+// maxMessageSize is the largest entry the plan takes (max_message_size).
+func maxMessageSize(plan *flow.Plan) int64 {
+	if plan.MaxMessageSize > 0 {
+		return plan.MaxMessageSize
+	}
+	return int64(flow.DefaultMaxMessageSize)
+}

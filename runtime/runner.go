@@ -401,14 +401,6 @@ func (r *runner) end(ctx context.Context) (*Summary, error) {
 // maxMessageSize is the largest entry the pipeline takes (max_message_size).
 func (r *runner) maxMessageSize() int64 { return maxMessageSize(r.plan) }
 
-// maxMessageSize is the largest entry the plan takes (max_message_size).
-func maxMessageSize(plan *flow.Plan) int64 {
-	if plan.MaxMessageSize > 0 {
-		return plan.MaxMessageSize
-	}
-	return int64(flow.DefaultMaxMessageSize)
-}
-
 func (r *runner) closeNodes() {
 	for _, n := range r.nodes {
 		if err := n.close(); err != nil {

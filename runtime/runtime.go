@@ -90,7 +90,3 @@ func (rt *Runtime) Ready() error {
 	}
 	return nil
 }
-
-type readinessError string
-
-func (e readinessError) Error() string { return string(e) }

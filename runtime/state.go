@@ -179,3 +179,7 @@ var (
 	errStalePoll  = readinessError("Redis has not answered for a while")
 	errUnbalanced = readinessError("the process has not taken its share of the partitions yet")
 )
+
+type readinessError string
+
+func (e readinessError) Error() string { return string(e) }
