@@ -3,6 +3,9 @@ package runtime
 import (
 	"context"
 	"fmt"
+
+	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A fused chain (flow.Chain) runs in the units of its first stage: a batch is read once from the
@@ -14,10 +17,21 @@ import (
 // the chain's retry set, the message as the stage before it made it, with the stage's name: its
 // next attempt starts at that stage.
 
+// fusion wires the plan's chains into the nodes this process runs, at start, and unwires the links
+// that still hold work from a run without fusion. What a chain does with each message is fused.go.
+type fusion struct {
+	*processing // a chain's head processes through fused; the keys; the logger
+	plan        *flow.Plan
+	rdb         *redis.Client
+	nodes       []*node       // the nodes this process runs, assembled
+	units       *[]*unit      // the runner's: a stage fused after another has none of its own
+	addUnits    func(n *node) // adds a node's units to the runner's
+}
+
 // fuse wires the plan's chains into this process's nodes (in newRunner, before the run, so that
 // what the run will send, accessChecks, is known), running unfused the links into the stages of
 // cut. A stage after the first of a chain has no units of its own.
-func (r *runner) fuse(cut map[string]bool) {
+func (r *fusion) fuse(cut map[string]bool) {
 	stagesByName := map[string]*node{}
 	for _, n := range r.nodes {
 		if n.typ == "stage" {
@@ -54,7 +68,7 @@ func (r *runner) fuse(cut map[string]bool) {
 // from a run without fusion (leftovers), so that its entries are processed: entries the stage has
 // not read or not acknowledged, retries waiting for it. Where Redis cannot tell, the link runs as a
 // stream too: that is never wrong.
-func (r *runner) checkFusedLinks(ctx context.Context) {
+func (r *fusion) checkFusedLinks(ctx context.Context) {
 	cut := map[string]bool{}
 	var chains []*chain
 	for _, n := range r.nodes {
@@ -84,7 +98,7 @@ func (r *runner) checkFusedLinks(ctx context.Context) {
 }
 
 // unchain undoes newChain.
-func (r *runner) unchain(c *chain) {
+func (r *fusion) unchain(c *chain) {
 	head := c.nodes[0]
 	head.process = c.steps[0]
 	head.inline, head.lanes, head.readCount = c.head.inline, c.head.lanes, c.head.readCount
@@ -96,7 +110,7 @@ func (r *runner) unchain(c *chain) {
 // linkLeftovers says what the stream that n reads in a chain still holds for it from a run without
 // fusion: entries not yet delivered to n's group, entries delivered and not acknowledged, retries
 // waiting. "" when nothing.
-func (r *runner) linkLeftovers(ctx context.Context, n *node) (string, error) {
+func (r *fusion) linkLeftovers(ctx context.Context, n *node) (string, error) {
 	for p := 0; p < n.input.Partitions; p++ {
 		stream := r.keys.Stream(n.input.Name, p)
 		st, err := r.rdb.StreamStats(ctx, stream)
@@ -122,8 +136,8 @@ func (r *runner) linkLeftovers(ctx context.Context, n *node) (string, error) {
 }
 
 // hasUnits reports whether n has units in this process.
-func (r *runner) hasUnits(n *node) bool {
-	for _, u := range r.units {
+func (r *fusion) hasUnits(n *node) bool {
+	for _, u := range *r.units {
 		if u.node == n {
 			return true
 		}
@@ -132,7 +146,7 @@ func (r *runner) hasUnits(n *node) bool {
 }
 
 // newChain makes nodes, in order, one chain whose first node processes for all.
-func (r *runner) newChain(nodes []*node) {
+func (r *fusion) newChain(nodes []*node) {
 	c := &chain{nodes: nodes}
 	for i, n := range nodes {
 		if i > 0 {

@@ -98,7 +98,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r.dedupTTL = redis.DefaultDedupTTL
 	r.configureNodes()
 	if !opts.NoFusion {
-		r.fuse(nil)
+		r.fusing().fuse(nil)
 	}
 	if err := r.checkJob(); err != nil {
 		return nil, err
@@ -114,6 +114,11 @@ func (r *runner) stageNode(name string) *node {
 		}
 	}
 	return nil
+}
+
+// fusing is the fusion of the nodes this process runs.
+func (r *runner) fusing() *fusion {
+	return &fusion{processing: &r.processing, plan: r.plan, rdb: r.rdb, nodes: r.nodes, units: &r.units, addUnits: r.addUnits}
 }
 
 // addNodes adds the sources, stages and sinks that this process runs, in plan order.
@@ -316,7 +321,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 // the watermarks.
 func (r *runner) checkAtStart(ctx context.Context) error {
 	if !r.opts.NoFusion {
-		r.checkFusedLinks(ctx)
+		r.fusing().checkFusedLinks(ctx)
 	}
 	if err := r.checkAccess(ctx); err != nil {
 		return err
