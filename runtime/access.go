@@ -219,12 +219,12 @@ func (r *runner) outputsAccess(a *redis.Access) {
 
 // marksAccess lists the topics' watermarks, reopened at start, and those a job's end test reads.
 func (r *runner) marksAccess(a *redis.Access) {
-	for _, h := range r.markHashes() {
+	for _, h := range markHashes(r.keys, r.nodes, r.producers) {
 		a.WriteMarks("the watermarks of the pipeline's topics, reopened at start", h)
 	}
 	for _, u := range r.units { // a job's end test
 		if u.node.timed() {
-			a.ReadMarkField("the end of a job", closeMarkOf(r, u).Hash)
+			a.ReadMarkField("the end of a job", closeMarkOf(r.keys, u).Hash)
 		}
 	}
 	for _, p := range r.producers {

@@ -119,7 +119,7 @@ func (r *runner) allClosed(ctx context.Context) bool {
 	var hashes, fields []string
 	for _, u := range r.units {
 		if u.node.timed() {
-			c := closeMarkOf(r, u)
+			c := closeMarkOf(r.keys, u)
 			hashes, fields = append(hashes, c.Hash), append(fields, c.Field)
 		}
 	}

@@ -267,13 +267,13 @@ var mutations = []mutation{
 	},
 	{
 		name: "writers-minimum-skipped-declared", why: "a declared topic's partition takes one of its writers' watermarks (a source's, a re-keying stage's unit's) for the least of them",
-		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
+		file: "runtime/marks.go", find: "\t}\n\treturn names\n}",
 		replace:  "\t}\n\tif !t.Implicit {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "writers-minimum-skipped-inserted", why: "an inserted repartition topic's partition takes one unit's watermark for the least of the repartition stage's units'",
-		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
+		file: "runtime/marks.go", find: "\t}\n\treturn names\n}",
 		replace:  "\t}\n\tif t.Repartition != nil {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
 		packages: []string{"./runtime"},
 	},
@@ -298,7 +298,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "rekeying-writers-seen-as-one", why: "a stage that re-keys into a topic is taken to write only its own partition: the watermark misses the other partitions' writers",
-		file: "runtime/worker_time.go", find: `		case w.SamePartition:
+		file: "runtime/marks.go", find: `		case w.SamePartition:
 			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
 		replace: `		case true:
 			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
