@@ -219,7 +219,7 @@ func (r *runner) outputsAccess(a *redis.Access) {
 
 // marksAccess lists the topics' watermarks, reopened at start, and those a job's end test reads.
 func (r *runner) marksAccess(a *redis.Access) {
-	for _, h := range markHashes(r.keys, r.nodes, r.producers) {
+	for _, h := range markHashes(r.keys, r.nodes, outputsOf(r.producers)) {
 		a.WriteMarks("the watermarks of the pipeline's topics, reopened at start", h)
 	}
 	for _, u := range r.units { // a job's end test

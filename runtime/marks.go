@@ -160,8 +160,8 @@ func (r *processing) timeOutput(spec *state.Spec, tw topicWrite, p int) state.Ou
 }
 
 // markHashes are the watermarks hashes of every partition of the topics with watermarks that a
-// process's nodes (and producing sources) read or write.
-func markHashes(keys redis.Keys, nodes []*node, producers []*producingSource) []string {
+// process's nodes read or write, its producing sources' outputs (sourceOutputs) included.
+func markHashes(keys redis.Keys, nodes []*node, sourceOutputs []*flow.Topic) []string {
 	seen := map[string]bool{}
 	var out []string
 	add := func(t *flow.Topic) {
@@ -184,8 +184,8 @@ func markHashes(keys redis.Keys, nodes []*node, producers []*producingSource) []
 			add(n.source.Output)
 		}
 	}
-	for _, p := range producers {
-		add(p.output)
+	for _, t := range sourceOutputs {
+		add(t)
 	}
 	return out
 }

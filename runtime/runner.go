@@ -331,7 +331,7 @@ func (r *runner) checkAtStart(ctx context.Context) error {
 		return err
 	}
 	sc.warnIfStateMayBeEvicted(ctx)
-	if err := reopenMarks(ctx, r.rdb, markHashes(r.keys, r.nodes, r.producers)); err != nil {
+	if err := reopenMarks(ctx, r.rdb, markHashes(r.keys, r.nodes, outputsOf(r.producers))); err != nil {
 		return fmt.Errorf("reopening the watermarks: %w", err)
 	}
 	return nil

@@ -89,6 +89,15 @@ func (r *sourceRun) newProducingSource(n *node, s *flow.Source, kind stages.Sour
 	return p, nil
 }
 
+// outputsOf lists the output topics of producing sources, in their order.
+func outputsOf(producers []*producingSource) []*flow.Topic {
+	out := make([]*flow.Topic, len(producers))
+	for i, p := range producers {
+		out[i] = p.output
+	}
+	return out
+}
+
 // runProducer runs a producing source to its end, once it holds the source's lease.
 func (r *sourceRun) runProducer(ctx context.Context, own *ownership, p *producingSource) {
 	sctx := ctx
