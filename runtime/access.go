@@ -7,8 +7,22 @@ import (
 	"strings"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
+
+// accessCheck is what the check of the Redis user's permissions needs to know of the run: the
+// nodes, units and producing sources this process runs, with the keys and streams they use
+// (processing), the plan, the backpressure gates and the client to ask.
+type accessCheck struct {
+	*processing
+	rdb          *redis.Client
+	plan         *flow.Plan
+	nodes        []*node
+	units        []*unit
+	producers    []*producingSource
+	backpressure *backpressure.Gates
+}
 
 // checkAccess asks Redis, before the run reads or writes anything, whether its user may send
 // everything the run will send, on the keys it will send it on. A user restricted to other keys,
@@ -16,7 +30,7 @@ import (
 // command or key and the ACL rule that grants it, instead of failing in the middle, after part of
 // the work is done. A server that cannot tell (the embedded Redis, Redis before 7.0) is not
 // checked; a check that fails for another reason (a connection drop) leaves the run to find out.
-func (r *runner) checkAccess(ctx context.Context) error {
+func (r *accessCheck) checkAccess(ctx context.Context) error {
 	checks := r.accessChecks().Checks()
 	err := r.rdb.CheckAccess(ctx, checks)
 	switch {
@@ -38,7 +52,7 @@ func (r *runner) checkAccess(ctx context.Context) error {
 // something else: another application's data where the pipeline writes (a key_prefix shared by
 // mistake, a sink's stream name taken), which would fail every commit that touches it, after its
 // inputs were acknowledged on a single server. A check that cannot run leaves the run to find out.
-func (r *runner) checkStreams(ctx context.Context) error {
+func (r *accessCheck) checkStreams(ctx context.Context) error {
 	keys := r.streamKeys()
 	types, err := r.rdb.KeyTypes(ctx, keys)
 	if err != nil {
@@ -59,7 +73,7 @@ func (r *runner) checkStreams(ctx context.Context) error {
 }
 
 // streamKeys lists the streams that this process's run reads or writes.
-func (r *runner) streamKeys() []string {
+func (r *accessCheck) streamKeys() []string {
 	seen := map[string]bool{}
 	var keys []string
 	add := func(k string) {
@@ -90,7 +104,7 @@ func (r *runner) streamKeys() []string {
 // accessChecks lists what this process will send when it runs its part of the plan: per
 // consuming unit its group, lease, retry set and the streams its node writes; per producing
 // source its lease and output; the membership; the trimming of retained topics.
-func (r *runner) accessChecks() *redis.Access {
+func (r *accessCheck) accessChecks() *redis.Access {
 	a := redis.NewAccess(r.keys)
 	a.Members("the membership of the running processes", r.keys.Members())
 	for _, n := range r.nodes {
@@ -117,7 +131,7 @@ func (r *runner) accessChecks() *redis.Access {
 
 // unitAccess lists what a consuming unit sends: its group, its commit (settle, and the one script
 // of an effectively-once commit on a single server), its lease, retry set, watermarks and holds.
-func (r *runner) unitAccess(a *redis.Access, u *unit) {
+func (r *accessCheck) unitAccess(a *redis.Access, u *unit) {
 	n := u.node
 	who := n.typ + " " + n.name
 	a.Consume(who, u.stream, n.group)
@@ -175,7 +189,7 @@ func (r *runner) unitAccess(a *redis.Access, u *unit) {
 
 // resumedAccess lists the links of fused stages, checked for entries left from a run without
 // fusion (fuseChains).
-func (r *runner) resumedAccess(a *redis.Access) {
+func (r *accessCheck) resumedAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		if n.resumeAs == "" {
 			continue
@@ -189,7 +203,7 @@ func (r *runner) resumedAccess(a *redis.Access) {
 
 // statePartitionsAccess lists the check of each stateful stage's partition count at start
 // (state_partitions.go).
-func (r *runner) statePartitionsAccess(a *redis.Access) {
+func (r *accessCheck) statePartitionsAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		if !n.stateful {
 			continue
@@ -204,7 +218,7 @@ func (r *runner) statePartitionsAccess(a *redis.Access) {
 
 // outputsAccess lists each node's dead-letter stream and, for a consuming node, what its commits
 // write.
-func (r *runner) outputsAccess(a *redis.Access) {
+func (r *accessCheck) outputsAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		who := n.typ + " " + n.name
 		a.Len(who, r.keys.DeadLetter(n.name))
@@ -218,7 +232,7 @@ func (r *runner) outputsAccess(a *redis.Access) {
 }
 
 // marksAccess lists the topics' watermarks, reopened at start, and those a job's end test reads.
-func (r *runner) marksAccess(a *redis.Access) {
+func (r *accessCheck) marksAccess(a *redis.Access) {
 	for _, h := range markHashes(r.keys, r.nodes, outputsOf(r.producers)) {
 		a.WriteMarks("the watermarks of the pipeline's topics, reopened at start", h)
 	}
@@ -236,7 +250,7 @@ func (r *runner) marksAccess(a *redis.Access) {
 
 // producerAccess lists what a producing source sends: its lease, watermarks, outputs, dead
 // letters and checkpoint.
-func (r *runner) producerAccess(a *redis.Access, p *producingSource) {
+func (r *accessCheck) producerAccess(a *redis.Access, p *producingSource) {
 	who := "source " + p.node.name
 	if p.leaseKey != "" {
 		a.Lease(who, p.leaseKey)
@@ -266,7 +280,7 @@ func (r *runner) producerAccess(a *redis.Access, p *producingSource) {
 }
 
 // backlogAccess lists the backlogs that writers into a topic with a max_lag measure.
-func (r *runner) backlogAccess(a *redis.Access) {
+func (r *accessCheck) backlogAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		for _, e := range r.plan.Edges {
 			if e.From != n.typ+"."+n.name || !e.Writes() {
@@ -283,7 +297,7 @@ func (r *runner) backlogAccess(a *redis.Access) {
 
 // retentionAccess lists the trimming of retained topics, and the groups it reads to trim no
 // further than they have read.
-func (r *runner) retentionAccess(a *redis.Access) {
+func (r *accessCheck) retentionAccess(a *redis.Access) {
 	if !hasRetention(r.plan) {
 		return
 	}
@@ -303,7 +317,7 @@ func (r *runner) retentionAccess(a *redis.Access) {
 
 // producing reports whether n is a source that produces (generate, file, stdin): it writes
 // through its source writer, whose outputs accessChecks lists with the source.
-func (r *runner) producing(n *node) bool {
+func (r *accessCheck) producing(n *node) bool {
 	for _, p := range r.producers {
 		if p.node == n {
 			return true
@@ -320,7 +334,7 @@ type accessOutput struct{ stream, dedup string }
 // of its output topics (side outputs included, such as an aggregate's late topic), a redis_stream
 // sink's stream, its dead-letter topic's partitions, and its own dead-letter stream (also the
 // fallback of a dead-letter topic whose key fails).
-func (r *runner) committedOutputs(n *node) []accessOutput {
+func (r *accessCheck) committedOutputs(n *node) []accessOutput {
 	if n.chain != nil && n.chain.nodes[0] == n {
 		// A chain's commits write what each of its stages writes, its dead letters included, and
 		// the inputs of the stages after the first, where a retry for an unfused stage goes (handOn).
@@ -334,7 +348,7 @@ func (r *runner) committedOutputs(n *node) []accessOutput {
 }
 
 // nodeOutputs is committedOutputs of a node that runs in a hop of its own.
-func (r *runner) nodeOutputs(n *node) []accessOutput {
+func (r *accessCheck) nodeOutputs(n *node) []accessOutput {
 	var outs []accessOutput
 	once := n.delivery == flow.EffectivelyOnce
 	from := n.typ + "." + n.name

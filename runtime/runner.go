@@ -116,6 +116,15 @@ func (r *runner) stageNode(name string) *node {
 	return nil
 }
 
+// access is the check of the run's permissions, once its nodes are assembled.
+func (r *runner) access() *accessCheck {
+	return &accessCheck{processing: &r.processing, rdb: r.rdb, plan: r.plan, nodes: r.nodes, units: r.units,
+		producers: r.producers, backpressure: r.backpressure}
+}
+
+// checkAccess checks the run's permissions (accessCheck.checkAccess).
+func (r *runner) checkAccess(ctx context.Context) error { return r.access().checkAccess(ctx) }
+
 // fusing is the fusion of the nodes this process runs.
 func (r *runner) fusing() *fusion {
 	return &fusion{processing: &r.processing, plan: r.plan, rdb: r.rdb, nodes: r.nodes, units: &r.units, addUnits: r.addUnits}
