@@ -370,7 +370,9 @@ func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *owners
 		wg.Go(func() { r.src.runProducer(ctx, own, p) })
 	}
 	if r.opts.UntilDrained {
-		wg.Go(func() { r.watchDrain(ctx) })
+		dw := &drainWatch{processing: &r.processing, failures: &r.failures, log: r.log, rdb: r.rdb, nodes: r.nodes,
+			units: r.units, producers: r.producers, closing: &r.closing, closeSources: r.closeSources, drainKick: r.drainKick}
+		wg.Go(func() { dw.watchDrain(ctx) })
 	}
 	if hasRetention(r.plan) {
 		trim := &trimmer{rdb: r.rdb, plan: r.plan, keys: r.keys, clock: r.clock, log: r.log, every: r.opts.TrimInterval}
@@ -420,5 +422,13 @@ func (r *runner) closeNodes() {
 		if err := n.close(); err != nil {
 			r.log.Error("closing", "node", n.name, "err", err)
 		}
+	}
+}
+
+// kickDrain wakes the end test of a job; it never waits.
+func (r *runner) kickDrain() {
+	select {
+	case r.drainKick <- struct{}{}:
+	default:
 	}
 }
