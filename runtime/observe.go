@@ -13,7 +13,7 @@ type observations struct {
 
 // observeLoop samples the counters for the rates and logs the dead-letter summaries that are due,
 // on a timer of its own: neither depends on who reads them, or how often.
-func (r *runner) observeLoop(ctx context.Context) {
+func (r *poller) observeLoop(ctx context.Context) {
 	every := r.obs.rates.interval()
 	ticker := r.clock.NewTicker(every)
 	defer ticker.Stop()

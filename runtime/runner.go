@@ -364,7 +364,8 @@ func (r *runner) openNodes(ctx context.Context) error {
 // startLoops starts the run's loops: the poll, the ownership (which starts the workers), the
 // producing sources, a job's end test and the trimming of retained topics.
 func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *ownership) {
-	wg.Go(func() { r.pollLoop(ctx) })
+	pl := &poller{processing: &r.processing, rdb: r.rdb, opts: &r.opts, nodes: r.nodes, units: r.units, poll: &r.poll, obs: &r.obs}
+	wg.Go(func() { pl.pollLoop(ctx) })
 	wg.Go(func() { own.run(ctx) })
 	for _, p := range r.producers {
 		wg.Go(func() { r.src.runProducer(ctx, own, p) })

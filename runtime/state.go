@@ -84,9 +84,22 @@ type poll struct {
 	deadLetters map[string]int64
 }
 
+// poller reads the state of the streams for Snapshot, readiness and metrics (poll), and samples
+// the counters for the rates (observe.go): of the nodes and units this process runs, with the
+// client, the options' intervals, and the per-message path's clock, keys and logger.
+type poller struct {
+	*processing
+	rdb   *redis.Client
+	opts  *Options
+	nodes []*node
+	units []*unit
+	poll  *poll         // the runner's, which Snapshot reads
+	obs   *observations // the runner's
+}
+
 // pollLoop reads the streams' state every PollInterval until ctx ends. It also runs observeLoop,
 // which samples the counters every second: a poll of Redis may take longer than that.
-func (r *runner) pollLoop(ctx context.Context) {
+func (r *poller) pollLoop(ctx context.Context) {
 	var wg conc.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.observeLoop(ctx) })
@@ -106,7 +119,7 @@ func (r *runner) pollLoop(ctx context.Context) {
 // not exist yet (nothing was written to it) reads as empty. A read that fails spoils only its own
 // unit or stream, which keeps its last known state: the others are still shown, and the error is
 // kept for readiness.
-func (r *runner) pollOnce(ctx context.Context) {
+func (r *poller) pollOnce(ctx context.Context) {
 	r.poll.mu.Lock()
 	previous, previousDead := r.poll.partitions, r.poll.deadLetters
 	r.poll.mu.Unlock()
@@ -151,7 +164,7 @@ func (r *runner) pollOnce(ctx context.Context) {
 
 // pollUnit reads one unit's input: a partition of a topic, or a redis_stream source's stream; for
 // a stateful stage, its own watermark in the partition too.
-func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) {
+func (r *poller) pollUnit(ctx context.Context, u *unit) (PartitionState, error) {
 	ps := PartitionState{unit: u, Node: u.node.name, Stream: u.stream, Partition: u.partition}
 	if u.node.input != nil {
 		ps.Topic = u.node.input.Name
