@@ -16,18 +16,27 @@ import (
 // measured on the runtime's clock when collected): the only per-message cost is two histogram
 // records, and none without a MeterProvider.
 
+// collected is what the metrics' callback reads of the run when metrics are collected.
+type collected struct {
+	failing     bool             // Redis is failing
+	partitions  []PartitionState // as last polled
+	deadLetters map[string]int64 // as last polled, by node
+	leases      int              // held by this process; -1 before the run holds any
+}
+
 // registerMetrics creates the run's instruments, one family at a time, and the callback that
-// observes them when metrics are collected. Without a MeterProvider it does nothing.
-func (r *runner) registerMetrics() error {
-	if r.opts.MeterProvider == nil {
+// observes them when metrics are collected (reading the run through collect). The per-message
+// instruments go to p. Without a MeterProvider it does nothing.
+func registerMetrics(mp metric.MeterProvider, p *processing, nodes []*node, collect func() collected) error {
+	if mp == nil {
 		return nil
 	}
-	m := r.opts.MeterProvider.Meter("github.com/flowrun/flowrun/runtime")
+	m := mp.Meter("github.com/flowrun/flowrun/runtime")
 	var err error
-	if r.metrics, err = newMetrics(m); err != nil {
+	if p.metrics, err = newMetrics(m); err != nil {
 		return err
 	}
-	nodes, err := newNodeInstruments(m)
+	perNode, err := newNodeInstruments(m)
 	if err != nil {
 		return err
 	}
@@ -40,25 +49,18 @@ func (r *runner) registerMetrics() error {
 		return err
 	}
 	nodeAttrs := map[string]metric.MeasurementOption{}
-	for _, n := range r.nodes {
+	for _, n := range nodes {
 		nodeAttrs[n.name] = metric.WithAttributeSet(attribute.NewSet(
 			attribute.String("flowrun.node", n.name), attribute.String("flowrun.node.type", n.typ),
 			attribute.String("flowrun.node.kind", n.kind)))
 		n.metricAttrs = nodeAttrs[n.name]
 	}
-	observables := append(append(nodes.observables(), parts.observables()...), proc.observables()...)
+	observables := append(append(perNode.observables(), parts.observables()...), proc.observables()...)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		nodes.observe(o, r.nodes, nodeAttrs)
-		_, failing := r.outage.failing()
-		r.poll.mu.Lock()
-		polled, deadLetters := r.poll.partitions, r.poll.deadLetters
-		r.poll.mu.Unlock()
-		parts.observe(o, polled, r.clock.Now())
-		held := -1
-		if own := r.own.Load(); own != nil {
-			held, _ = own.holdings()
-		}
-		proc.observe(o, failing, deadLetters, nodeAttrs, held)
+		perNode.observe(o, nodes, nodeAttrs)
+		c := collect()
+		parts.observe(o, c.partitions, p.clock.Now())
+		proc.observe(o, c.failing, c.deadLetters, nodeAttrs, c.leases)
 		return nil
 	}, observables...)
 	return err

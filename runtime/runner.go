@@ -354,11 +354,24 @@ func (r *runner) openNodes(ctx context.Context) error {
 			return fmt.Errorf("%s %s: %w", n.typ, n.name, err)
 		}
 	}
-	if err := r.registerMetrics(); err != nil {
+	if err := registerMetrics(r.opts.MeterProvider, &r.processing, r.nodes, r.collect); err != nil {
 		r.closeNodes()
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
+}
+
+// collect reads what the metrics observe of the run: whether Redis fails, the last poll, the
+// leases held.
+func (r *runner) collect() collected {
+	_, failing := r.outage.failing()
+	r.poll.mu.Lock()
+	c := collected{failing: failing, partitions: r.poll.partitions, deadLetters: r.poll.deadLetters, leases: -1}
+	r.poll.mu.Unlock()
+	if own := r.own.Load(); own != nil {
+		c.leases, _ = own.holdings()
+	}
+	return c
 }
 
 // startLoops starts the run's loops: the poll, the ownership (which starts the workers), the
