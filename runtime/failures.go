@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/flowrun/flowrun/runtime/outage"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -15,7 +16,7 @@ import (
 // the caller, unless waiting does not heal it. The runner embeds it.
 type failures struct {
 	log    *slog.Logger
-	outage outage
+	outage *outage.Tracker
 	// checkAccess checks the run's permissions again, once an outage (runner.checkAccess).
 	checkAccess func() error
 
@@ -40,11 +41,11 @@ func (f *failures) redisFailed(what string, err error) bool {
 		f.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}
-	f.outage.failed(what, err)
+	f.outage.Failed(what, err)
 	// A transaction that Redis refused to queue (EXECABORT) hides why: a command the user may no
 	// longer send (its ACL changed while the run went on) looks like running out of memory. Once an
 	// outage, ask again what the start-up check asked.
-	if strings.Contains(err.Error(), "EXECABORT") && f.outage.recheck() {
+	if strings.Contains(err.Error(), "EXECABORT") && f.outage.Recheck() {
 		if cerr := f.checkAccess(); cerr != nil {
 			f.fail(fmt.Errorf("%s: %w", what, cerr))
 			return false

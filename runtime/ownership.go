@@ -141,7 +141,7 @@ func (o *ownership) step(ctx context.Context) {
 		}
 		members = nil
 	} else {
-		r.outage.ok()
+		r.outage.OK()
 	}
 
 	o.mu.Lock()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime/backpressure"
+	"github.com/flowrun/flowrun/runtime/outage"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -78,7 +79,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
-	r.failures.log, r.outage.log, r.outage.clock = r.log, r.log, r.clock
+	r.failures.log, r.outage = r.log, outage.New(r.log, r.clock)
 	r.jitter.rand = opts.Rand
 	r.failures.checkAccess = func() error { return r.checkAccess(r.hard) }
 	r.streams = map[string][]string{}
@@ -364,7 +365,7 @@ func (r *runner) openNodes(ctx context.Context) error {
 // collect reads what the metrics observe of the run: whether Redis fails, the last poll, the
 // leases held.
 func (r *runner) collect() collected {
-	_, failing := r.outage.failing()
+	_, failing := r.outage.Failing()
 	r.poll.mu.Lock()
 	c := collected{failing: failing, partitions: r.poll.partitions, deadLetters: r.poll.deadLetters, leases: -1}
 	r.poll.mu.Unlock()

@@ -70,7 +70,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 	if own := r.own.Load(); own != nil {
 		s.Leases, s.Balanced = own.holdings()
 	}
-	s.RedisFailingSince, _ = r.outage.failing()
+	s.RedisFailingSince, _ = r.outage.Failing()
 	return s
 }
 

@@ -223,14 +223,14 @@ func (e *emitter) Record(ctx context.Context, position string) error {
 		_, err := e.r.rdb.Commit(ctx, args)
 		switch {
 		case err == nil:
-			e.r.outage.ok()
+			e.r.outage.OK()
 			return nil
 		case errors.Is(err, redis.ErrLeaseLost):
 			return errSourceLeaseLost
 		case redis.Unrecoverable(err) || ctx.Err() != nil:
 			return err
 		}
-		e.r.outage.failed("source "+e.src.node.name+" recording its position", err)
+		e.r.outage.Failed("source "+e.src.node.name+" recording its position", err)
 		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }
@@ -245,13 +245,13 @@ func (e *emitter) Resume(ctx context.Context) (string, bool, error) {
 	for {
 		raw, found, err := e.r.rdb.ReadCheckpoint(ctx, key)
 		if err == nil {
-			e.r.outage.ok()
+			e.r.outage.OK()
 			return raw, found, nil
 		}
 		if redis.Unrecoverable(err) || ctx.Err() != nil {
 			return "", false, err
 		}
-		e.r.outage.failed("source "+e.src.node.name+" reading its position", err)
+		e.r.outage.Failed("source "+e.src.node.name+" reading its position", err)
 		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }

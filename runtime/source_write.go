@@ -203,7 +203,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		}
 		switch {
 		case err == nil:
-			r.outage.ok()
+			r.outage.OK()
 			n.stats.count(&written)
 			w.src.unwritten.Add(-int64(len(batch)))
 			for _, it := range batch {
@@ -222,7 +222,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			w.drop(batch)
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
-		r.outage.failed("source "+n.name+" writing its messages", err)
+		r.outage.Failed("source "+n.name+" writing its messages", err)
 		b.wait(r.hard, r.clock, &r.jitter)
 	}
 }

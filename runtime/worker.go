@@ -94,7 +94,7 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			continue
 		}
-		w.r.outage.ok()
+		w.r.outage.OK()
 		w.backoff.reset()
 		if batch.Len() > 0 {
 			if ahead, err = w.processReadingAhead(ctx, batch, args); err != nil {
@@ -244,7 +244,7 @@ func (w *worker) ensureGroup(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		err := w.r.rdb.EnsureGroupAt(ctx, w.u.stream, w.u.node.group, start)
 		if err == nil {
-			w.r.outage.ok()
+			w.r.outage.OK()
 			w.backoff.reset()
 			return true
 		}

@@ -47,7 +47,7 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 		return nil
 	}
-	r.outage.ok()
+	r.outage.OK()
 	if !c.abandoned {
 		w.timeCommitted()
 	}

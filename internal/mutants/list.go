@@ -99,7 +99,7 @@ var mutations = []mutation{
 	// Sources.
 	{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
-		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
+		file: "runtime/source_write.go", find: `		r.outage.Failed("source "+n.name+" writing its messages", err)
 		b.wait(r.hard, r.clock, &r.jitter)`,
 		replace: `		_ = b
 		return nil`,

@@ -1,4 +1,11 @@
-package runtime
+// Package outage tells one outage of Redis from many failed calls. When Redis goes away, every
+// worker, source and timer of a process finds out at once and retries on its own backoff; a
+// Tracker turns that into two log lines, one when the first call fails and one when calls succeed
+// again, and says meanwhile whether Redis is failing (for metrics and readiness).
+//
+// It owns that state and its log lines. It does not retry anything, nor decide which errors end
+// the run (the runtime's failures do).
+package outage
 
 import (
 	"log/slog"
@@ -10,7 +17,7 @@ import (
 )
 
 // When Redis goes away, every worker, source and timer of the process finds out at once, and
-// each retries on its own backoff. outage turns that into two log lines: one when the first call
+// each retries on its own backoff. A Tracker turns that into two log lines: one when the first call
 // fails, naming what failed and why, and one when a call succeeds again, saying for how long Redis
 // was gone. What failed in between is logged at debug level.
 
@@ -19,8 +26,11 @@ import (
 // moment, which is one outage, not several.
 const outageSettle = time.Second
 
-// outage tracks whether Redis answers this process.
-type outage struct {
+// New returns a Tracker that logs to log, on clock.
+func New(log *slog.Logger, clock stages.Clock) *Tracker { return &Tracker{log: log, clock: clock} }
+
+// Tracker tracks whether Redis answers this process.
+type Tracker struct {
 	log   *slog.Logger
 	clock stages.Clock
 	down  atomic.Bool // read on every successful call, so kept apart from the lock
@@ -32,8 +42,8 @@ type outage struct {
 	rechecked   bool // the run's permissions were checked again in this outage
 }
 
-// recheck reports whether the run's permissions are yet to be checked again in this outage.
-func (o *outage) recheck() bool {
+// Recheck reports whether the run's permissions are yet to be checked again in this outage.
+func (o *Tracker) Recheck() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	first := !o.rechecked
@@ -41,8 +51,8 @@ func (o *outage) recheck() bool {
 	return first
 }
 
-// failed records a failed call to Redis: what was being done, and the error.
-func (o *outage) failed(what string, err error) {
+// Failed records a failed call to Redis: what was being done, and the error.
+func (o *Tracker) Failed(what string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
@@ -57,9 +67,9 @@ func (o *outage) failed(what string, err error) {
 		"while", what, "err", err)
 }
 
-// ok records a call to Redis that succeeded; it ends the outage once calls have stopped failing
+// OK records a call to Redis that succeeded; it ends the outage once calls have stopped failing
 // for outageSettle.
-func (o *outage) ok() {
+func (o *Tracker) OK() {
 	if !o.down.Load() {
 		return
 	}
@@ -73,8 +83,8 @@ func (o *outage) ok() {
 	o.down.Store(false)
 }
 
-// failing reports whether Redis is failing now, and since when.
-func (o *outage) failing() (time.Time, bool) {
+// Failing reports whether Redis is failing now, and since when.
+func (o *Tracker) Failing() (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.since, !o.since.IsZero()
