@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/runtime/outage"
+	"github.com/flowrun/flowrun/runtime/redact"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -71,7 +72,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 		opts:      opts,
 		rdb:       opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
 		drainKick: make(chan struct{}, 1), closeSources: make(chan struct{}),
-		log: redactLogger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
+		log: redact.Logger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}
 	r.processing = processing{log: r.log, clock: opts.Clock, keys: redis.Keys{Prefix: plan.KeyPrefix},
 		deadLetters: &r.obs.deadLetters, redact: plan.Redact, retryInPlaceUpTo: opts.RetryInPlaceUpTo,
