@@ -13,8 +13,8 @@
 //     (ownership.go), runs a worker per partition it owns (worker.go: read; worker_batch.go: process
 //     a batch; worker_commit.go: commit it in one fenced step), keeps the order of each key inside a
 //     batch (lanes.go), ends a job once all work is done (drain.go), trims retained topics
-//     (retention.go) and shuts down in order (stop.go). failures.go and outage.go are how the run
-//     ends on an error and waits out a failing Redis; backoff.go spaces out its retries.
+//     (retention.go) and shuts down in order (stop.go). failures.go is how the run ends on an
+//     error and waits out a failing Redis (with runtime/outage); backoff.go spaces out its retries.
 //   - The nodes' model, used by every group: nodes.go (node, unit, chain), message.go (message,
 //     handler, and the layers' functions, pass and result), outcomes.go (what became of each
 //     message, counted per node), envelope.go (a dead letter's payload).
@@ -33,11 +33,12 @@
 //     timers.go (firing a stateful stage's due timers), state_partitions.go (the partition counts
 //     that state was written under, checked at start).
 //   - What operators see: metrics.go (the instruments, registered per family), observe.go (the
-//     samples behind Rates), deadletter_log.go (dead letters logged and summed up), redact.go
-//     (secrets kept out of the log).
+//     poll of the streams and the samples behind Rates), deadletter_log.go (dead letters logged and
+//     summed up).
 //
 // Subpackages own what needs nothing of the run: runtime/backpressure the gates of topics with a
-// max_lag, runtime/state a batch's state and a partition's watermarks. What an operator does from
+// max_lag, runtime/outage the tracking of Redis outages, runtime/redact the log's redaction of
+// secrets, runtime/state a batch's state and a partition's watermarks. What an operator does from
 // outside a running pipeline (dead letters, inspect, tail, connecting to Redis) is package
 // runtime/admin. Running a pipeline's test files on a virtual clock (flowrun test) is package
 // runtime/flowtest.
