@@ -71,7 +71,7 @@ type pass struct {
 	// waits instead of in the process unless the node retries in place.
 	retrySet bool
 	// counts are, for a fused chain's batch, what became of the messages at each of its stages
-	// (fusion.go): the commit adds them to the stages' counts (outcomes.go). nil elsewhere.
+	// (fused.go): the commit adds them to the stages' counts (outcomes.go). nil elsewhere.
 	counts *batchCounts
 	// stopping is closed when the worker stops: waits end, and the message is abandoned (neither
 	// acknowledged nor dead-lettered, so that it is delivered again after the restart).

@@ -22,7 +22,7 @@ import (
 )
 
 // The engine's loop, at the top: the runner assembles the nodes of the plan that this process
-// runs (nodes.go, sources, sinks, fusion.go), checks at start what the run needs of Redis, starts
+// runs (assemble.go, fusion.go), checks at start what the run needs of Redis, starts
 // the ownership of partitions (ownership.go, which starts a worker per unit: worker.go), the
 // producing sources and the timed loops, and shuts them down in order. Run and its Options, the
 // public side, are runtime.go.

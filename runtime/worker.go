@@ -35,7 +35,7 @@ type worker struct {
 	// stateKeys are a stateful stage's keys on the unit's partition.
 	stateKeys state.Keys
 	// uncertain holds the counts of commits whose reply was lost until the recovery tells whether
-	// they were applied (outcomes.go).
+	// they were applied (worker_commit.go).
 	uncertain uncertainCommits
 	// timersDue: the last batch left timers due that it had no room to fire; the next turn, with
 	// or without messages, fires them (fireTimers).

@@ -248,7 +248,7 @@ func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*me
 	var retries []redis.Retry
 	p := pass{retrySet: w.u.retryKey != "", stopping: ctx.Done()}
 	if n.chain != nil {
-		p.counts = c.counts // its stages count as the messages pass them (fusion.go)
+		p.counts = c.counts // its stages count as the messages pass them (fused.go)
 	}
 	own := &c.counts.nodes[0]
 	for i, res := range r.processAll(n, msgs, p) {
