@@ -22,10 +22,10 @@ import (
 )
 
 // The engine's loop, at the top: the runner assembles the nodes of the plan that this process
-// runs (assemble.go, fusion.go), checks at start what the run needs of Redis, starts
+// runs (assemble.go, fusion.go), checks at start what the run needs of Redis (access.go), starts
 // the ownership of partitions (ownership.go, which starts a worker per unit: worker.go), the
-// producing sources and the timed loops, and shuts them down in order. Run and its Options, the
-// public side, are runtime.go.
+// producing sources and the timed loops, and shuts them down in order. The public side is
+// runtime.go (Run, New, Runtime) and options.go (Options).
 
 // runner is one Run of a plan.
 type runner struct {
