@@ -7,8 +7,22 @@ import (
 	"strings"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
+
+// accessCheck is what the check of the Redis user's permissions needs to know of the run: the
+// nodes, units and producing sources this process runs, with the keys and streams they use
+// (processing), the plan, the backpressure gates and the client to ask.
+type accessCheck struct {
+	*processing
+	rdb          *redis.Client
+	plan         *flow.Plan
+	nodes        []*node
+	units        []*unit
+	producers    []*producingSource
+	backpressure *backpressure.Gates
+}
 
 // checkAccess asks Redis, before the run reads or writes anything, whether its user may send
 // everything the run will send, on the keys it will send it on. A user restricted to other keys,
@@ -16,7 +30,7 @@ import (
 // command or key and the ACL rule that grants it, instead of failing in the middle, after part of
 // the work is done. A server that cannot tell (the embedded Redis, Redis before 7.0) is not
 // checked; a check that fails for another reason (a connection drop) leaves the run to find out.
-func (r *runner) checkAccess(ctx context.Context) error {
+func (r *accessCheck) checkAccess(ctx context.Context) error {
 	checks := r.accessChecks().Checks()
 	err := r.rdb.CheckAccess(ctx, checks)
 	switch {
@@ -38,7 +52,7 @@ func (r *runner) checkAccess(ctx context.Context) error {
 // something else: another application's data where the pipeline writes (a key_prefix shared by
 // mistake, a sink's stream name taken), which would fail every commit that touches it, after its
 // inputs were acknowledged on a single server. A check that cannot run leaves the run to find out.
-func (r *runner) checkStreams(ctx context.Context) error {
+func (r *accessCheck) checkStreams(ctx context.Context) error {
 	keys := r.streamKeys()
 	types, err := r.rdb.KeyTypes(ctx, keys)
 	if err != nil {
@@ -59,7 +73,7 @@ func (r *runner) checkStreams(ctx context.Context) error {
 }
 
 // streamKeys lists the streams that this process's run reads or writes.
-func (r *runner) streamKeys() []string {
+func (r *accessCheck) streamKeys() []string {
 	seen := map[string]bool{}
 	var keys []string
 	add := func(k string) {
@@ -90,88 +104,121 @@ func (r *runner) streamKeys() []string {
 // accessChecks lists what this process will send when it runs its part of the plan: per
 // consuming unit its group, lease, retry set and the streams its node writes; per producing
 // source its lease and output; the membership; the trimming of retained topics.
-func (r *runner) accessChecks() *redis.Access {
+func (r *accessCheck) accessChecks() *redis.Access {
 	a := redis.NewAccess(r.keys)
 	a.Members("the membership of the running processes", r.keys.Members())
 	for _, n := range r.nodes {
 		a.Members("the membership of the running processes", r.keys.NodeMembers(n.name))
 	}
 	for _, u := range r.units {
-		n := u.node
-		who := n.typ + " " + n.name
-		a.Consume(who, u.stream, n.group)
-		// Checked before the ack: the markers of effectively-once outputs, the types of the others.
-		var markers, streams []string
-		for _, o := range r.committedOutputs(n) {
-			if o.dedup != "" {
-				markers = append(markers, o.dedup)
-			} else {
-				streams = append(streams, o.stream)
-			}
-		}
-		var state redis.StateKeys
-		if n.stateful {
-			state = redis.StateKeys{Hash: r.keys.State(n.input.Name, u.partition, n.name), Timers: r.keys.Timers(n.input.Name, u.partition, n.name),
-				Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
-			a.State(who, state.Hash, state.Timers)
-		}
-		a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, markers, streams)
-		if n.delivery == flow.EffectivelyOnce && u.leaseKey != "" && !r.rdb.IsCluster() {
-			// Its effectively-once commits are one script without markers (redis.Commit).
-			var outputs, marks []string
-			for _, o := range r.committedOutputs(n) {
-				outputs = append(outputs, o.stream)
-			}
-			if spec := r.timeSpec(u); spec != nil {
-				for _, o := range spec.Outputs {
-					marks = append(marks, o.Hashes...)
-				}
-				marks = append(marks, spec.Close.Hash)
-			}
-			a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, outputs, marks)
-		}
-		a.Stats(who, u.stream)
-		if u.leaseKey != "" {
-			a.Lease(who, u.leaseKey)
-		}
-		if u.retryKey != "" {
-			a.Retries(who, u.retryKey)
-		}
-		if spec := r.timeSpec(u); spec != nil {
-			if spec.Marks != "" {
-				a.ReadMarks(who, spec.Marks, u.stream)
-			}
-			for _, o := range spec.Outputs {
-				for _, h := range o.Hashes {
-					a.WriteMarks(who, h)
-				}
-			}
-		}
-		if n.stateful {
-			a.Holds(who, r.keys.Holds(n.input.Name, u.partition, n.name))
+		r.unitAccess(a, u)
+	}
+	r.resumedAccess(a)
+	r.statePartitionsAccess(a)
+	r.outputsAccess(a)
+	r.marksAccess(a)
+	for _, p := range r.producers {
+		r.producerAccess(a, p)
+	}
+	r.backlogAccess(a)
+	r.retentionAccess(a)
+	// Last, so that a refusal names what the run needs a key for before the check itself.
+	for _, k := range r.streamKeys() {
+		a.Type("the check of the streams' types", k)
+	}
+	return a
+}
+
+// unitAccess lists what a consuming unit sends: its group, its commit (settle, and the one script
+// of an effectively-once commit on a single server), its lease, retry set, watermarks and holds.
+func (r *accessCheck) unitAccess(a *redis.Access, u *unit) {
+	n := u.node
+	who := n.typ + " " + n.name
+	a.Consume(who, u.stream, n.group)
+	// Checked before the ack: the markers of effectively-once outputs, the types of the others.
+	var markers, streams []string
+	for _, o := range r.committedOutputs(n) {
+		if o.dedup != "" {
+			markers = append(markers, o.dedup)
+		} else {
+			streams = append(streams, o.stream)
 		}
 	}
+	var state redis.StateKeys
+	if n.stateful {
+		state = redis.StateKeys{Hash: r.keys.State(n.input.Name, u.partition, n.name), Timers: r.keys.Timers(n.input.Name, u.partition, n.name),
+			Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
+		a.State(who, state.Hash, state.Timers)
+	}
+	a.Settle(who, u.stream, n.group, u.retryKey, u.leaseKey, state, markers, streams)
+	if n.delivery == flow.EffectivelyOnce && u.leaseKey != "" && !r.rdb.IsCluster() {
+		// Its effectively-once commits are one script without markers (redis.Commit).
+		var outputs, marks []string
+		for _, o := range r.committedOutputs(n) {
+			outputs = append(outputs, o.stream)
+		}
+		if spec := r.timeSpec(u); spec != nil {
+			for _, o := range spec.Outputs {
+				marks = append(marks, o.Hashes...)
+			}
+			marks = append(marks, spec.Close.Hash)
+		}
+		a.CommitOnce(who, u.stream, n.group, u.retryKey, u.leaseKey, state, outputs, marks)
+	}
+	a.Stats(who, u.stream)
+	if u.leaseKey != "" {
+		a.Lease(who, u.leaseKey)
+	}
+	if u.retryKey != "" {
+		a.Retries(who, u.retryKey)
+	}
+	if spec := r.timeSpec(u); spec != nil {
+		if spec.Marks != "" {
+			a.ReadMarks(who, spec.Marks, u.stream)
+		}
+		for _, o := range spec.Outputs {
+			for _, h := range o.Hashes {
+				a.WriteMarks(who, h)
+			}
+		}
+	}
+	if n.stateful {
+		a.Holds(who, r.keys.Holds(n.input.Name, u.partition, n.name))
+	}
+}
+
+// resumedAccess lists the links of fused stages, checked for entries left from a run without
+// fusion (fuseChains).
+func (r *accessCheck) resumedAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		if n.resumeAs == "" {
 			continue
 		}
-		// Its link was checked for entries left from a run without fusion (fuseChains).
 		for p := 0; p < n.input.Partitions; p++ {
 			a.Stats(n.typ+" "+n.name, r.keys.Stream(n.input.Name, p))
 			a.Retries(n.typ+" "+n.name, r.keys.Retry(n.input.Name, p, n.name))
 		}
 	}
+}
+
+// statePartitionsAccess lists the check of each stateful stage's partition count at start
+// (state_partitions.go).
+func (r *accessCheck) statePartitionsAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		if !n.stateful {
 			continue
 		}
-		// The check of its partition count at start (state_partitions.go).
 		var hashes, timers []string
 		for p := 0; p < n.input.Partitions; p++ {
 			hashes, timers = append(hashes, r.keys.State(n.input.Name, p, n.name)), append(timers, r.keys.Timers(n.input.Name, p, n.name))
 		}
 		a.StatePartitions(n.typ+" "+n.name, r.keys.StatePartitions(n.input.Name, n.name), hashes, timers)
 	}
+}
+
+// outputsAccess lists each node's dead-letter stream and, for a consuming node, what its commits
+// write.
+func (r *accessCheck) outputsAccess(a *redis.Access) {
 	for _, n := range r.nodes {
 		who := n.typ + " " + n.name
 		a.Len(who, r.keys.DeadLetter(n.name))
@@ -182,12 +229,16 @@ func (r *runner) accessChecks() *redis.Access {
 			a.Output(who, o.stream, o.dedup)
 		}
 	}
-	for _, h := range r.markHashes() {
+}
+
+// marksAccess lists the topics' watermarks, reopened at start, and those a job's end test reads.
+func (r *accessCheck) marksAccess(a *redis.Access) {
+	for _, h := range markHashes(r.keys, r.nodes, outputsOf(r.producers)) {
 		a.WriteMarks("the watermarks of the pipeline's topics, reopened at start", h)
 	}
 	for _, u := range r.units { // a job's end test
 		if u.node.timed() {
-			a.ReadMarkField("the end of a job", closeMarkOf(r, u).Hash)
+			a.ReadMarkField("the end of a job", closeMarkOf(r.keys, u).Hash)
 		}
 	}
 	for _, p := range r.producers {
@@ -195,71 +246,78 @@ func (r *runner) accessChecks() *redis.Access {
 			a.ReadMarkField("the end of a job", p.time.hashes[0])
 		}
 	}
-	for _, p := range r.producers {
-		who := "source " + p.node.name
-		if p.leaseKey != "" {
-			a.Lease(who, p.leaseKey)
-		}
-		if p.time != nil {
-			a.ReadMarks(who, p.time.hashes[0], r.keys.Stream(p.output.Name, 0))
-			for _, h := range p.time.hashes {
-				a.WriteMarks(who, h)
-			}
-		}
-		var markers []string
-		streams := []string{r.keys.DeadLetter(p.node.name)}
-		for i, s := range r.streams[p.output.Name] {
-			dedup := ""
-			if p.node.delivery == flow.EffectivelyOnce {
-				dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
-				markers = append(markers, dedup)
-			} else {
-				streams = append(streams, s)
-			}
-			a.Output(who, s, dedup)
-		}
-		a.Output(who, r.keys.DeadLetter(p.node.name), "")
-		if p.positionKey != "" {
-			a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
+}
+
+// producerAccess lists what a producing source sends: its lease, watermarks, outputs, dead
+// letters and checkpoint.
+func (r *accessCheck) producerAccess(a *redis.Access, p *producingSource) {
+	who := "source " + p.node.name
+	if p.leaseKey != "" {
+		a.Lease(who, p.leaseKey)
+	}
+	if p.time != nil {
+		a.ReadMarks(who, p.time.hashes[0], r.keys.Stream(p.output.Name, 0))
+		for _, h := range p.time.hashes {
+			a.WriteMarks(who, h)
 		}
 	}
+	var markers []string
+	streams := []string{r.keys.DeadLetter(p.node.name)}
+	for i, s := range r.streams[p.output.Name] {
+		dedup := ""
+		if p.node.delivery == flow.EffectivelyOnce {
+			dedup = r.keys.Dedup(p.output.Name, i, p.node.name, p.node.name, 0, "epoch:1", 0)
+			markers = append(markers, dedup)
+		} else {
+			streams = append(streams, s)
+		}
+		a.Output(who, s, dedup)
+	}
+	a.Output(who, r.keys.DeadLetter(p.node.name), "")
+	if p.positionKey != "" {
+		a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
+	}
+}
+
+// backlogAccess lists the backlogs that writers into a topic with a max_lag measure.
+func (r *accessCheck) backlogAccess(a *redis.Access) {
 	for _, n := range r.nodes {
-		// Writers into a topic with a max_lag measure its backlog.
 		for _, e := range r.plan.Edges {
 			if e.From != n.typ+"."+n.name || !e.Writes() {
 				continue
 			}
 			for _, s := range r.streams[strings.TrimPrefix(e.To, "topic.")] {
-				if r.backpressure.gate(s) != nil {
+				if r.backpressure.Gate(s) != nil {
 					a.Backlog(n.typ+" "+n.name+" (max_lag)", s)
 				}
 			}
 		}
 	}
-	if r.hasRetention() {
-		readers := r.readers()
-		for _, t := range r.plan.Topics {
-			if t.Retention.MaxLen == 0 && t.Retention.MaxAge == 0 {
-				continue
+}
+
+// retentionAccess lists the trimming of retained topics, and the groups it reads to trim no
+// further than they have read.
+func (r *accessCheck) retentionAccess(a *redis.Access) {
+	if !hasRetention(r.plan) {
+		return
+	}
+	groups := readers(r.plan)
+	for _, t := range r.plan.Topics {
+		if t.Retention.MaxLen == 0 && t.Retention.MaxAge == 0 {
+			continue
+		}
+		for _, s := range r.streams[t.Name] {
+			for _, g := range groups[t.Name] {
+				a.Group("trimming topic "+t.Name, s, g)
 			}
-			for _, s := range r.streams[t.Name] {
-				for _, g := range readers[t.Name] {
-					a.Group("trimming topic "+t.Name, s, g)
-				}
-				a.Trim("trimming topic "+t.Name, s)
-			}
+			a.Trim("trimming topic "+t.Name, s)
 		}
 	}
-	// Last, so that a refusal names what the run needs a key for before the check itself.
-	for _, k := range r.streamKeys() {
-		a.Type("the check of the streams' types", k)
-	}
-	return a
 }
 
 // producing reports whether n is a source that produces (generate, file, stdin): it writes
 // through its source writer, whose outputs accessChecks lists with the source.
-func (r *runner) producing(n *node) bool {
+func (r *accessCheck) producing(n *node) bool {
 	for _, p := range r.producers {
 		if p.node == n {
 			return true
@@ -276,7 +334,7 @@ type accessOutput struct{ stream, dedup string }
 // of its output topics (side outputs included, such as an aggregate's late topic), a redis_stream
 // sink's stream, its dead-letter topic's partitions, and its own dead-letter stream (also the
 // fallback of a dead-letter topic whose key fails).
-func (r *runner) committedOutputs(n *node) []accessOutput {
+func (r *accessCheck) committedOutputs(n *node) []accessOutput {
 	if n.chain != nil && n.chain.nodes[0] == n {
 		// A chain's commits write what each of its stages writes, its dead letters included, and
 		// the inputs of the stages after the first, where a retry for an unfused stage goes (handOn).
@@ -290,7 +348,7 @@ func (r *runner) committedOutputs(n *node) []accessOutput {
 }
 
 // nodeOutputs is committedOutputs of a node that runs in a hop of its own.
-func (r *runner) nodeOutputs(n *node) []accessOutput {
+func (r *accessCheck) nodeOutputs(n *node) []accessOutput {
 	var outs []accessOutput
 	once := n.delivery == flow.EffectivelyOnce
 	from := n.typ + "." + n.name

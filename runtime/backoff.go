@@ -2,10 +2,13 @@ package runtime
 
 import (
 	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
-	"strconv"
-	"time"
 )
 
 // backoff spaces out attempts to reach Redis after failures: 100ms, doubling, up to 5s.
@@ -16,11 +19,11 @@ const (
 	backoffMax = 5 * time.Second
 )
 
-func (b *backoff) wait(ctx context.Context, r *runner) {
+func (b *backoff) wait(ctx context.Context, clock stages.Clock, j *jitter) {
 	if b.next < backoffMin {
 		b.next = backoffMin
 	}
-	t := r.clock.NewTimer(r.jittered(b.next, 0.2))
+	t := clock.NewTimer(j.jittered(b.next, 0.2))
 	defer t.Stop()
 	select {
 	case <-t.C():
@@ -31,14 +34,21 @@ func (b *backoff) wait(ctx context.Context, r *runner) {
 
 func (b *backoff) reset() { b.next = 0 }
 
+// jitter draws the random fractions of retry and backoff delays from the run's generator
+// (Options.Rand), under a lock. The runner embeds it.
+type jitter struct {
+	randMu sync.Mutex // guards rand
+	rand   *rand.Rand
+}
+
 // jittered shortens d by a random fraction of up to jitter, so that retries of many messages spread.
-func (r *runner) jittered(d time.Duration, jitter float64) time.Duration {
+func (j *jitter) jittered(d time.Duration, jitter float64) time.Duration {
 	if jitter <= 0 || d <= 0 {
 		return d
 	}
-	r.randMu.Lock()
-	f := r.opts.Rand.Float64()
-	r.randMu.Unlock()
+	j.randMu.Lock()
+	f := j.rand.Float64()
+	j.randMu.Unlock()
 	return d - time.Duration(float64(d)*jitter*f)
 }
 

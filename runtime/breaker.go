@@ -1,10 +1,12 @@
 package runtime
 
 import (
-	"github.com/flowrun/flowrun/stages"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flowrun/flowrun/stages"
 
 	"github.com/flowrun/flowrun/flow"
 )
@@ -23,7 +25,7 @@ import (
 
 // breaker is a node's circuit breaker.
 type breaker struct {
-	node     *node
+	log      *slog.Logger // the node's
 	clock    stages.Clock
 	policy   flow.RetryPolicy // spaces the probes
 	redact   func(string) string
@@ -47,8 +49,9 @@ type breaker struct {
 	waiting map[uint64]bool
 }
 
-func newBreaker(n *node, policy flow.RetryPolicy, r *runner) *breaker {
-	return &breaker{node: n, clock: r.clock, policy: policy, redact: r.plan.Redact, jittered: r.jittered, activity: r.activity,
+func newBreaker(log *slog.Logger, policy flow.RetryPolicy, clock stages.Clock, redact func(string) string,
+	jittered func(d time.Duration, jitter float64) time.Duration, activity *Activity) *breaker {
+	return &breaker{log: log, clock: clock, policy: policy, redact: redact, jittered: jittered, activity: activity,
 		changed: make(chan struct{}), waiting: map[uint64]bool{}}
 }
 
@@ -131,7 +134,7 @@ func (b *breaker) succeeded(probe bool) {
 	}
 	b.open, b.probes = false, 0
 	b.isOpen.Store(false)
-	b.node.log.Info("attempts succeed again; the node goes on", "paused", b.clock.Now().Sub(b.since).Round(time.Millisecond))
+	b.log.Info("attempts succeed again; the node goes on", "paused", b.clock.Now().Sub(b.since).Round(time.Millisecond))
 	b.wake()
 }
 
@@ -146,7 +149,7 @@ func (b *breaker) failed(probe bool, err error, after time.Duration) {
 		b.open, b.since, b.probes = true, now, 0
 		b.isOpen.Store(true)
 		b.nextProbe = now.Add(max(b.jittered(b.policy.Delay(1), b.policy.Jitter), after))
-		b.node.log.Warn("attempts fail transiently: the node pauses and tries one message at a time until they succeed; nothing is dead-lettered meanwhile",
+		b.log.Warn("attempts fail transiently: the node pauses and tries one message at a time until they succeed; nothing is dead-lettered meanwhile",
 			"err", b.lastErr, "retry_policy", policyName(b.policy))
 	}
 	if probe {

@@ -13,52 +13,11 @@ import (
 // dead_letter names) whose payload is an envelope saying what failed, where, how often and when,
 // with the original payload. Nothing is dropped and nothing loops.
 
-// Envelope is a dead letter's payload: what failed, where, how often and when, with the original
-// message.
-type Envelope struct {
-	Node          string    `json:"node"`      // the source, stage or sink that gave up
-	NodeType      string    `json:"node_type"` // "source", "stage" or "sink"
-	Error         string    `json:"error"`
-	Attempts      int       `json:"attempts"`
-	FirstFailedAt time.Time `json:"first_failed_at"`
-	LastFailedAt  time.Time `json:"last_failed_at"`
-	Topic         string    `json:"topic,omitempty"` // where the message was read
-	Stream        string    `json:"stream"`
-	// File and Line say where a file or stdin source read a message it could not pass on.
-	File      string `json:"file,omitempty"`
-	Line      int64  `json:"line,omitempty"`
-	Partition int    `json:"partition"`
-	ID        string `json:"id,omitempty"`
-	// Path tells apart the messages that the stages of a fused chain made of the entry ID (see
-	// Retry.Path); empty for a message read from a stream.
-	Path      string            `json:"path,omitempty"`
-	Key       string            `json:"key,omitempty"`
-	Payload   json.RawMessage   `json:"payload,omitempty"`    // the original JSON payload
-	RawFields map[string]string `json:"raw_fields,omitempty"` // a malformed entry's fields
-	Headers   map[string]string `json:"headers,omitempty"`
-	// TraceParent and TraceState are the message's trace context, also kept in the entry's own
-	// fields.
-	TraceParent string `json:"traceparent,omitempty"`
-	TraceState  string `json:"tracestate,omitempty"`
-}
-
-// DeadLetter is one dead letter as read back from its stream (package runtime/admin reads them).
-type DeadLetter struct {
-	// ID is the dead letter's entry ID in Stream.
-	ID       string
-	Stream   string
-	Envelope Envelope
-	// Malformed says why the entry is not a readable dead letter (someone else wrote it there).
-	Malformed string
-	// Replayed is when it was replayed; zero if it was not.
-	Replayed time.Time
-}
-
 // deadLetterMessage is the dead letter of a message that failed for good.
-func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
+func (r *processing) deadLetterMessage(n *node, m *message, err error, attempts int, first time.Time) redis.Output {
 	payload, perr := m.msg.Payload()
 	env := Envelope{
-		Error: r.plan.Redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: r.clock.Now(),
+		Error: r.redact(err.Error()), Attempts: attempts, FirstFailedAt: first, LastFailedAt: r.clock.Now(),
 		Partition: m.partition, ID: m.id, Path: m.path, Key: m.msg.Key, Headers: m.msg.Headers,
 	}
 	if perr == nil && json.Valid(payload) {
@@ -70,7 +29,7 @@ func (r *runner) deadLetterMessage(n *node, m *message, err error, attempts int,
 }
 
 // deadLetterMalformed is the dead letter of an entry that cannot be decoded.
-func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntryError) redis.Output {
+func (r *processing) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntryError) redis.Output {
 	now := r.clock.Now()
 	env := Envelope{
 		Error: "malformed entry: " + bad.Reason, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
@@ -81,7 +40,7 @@ func (r *runner) deadLetterMalformed(n *node, u *unit, bad *redis.MalformedEntry
 
 // deadLetterDeleted records an entry that retention trimmed while it was pending: its contents are
 // gone, but its ID and the fact are kept.
-func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
+func (r *processing) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 	now := r.clock.Now()
 	env := Envelope{
 		Error:    "the entry was deleted from the stream (trimmed by retention) before it was processed; its contents are lost",
@@ -91,7 +50,7 @@ func (r *runner) deadLetterDeleted(n *node, u *unit, id string) redis.Output {
 }
 
 // deadLetter addresses an envelope to the node's dead-letter topic or stream.
-func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceContext) redis.Output {
+func (r *processing) deadLetter(n *node, partition int, env Envelope, trace traceContext) redis.Output {
 	env.Node, env.NodeType = n.name, n.typ
 	env.TraceParent, env.TraceState = trace.parent, trace.state
 	if n.input != nil {
@@ -105,7 +64,7 @@ func (r *runner) deadLetter(n *node, partition int, env Envelope, trace traceCon
 		body = []byte(`{"error":"the dead letter could not be encoded"}`)
 	}
 	// Logged (rate-limited) as it is made; counted when its batch commits (outcomes.go).
-	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())
+	r.deadLetters.record(r.log, n, &env, r.redact(env.Error), r.pipelinePath, r.clock.Now())
 	msg := stages.NewMessage(env.Key, body, env.Headers)
 	stream := r.keys.DeadLetter(n.name)
 	key := env.Key

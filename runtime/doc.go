@@ -1,28 +1,47 @@
 // Package runtime runs a compiled pipeline (a flow.Plan) on Redis: as a service that runs until it is
 // stopped, or as a job that exits when its finite sources are exhausted and every stage is drained.
 //
-// The moving parts, each in its own file:
+// Its files form groups, by what changes together; each group's types hold only what it needs of
+// the run, and the runner (runner.go) makes them and hands them that.
 //
-//   - runtime.go: Run, its Options, and the assembly of nodes (sources, stages, sinks) from the plan.
-//   - ownership.go: which process works on which partition. Processes register as members and share
-//     the partitions of every stage and sink through leases; a dead process's partitions move to the
-//     others within a lease period.
-//   - worker.go: the loop of one node on one partition: read a batch with XREADGROUP, process it,
-//     and commit the batch's outputs and acks in one round trip, fenced by the partition's lease.
-//   - lanes.go: parallel processing inside a batch that keeps the order of each key.
-//   - deadletter.go: failed and malformed messages go to dead-letter streams, never lost, never looped.
-//   - drain.go: job mode's test for "all work done".
-//   - layers.go and layer_*.go: the policies around a node's handler, one file each: metrics,
-//     tracing, dead letters, poison messages, retries, timeouts.
-//   - source_produce.go, source_write.go, source_stream.go and sinks.go: how the runtime runs the
-//     source and sink kinds of package stages (producing sources, their writer, sources that read a
-//     stream, sinks).
-//   - state.go, summary.go and rates.go: what a run is doing and did, as data (Snapshot, Ready,
-//     Summary, Rates) for the programs that show it.
+//   - The public side: runtime.go (Run, New, Runtime with Snapshot and Ready), options.go (Options,
+//     ConfigError), publish.go (publishing into a pipeline's topics), activity.go, and what a run
+//     did and is doing as data: summary.go (Summary), state.go (Snapshot, and the poll of the
+//     streams behind it), rates.go (Rates).
+//   - The engine's loop: runner.go assembles the nodes of the plan (assemble.go), checks at start
+//     what the run needs of Redis (access.go), shares the partitions among processes through leases
+//     (ownership.go), runs a worker per partition it owns (worker.go: read; worker_batch.go: process
+//     a batch; worker_commit.go: commit it in one fenced step), keeps the order of each key inside a
+//     batch (lanes.go), ends a job once all work is done (drain.go), trims retained topics
+//     (retention.go) and shuts down in order (stop.go). failures.go is how the run ends on an
+//     error and waits out a failing Redis (with runtime/outage); backoff.go spaces out its retries.
+//   - The nodes' model, used by every group: nodes.go (node, unit, chain), message.go (message,
+//     handler, and the layers' functions, pass and result), outcomes.go (what became of each
+//     message, counted per node), envelope.go (a dead letter's payload).
+//   - The per-message path, on processing (processing.go): layers.go and one file per layer
+//     (layer_*.go: metrics, tracing, dead letters, poison messages, retries, timeouts) around a
+//     node's handler (handlers.go for stages, sinks.go, source_stream.go for sources that read a
+//     stream); route.go partitions outputs, deadletter.go makes dead letters, breaker.go pauses a
+//     node whose downstream fails, tracing.go continues the messages' traces.
+//   - Sources' writers (source_*.go), on sourceRun: producing sources and what they emit
+//     (source_produce.go), the writer that puts their messages in Redis and never loses one
+//     (source_write.go), and their watermarks (source_time.go).
+//   - Fusion: fusion.go wires the plan's chains into the nodes at start; fused.go runs a chain's
+//     messages through its stages in one hop.
+//   - State, watermarks and timers, the runtime's side of package runtime/state: marks.go (a unit's
+//     watermark spec, from the plan), worker_time.go (the worker's steps that move watermarks),
+//     timers.go (firing a stateful stage's due timers), state_partitions.go (the partition counts
+//     that state was written under, checked at start).
+//   - What operators see: metrics.go (the instruments, registered per family), observe.go (the
+//     poll of the streams and the samples behind Rates), deadletter_log.go (dead letters logged and
+//     summed up).
 //
-// What an operator does from outside a running pipeline (dead letters, inspect, tail, connecting
-// to Redis) is package runtime/admin; publishing into a pipeline's topics is publish.go here.
-// Running a pipeline's test files on a virtual clock (flowrun test) is package runtime/flowtest.
+// Subpackages own what needs nothing of the run: runtime/backpressure the gates of topics with a
+// max_lag, runtime/outage the tracking of Redis outages, runtime/redact the log's redaction of
+// secrets, runtime/state a batch's state and a partition's watermarks. What an operator does from
+// outside a running pipeline (dead letters, inspect, tail, connecting to Redis) is package
+// runtime/admin. Running a pipeline's test files on a virtual clock (flowrun test) is package
+// runtime/flowtest.
 //
 // It does not parse pipelines (package flow does), implement kinds (package stages does), issue
 // Redis commands itself (package transport/redis does), serve HTTP or the live page (package

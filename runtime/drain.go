@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -27,16 +29,24 @@ import (
 // drainFallback is how often job mode checks whether all work is done without being woken.
 const drainFallback = 100 * time.Millisecond
 
-// kickDrain wakes the end test of a job; it never waits.
-func (r *runner) kickDrain() {
-	select {
-	case r.drainKick <- struct{}{}:
-	default:
-	}
+// drainWatch is job mode's end test: what this process runs (nodes, units, producing sources),
+// the client to read their streams with, the run's failures (its finish) and the closing of a
+// job's watermarks, woken through drainKick (runner.kickDrain).
+type drainWatch struct {
+	*processing // clock, activity, keys, jitter, the dead letters' log
+	*failures
+	log          *slog.Logger // the runner's
+	rdb          *redis.Client
+	nodes        []*node
+	units        []*unit
+	producers    []*producingSource
+	closing      *atomic.Bool  // the runner's: the inputs are drained, the watermarks close
+	closeSources chan struct{} // closed with closing
+	drainKick    chan struct{} // wakes the test: something may have finished
 }
 
 // watchDrain ends the run once all work is done.
-func (r *runner) watchDrain(ctx context.Context) {
+func (r *drainWatch) watchDrain(ctx context.Context) {
 	starts := r.streamSourceStarts(ctx)
 	ticker := r.clock.NewTicker(drainFallback)
 	defer ticker.Stop()
@@ -84,7 +94,7 @@ func (r *runner) watchDrain(ctx context.Context) {
 		case state == previous:
 			// Nothing is logged after this line but the summary: the dead letters held back by the
 			// rate limit are counted first (no dead letter can join them now).
-			r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, r.clock.Now(), true)
+			r.deadLetters.flush(r.log, r.pipelinePath, r.clock.Now(), true)
 			r.log.Info("all work done")
 			r.finish()
 			return
@@ -99,7 +109,7 @@ func (r *runner) watchDrain(ctx context.Context) {
 }
 
 // timed reports whether this process runs anything that keeps watermarks.
-func (r *runner) timed() bool {
+func (r *drainWatch) timed() bool {
 	for _, n := range r.nodes {
 		if n.timed() {
 			return true
@@ -115,11 +125,11 @@ func (r *runner) timed() bool {
 
 // allClosed reports whether everything this process runs that keeps watermarks has closed them,
 // whichever process ran it: every unit's close mark and every producing source's marks are set.
-func (r *runner) allClosed(ctx context.Context) bool {
+func (r *drainWatch) allClosed(ctx context.Context) bool {
 	var hashes, fields []string
 	for _, u := range r.units {
 		if u.node.timed() {
-			c := closeMarkOf(r, u)
+			c := closeMarkOf(r.keys, u)
 			hashes, fields = append(hashes, c.Hash), append(fields, c.Field)
 		}
 	}
@@ -144,7 +154,7 @@ func (r *runner) allClosed(ctx context.Context) bool {
 
 // streamSourceStarts records the last entry of each redis_stream source's stream as the job starts:
 // the source is exhausted once its group has read that far.
-func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
+func (r *drainWatch) streamSourceStarts(ctx context.Context) map[*unit]string {
 	starts := map[*unit]string{}
 	for _, u := range r.units {
 		if u.node.typ != "source" {
@@ -160,7 +170,7 @@ func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
 				return starts
 			}
 			var b backoff
-			b.wait(ctx, r)
+			b.wait(ctx, r.clock, &r.jitter)
 		}
 	}
 	return starts
@@ -168,7 +178,7 @@ func (r *runner) streamSourceStarts(ctx context.Context) map[*unit]string {
 
 // drainState reports whether all work is done now, with a fingerprint of the streams' state that
 // changes whenever anything moves. It reads everything in one round trip.
-func (r *runner) drainState(ctx context.Context, starts map[*unit]string) (string, bool, error) {
+func (r *drainWatch) drainState(ctx context.Context, starts map[*unit]string) (string, bool, error) {
 	for _, p := range r.producers {
 		if !p.done.Load() {
 			return "", false, nil

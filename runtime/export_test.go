@@ -16,7 +16,7 @@ func SetRateSampling(rt *Runtime, every time.Duration, window int) {
 }
 
 // AccessChecks returns what rt's run checks at start.
-func AccessChecks(rt *Runtime) []redis.AccessCheck { return rt.r.accessChecks().Checks() }
+func AccessChecks(rt *Runtime) []redis.AccessCheck { return rt.r.access().accessChecks().Checks() }
 
 // AccessRule returns the ACL SETUSER rule that grants everything rt's run checks at start.
 func AccessRule(rt *Runtime) string { return rt.r.rdb.AccessRule(AccessChecks(rt)) }

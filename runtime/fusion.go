@@ -2,11 +2,9 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 
-	"github.com/flowrun/flowrun/stages"
+	"github.com/flowrun/flowrun/flow"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -19,23 +17,21 @@ import (
 // the chain's retry set, the message as the stage before it made it, with the stage's name: its
 // next attempt starts at that stage.
 
-// chain is a fused chain as this process runs it.
-type chain struct {
-	name  string
-	nodes []*node       // in order; nodes[0] owns the units
-	steps []messageFunc // each node's own layers (nodes[0].process is the chain's)
-	// head keeps the settings of the first node that the chain changed, to undo it (unchain).
-	head struct {
-		inline    bool
-		lanes     int
-		readCount int64
-	}
+// fusion wires the plan's chains into the nodes this process runs, at start, and unwires the links
+// that still hold work from a run without fusion. What a chain does with each message is fused.go.
+type fusion struct {
+	*processing // a chain's head processes through fused; the keys; the logger
+	plan        *flow.Plan
+	rdb         *redis.Client
+	nodes       []*node       // the nodes this process runs, assembled
+	units       *[]*unit      // the runner's: a stage fused after another has none of its own
+	addUnits    func(n *node) // adds a node's units to the runner's
 }
 
 // fuse wires the plan's chains into this process's nodes (in newRunner, before the run, so that
 // what the run will send, accessChecks, is known), running unfused the links into the stages of
 // cut. A stage after the first of a chain has no units of its own.
-func (r *runner) fuse(cut map[string]bool) {
+func (r *fusion) fuse(cut map[string]bool) {
 	stagesByName := map[string]*node{}
 	for _, n := range r.nodes {
 		if n.typ == "stage" {
@@ -72,7 +68,7 @@ func (r *runner) fuse(cut map[string]bool) {
 // from a run without fusion (leftovers), so that its entries are processed: entries the stage has
 // not read or not acknowledged, retries waiting for it. Where Redis cannot tell, the link runs as a
 // stream too: that is never wrong.
-func (r *runner) checkFusedLinks(ctx context.Context) {
+func (r *fusion) checkFusedLinks(ctx context.Context) {
 	cut := map[string]bool{}
 	var chains []*chain
 	for _, n := range r.nodes {
@@ -102,7 +98,7 @@ func (r *runner) checkFusedLinks(ctx context.Context) {
 }
 
 // unchain undoes newChain.
-func (r *runner) unchain(c *chain) {
+func (r *fusion) unchain(c *chain) {
 	head := c.nodes[0]
 	head.process = c.steps[0]
 	head.inline, head.lanes, head.readCount = c.head.inline, c.head.lanes, c.head.readCount
@@ -114,7 +110,7 @@ func (r *runner) unchain(c *chain) {
 // linkLeftovers says what the stream that n reads in a chain still holds for it from a run without
 // fusion: entries not yet delivered to n's group, entries delivered and not acknowledged, retries
 // waiting. "" when nothing.
-func (r *runner) linkLeftovers(ctx context.Context, n *node) (string, error) {
+func (r *fusion) linkLeftovers(ctx context.Context, n *node) (string, error) {
 	for p := 0; p < n.input.Partitions; p++ {
 		stream := r.keys.Stream(n.input.Name, p)
 		st, err := r.rdb.StreamStats(ctx, stream)
@@ -140,8 +136,8 @@ func (r *runner) linkLeftovers(ctx context.Context, n *node) (string, error) {
 }
 
 // hasUnits reports whether n has units in this process.
-func (r *runner) hasUnits(n *node) bool {
-	for _, u := range r.units {
+func (r *fusion) hasUnits(n *node) bool {
+	for _, u := range *r.units {
 		if u.node == n {
 			return true
 		}
@@ -150,7 +146,7 @@ func (r *runner) hasUnits(n *node) bool {
 }
 
 // newChain makes nodes, in order, one chain whose first node processes for all.
-func (r *runner) newChain(nodes []*node) {
+func (r *fusion) newChain(nodes []*node) {
 	c := &chain{nodes: nodes}
 	for i, n := range nodes {
 		if i > 0 {
@@ -173,108 +169,4 @@ func (r *runner) newChain(nodes []*node) {
 	}
 	head.process = r.fused(c)
 	r.log.Debug("stages fused", "chain", c.name)
-}
-
-// fused is the messageFunc of a chain's first node: the message through the chain.
-func (r *runner) fused(c *chain) messageFunc {
-	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
-		from := 0
-		if m.retry != nil && m.retry.Stage != "" {
-			from = c.index(m.retry.Stage) // in the chain: processMessage hands on the others
-		}
-		var local [4]counts // what the message did at each stage; longer chains allocate
-		per := local[:]
-		if len(c.nodes) > len(local) {
-			per = make([]counts, len(c.nodes))
-		}
-		per = per[:len(c.nodes)]
-		res, buf := r.runChain(ctx, c, from, m, m.fresh(), buf, p, per)
-		if !res.abandoned && p.counts != nil {
-			p.counts.addChain(per) // counted once the batch commits (outcomes.go)
-		}
-		return res, buf, nil
-	}
-}
-
-// runChain runs m through the chain's stages from the i-th one (fresh: m is new to that stage, see
-// message.fresh). The outputs of the last stage are appended to buf, and the result's outs is the
-// appended part; per counts what became of the messages at each stage.
-func (r *runner) runChain(ctx context.Context, c *chain, i int, m *message, fresh bool, buf []redis.Output, p pass, per []counts) (result, []redis.Output) {
-	start := len(buf)
-	res, buf, _ := c.steps[i](ctx, m, buf, p)
-	if res.abandoned {
-		return res, buf
-	}
-	per[i].settle(m, &res, fresh)
-	if i == len(c.nodes)-1 || len(res.deadLetters)+len(res.retries) > 0 {
-		return res, buf
-	}
-	// The stage's outputs are the next stage's messages: take them out of buf, which the next
-	// stage's outputs fill in their place.
-	made := res.outs
-	if len(made) == 1 {
-		made = []redis.Output{made[0]} // does not escape: the common case allocates nothing more
-	} else {
-		made = append([]redis.Output(nil), made...)
-	}
-	buf = buf[:start]
-	var all result
-	for j := range made {
-		e := made[j].Entry
-		mj := message{id: m.id, path: m.path, partition: m.partition, trace: traceOf(e)}
-		if len(made) > 1 {
-			mj.path = m.path + "." + strconv.Itoa(j)
-			mj.msg = stages.NewMessage(e.Key, e.Payload, e.Headers)
-		} else {
-			// A message that stage passed on unchanged (a filter's) keeps the fields it decoded.
-			mj.msg = stages.PassedOn(e.Key, e.Payload, e.Headers, &m.msg)
-		}
-		rj, b := r.runChain(ctx, c, i+1, &mj, true, buf, p, per)
-		buf = b
-		if rj.abandoned {
-			// The whole entry comes again after the restart: drop what its other messages made.
-			return result{abandoned: true}, buf[:start]
-		}
-		all.deadLetters = append(all.deadLetters, rj.deadLetters...)
-		all.retries = append(all.retries, rj.retries...)
-	}
-	all.outs = buf[start:len(buf):len(buf)]
-	return all, buf
-}
-
-// index returns the position of the named stage in the chain, or -1.
-func (c *chain) index(stage string) int {
-	for i, n := range c.nodes {
-		if n.name == stage {
-			return i
-		}
-	}
-	return -1
-}
-
-// handOn passes on a due retry for a stage that does not run in head's chain (the pipeline changed,
-// or the link runs unfused this time): to the stage's input topic, which it then reads, as the stage
-// before it would have written it. A stage that is gone, or fused after another one now, cannot
-// take it that way: the message is dead-lettered, to be replayed from there (flowrun dlq replay).
-func (r *runner) handOn(head *node, m *message, buf []redis.Output, _ pass) (result, []redis.Output, error) {
-	m.outcome = outcomeHandedOn // new to head, which counts it (worker.prepare)
-	var to *node
-	for _, n := range r.nodes {
-		if n.typ == "stage" && n.name == m.retry.Stage {
-			to = n
-			break
-		}
-	}
-	if to == nil || to.input == nil || to.resumeAs != "" {
-		err := errors.New("a retry waited here for stage " + m.retry.Stage + ", which this process does not run as a stage with a stream of its own " +
-			"(the pipeline changed); replay the message to send it where the stage runs now")
-		return result{deadLetters: []redis.Output{r.deadLetterMessage(head, m, err, m.attempts, m.firstFailure)}}, buf, err
-	}
-	out, err := r.topicOutput(head, m, to.input, &m.msg, 0, m.partition)
-	if err != nil {
-		return result{deadLetters: []redis.Output{r.deadLetterMessage(head, m, err, m.attempts, m.firstFailure)}}, buf, err
-	}
-	out.Entry.TraceParent, out.Entry.TraceState = m.trace.parent, m.trace.state
-	buf = append(buf, out)
-	return result{outs: buf[len(buf)-1 : len(buf) : len(buf)]}, buf, nil
 }

@@ -15,7 +15,7 @@ import (
 // stageHandler runs a stage's processor and routes its outputs to their topics' partitions.
 type stageHandler struct {
 	lifecycle // the processor's, if it has one
-	r         *runner
+	r         *processing
 	node      *node
 	proc      stages.Processor         // a stage that keeps no state
 	stateful  stages.StatefulProcessor // or one that does
@@ -155,7 +155,7 @@ var stageOutputs = sync.Pool{New: func() any { s := make([]stages.Output, 0, 4);
 // topicOutput makes the entry that writes msg, the i-th output of input m at node n, to topic t;
 // fallback is the partition of an unkeyed message. Effectively-once nodes mark the output so that
 // writing it again after a crash writes nothing.
-func (r *runner) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Message, i, fallback int) (redis.Output, error) {
+func (r *processing) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Message, i, fallback int) (redis.Output, error) {
 	var key string
 	var p int
 	var err error
@@ -190,10 +190,10 @@ func (m *message) keptKey(n *node, t *flow.Topic, msg *stages.Message) bool {
 	return t.Key.String() == n.input.Key.String()
 }
 
-// inputName names the node's input in dedup markers: its topic, or for a source the source itself.
-func (n *node) inputName() string {
-	if n.input != nil {
-		return n.input.Name
+// streamKey returns the stream of a topic's partition.
+func (r *processing) streamKey(t *flow.Topic, partition int) string {
+	if keys := r.streams[t.Name]; partition < len(keys) {
+		return keys[partition]
 	}
-	return n.name
+	return r.keys.Stream(t.Name, partition)
 }

@@ -16,7 +16,7 @@ import (
 //
 // When shutdown abandons a message, the rest of its lane is abandoned too: acking a later message of
 // the same key while an earlier one waits for redelivery would reorder the key.
-func (r *runner) processAll(n *node, msgs []*message, p pass) []result {
+func (r *processing) processAll(n *node, msgs []*message, p pass) []result {
 	results := make([]result, len(msgs))
 	if n.inline || n.stateful || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
 		r.processLane(n, msgs, allIndexes(len(msgs)), results, p)
@@ -51,7 +51,7 @@ func (r *runner) processAll(n *node, msgs []*message, p pass) []result {
 }
 
 // processLane processes the messages at the given indexes in order; their outputs share one buffer.
-func (r *runner) processLane(n *node, msgs []*message, indexes []int, results []result, p pass) {
+func (r *processing) processLane(n *node, msgs []*message, indexes []int, results []result, p pass) {
 	buf := make([]redis.Output, 0, len(indexes))
 	for k, i := range indexes {
 		results[i], buf = r.processMessage(n, msgs[i], buf, p)

@@ -21,7 +21,7 @@ func (f *failedForGood) Unwrap() error { return f.err }
 
 // withDeadLetters sends a message that failed for good to the node's dead letters (deadletter.go):
 // its result is the dead letter, written and acknowledged with the batch.
-func (r *runner) withDeadLetters(n *node, next messageFunc) messageFunc {
+func (r *processing) withDeadLetters(n *node, next messageFunc) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		res, buf, err := next(ctx, m, buf, p)
 		if err == nil {

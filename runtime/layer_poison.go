@@ -14,7 +14,7 @@ const poisonDeliveries = 5
 
 // withPoisonCheck fails for good, unprocessed, an entry delivered more than poisonDeliveries times
 // (from a reclaim): every process that took it died or lost it, and the next one would too.
-func (r *runner) withPoisonCheck(_ *node, next messageFunc) messageFunc {
+func (r *processing) withPoisonCheck(_ *node, next messageFunc) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		if m.deliveries > poisonDeliveries {
 			err := stages.Permanent(errors.New("delivered " + itoa(m.deliveries) +

@@ -17,7 +17,7 @@ import (
 // good (failedForGood). A shutdown abandons the message wherever it waits.
 //
 // Each retry starts again from the payload as it arrived, whatever the failed attempt changed.
-func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
+func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		payload, _ := m.msg.Payload()
 		key, headers, entryTime := m.msg.Key, m.msg.Headers, m.msg.EntryTime
@@ -68,14 +68,14 @@ func (r *runner) withRetries(n *node, attempt attemptFunc) messageFunc {
 				continue
 			}
 			delay := r.jittered(policy.Delay(attempts), policy.Jitter)
-			if p.retrySet && !n.retryInPlace && delay > r.opts.RetryInPlaceUpTo {
+			if p.retrySet && !n.retryInPlace && delay > r.retryInPlaceUpTo {
 				r.log.Debug("attempt failed; retry scheduled", "node", n.name, "id", m.id, "attempt", attempts, "delay", delay, "err", err)
 				return result{retries: []redis.Retry{{
 					Entry: redis.Entry{
 						ID: m.id, Key: key, Payload: payload, Headers: headers,
 						TraceParent: m.trace.parent, TraceState: m.trace.state, TraceDropped: m.trace.dropped,
 					},
-					Attempts: attempts, FirstFailure: firstFailure, LastError: r.plan.Redact(err.Error()),
+					Attempts: attempts, FirstFailure: firstFailure, LastError: r.redact(err.Error()),
 					Due:   r.clock.Now().Add(delay),
 					Stage: n.resumeAs, Path: m.path, // a fused stage's retry resumes the chain at that stage
 				}}}, buf, err

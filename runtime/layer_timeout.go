@@ -11,7 +11,7 @@ import (
 // withTimeout bounds each attempt by the node's timeout, and says so in the error of an attempt
 // that ran out of it. Inline nodes (they only compute, or write locally) wait on nothing: no timer
 // for them.
-func (r *runner) withTimeout(n *node, next attemptFunc) attemptFunc {
+func (r *processing) withTimeout(n *node, next attemptFunc) attemptFunc {
 	if n.inline {
 		return next
 	}

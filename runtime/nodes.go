@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/flowrun/flowrun/flow"
-	"github.com/flowrun/flowrun/runtime/state"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
-	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A node is a source, stage or sink of the plan as this process runs it. Nodes that consume (stages,
@@ -79,18 +77,6 @@ type node struct {
 	backpressureLog sync.Once    // the first wait at a capped topic is logged
 }
 
-// handler does a node's work on one message.
-type handler interface {
-	// handle processes m and appends the entries to write for it to outs. An error marked
-	// stages.Permanent is not retried.
-	handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error)
-	// flush makes what handle delivered durable; it runs before a batch is acknowledged.
-	flush(ctx context.Context) error
-	// open and close bracket the run (a file sink opens its file).
-	open(ctx context.Context) error
-	close() error
-}
-
 // lifecycle is the open, flush and close of a handler whose kind implements them (the optional
 // stages.Opener, stages.Flusher and io.Closer).
 type lifecycle struct{ impl any }
@@ -137,52 +123,20 @@ func (n *node) close() error {
 	return n.handler.close()
 }
 
-// message is one input entry while a node works on it.
-type message struct {
-	id string
-	// path tells apart the messages that the stages of a fused chain made of the entry id: the
-	// index of the message among its siblings at each stage that made more than one ("" for an
-	// entry read from a stream). With id, it identifies an effectively-once output.
-	path      string
-	partition int
-	msg       stages.Message
-	// inKey and inPayload are the entry's key and payload as read, for keptKey.
-	inKey      string
-	inPayload  []byte
-	trace      traceContext // the trace context the message arrived with
-	out        traceContext // the trace context its outputs carry: its processing span's
-	deliveries int64        // from a reclaim; 0 when unknown
-	// attempts were already made at this message: by earlier deliveries, or before it waited in
-	// the retry set (retry, which it leaves once handled).
-	attempts     int
-	firstFailure time.Time
-	retry        *redis.Retry
-	state        *state.Batch // its batch's state writes, for a stateful node
-	watermark    int64        // a stateful node's watermark as of the message, in Unix ms
-	// outcome is what its handler said became of it when it wrote nothing (outcomes.go).
-	outcome outcome
-	// batched: a sink that takes batches made its first attempt with its batch, which came to
-	// batchErr (sinkHandler.deliverBatch); its first attempt takes that result.
-	batched  bool
-	batchErr error
-	// away, for a message of such a batch that failed transiently, is the batch's messages that
-	// wait with it, at awayAt: once one of them is delivered, those after it go as a batch again.
-	away   *sinkBatch
-	awayAt int
-}
-
-// heldBack and released make a node the waiter of its writes at a capped topic's gate.
-func (n *node) heldBack(g *partitionGate) {
-	n.stats.heldBy.Store(&g.topic)
+// HeldBack and Released make a node the waiter of its writes at a capped topic's gate
+// (backpressure.Waiter).
+func (n *node) HeldBack(g *backpressure.Gate) {
+	topic := g.Topic()
+	n.stats.heldBy.Store(&topic)
 	if n.stats.holding.Add(1) == 1 {
 		n.backpressureLog.Do(func() {
 			n.log.Info("held back: a topic it writes has reached its max_lag; it goes on as the topic's readers catch up",
-				"topic", g.topic, "partition", g.partition, "max_lag", g.limit)
+				"topic", g.Topic(), "partition", g.Partition(), "max_lag", g.Limit())
 		})
 	}
 }
 
-func (n *node) released(_ *partitionGate, waited time.Duration) {
+func (n *node) Released(_ *backpressure.Gate, waited time.Duration) {
 	n.stats.heldBack.Add(int64(waited))
 	n.stats.holding.Add(-1)
 }
@@ -201,111 +155,36 @@ type unit struct {
 	startLatest bool
 }
 
-// addUnits adds a unit per partition of the node's input.
-func (r *runner) addUnits(n *node) {
-	for p := 0; p < n.input.Partitions; p++ {
-		u := &unit{node: n, partition: p, stream: r.keys.Stream(n.input.Name, p), retryKey: r.keys.Retry(n.input.Name, p, n.name)}
-		if n.ordering != flow.OrderNone {
-			u.leaseKey = r.keys.Lease(n.input.Name, p, n.name)
+// chain is a fused chain as this process runs it.
+type chain struct {
+	name  string
+	nodes []*node       // in order; nodes[0] owns the units
+	steps []messageFunc // each node's own layers (nodes[0].process is the chain's)
+	// head keeps the settings of the first node that the chain changed, to undo it (unchain).
+	head struct {
+		inline    bool
+		lanes     int
+		readCount int64
+	}
+}
+
+// index returns the position of the named stage in the chain, or -1.
+func (c *chain) index(stage string) int {
+	for i, n := range c.nodes {
+		if n.name == stage {
+			return i
 		}
-		r.units = append(r.units, u)
 	}
+	return -1
 }
 
-func (r *runner) addStage(s *flow.Stage) error {
-	kind, err := stages.StageKindOf(s)
-	if err != nil {
-		return &ConfigError{err.Error()}
+// inputName names the node's input in dedup markers: its topic, or for a source the source itself.
+func (n *node) inputName() string {
+	if n.input != nil {
+		return n.input.Name
 	}
-	traits := kind.TraitsFor(s.Config)
-	n := &node{
-		name: s.Name, typ: "stage", kind: s.Kind, stage: s,
-		group: redis.Group(s.Name), input: s.Input,
-		ordering: s.Ordering, lanes: s.Concurrency, inline: traits.Inline, stateful: traits.Stateful,
-		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
-	}
-	// A stateful stage's retries wait in place, and so do those of a stage that feeds one: a
-	// message parked in the retry set while the messages behind it went on would let them move the
-	// watermark past its windows, and it would come back late. Its partition waits for it instead.
-	n.retryInPlace = n.retryInPlace || s.Watermark != nil
-	if n.stateful && n.ordering == flow.OrderNone {
-		return &ConfigError{"stage " + s.Name + ": a " + s.Kind + " stage keeps state per partition, which needs ordering = \"key\" or \"partition\", not \"none\""}
-	}
-	n.log = r.log.With(n.typ, n.name)
-	env := r.env(n)
-	h := &stageHandler{r: r, node: n, keepsKey: keyClaimOf(s, traits)}
-	var impl any
-	if n.stateful {
-		compiled, err := stages.CompileStateful(s, env)
-		if err != nil {
-			return &ConfigError{err.Error()}
-		}
-		h.stateful, impl = compiled.Processor, compiled.Processor
-		n.timers, n.fireAtEnd = compiled.TimerHandler, compiled.FireAtEnd
-		n.prefetch, n.outputWatermark = compiled.StatePrefetcher, compiled.OutputWatermarker
-	} else {
-		if h.proc, err = stages.Compile(s, env); err != nil {
-			return &ConfigError{err.Error()}
-		}
-		impl = h.proc
-	}
-	h.lifecycle = lifecycle{impl}
-	n.handler = h
-	r.nodes = append(r.nodes, n)
-	if !s.FusedAfter() || r.opts.NoFusion {
-		r.addUnits(n) // a stage fused after another gets units only if its link runs as a stream (fuseChains)
-	}
-	return nil
+	return n.name
 }
 
-// kindMeter is the meter of the kinds' own metrics.
-func (r *runner) kindMeter() metric.Meter {
-	if r.opts.MeterProvider == nil {
-		return noop.NewMeterProvider().Meter("")
-	}
-	return r.opts.MeterProvider.Meter("github.com/flowrun/flowrun/stages")
-}
-
-// stdout returns the runner's standard output, shared by its stdout sinks.
-func (r *runner) stdout() *stages.LineWriter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.out == nil {
-		r.out = stages.NewLineWriter(r.opts.Stdout, 4<<10)
-	}
-	return r.out
-}
-
-// env is what the kinds' constructors get for node n.
-func (r *runner) env(n *node) stages.Env {
-	env := stages.Env{
-		Pipeline: r.plan.Name, Node: n.name, Logger: n.log, Clock: r.clock,
-		Meter: r.kindMeter(), HTTPClient: r.opts.HTTPClient, Stdin: r.opts.Stdin, Stdout: r.stdout(),
-		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact, Functions: stages.Lookup,
-	}
-	if r.opts.NodeEnv != nil {
-		r.opts.NodeEnv(n.typ, n.name, &env)
-	}
-	return env
-}
-
-func (r *runner) addSource(s *flow.Source) error {
-	kind, err := stages.SourceKindOf(s)
-	if err != nil {
-		return &ConfigError{err.Error()}
-	}
-	n := &node{name: s.Name, typ: "source", kind: s.Kind, retry: flow.DefaultRetry, timeout: stages.DefaultSinkTimeout,
-		delivery: r.plan.Delivery}
-	n.log = r.log.With(n.typ, n.name)
-	r.nodes = append(r.nodes, n)
-	if kind.Stream != nil {
-		r.addStreamSource(n, s, kind.Stream(s))
-		return nil
-	}
-	p, err := r.newProducingSource(n, s, kind)
-	if err != nil {
-		return err
-	}
-	r.producers = append(r.producers, p)
-	return nil
-}
+// processSpan names a node's processing spans, "process <input>" (made once, in newRunner).
+func (n *node) processSpan() string { return n.spanName }

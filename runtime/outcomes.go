@@ -3,8 +3,6 @@ package runtime
 import (
 	"sync"
 	"sync/atomic"
-
-	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // What a node did, counted so that it adds up. Every message a node takes in ends in exactly one
@@ -163,64 +161,4 @@ func (b *batchCounts) addChain(per []counts) {
 	for i := range per {
 		b.nodes[i].add(&per[i])
 	}
-}
-
-// counted adds a committed batch's counts to its nodes': the unit's node, or the stages of its
-// chain, with what a stateful stage found late or repeated.
-func (w *worker) counted(c *batchCommit) {
-	n := w.u.node
-	late, duplicates := c.state.Outcomes()
-	c.counts.nodes[0].late += late
-	c.counts.nodes[0].duplicates += duplicates
-	if n.chain == nil {
-		n.stats.count(&c.counts.nodes[0])
-		return
-	}
-	for i, cn := range n.chain.nodes {
-		cn.stats.count(&c.counts.nodes[i])
-	}
-}
-
-// uncertainCommits are the batches whose commit failed without saying whether it was applied (its
-// reply was lost), until the worker has read its pending entries again (worker.recover): a batch
-// none of whose entries came back was committed, and counts.
-type uncertainCommits struct {
-	batches []*batchCommit
-	ids     map[string]int // the entries each batch acknowledged -> its index in batches
-}
-
-// add holds back the counts of a batch whose commit may or may not have been applied.
-func (u *uncertainCommits) add(c *batchCommit) {
-	if u.ids == nil {
-		u.ids = map[string]int{}
-	}
-	for _, id := range c.args.IDs {
-		u.ids[id] = len(u.batches)
-	}
-	u.batches = append(u.batches, c)
-}
-
-// readAgain drops the batches of which b, pending entries read again, holds one: their commit was
-// not applied (it is atomic), and they are being processed again.
-func (u *uncertainCommits) readAgain(b redis.Batch) {
-	if len(u.ids) == 0 {
-		return
-	}
-	for _, id := range b.IDs() {
-		if i, ok := u.ids[id]; ok {
-			u.batches[i] = nil
-		}
-	}
-}
-
-// settle counts the batches whose entries did not come back once the pending entries have all been
-// read again: their commit was applied. A batch that acknowledged nothing (only retries moved)
-// cannot be told apart that way: it counts.
-func (u *uncertainCommits) settle(w *worker) {
-	for _, c := range u.batches {
-		if c != nil {
-			w.counted(c)
-		}
-	}
-	u.batches, u.ids = nil, nil
 }

@@ -141,26 +141,41 @@ func (o *ownership) step(ctx context.Context) {
 		}
 		members = nil
 	} else {
-		r.outage.ok()
+		r.outage.OK()
 	}
 
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// Workers that ended on their own: a lost lease, or a fatal error.
+	o.forgetEnded(ctx)
+	o.renewUnits(ctx)
+	o.renewSources(ctx)
+	if ctx.Err() != nil || members == nil {
+		return // without a membership count, keep what is held and take nothing new
+	}
+	o.takeShares(ctx, members)
+}
+
+// forgetEnded forgets the workers that ended on their own: a lost lease, or a fatal error.
+// Called with o.mu held.
+func (o *ownership) forgetEnded(ctx context.Context) {
 	for u, h := range o.held {
 		select {
 		case <-h.done:
 			if !h.releasing {
 				delete(o.held, u)
 				if !errors.Is(h.err, errLeaseLost) && h.lease != nil {
-					_ = r.rdb.ReleaseLease(ctx, *h.lease)
+					_ = o.r.rdb.ReleaseLease(ctx, *h.lease)
 				}
 			}
 		default:
 		}
 	}
-	// Every partition's lease is renewed in one round trip: renewed one after the other, the last
-	// ones could expire while a slow Redis answers for the first.
+}
+
+// renewUnits renews every partition's lease in one round trip: renewed one after the other, the
+// last ones could expire while a slow Redis answers for the first. Called with o.mu held.
+func (o *ownership) renewUnits(ctx context.Context) {
+	r := o.r
 	var renewing []*unit
 	var held []redis.Lease
 	for u, h := range o.held {
@@ -168,7 +183,7 @@ func (o *ownership) step(ctx context.Context) {
 			renewing, held = append(renewing, u), append(held, *h.lease)
 		}
 	}
-	for i, err := range r.rdb.RenewLeases(ctx, held, ttl) {
+	for i, err := range r.rdb.RenewLeases(ctx, held, r.opts.LeaseTTL) {
 		u, h := renewing[i], o.held[renewing[i]]
 		if errors.Is(err, redis.ErrLeaseLost) {
 			r.log.Warn("lease lost; stopping the partition", "node", u.node.name, "stream", u.stream)
@@ -179,16 +194,21 @@ func (o *ownership) step(ctx context.Context) {
 			r.redisFailed(u.node.typ+" "+u.node.name+" renewing its lease on "+u.stream, err)
 		}
 	}
+}
+
+// renewSources renews the producing sources' leases. Called with o.mu held.
+func (o *ownership) renewSources(ctx context.Context) {
+	r, ttl := o.r, o.r.opts.LeaseTTL
 	for key, h := range o.sourceLes {
 		if err := r.rdb.RenewLease(ctx, h.lease, ttl); errors.Is(err, redis.ErrLeaseLost) {
 			o.retakeSourceLocked(ctx, key, h)
 		}
 	}
-	if ctx.Err() != nil || members == nil {
-		return // without a membership count, keep what is held and take nothing new
-	}
+}
 
-	// Every lease wanted, of the sources and of each node, is asked for at once.
+// takeShares asks at once for every lease wanted, of the sources and of each node (its fair
+// share among the members), and records what is held then. Called with o.mu held.
+func (o *ownership) takeShares(ctx context.Context, members []int) {
 	wants := []want{{o.sources, len(o.sources)}}
 	holdings, shares := make([]int, len(o.balanced)), make([]int, len(o.balanced))
 	for i, units := range o.balanced {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -38,8 +39,8 @@ type Publisher struct {
 	producer *redis.Producer
 	spread   sourceSpread
 	outputs  sync.Pool // of *[]redis.Output, PublishBatch's
-	gates    *backpressure
-	waiter   waiter // nil, or told when a write waits at a gate
+	gates    *backpressure.Gates
+	waiter   backpressure.Waiter // nil, or told when a write waits at a gate
 }
 
 // PublisherOptions configure NewPublisherWith.
@@ -63,14 +64,14 @@ func NewPublisherWith(c *redis.Client, plan *flow.Plan, opts PublisherOptions) (
 		opts.Clock = stages.SystemClock{}
 	}
 	c = c.WithClock(redisClock{opts.Clock})
-	gates := newBackpressure(c, plan, keys, opts.Clock)
+	gates := backpressure.New(c, plan, keys, opts.Clock)
 	p, err := c.NewProducer(redis.ProducerOptions{Written: func(counts map[string]int, err error) {
 		// What Publish let through at a capped partition is in Redis now, or never will be.
 		for stream, n := range counts {
-			if g := gates.gate(stream); g != nil && err == nil {
-				g.written(int64(n))
+			if g := gates.Gate(stream); g != nil && err == nil {
+				g.Written(int64(n))
 			} else if g != nil {
-				g.dropped(int64(n))
+				g.Dropped(int64(n))
 			}
 		}
 	}})
@@ -94,11 +95,11 @@ type publishWaiter struct {
 	told func(topic string, partition int, maxLag int64)
 }
 
-func (w *publishWaiter) heldBack(g *partitionGate) {
-	w.once.Do(func() { w.told(g.topic, g.partition, g.limit) })
+func (w *publishWaiter) HeldBack(g *backpressure.Gate) {
+	w.once.Do(func() { w.told(g.Topic(), g.Partition(), g.Limit()) })
 }
 
-func (w *publishWaiter) released(*partitionGate, time.Duration) {}
+func (w *publishWaiter) Released(*backpressure.Gate, time.Duration) {}
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
 // key; otherwise m.Key is the key, and a message without one goes to the partitions in turn. An error
@@ -113,13 +114,13 @@ func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message)
 	if err != nil {
 		return err
 	}
-	if g := p.gates.gate(out.Stream); g != nil {
-		if err := p.gates.admit(ctx, g, 1, p.waiter); err != nil {
+	if g := p.gates.Gate(out.Stream); g != nil {
+		if err := p.gates.Admit(ctx, g, 1, p.waiter); err != nil {
 			return err
 		}
 		// The producer reports the entry written (or dropped) once its batch is sent.
 		if err := p.producer.Add(ctx, out.Stream, out.Entry); err != nil {
-			g.dropped(1)
+			g.Dropped(1)
 			return err
 		}
 		return nil
@@ -163,20 +164,20 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stage
 		outs = append(outs, out)
 	}
 	*buf = outs
-	if len(p.gates.gates) == 0 {
+	if len(p.gates.Gated()) == 0 {
 		return p.client.Append(ctx, outs)
 	}
-	counts := map[*partitionGate]int64{}
+	counts := map[*backpressure.Gate]int64{}
 	for i := range outs {
-		if g := p.gates.gate(outs[i].Stream); g != nil {
+		if g := p.gates.Gate(outs[i].Stream); g != nil {
 			counts[g]++
 		}
 	}
-	admitted := make(map[*partitionGate]int64, len(counts))
+	admitted := make(map[*backpressure.Gate]int64, len(counts))
 	for g, n := range counts {
-		if err := p.gates.admit(ctx, g, n, p.waiter); err != nil {
+		if err := p.gates.Admit(ctx, g, n, p.waiter); err != nil {
 			for g, n := range admitted {
-				g.dropped(n)
+				g.Dropped(n)
 			}
 			return err
 		}
@@ -185,9 +186,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs []stage
 	err = p.client.Append(ctx, outs)
 	for g, n := range counts {
 		if err == nil {
-			g.written(n)
+			g.Written(n)
 		} else {
-			g.dropped(n)
+			g.Dropped(n)
 		}
 	}
 	return err

@@ -61,13 +61,10 @@ func (s *rateSamples) interval() time.Duration {
 	return s.every
 }
 
-// add takes a sample of the nodes' counters, and forgets the samples that no window needs.
-func (s *rateSamples) add(now time.Time, nodes []*node) {
-	c := counterSample{at: now, counts: make([]nodeCounts, len(nodes))}
-	for i, n := range nodes {
-		nc := n.stats.counts()
-		c.counts[i] = nodeCounts{in: nc.in, out: nc.written, dead: nc.deadLettered, late: nc.late, duplicates: nc.duplicates}
-	}
+// add takes a sample of the nodes' counters (in the runner's node order), and forgets the samples
+// that no window needs.
+func (s *rateSamples) add(now time.Time, counts []nodeCounts) {
+	c := counterSample{at: now, counts: counts}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.window <= 0 {
@@ -79,23 +76,24 @@ func (s *rateSamples) add(now time.Time, nodes []*node) {
 	}
 }
 
-// rates computes the rates over the samples kept: from the oldest to the newest.
-func (s *rateSamples) rates(nodes []*node) Rates {
+// rates computes the rates over the samples kept, from the oldest to the newest, of the nodes
+// named (in the runner's node order).
+func (s *rateSamples) rates(names []string) Rates {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Rates{Nodes: make(map[string]NodeRate, len(nodes))}
+	r := Rates{Nodes: make(map[string]NodeRate, len(names))}
 	if len(s.samples) < 2 {
-		for _, n := range nodes {
-			r.Nodes[n.name] = NodeRate{}
+		for _, name := range names {
+			r.Nodes[name] = NodeRate{}
 		}
 		return r
 	}
 	first, last := s.samples[0], s.samples[len(s.samples)-1]
 	r.Since, r.Until = first.at, last.at
 	secs := r.Seconds()
-	for i, n := range nodes {
+	for i, name := range names {
 		a, b := first.counts[i], last.counts[i]
-		r.Nodes[n.name] = NodeRate{In: perSecond(b.in-a.in, secs), Out: perSecond(b.out-a.out, secs),
+		r.Nodes[name] = NodeRate{In: perSecond(b.in-a.in, secs), Out: perSecond(b.out-a.out, secs),
 			DeadLettered: perSecond(b.dead-a.dead, secs), Late: perSecond(b.late-a.late, secs),
 			Duplicates: perSecond(b.duplicates-a.duplicates, secs)}
 	}

@@ -12,19 +12,19 @@ func TestRatesComeFromSamples(t *testing.T) {
 	nodes := []*node{a, b}
 	var s rateSamples
 	t0 := time.Unix(1000, 0)
-	if r := s.rates(nodes); !r.Since.IsZero() || !r.Until.IsZero() || r.Nodes["a"] != (NodeRate{}) {
+	if r := s.rates(nodeNames(nodes)); !r.Since.IsZero() || !r.Until.IsZero() || r.Nodes["a"] != (NodeRate{}) {
 		t.Fatalf("rates before any sample: %+v", r)
 	}
-	s.add(t0, nodes)
-	if r := s.rates(nodes); !r.Since.IsZero() || r.Nodes["a"] != (NodeRate{}) {
+	s.add(t0, sampleCounts(nodes))
+	if r := s.rates(nodeNames(nodes)); !r.Since.IsZero() || r.Nodes["a"] != (NodeRate{}) {
 		t.Fatalf("rates of one sample: %+v", r)
 	}
 	for i := 1; i <= 7; i++ {
 		a.stats.count(&counts{in: 10, written: int64(i)})
 		b.stats.count(&counts{deadLettered: 2})
-		s.add(t0.Add(time.Duration(i)*time.Second), nodes)
+		s.add(t0.Add(time.Duration(i)*time.Second), sampleCounts(nodes))
 	}
-	r := s.rates(nodes)
+	r := s.rates(nodeNames(nodes))
 	if !r.Since.Equal(t0.Add(2*time.Second)) || !r.Until.Equal(t0.Add(7*time.Second)) || r.Seconds() != 5 {
 		t.Fatalf("window %s to %s, want the last five seconds of samples", r.Since, r.Until)
 	}
@@ -37,7 +37,7 @@ func TestRatesComeFromSamples(t *testing.T) {
 	}
 	a.stats.count(&counts{in: 1000}) // after the last sample: no rate shows it before the next
 	for i := 0; i < 3; i++ {
-		if again := s.rates(nodes); again.Nodes["a"] != r.Nodes["a"] || !again.Until.Equal(r.Until) {
+		if again := s.rates(nodeNames(nodes)); again.Nodes["a"] != r.Nodes["a"] || !again.Until.Equal(r.Until) {
 			t.Fatalf("read %d: %+v, then %+v", i, r, again)
 		}
 	}

@@ -38,14 +38,6 @@ func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partitio
 	return key, redis.Partition(key, t.Partitions), nil
 }
 
-// streamKey returns the stream of a topic's partition.
-func (r *runner) streamKey(t *flow.Topic, partition int) string {
-	if keys := r.streams[t.Name]; partition < len(keys) {
-		return keys[partition]
-	}
-	return r.keys.Stream(t.Name, partition)
-}
-
 // entryOf encodes a message as a stream entry.
 func entryOf(key string, m *stages.Message, trace traceContext) (redis.Entry, error) {
 	payload, err := m.Payload()
@@ -59,13 +51,6 @@ func entryOf(key string, m *stages.Message, trace traceContext) (redis.Entry, er
 		TraceParent: trace.parent,
 		TraceState:  trace.state,
 	}, nil
-}
-
-// traceContext is the W3C trace context that travels with a message from entry to entry.
-type traceContext struct {
-	parent, state string
-	// dropped is set when the entry's traceparent was invalid and dropped (see traceOf).
-	dropped bool
 }
 
 // sourceSpread picks the partition of a source's unkeyed messages. A message with an origin ID (a

@@ -49,7 +49,7 @@ sink "o" {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	r := &runner{plan: plan, keys: redis.Keys{Prefix: "p"}, streams: map[string][]string{}}
+	r := &processing{keys: redis.Keys{Prefix: "p"}, streams: map[string][]string{}}
 	n := &node{name: "a", input: plan.Topic("in")}
 	payload := []byte(`{"k":"from-payload","j":"other-key"}`)
 	read := func() *message {

@@ -15,47 +15,10 @@ import (
 // of each key and work on up to their kind's lanes of a partition at once; an attempt may take
 // stages.DefaultSinkTimeout, or the sink's own timeout when it has one (stages.Timeouter).
 
-func (r *runner) addSink(s *flow.Sink) error {
-	kind, err := stages.SinkKindOf(s)
-	if err != nil {
-		return &ConfigError{err.Error()}
-	}
-	n := &node{
-		name: s.Name, typ: "sink", kind: s.Kind,
-		group: redis.Group(s.Name), input: s.Input,
-		ordering: flow.OrderByKey, lanes: kind.Traits.Lanes, inline: kind.Traits.Inline,
-		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: stages.DefaultSinkTimeout,
-		deadLetter: s.DeadLetter, delivery: s.Delivery,
-	}
-	if n.lanes == 0 {
-		n.lanes = stages.DefaultSinkLanes
-	}
-	n.log = r.log.With("node", n.name)
-	impl, err := kind.New(s, r.env(n))
-	if err != nil {
-		return &ConfigError{"sink " + s.Name + ": " + err.Error()}
-	}
-	if t, ok := impl.(stages.Timeouter); ok && t.Timeout() > 0 {
-		n.timeout = t.Timeout()
-	}
-	if r.opts.WrapSink != nil {
-		impl = r.opts.WrapSink(s.Name, impl)
-	}
-	h := &sinkHandler{lifecycle: lifecycle{impl}, r: r, node: n, where: s.Where, sink: impl}
-	h.batch, _ = impl.(stages.BatchSink)
-	if kind.Streams != nil {
-		h.streams = kind.Streams(s)
-	}
-	n.handler = h
-	r.nodes = append(r.nodes, n)
-	r.addUnits(n)
-	return nil
-}
-
 // sinkHandler applies a sink's where and delivers what passes.
 type sinkHandler struct {
 	lifecycle // the sink's
-	r         *runner
+	r         *processing
 	node      *node
 	where     *expr.Program
 	sink      stages.Sink

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -22,6 +25,27 @@ import (
 // A source whose kind Resumes (file) records its position with every batch (a checkpoint, in the
 // same transaction on a single server), so that a restarted process resumes after the last message
 // written; others start from their first message again.
+
+// sourceRun is what the producing sources, their writers (source_write.go) and their watermarks
+// (source_time.go) need of the run: the per-message path (to make their entries and dead
+// letters), the run's failures, the client and plan, the options, the backpressure gates, the
+// dedup markers' TTL, and a job's end (closing, closeSources, kickDrain). The runner makes one.
+type sourceRun struct {
+	*processing
+	*failures
+	log          *slog.Logger // the runner's
+	rdb          *redis.Client
+	plan         *flow.Plan
+	opts         *Options
+	backpressure *backpressure.Gates
+	dedupTTL     *time.Duration // the runner's, set once its nodes are configured
+	closing      *atomic.Bool   // the runner's: a job's inputs are drained
+	closeSources chan struct{}  // closed with closing
+	kickDrain    func()         // wakes a job's end test
+}
+
+// maxMessageSize is the largest entry the pipeline takes (max_message_size).
+func (r *sourceRun) maxMessageSize() int64 { return maxMessageSize(r.plan) }
 
 // producingSource is a source that produces messages.
 type producingSource struct {
@@ -40,7 +64,7 @@ type producingSource struct {
 	unwritten atomic.Int64 // entries produced and not yet written (nor dropped by a stop)
 }
 
-func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind) (*producingSource, error) {
+func (r *sourceRun) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind, env stages.Env) (*producingSource, error) {
 	p := &producingSource{node: n, output: s.Output, finite: true}
 	if kind.Traits.Finite != nil {
 		var total int64
@@ -53,7 +77,7 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 	if kind.Traits.Resumes {
 		p.positionKey = r.keys.SourcePosition(s.Name)
 	}
-	impl, err := kind.New(s, r.env(n))
+	impl, err := kind.New(s, env)
 	if err != nil {
 		return nil, &ConfigError{"source " + s.Name + ": " + err.Error()}
 	}
@@ -65,10 +89,19 @@ func (r *runner) newProducingSource(n *node, s *flow.Source, kind stages.SourceK
 	return p, nil
 }
 
+// outputsOf lists the output topics of producing sources, in their order.
+func outputsOf(producers []*producingSource) []*flow.Topic {
+	out := make([]*flow.Topic, len(producers))
+	for i, p := range producers {
+		out[i] = p.output
+	}
+	return out
+}
+
 // runProducer runs a producing source to its end, once it holds the source's lease. A process that
 // loses the lease to another waits to take it back (when that one stops or dies) and runs the
 // source again from there: a resuming source from its checkpoint, others from their first message.
-func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSource) {
+func (r *sourceRun) runProducer(ctx context.Context, own *ownership, p *producingSource) {
 	for {
 		sctx := ctx
 		if p.leaseKey != "" {
@@ -103,7 +136,7 @@ func (r *runner) runProducer(ctx context.Context, own *ownership, p *producingSo
 // runSourceTime moves a source's watermarks while it is idle, and closes them at a job's end, as
 // long as this process holds the source (until sctx ends). It returns a function that waits for
 // that to end.
-func (r *runner) runSourceTime(sctx context.Context, p *producingSource) (wait func()) {
+func (r *sourceRun) runSourceTime(sctx context.Context, p *producingSource) (wait func()) {
 	if p.time == nil {
 		return func() {}
 	}
@@ -113,7 +146,7 @@ func (r *runner) runSourceTime(sctx context.Context, p *producingSource) (wait f
 }
 
 // produce runs a producing source until it ends, fails or loses its lease.
-func (r *runner) produce(sctx context.Context, own *ownership, p *producingSource) error {
+func (r *sourceRun) produce(sctx context.Context, own *ownership, p *producingSource) error {
 	w := r.startSourceWriter(sctx, p, own)
 	e := &emitter{r: r, src: p, w: w}
 	kind := lifecycle{p.impl}
@@ -145,7 +178,7 @@ func (p *producingSource) onRestart() string {
 // entries for its writer, messages for the output topic and rejects for the source's dead-letter
 // stream.
 type emitter struct {
-	r   *runner
+	r   *sourceRun
 	src *producingSource
 	w   *sourceWriter
 }
@@ -213,7 +246,7 @@ func (e *emitter) Record(ctx context.Context, position string) error {
 		_, err := e.r.rdb.Commit(ctx, args)
 		switch {
 		case err == nil:
-			e.r.outage.ok()
+			e.r.outage.OK()
 			return nil
 		case errors.Is(err, redis.ErrLeaseLost):
 			if _, ok := e.w.own.retakeSource(ctx, e.src.leaseKey, *args.Lease); ok {
@@ -223,8 +256,8 @@ func (e *emitter) Record(ctx context.Context, position string) error {
 		case redis.Unrecoverable(err) || ctx.Err() != nil:
 			return err
 		}
-		e.r.outage.failed("source "+e.src.node.name+" recording its position", err)
-		b.wait(ctx, e.r)
+		e.r.outage.Failed("source "+e.src.node.name+" recording its position", err)
+		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }
 
@@ -238,13 +271,13 @@ func (e *emitter) Resume(ctx context.Context) (string, bool, error) {
 	for {
 		raw, found, err := e.r.rdb.ReadCheckpoint(ctx, key)
 		if err == nil {
-			e.r.outage.ok()
+			e.r.outage.OK()
 			return raw, found, nil
 		}
 		if redis.Unrecoverable(err) || ctx.Err() != nil {
 			return "", false, err
 		}
-		e.r.outage.failed("source "+e.src.node.name+" reading its position", err)
-		b.wait(ctx, e.r)
+		e.r.outage.Failed("source "+e.src.node.name+" reading its position", err)
+		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }

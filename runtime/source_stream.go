@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/flowrun/flowrun/flow"
-	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -17,19 +16,10 @@ import (
 // streamSourceHandler passes entries of an external stream to the source's output topic.
 type streamSourceHandler struct {
 	noLifecycle
-	r      *runner
+	r      *processing
 	node   *node
 	out    *flow.Topic
 	spread sourceSpread
-}
-
-func (r *runner) addStreamSource(n *node, s *flow.Source, in stages.StreamSource) {
-	n.group, n.source = in.Group, s
-	n.ordering, n.lanes, n.inline = flow.OrderByPartition, 1, true
-	n.handler = &streamSourceHandler{r: r, node: n, out: s.Output}
-	r.units = append(r.units, &unit{
-		node: n, stream: in.Stream, leaseKey: r.keys.StreamLease(in.Stream, s.Name), startLatest: in.StartLatest,
-	})
 }
 
 func (h *streamSourceHandler) handle(_ context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {

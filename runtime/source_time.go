@@ -21,7 +21,7 @@ import (
 
 // sourceTime is a producing source's watermarks.
 type sourceTime struct {
-	r       *runner
+	r       *sourceRun
 	src     *producingSource
 	domains []flow.TimeDomain
 	hashes  []string // every partition's watermarks hash
@@ -39,7 +39,7 @@ type sourceTime struct {
 	resumed   bool
 }
 
-func (r *runner) newSourceTime(p *producingSource) *sourceTime {
+func (r *sourceRun) newSourceTime(p *producingSource) *sourceTime {
 	tw := p.output.Watermark
 	if tw == nil {
 		return nil
@@ -226,7 +226,7 @@ func (t *sourceTime) close(ctx context.Context) {
 			return
 		}
 		var b backoff
-		b.wait(ctx, t.r)
+		b.wait(ctx, t.r.clock, &t.r.jitter)
 	}
 	t.closed = true
 	t.r.kickDrain()

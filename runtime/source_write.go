@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flowrun/flowrun/runtime/backpressure"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -39,7 +40,7 @@ type sourceItem struct {
 	rejected bool // a dead letter, not a message for the output topic
 	// position is the source's checkpoint once this entry is written; "" for sources without.
 	position string
-	gate     *partitionGate // the cap of the partition it goes to, if any: it was let through
+	gate     *backpressure.Gate // the cap of the partition it goes to, if any: it was let through
 	// times are its event times, per domain of the source's watermarks (source_time.go).
 	times []int64
 }
@@ -47,7 +48,7 @@ type sourceItem struct {
 // sourceWriter writes a producing source's entries.
 type sourceWriter struct {
 	ctx context.Context // the source's: waiting at a capped topic ends with it
-	r   *runner
+	r   *sourceRun
 	src *producingSource
 	own *ownership
 	// most is the most entries it writes at once: what a pipelined round trip amortises well
@@ -59,7 +60,7 @@ type sourceWriter struct {
 	err     error         // why it ended, set before stopped closes
 }
 
-func (r *runner) startSourceWriter(ctx context.Context, p *producingSource, own *ownership) *sourceWriter {
+func (r *sourceRun) startSourceWriter(ctx context.Context, p *producingSource, own *ownership) *sourceWriter {
 	most := min(redis.DefaultBatchSize, r.opts.BatchSize)
 	w := &sourceWriter{ctx: ctx, r: r, src: p, own: own, most: most, items: make(chan sourceItem, 2*most), stopped: make(chan struct{})}
 	go func() {
@@ -132,10 +133,10 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 		return append(batch, it), nil
 	}
 	bp := w.r.backpressure
-	if it.gate = bp.gate(it.out.Stream); it.gate == nil {
+	if it.gate = bp.Gate(it.out.Stream); it.gate == nil {
 		return append(batch, it), nil
 	}
-	if ok, err := bp.tryAdmit(w.ctx, it.gate, 1); err != nil {
+	if ok, err := bp.TryAdmit(w.ctx, it.gate, 1); err != nil {
 		return batch, err
 	} else if ok {
 		return append(batch, it), nil
@@ -147,11 +148,11 @@ func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, 
 		clear(batch)
 		batch = batch[:0]
 	}
-	if err := bp.admit(w.ctx, it.gate, 1, w.src.node); err != nil {
+	if err := bp.Admit(w.ctx, it.gate, 1, w.src.node); err != nil {
 		if w.ctx.Err() == nil {
 			return batch, err
 		}
-		it.gate.letThrough(1) // a stop still writes what the source produced
+		it.gate.LetThrough(1) // a stop still writes what the source produced
 	}
 	return append(batch, it), nil
 }
@@ -161,7 +162,7 @@ func (w *sourceWriter) drop(items []sourceItem) {
 	w.src.unwritten.Add(-int64(len(items)))
 	for _, it := range items {
 		if it.gate != nil {
-			it.gate.dropped(1)
+			it.gate.Dropped(1)
 		}
 	}
 }
@@ -170,7 +171,7 @@ func (w *sourceWriter) drop(items []sourceItem) {
 // that a stop still writes what the source produced, within the drain time.
 func (w *sourceWriter) write(batch []sourceItem) error {
 	r, n := w.r, w.src.node
-	args := redis.CommitArgs{Outputs: make([]redis.Output, len(batch)), DedupTTL: r.dedupTTL}
+	args := redis.CommitArgs{Outputs: make([]redis.Output, len(batch)), DedupTTL: *r.dedupTTL}
 	var written counts
 	for i, it := range batch {
 		args.Outputs[i] = it.out
@@ -202,12 +203,12 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 		}
 		switch {
 		case err == nil:
-			r.outage.ok()
+			r.outage.OK()
 			n.stats.count(&written)
 			w.src.unwritten.Add(-int64(len(batch)))
 			for _, it := range batch {
 				if it.gate != nil {
-					it.gate.written(1)
+					it.gate.Written(1)
 				}
 			}
 			return nil
@@ -224,7 +225,7 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			w.drop(batch)
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
-		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard, r)
+		r.outage.Failed("source "+n.name+" writing its messages", err)
+		b.wait(r.hard, r.clock, &r.jitter)
 	}
 }

@@ -1,14 +1,8 @@
 package runtime
 
 import (
-	"cmp"
-	"context"
 	"sync"
 	"time"
-
-	"github.com/sourcegraph/conc"
-
-	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A running pipeline polls the state of its streams on a timer (lag and pending per stage and
@@ -82,143 +76,6 @@ type poll struct {
 	err         error
 	partitions  []PartitionState
 	deadLetters map[string]int64
-}
-
-// pollLoop reads the streams' state every PollInterval until ctx ends. It also runs observeLoop,
-// which samples the counters every second: a poll of Redis may take longer than that.
-func (r *runner) pollLoop(ctx context.Context) {
-	var wg conc.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { r.observeLoop(ctx) })
-	ticker := r.clock.NewTicker(r.opts.PollInterval)
-	defer ticker.Stop()
-	for {
-		r.pollOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
-	}
-}
-
-// pollOnce reads the state of every unit's input and every dead-letter stream. A stream that does
-// not exist yet (nothing was written to it) reads as empty. A read that fails spoils only its own
-// unit or stream, which keeps its last known state: the others are still shown, and the error is
-// kept for readiness.
-func (r *runner) pollOnce(ctx context.Context) {
-	r.poll.mu.Lock()
-	previous, previousDead := r.poll.partitions, r.poll.deadLetters
-	r.poll.mu.Unlock()
-	last := map[*unit]PartitionState{}
-	for _, ps := range previous {
-		last[ps.unit] = ps
-	}
-
-	var parts []PartitionState
-	dead := map[string]int64{}
-	var firstErr error
-	for _, u := range r.units {
-		ps, err := r.pollUnit(ctx, u)
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			var ok bool
-			if ps, ok = last[u]; !ok {
-				continue
-			}
-		}
-		parts = append(parts, ps)
-	}
-	for _, n := range r.nodes {
-		length, err := r.rdb.StreamLen(ctx, r.keys.DeadLetter(n.name))
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			var ok bool
-			if length, ok = previousDead[n.name]; !ok {
-				continue
-			}
-		}
-		dead[n.name] = length
-	}
-	r.poll.mu.Lock()
-	defer r.poll.mu.Unlock()
-	r.poll.at, r.poll.err = r.clock.Now(), firstErr
-	r.poll.partitions, r.poll.deadLetters = parts, dead
-	if firstErr != nil && ctx.Err() == nil {
-		r.log.Debug("polling the streams failed", "err", firstErr)
-	}
-}
-
-// pollUnit reads one unit's input: a partition of a topic, or a redis_stream source's stream; for
-// a stateful stage, its own watermark in the partition too.
-func (r *runner) pollUnit(ctx context.Context, u *unit) (PartitionState, error) {
-	ps := PartitionState{unit: u, Node: u.node.name, Stream: u.stream, Partition: u.partition}
-	if u.node.input != nil {
-		ps.Topic = u.node.input.Name
-	}
-	info, states, err := r.rdb.PollReaders(ctx, u.stream, redis.ReaderKeys{Group: u.node.group, RetryKey: u.retryKey})
-	if err != nil {
-		return ps, err
-	}
-	st := states[0]
-	ps.Length, ps.Lag, ps.Pending, ps.Retries = info.Length, st.Lag, st.Pending, st.Retries
-	if u.node.stateful {
-		wm, found, err := r.rdb.Watermark(ctx, r.keys.State(u.node.input.Name, u.partition, u.node.name))
-		if err != nil {
-			return ps, err
-		}
-		if found {
-			ps.Watermark = time.UnixMilli(wm).UTC()
-		}
-	}
-	return ps, nil
-}
-
-// Snapshot returns what the pipeline is doing now.
-func (rt *Runtime) Snapshot() Snapshot {
-	r := rt.r
-	s := Snapshot{Taken: rt.r.clock.Now()}
-	if start := r.started.Load(); start != 0 {
-		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
-	}
-	s.Nodes = r.nodeSummaries()
-	s.Rates = r.obs.rates.rates(r.nodes)
-	for _, p := range r.producers {
-		s.Sources = append(s.Sources, SourceProgress{
-			Name: p.node.name, Produced: p.node.stats.counts().in, Total: p.total, Done: p.done.Load(),
-			Unwritten: p.unwritten.Load(),
-		})
-	}
-	r.poll.mu.Lock()
-	s.Polled, s.PollErr = r.poll.at, r.poll.err
-	s.Partitions = append([]PartitionState(nil), r.poll.partitions...)
-	s.DeadLetters = map[string]int64{}
-	for k, v := range r.poll.deadLetters {
-		s.DeadLetters[k] = v
-	}
-	r.poll.mu.Unlock()
-	if own := r.own.Load(); own != nil {
-		s.Leases, s.Balanced = own.holdings()
-	}
-	s.RedisFailingSince, _ = r.outage.failing()
-	return s
-}
-
-// Ready reports whether the pipeline is working: Redis answered the last poll, recently, and this
-// process holds its share of the partitions.
-func (rt *Runtime) Ready() error {
-	s := rt.Snapshot()
-	switch {
-	case s.Polled.IsZero():
-		return errNotStarted
-	case s.PollErr != nil:
-		return s.PollErr
-	case rt.r.clock.Now().Sub(s.Polled) > 3*rt.r.opts.PollInterval+time.Second:
-		return errStalePoll
-	case !s.Balanced:
-		return errUnbalanced
-	}
-	return nil
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/flowrun/flowrun/flow"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A stateful stage keeps its state per input partition, and a message's key picks its partition
@@ -20,21 +21,31 @@ import (
 // With no such state the new count is recorded and the run goes on. Every command is on one key,
 // so the check works on a cluster as on a single server.
 
+// stateCheck checks at start what the stateful stages' state in Redis says of the plan: their
+// inputs' partition counts (see above), and whether Redis may evict their state.
+type stateCheck struct {
+	rdb   *redis.Client
+	keys  redis.Keys
+	log   *slog.Logger
+	plan  *flow.Plan
+	nodes []*node // the nodes this process runs
+}
+
 // checkStatePartitions checks each stateful stage this process runs, and records the new counts
 // once none is refused; see above. A refusal is a *ConfigError (the pipeline's partitions, not
 // Redis, are at fault); a check that cannot read Redis ends the run too, rather than risk running
 // on misplaced state.
-func (r *runner) checkStatePartitions(ctx context.Context) error {
+func (sc *stateCheck) checkStatePartitions(ctx context.Context) error {
 	type change struct {
 		n   *node
 		was int // the recorded count; 0: none
 	}
 	var changes []change
-	for _, n := range r.nodes {
+	for _, n := range sc.nodes {
 		if !n.stateful {
 			continue
 		}
-		was, record, err := r.checkStatePartitionsOf(ctx, n)
+		was, record, err := sc.checkStatePartitionsOf(ctx, n)
 		if err != nil {
 			return err
 		}
@@ -44,11 +55,11 @@ func (r *runner) checkStatePartitions(ctx context.Context) error {
 	}
 	for _, c := range changes {
 		n := c.n
-		if err := r.rdb.RecordPartitions(ctx, r.keys.StatePartitions(n.input.Name, n.name), n.input.Partitions); err != nil {
+		if err := sc.rdb.RecordPartitions(ctx, sc.keys.StatePartitions(n.input.Name, n.name), n.input.Partitions); err != nil {
 			return fmt.Errorf("stage %s: %w", n.name, err)
 		}
 		if c.was != 0 {
-			r.log.Info("the partitions of a stateful stage's input changed while it held no state: the new count is recorded",
+			sc.log.Info("the partitions of a stateful stage's input changed while it held no state: the new count is recorded",
 				slog.String("stage", n.name), slog.String("topic", n.input.Name), slog.Int("was", c.was), slog.Int("now", n.input.Partitions))
 		}
 	}
@@ -58,9 +69,9 @@ func (r *runner) checkStatePartitions(ctx context.Context) error {
 // checkStatePartitionsOf checks one stateful stage: an error when its input's count changed under
 // its state; otherwise the recorded count (0: none) and whether to record the topic's (there is no
 // record, or the count changed while the stage held no state).
-func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded int, record bool, err error) {
+func (sc *stateCheck) checkStatePartitionsOf(ctx context.Context, n *node) (recorded int, record bool, err error) {
 	t := n.input
-	recorded, found, err := r.rdb.RecordedPartitions(ctx, r.keys.StatePartitions(t.Name, n.name))
+	recorded, found, err := sc.rdb.RecordedPartitions(ctx, sc.keys.StatePartitions(t.Name, n.name))
 	if err != nil {
 		return 0, false, fmt.Errorf("stage %s: %w", n.name, err)
 	}
@@ -70,9 +81,9 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded 
 	if found {
 		hashes, timers := make([]string, recorded), make([]string, recorded)
 		for p := range recorded {
-			hashes[p], timers[p] = r.keys.State(t.Name, p, n.name), r.keys.Timers(t.Name, p, n.name)
+			hashes[p], timers[p] = sc.keys.State(t.Name, p, n.name), sc.keys.Timers(t.Name, p, n.name)
 		}
-		holds, err := r.rdb.StateHeld(ctx, hashes, timers)
+		holds, err := sc.rdb.StateHeld(ctx, hashes, timers)
 		if err != nil {
 			return 0, false, fmt.Errorf("stage %s: %w", n.name, err)
 		}
@@ -83,7 +94,7 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded 
 			}
 		}
 		if len(held) > 0 {
-			return 0, false, &ConfigError{r.partitionsChanged(n, recorded, held)}
+			return 0, false, &ConfigError{sc.partitionsChanged(n, recorded, held)}
 		}
 	}
 	return recorded, true, nil
@@ -91,8 +102,8 @@ func (r *runner) checkStatePartitionsOf(ctx context.Context, n *node) (recorded 
 
 // partitionsChanged says why a stateful stage cannot start on its input's new partition count, and
 // the three ways on.
-func (r *runner) partitionsChanged(n *node, recorded int, held []string) string {
-	t := r.declaredTopic(n.input) // the topic whose partitions to keep
+func (sc *stateCheck) partitionsChanged(n *node, recorded int, held []string) string {
+	t := sc.declaredTopic(n.input) // the topic whose partitions to keep
 	declared := "declared"
 	if t.Range.Filename != "" {
 		declared += fmt.Sprintf(" at %s:%d", t.Range.Filename, t.Range.Start.Line)
@@ -105,8 +116,8 @@ func (r *runner) partitionsChanged(n *node, recorded int, held []string) string 
 	// tag, so one DEL takes both, on a cluster too.
 	in := n.input.Name
 	tag := "{" + in + ":0}"
-	state := strings.Replace(r.keys.State(in, 0, n.name), tag, "{"+in+":$p}", 1)
-	timerSet := strings.Replace(r.keys.Timers(in, 0, n.name), tag, "{"+in+":$p}", 1)
+	state := strings.Replace(sc.keys.State(in, 0, n.name), tag, "{"+in+":$p}", 1)
+	timerSet := strings.Replace(sc.keys.Timers(in, 0, n.name), tag, "{"+in+":$p}", 1)
 	return fmt.Sprintf("stage %s keeps state for %s with %d partitions, and it has %d now: "+
 		"a key's messages would go to another partition than the one that holds its state "+
 		"(partition%s %s of %d hold%s state: flowrun inspect --state shows it). Either keep partitions = %d for topic %s; "+
@@ -122,14 +133,14 @@ func (r *runner) partitionsChanged(n *node, recorded int, held []string) string 
 // declaredTopic returns the topic whose partitions t has: t itself, or for a topic that no block
 // declares (a stage's implicit output, a repartition topic), the declared topic it is partitioned
 // like.
-func (r *runner) declaredTopic(t *flow.Topic) *flow.Topic {
-	for range len(r.plan.Topics) + len(r.plan.Stages) { // no loop lasts longer
+func (sc *stateCheck) declaredTopic(t *flow.Topic) *flow.Topic {
+	for range len(sc.plan.Topics) + len(sc.plan.Stages) { // no loop lasts longer
 		var from *flow.Stage
 		switch {
 		case t.Repartition != nil:
 			from = t.Repartition
 		case t.Implicit && t.Stage != "":
-			from = r.plan.Stage(t.Stage)
+			from = sc.plan.Stage(t.Stage)
 		}
 		if from == nil || from.Input == nil {
 			return t
@@ -149,9 +160,9 @@ func verbS(n int) string {
 
 // warnIfStateMayBeEvicted says at start when the server may evict a stateful stage's state, which has
 // no time to live: under memory pressure an allkeys-* policy would drop windows and dedupe keys.
-func (r *runner) warnIfStateMayBeEvicted(ctx context.Context) {
+func (sc *stateCheck) warnIfStateMayBeEvicted(ctx context.Context) {
 	var stateful []string
-	for _, n := range r.nodes {
+	for _, n := range sc.nodes {
 		if n.stateful {
 			stateful = append(stateful, n.name)
 		}
@@ -159,12 +170,12 @@ func (r *runner) warnIfStateMayBeEvicted(ctx context.Context) {
 	if len(stateful) == 0 {
 		return
 	}
-	policy, err := r.rdb.EvictsKeysWithoutTTL(ctx)
+	policy, err := sc.rdb.EvictsKeysWithoutTTL(ctx)
 	switch {
 	case err != nil:
-		r.log.Debug("cannot tell whether Redis may evict the state of stateful stages", "err", err)
+		sc.log.Debug("cannot tell whether Redis may evict the state of stateful stages", "err", err)
 	case policy != "":
-		r.log.Warn("Redis may evict keys without a time to live under memory pressure, which would lose the state of stateful stages; "+
+		sc.log.Warn("Redis may evict keys without a time to live under memory pressure, which would lose the state of stateful stages; "+
 			"set maxmemory-policy to noeviction or a volatile-* policy", "maxmemory_policy", policy, "stages", strings.Join(stateful, ", "))
 	}
 }

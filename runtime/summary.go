@@ -81,17 +81,10 @@ func (s *Summary) DeadLettered() int64 {
 	return n
 }
 
-// summary is taken once every worker has stopped, so the dead-letter warnings still held back by
-// the rate limit are logged first: nothing dead-lettered later could join them.
-func (r *runner) summary() *Summary {
-	r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, r.clock.Now(), true)
-	return &Summary{Elapsed: r.clock.Now().Sub(time.Unix(0, r.started.Load())), Nodes: r.nodeSummaries(), Path: r.opts.PipelinePath}
-}
-
-// nodeSummaries reads every node's counters.
-func (r *runner) nodeSummaries() []NodeSummary {
-	out := make([]NodeSummary, 0, len(r.nodes))
-	for _, n := range r.nodes {
+// nodeSummaries reads every node's counters, and the reasons of its dead letters.
+func nodeSummaries(nodes []*node, deadLetters *deadLetterLog) []NodeSummary {
+	out := make([]NodeSummary, 0, len(nodes))
+	for _, n := range nodes {
 		c := n.stats.counts()
 		ns := NodeSummary{
 			Name: n.name, Type: n.typ, Kind: n.kind,
@@ -99,7 +92,7 @@ func (r *runner) nodeSummaries() []NodeSummary {
 			DeadLettered: c.deadLettered, InFlight: c.inFlight(),
 			Written: c.written, FailedAttempts: n.stats.failedAttempts.Load(), Retries: n.stats.retries.Load(),
 			Late: c.late, Duplicates: c.duplicates,
-			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: r.obs.deadLetters.reasons(n.name),
+			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: deadLetters.reasons(n.name),
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {
 			ns.HeldBackBy = *by

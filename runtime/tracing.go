@@ -111,9 +111,6 @@ func traceOf(e redis.Entry) traceContext {
 	return traceContext{parent: e.TraceParent, state: e.TraceState, dropped: e.TraceDropped}
 }
 
-// processSpan names a node's processing spans, "process <input>" (made once, in newRunner).
-func (n *node) processSpan() string { return n.spanName }
-
 // endProcess ends a processing span with the outcome of the message.
 func (t tracing) endProcess(span trace.Span, res result, err error) {
 	if span == nil {

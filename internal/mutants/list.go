@@ -6,7 +6,7 @@ var mutations = []mutation{
 	// Shutdown and job mode.
 	{
 		name: "ack-abandoned", why: "a shutdown acks the messages it abandoned, which are then lost",
-		file: "runtime/worker.go",
+		file: "runtime/worker_batch.go",
 		find: `		if res.abandoned {
 			c.abandoned = true
 			continue
@@ -54,7 +54,7 @@ var mutations = []mutation{
 	// Retries and poison messages.
 	{
 		name: "retry-move-without-ack", why: "a message moved to the retry set stays pending too, and is processed twice",
-		file: "runtime/worker.go",
+		file: "runtime/worker_batch.go",
 		find: `		if m.retry != nil {
 			*retryDone = append(*retryDone, *m.retry)
 		} else {
@@ -99,8 +99,8 @@ var mutations = []mutation{
 	// Sources.
 	{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
-		file: "runtime/source_write.go", find: `		r.outage.failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard, r)`,
+		file: "runtime/source_write.go", find: `		r.outage.Failed("source "+n.name+" writing its messages", err)
+		b.wait(r.hard, r.clock, &r.jitter)`,
 		replace: `		_ = b
 		return nil`,
 		packages: []string{"./runtime"},
@@ -161,14 +161,14 @@ var mutations = []mutation{
 	// Backpressure.
 	{
 		name: "gate-forgets-in-flight", why: "backpressure lets writers pass the cap by what they have not written yet",
-		file: "runtime/backpressure.go", find: `	if g.measured+g.since+g.unwritten >= g.limit {`, replace: `	if g.measured >= g.limit {`,
+		file: "runtime/backpressure/backpressure.go", find: `	if g.measured+g.since+g.unwritten >= g.limit {`, replace: `	if g.measured >= g.limit {`,
 		packages: []string{"./runtime"},
 	},
 
 	// Visible failures.
 	{
 		name: "silent-dead-letters", why: "dead letters are neither logged nor summed up",
-		file: "runtime/deadletter.go", find: `	r.obs.deadLetters.record(r.log, n, &env, r.plan.Redact(env.Error), r.opts.PipelinePath, r.clock.Now())`,
+		file: "runtime/deadletter.go", find: `	r.deadLetters.record(r.log, n, &env, r.redact(env.Error), r.pipelinePath, r.clock.Now())`,
 		replace:  `	_ = r.clock`,
 		packages: []string{"./runtime", "./cmd"},
 	},
@@ -207,17 +207,17 @@ var mutations = []mutation{
 	// Failing fast.
 	{
 		name: "no-access-check", why: "a run without permissions starts, and fails half-way",
-		file: "runtime/runtime.go", find: `	if err := r.checkAccess(ctx); err != nil {`, replace: `	if err := error(nil); err != nil {`,
+		file: "runtime/runner.go", find: `	if err := r.checkAccess(ctx); err != nil {`, replace: `	if err := error(nil); err != nil {`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "retry-unrecoverable", why: "a run without permissions retries forever instead of ending",
-		file: "runtime/outage.go", find: `	if redis.Unrecoverable(err) {
-		r.fail(fmt.Errorf("%s: %w", what, err))
+		file: "runtime/failures.go", find: `	if redis.Unrecoverable(err) {
+		f.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
 		replace: `	if redis.Unrecoverable(err) && false {
-		r.fail(fmt.Errorf("%s: %w", what, err))
+		f.fail(fmt.Errorf("%s: %w", what, err))
 		return false
 	}`,
 		packages: []string{"./runtime"},
@@ -237,23 +237,23 @@ var mutations = []mutation{
 	},
 	{
 		name: "state-partitions-unchecked", why: "a stateful stage runs on a new partition count under its state: keys are looked for in other partitions than their state",
-		file: "runtime/runtime.go", find: `	if err := r.checkStatePartitions(ctx); err != nil {`,
-		replace:  `	if err := r.checkStatePartitions(ctx); false && err != nil {`,
+		file: "runtime/runner.go", find: `	if err := sc.checkStatePartitions(ctx); err != nil {`,
+		replace:  `	if err := sc.checkStatePartitions(ctx); false && err != nil {`,
 		packages: []string{"./cmd"},
 	},
 	{
 		name: "stateful-retries-in-redis", why: "a stateful stage's retries wait in the retry set while later messages go on: the message comes back late",
-		file: "runtime/nodes.go", find: `	n.retryInPlace = n.retryInPlace || s.Watermark != nil`, replace: `	n.retryInPlace = n.retryInPlace || false`,
+		file: "runtime/assemble.go", find: `	n.retryInPlace = n.retryInPlace || s.Watermark != nil`, replace: `	n.retryInPlace = n.retryInPlace || false`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "state-not-with-acks", why: "a batch's state is not written with its acks: state falls behind its inputs",
-		file: "runtime/worker.go", find: `	c.args.State = c.state.Writes()`, replace: `	c.args.State = nil`,
+		file: "runtime/worker_batch.go", find: `	c.args.State = c.state.Writes()`, replace: `	c.args.State = nil`,
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "timers-never-fire", why: "a stateful stage's timers never fire: a dedupe stage remembers every key for ever",
-		file: "runtime/worker.go", find: `	if n.timers != nil {`, replace: `	if false {`,
+		file: "runtime/worker_batch.go", find: `	if n.timers != nil {`, replace: `	if false {`,
 		packages: []string{"./runtime"},
 	},
 
@@ -267,13 +267,13 @@ var mutations = []mutation{
 	},
 	{
 		name: "writers-minimum-skipped-declared", why: "a declared topic's partition takes one of its writers' watermarks (a source's, a re-keying stage's unit's) for the least of them",
-		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
+		file: "runtime/marks.go", find: "\t}\n\treturn names\n}",
 		replace:  "\t}\n\tif !t.Implicit {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
 		packages: []string{"./runtime"},
 	},
 	{
 		name: "writers-minimum-skipped-inserted", why: "an inserted repartition topic's partition takes one unit's watermark for the least of the repartition stage's units'",
-		file: "runtime/worker_time.go", find: "\t}\n\treturn names\n}",
+		file: "runtime/marks.go", find: "\t}\n\treturn names\n}",
 		replace:  "\t}\n\tif t.Repartition != nil {\n\t\treturn names[len(names)-1:]\n\t}\n\treturn names\n}",
 		packages: []string{"./runtime"},
 	},
@@ -320,7 +320,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "rekeying-writers-seen-as-one", why: "a stage that re-keys into a topic is taken to write only its own partition: the watermark misses the other partitions' writers",
-		file: "runtime/worker_time.go", find: `		case w.SamePartition:
+		file: "runtime/marks.go", find: `		case w.SamePartition:
 			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,
 		replace: `		case true:
 			names = append(names, "stage."+w.Stage.Name+":"+strconv.Itoa(p))`,

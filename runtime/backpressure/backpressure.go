@@ -1,13 +1,20 @@
-package runtime
+// Package backpressure caps the backlog of topics with a max_lag: a gate per partition that
+// writers (stages' commits, sources, Publish) ask before they write, and that holds them back while
+// the partition's slowest reader is max_lag entries behind.
+//
+// It owns the gates, their estimate of the backlog and its measurement (XLEN and XINFO GROUPS
+// through transport/redis). It does not write anything: writers report what they wrote or dropped,
+// and say who waits (a Waiter) so that the wait shows in logs and metrics.
+package backpressure
 
 import (
 	"context"
 	"fmt"
-	"github.com/flowrun/flowrun/stages"
 	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -38,17 +45,17 @@ const (
 	gateWaitMax = 200 * time.Millisecond
 )
 
-// backpressure holds the gates of the capped topics' partitions, by stream key.
-type backpressure struct {
+// Gates holds the gates of the capped topics' partitions, by stream key.
+type Gates struct {
 	rdb   *redis.Client
 	clock stages.Clock
-	gates map[string]*partitionGate
+	gates map[string]*Gate
 }
 
-// newBackpressure makes a gate for every partition of every topic of the plan that has a max_lag
+// New makes a gate for every partition of every topic of the plan that has a max_lag
 // and a reader to wait for.
-func newBackpressure(rdb *redis.Client, plan *flow.Plan, keys redis.Keys, clock stages.Clock) *backpressure {
-	b := &backpressure{rdb: rdb, clock: clock, gates: map[string]*partitionGate{}}
+func New(rdb *redis.Client, plan *flow.Plan, keys redis.Keys, clock stages.Clock) *Gates {
+	b := &Gates{rdb: rdb, clock: clock, gates: map[string]*Gate{}}
 	for _, t := range plan.Topics {
 		if t.MaxLag <= 0 {
 			continue
@@ -69,22 +76,25 @@ func newBackpressure(rdb *redis.Client, plan *flow.Plan, keys redis.Keys, clock 
 		}
 		for p := range t.Partitions {
 			stream := keys.Stream(t.Name, p)
-			b.gates[stream] = &partitionGate{clock: clock, topic: t.Name, partition: p, stream: stream, limit: t.MaxLag, groups: groups}
+			b.gates[stream] = &Gate{clock: clock, topic: t.Name, partition: p, stream: stream, limit: t.MaxLag, groups: groups}
 		}
 	}
 	return b
 }
 
-// gate returns the gate of a stream, or nil when writing to it is not capped.
-func (b *backpressure) gate(stream string) *partitionGate {
+// Gate returns the gate of a stream, or nil when writing to it is not capped.
+func (b *Gates) Gate(stream string) *Gate {
 	if b == nil || len(b.gates) == 0 {
 		return nil
 	}
 	return b.gates[stream]
 }
 
-// partitionGate is the cap of one partition.
-type partitionGate struct {
+// Gated returns every gate, by stream key; empty when no topic is capped.
+func (b *Gates) Gated() map[string]*Gate { return b.gates }
+
+// Gate is the cap of one partition.
+type Gate struct {
 	clock     stages.Clock
 	topic     string
 	partition int
@@ -101,26 +111,26 @@ type partitionGate struct {
 	unwritten  int64 // let through, not written yet
 }
 
-// waiter is told when a writer starts and stops waiting at a gate, to make the wait visible.
-type waiter interface {
-	heldBack(g *partitionGate)
-	released(g *partitionGate, waited time.Duration)
+// Waiter is told when a writer starts and stops waiting at a gate, to make the wait visible.
+type Waiter interface {
+	HeldBack(g *Gate)
+	Released(g *Gate, waited time.Duration)
 }
 
-// admit waits until the partition's backlog is under its cap, then lets n entries through: the
+// Admit waits until the partition's backlog is under its cap, then lets n entries through: the
 // writer must report them written or dropped. When ctx ends first it returns ctx's error, and
 // when measuring the backlog is refused for good (redis.Unrecoverable: the user may not read the
 // stream's groups) that error; either way it lets nothing through (a stopping writer that writes
-// anyway calls letThrough). When the backlog cannot be measured because Redis fails, it lets the
+// anyway calls LetThrough). When the backlog cannot be measured because Redis fails, it lets the
 // writer through: the write fails on its own, and is retried.
-func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w waiter) error {
+func (b *Gates) Admit(ctx context.Context, g *Gate, n int64, w Waiter) error {
 	var started time.Time
 	wait := gateWaitMin
 	for {
-		ok, err := b.tryAdmit(ctx, g, n)
+		ok, err := b.TryAdmit(ctx, g, n)
 		if err != nil {
 			if w != nil && !started.IsZero() {
-				w.released(g, b.clock.Now().Sub(started))
+				w.Released(g, b.clock.Now().Sub(started))
 			}
 			return err
 		}
@@ -130,7 +140,7 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 		if started.IsZero() {
 			started = b.clock.Now()
 			if w != nil {
-				w.heldBack(g)
+				w.HeldBack(g)
 			}
 		}
 		t := b.clock.NewTimer(wait)
@@ -138,7 +148,7 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 		case <-ctx.Done():
 			t.Stop()
 			if w != nil {
-				w.released(g, b.clock.Now().Sub(started))
+				w.Released(g, b.clock.Now().Sub(started))
 			}
 			return ctx.Err()
 		case <-t.C():
@@ -146,14 +156,14 @@ func (b *backpressure) admit(ctx context.Context, g *partitionGate, n int64, w w
 		wait = min(2*wait, gateWaitMax)
 	}
 	if !started.IsZero() && w != nil {
-		w.released(g, b.clock.Now().Sub(started))
+		w.Released(g, b.clock.Now().Sub(started))
 	}
 	return nil
 }
 
-// tryAdmit lets n entries through if the partition has room, measuring its backlog when the
+// TryAdmit lets n entries through if the partition has room, measuring its backlog when the
 // estimate does not say; it does not wait. Its error is one that waiting does not heal.
-func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) (bool, error) {
+func (b *Gates) TryAdmit(ctx context.Context, g *Gate, n int64) (bool, error) {
 	if g.take(n, false) {
 		return true, nil
 	}
@@ -170,7 +180,7 @@ func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) 
 		return false, fmt.Errorf("measuring the backlog of topic %s (max_lag): %w", g.topic, err)
 	}
 	if err != nil {
-		g.letThrough(n) // Redis fails: the write fails on its own, and is retried
+		g.LetThrough(n) // Redis fails: the write fails on its own, and is retried
 		return true, nil
 	}
 	g.mu.Lock()
@@ -181,7 +191,7 @@ func (b *backpressure) tryAdmit(ctx context.Context, g *partitionGate, n int64) 
 }
 
 // take lets n entries through if the estimate, fresh enough, is under the cap.
-func (g *partitionGate) take(n int64, fresh bool) bool {
+func (g *Gate) take(n int64, fresh bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !fresh && (g.measuredAt.IsZero() || g.clock.Now().Sub(g.measuredAt) > gateFreshness) {
@@ -194,25 +204,32 @@ func (g *partitionGate) take(n int64, fresh bool) bool {
 	return true
 }
 
-// letThrough lets n entries through whatever the backlog.
-func (g *partitionGate) letThrough(n int64) {
+// LetThrough lets n entries through whatever the backlog.
+func (g *Gate) LetThrough(n int64) {
 	g.mu.Lock()
 	g.unwritten += n
 	g.mu.Unlock()
 }
 
-// written reports that n entries let through are in Redis now.
-func (g *partitionGate) written(n int64) {
+// Written reports that n entries let through are in Redis now.
+func (g *Gate) Written(n int64) {
 	g.mu.Lock()
 	g.unwritten -= n
 	g.since += n
 	g.mu.Unlock()
 }
 
-// dropped reports that n entries let through will not be written (their commit failed; they
+// Dropped reports that n entries let through will not be written (their commit failed; they
 // are let through again when they are processed again).
-func (g *partitionGate) dropped(n int64) {
+func (g *Gate) Dropped(n int64) {
 	g.mu.Lock()
 	g.unwritten -= n
 	g.mu.Unlock()
 }
+
+// Topic, Partition and Limit say which partition the gate caps, and at what backlog.
+func (g *Gate) Topic() string { return g.topic }
+
+func (g *Gate) Partition() int { return g.partition }
+
+func (g *Gate) Limit() int64 { return g.limit }

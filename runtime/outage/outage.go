@@ -1,19 +1,23 @@
-package runtime
+// Package outage tells one outage of Redis from many failed calls. When Redis goes away, every
+// worker, source and timer of a process finds out at once and retries on its own backoff; a
+// Tracker turns that into two log lines, one when the first call fails and one when calls succeed
+// again, and says meanwhile whether Redis is failing (for metrics and readiness).
+//
+// It owns that state and its log lines. It does not retry anything, nor decide which errors end
+// the run (the runtime's failures do).
+package outage
 
 import (
-	"fmt"
-	"github.com/flowrun/flowrun/stages"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	redis "github.com/flowrun/flowrun/transport/redis"
+	"github.com/flowrun/flowrun/stages"
 )
 
 // When Redis goes away, every worker, source and timer of the process finds out at once, and
-// each retries on its own backoff. outage turns that into two log lines: one when the first call
+// each retries on its own backoff. A Tracker turns that into two log lines: one when the first call
 // fails, naming what failed and why, and one when a call succeeds again, saying for how long Redis
 // was gone. What failed in between is logged at debug level.
 
@@ -22,8 +26,11 @@ import (
 // moment, which is one outage, not several.
 const outageSettle = time.Second
 
-// outage tracks whether Redis answers this process.
-type outage struct {
+// New returns a Tracker that logs to log, on clock.
+func New(log *slog.Logger, clock stages.Clock) *Tracker { return &Tracker{log: log, clock: clock} }
+
+// Tracker tracks whether Redis answers this process.
+type Tracker struct {
 	log   *slog.Logger
 	clock stages.Clock
 	down  atomic.Bool // read on every successful call, so kept apart from the lock
@@ -35,8 +42,8 @@ type outage struct {
 	rechecked   bool // the run's permissions were checked again in this outage
 }
 
-// recheck reports whether the run's permissions are yet to be checked again in this outage.
-func (o *outage) recheck() bool {
+// Recheck reports whether the run's permissions are yet to be checked again in this outage.
+func (o *Tracker) Recheck() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	first := !o.rechecked
@@ -44,8 +51,8 @@ func (o *outage) recheck() bool {
 	return first
 }
 
-// failed records a failed call to Redis: what was being done, and the error.
-func (o *outage) failed(what string, err error) {
+// Failed records a failed call to Redis: what was being done, and the error.
+func (o *Tracker) Failed(what string, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.failures++
@@ -60,9 +67,9 @@ func (o *outage) failed(what string, err error) {
 		"while", what, "err", err)
 }
 
-// ok records a call to Redis that succeeded; it ends the outage once calls have stopped failing
+// OK records a call to Redis that succeeded; it ends the outage once calls have stopped failing
 // for outageSettle.
-func (o *outage) ok() {
+func (o *Tracker) OK() {
 	if !o.down.Load() {
 		return
 	}
@@ -76,31 +83,9 @@ func (o *outage) ok() {
 	o.down.Store(false)
 }
 
-// failing reports whether Redis is failing now, and since when.
-func (o *outage) failing() (time.Time, bool) {
+// Failing reports whether Redis is failing now, and since when.
+func (o *Tracker) Failing() (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.since, !o.since.IsZero()
-}
-
-// redisFailed handles a failed call to Redis in a loop that retries it. An error that waiting does
-// not heal (redis.Unrecoverable: no permission, a wrong password, an unknown command) ends the run
-// with what was being done; any other is part of an outage, and the caller retries. It reports
-// whether to retry.
-func (r *runner) redisFailed(what string, err error) bool {
-	if redis.Unrecoverable(err) {
-		r.fail(fmt.Errorf("%s: %w", what, err))
-		return false
-	}
-	r.outage.failed(what, err)
-	// A transaction that Redis refused to queue (EXECABORT) hides why: a command the user may no
-	// longer send (its ACL changed while the run went on) looks like running out of memory. Once an
-	// outage, ask again what the start-up check asked.
-	if strings.Contains(err.Error(), "EXECABORT") && r.outage.recheck() {
-		if cerr := r.checkAccess(r.hard); cerr != nil {
-			r.fail(fmt.Errorf("%s: %w", what, cerr))
-			return false
-		}
-	}
-	return true
 }

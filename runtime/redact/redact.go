@@ -1,4 +1,10 @@
-package runtime
+// Package redact keeps secrets out of the runtime's log: a slog handler that passes every
+// message and attribute through a redaction (flow.Plan.Redact) before the handler it wraps.
+//
+// It owns the wrapping of a logger. It does not know which values are secret (package flow
+// does), nor redact errors that go into dead letters and retries (the runtime does, with the
+// same function).
+package redact
 
 import (
 	"context"
@@ -16,8 +22,8 @@ type redactingHandler struct {
 	redact func(string) string
 }
 
-// redactLogger returns the logger itself when there is nothing to hide.
-func redactLogger(l *slog.Logger, redact func(string) string, hasSecrets bool) *slog.Logger {
+// Logger returns a logger that redacts what l logs, or l itself when there is nothing to hide.
+func Logger(l *slog.Logger, redact func(string) string, hasSecrets bool) *slog.Logger {
 	if !hasSecrets {
 		return l
 	}
