@@ -15,13 +15,13 @@ import (
 type backoff struct{ next time.Duration }
 
 const (
-	backoffMin = 100 * time.Millisecond
+	backoffFirst = 100 * time.Millisecond
 	backoffMax = 5 * time.Second
 )
 
 func (b *backoff) wait(ctx context.Context, clock stages.Clock, j *jitter) {
-	if b.next < backoffMin {
-		b.next = backoffMin
+	if b.next < backoffFirst {
+		b.next = backoffFirst
 	}
 	t := clock.NewTimer(j.jittered(b.next, 0.2))
 	defer t.Stop()

@@ -81,7 +81,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default
 	r.failures.log, r.outage = r.log, outage.New(r.log, r.clock)
-	r.jitter.rand = opts.Rand
+	r.rand = opts.Rand
 	r.failures.checkAccess = func() error { return r.checkAccess(r.hard) }
 	r.streams = map[string][]string{}
 	for _, t := range plan.Topics {
@@ -312,9 +312,10 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 		r.log.Info("stopping: reading nothing new, finishing the work in flight", "drain_timeout", r.opts.DrainTimeout)
 	}
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
-	defer r.startDrainTimer(stopHard)()
+	stopDrainTimer := r.startDrainTimer(stopHard)
+	defer stopDrainTimer()
 	readersDone := make(chan struct{})
-	go wakeReaders(r.rdb, r.hard, r.clock, r.opts.Block, readersDone)
+	go wakeReaders(r.hard, r.rdb, r.clock, r.opts.Block, readersDone)
 	wg.Wait()
 	own.shutdown(hard)
 	close(readersDone)
@@ -422,7 +423,7 @@ func (r *runner) summary() *Summary {
 // end returns the run's summary and the error that ended it.
 func (r *runner) end(ctx context.Context) (*Summary, error) {
 	summary := r.summary()
-	err := r.failures.err()
+	err := r.err()
 	if err == nil && ctx.Err() == nil && !r.opts.UntilDrained {
 		err = errors.New("runtime: stopped without a cause") // should not happen: say so rather than exit 0
 	}

@@ -17,7 +17,7 @@ const wakeAgain = 2 * time.Millisecond
 // way returns nothing, as when its time is up (redis.Client.UnblockReads): nothing was delivered,
 // so nothing is left pending. Where the client cannot do that (a cluster, a user without CLIENT
 // UNBLOCK, see redis.ErrCannotUnblock) the reads wait out their Block, as before.
-func wakeReaders(rdb *redis.Client, hard context.Context, clock stages.Clock, block time.Duration, done <-chan struct{}) {
+func wakeReaders(hard context.Context, rdb *redis.Client, clock stages.Clock, block time.Duration, done <-chan struct{}) {
 	// The first rounds come quickly, for the reads of workers that are idle; then less and less
 	// often, up to Options.Block, while the work in flight drains.
 	for wait := wakeAgain; ; wait = min(2*wait, block) {

@@ -280,8 +280,8 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 			w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 			continue
 		}
-		if res.Batch.Len() > 0 {
-			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Batch.Len())
+		if res.Len() > 0 {
+			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Len())
 			if err := w.process(ctx, res.Batch, nil, nil); err != nil {
 				w.r.activity.add(-1)
 				return err

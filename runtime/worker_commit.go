@@ -65,7 +65,9 @@ func (w *worker) admit(ctx context.Context, gates []*backpressure.Gate) error {
 	if len(gates) == 0 {
 		return nil
 	}
-	defer w.r.activity.waiting()() // waiting for room is not work: a virtual clock may move on meanwhile
+	// Waiting for room is not work: a virtual clock may move on meanwhile.
+	done := w.r.activity.waiting()
+	defer done()
 	counts := make(map[*backpressure.Gate]int64, len(gates))
 	for _, g := range gates {
 		counts[g]++

@@ -39,9 +39,9 @@ import (
 // gateFreshness is how old a gate's measurement may get before it is taken again.
 const gateFreshness = time.Second
 
-// Waiting writers measure the backlog again after gateWaitMin, then less often, up to gateWaitMax.
+// Waiting writers measure the backlog again after gateWaitFirst, then less often, up to gateWaitMax.
 const (
-	gateWaitMin = 10 * time.Millisecond
+	gateWaitFirst = 10 * time.Millisecond
 	gateWaitMax = 200 * time.Millisecond
 )
 
@@ -125,7 +125,7 @@ type Waiter interface {
 // writer through: the write fails on its own, and is retried.
 func (b *Gates) Admit(ctx context.Context, g *Gate, n int64, w Waiter) error {
 	var started time.Time
-	wait := gateWaitMin
+	wait := gateWaitFirst
 	for {
 		ok, err := b.TryAdmit(ctx, g, n)
 		if err != nil {
