@@ -16,7 +16,7 @@ type backoff struct{ next time.Duration }
 
 const (
 	backoffFirst = 100 * time.Millisecond
-	backoffMax = 5 * time.Second
+	backoffMax   = 5 * time.Second
 )
 
 func (b *backoff) wait(ctx context.Context, clock stages.Clock, j *jitter) {

@@ -42,7 +42,7 @@ const gateFreshness = time.Second
 // Waiting writers measure the backlog again after gateWaitFirst, then less often, up to gateWaitMax.
 const (
 	gateWaitFirst = 10 * time.Millisecond
-	gateWaitMax = 200 * time.Millisecond
+	gateWaitMax   = 200 * time.Millisecond
 )
 
 // Gates holds the gates of the capped topics' partitions, by stream key.
