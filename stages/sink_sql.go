@@ -30,6 +30,23 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
+// The sql sink's attributes, the values of driver, and the ledger table's default name.
+const (
+	sqlSinkFieldDriver          = "driver"
+	sqlSinkFieldDSN             = "dsn"
+	sqlSinkFieldTable           = "table"
+	sqlSinkFieldColumns         = "columns"
+	sqlSinkFieldUpsert          = "upsert"
+	sqlSinkFieldTimeout         = "timeout"
+	sqlSinkFieldLedgerTable     = "ledger_table"
+	sqlSinkFieldLedgerRetention = "ledger_retention"
+
+	sqlSinkDriverPostgres = "postgres"
+	sqlSinkDriverMySQL    = "mysql"
+
+	sqlSinkDefaultLedgerTable = "flowrun_sql_ledger"
+)
+
 // The sql sink writes each message as a row of a table of PostgreSQL, or of MariaDB or MySQL: a
 // read batch in one transaction (a BatchSink), with effectively-once delivery through a ledger
 // of the entries it wrote, kept in the same transaction. See docs/connectors.md.
@@ -46,23 +63,23 @@ func init() {
 				"value) is dead-lettered on its own with the database's message. With delivery = " +
 				"\"effectively_once\" no entry is written twice, through a crash or an outage.",
 			Attributes: []flow.Attribute{
-				{Name: "driver", Type: flow.TypeString, Required: true, Enum: []string{"postgres", "mysql"},
+				{Name: sqlSinkFieldDriver, Type: flow.TypeString, Required: true, Enum: []string{sqlSinkDriverPostgres, sqlSinkDriverMySQL},
 					Doc: "The database: \"postgres\" (PostgreSQL), or \"mysql\" (MariaDB and MySQL)."},
-				{Name: "dsn", Type: flow.TypeString, Required: true,
+				{Name: sqlSinkFieldDSN, Type: flow.TypeString, Required: true,
 					Doc: "The connection string: a URL or key=value pairs for postgres, user:password@tcp(host:port)/database for " +
 						"mysql. Its password never appears in output."},
-				{Name: "table", Type: flow.TypeString, Required: true,
+				{Name: sqlSinkFieldTable, Type: flow.TypeString, Required: true,
 					Doc: "The table to write to, as its name or schema.name; used as written (quoted)."},
-				{Name: "columns", Type: flow.TypeMessageFields, Roots: []string{"msg"}, Required: true,
+				{Name: sqlSinkFieldColumns, Type: flow.TypeMessageFields, Roots: []string{"msg"}, Required: true,
 					Doc: "The row: an object of column names and expressions over msg. Values convert by the column's type."},
-				{Name: "upsert", Type: flow.TypeStringList,
+				{Name: sqlSinkFieldUpsert, Type: flow.TypeStringList,
 					Doc: "The columns of a unique key: a row whose key exists updates the other columns (ON CONFLICT ... DO " +
 						"UPDATE, ON DUPLICATE KEY UPDATE). Without it, rows are inserted."},
-				{Name: "timeout", Type: flow.TypeDuration, Default: 30 * time.Second,
+				{Name: sqlSinkFieldTimeout, Type: flow.TypeDuration, Default: 30 * time.Second,
 					Doc: "How long one transaction may take."},
-				{Name: "ledger_table", Type: flow.TypeString, Default: "flowrun_sql_ledger",
+				{Name: sqlSinkFieldLedgerTable, Type: flow.TypeString, Default: sqlSinkDefaultLedgerTable,
 					Doc: "With effectively_once: the table, created if absent, where the sink records the entries it wrote."},
-				{Name: "ledger_retention", Type: flow.TypeDuration, Default: 24 * time.Hour,
+				{Name: sqlSinkFieldLedgerRetention, Type: flow.TypeDuration, Default: 24 * time.Hour,
 					Doc: "With effectively_once: how long the ledger remembers an entry it wrote (see docs/connectors.md)."},
 			},
 			Example: `sink "orders_db" {
@@ -75,7 +92,7 @@ func init() {
   upsert   = ["id"]
   delivery = "effectively_once"
 }`,
-			Detail: func(c flow.Attrs) string { return "sql sink: " + c.String("table") },
+			Detail: func(c flow.Attrs) string { return "sql sink: " + c.String(sqlSinkFieldTable) },
 			Check:  checkSQLSink,
 		},
 		// Inline: a partition's messages in order, one batch at a time, in the reading goroutine;
@@ -87,44 +104,44 @@ func init() {
 
 // checkSQLSink checks what spans the attributes, and hides the connection string's password.
 func checkSQLSink(c *flow.KindCheck) {
-	if !c.Config.Has("driver") || !c.Config.Has("dsn") {
+	if !c.Config.Has(sqlSinkFieldDriver) || !c.Config.Has(sqlSinkFieldDSN) {
 		return
 	}
-	password, err := dsnPassword(c.Config.String("driver"), c.Config.String("dsn"))
+	password, err := dsnPassword(c.Config.String(sqlSinkFieldDriver), c.Config.String(sqlSinkFieldDSN))
 	if err != nil {
-		c.Errorf("dsn", "Invalid dsn", "The %s connection string cannot be read: %s", c.Config.String("driver"), err)
+		c.Errorf(sqlSinkFieldDSN, "Invalid dsn", "The %s connection string cannot be read: %s", c.Config.String(sqlSinkFieldDriver), err)
 	}
 	c.Secret(password)
-	if c.Config.Has("table") {
-		if _, _, err := splitTable(c.Config.String("table")); err != nil {
-			c.Errorf("table", "Invalid table", "%s", err)
+	if c.Config.Has(sqlSinkFieldTable) {
+		if _, _, err := splitTable(c.Config.String(sqlSinkFieldTable)); err != nil {
+			c.Errorf(sqlSinkFieldTable, "Invalid table", "%s", err)
 		}
 	}
-	if c.Config.Duration("timeout") <= 0 {
-		c.Errorf("timeout", "Invalid timeout", "A transaction needs some time: give a duration such as \"30s\".")
+	if c.Config.Duration(sqlSinkFieldTimeout) <= 0 {
+		c.Errorf(sqlSinkFieldTimeout, "Invalid timeout", "A transaction needs some time: give a duration such as \"30s\".")
 	}
-	if c.Config.Duration("ledger_retention") < time.Minute {
-		c.Errorf("ledger_retention", "Ledger retention too short", "The ledger must remember an entry at least a minute (default \"24h\"): "+
+	if c.Config.Duration(sqlSinkFieldLedgerRetention) < time.Minute {
+		c.Errorf(sqlSinkFieldLedgerRetention, "Ledger retention too short", "The ledger must remember an entry at least a minute (default \"24h\"): "+
 			"an entry is delivered again while it is pending, which may last as long as a process takes to be replaced.")
 	}
-	if !c.Config.Has("columns") {
+	if !c.Config.Has(sqlSinkFieldColumns) {
 		return
 	}
 	columns := map[string]bool{}
-	for _, f := range c.Config.Fields("columns") {
+	for _, f := range c.Config.Fields(sqlSinkFieldColumns) {
 		columns[f.Name] = true
 	}
 	if len(columns) == 0 {
-		c.Errorf("columns", "No columns", "Name at least one column to write, such as columns = { id = msg.id }.")
+		c.Errorf(sqlSinkFieldColumns, "No columns", "Name at least one column to write, such as columns = { id = msg.id }.")
 	}
-	if c.Config.Has("upsert") {
-		keys := c.Config.Strings("upsert")
+	if c.Config.Has(sqlSinkFieldUpsert) {
+		keys := c.Config.Strings(sqlSinkFieldUpsert)
 		if len(keys) == 0 {
-			c.Errorf("upsert", "Empty upsert", "Name the columns of a unique key, or leave upsert out to insert.")
+			c.Errorf(sqlSinkFieldUpsert, "Empty upsert", "Name the columns of a unique key, or leave upsert out to insert.")
 		}
 		for _, k := range keys {
 			if !columns[k] {
-				c.Errorf("upsert", "Upsert column not written", "upsert names %q, which columns does not set: the key of a row must be among its columns.", k)
+				c.Errorf(sqlSinkFieldUpsert, "Upsert column not written", "upsert names %q, which columns does not set: the key of a row must be among its columns.", k)
 			}
 		}
 	}
@@ -133,13 +150,13 @@ func checkSQLSink(c *flow.KindCheck) {
 // dsnPassword reads the password of a connection string.
 func dsnPassword(driverName, dsn string) (string, error) {
 	switch driverName {
-	case "postgres":
+	case sqlSinkDriverPostgres:
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			return "", errors.New("not a PostgreSQL connection string (a URL or key=value pairs)")
 		}
 		return cfg.Password, nil
-	case "mysql":
+	case sqlSinkDriverMySQL:
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			return "", err
@@ -163,11 +180,11 @@ func splitTable(table string) (schema, name string, err error) {
 
 func newSQLSink(s *flow.Sink, env Env) (Sink, error) {
 	c := s.Config
-	schema, table, err := splitTable(c.String("table"))
+	schema, table, err := splitTable(c.String(sqlSinkFieldTable))
 	if err != nil {
 		return nil, err
 	}
-	password, err := dsnPassword(c.String("driver"), c.String("dsn"))
+	password, err := dsnPassword(c.String(sqlSinkFieldDriver), c.String(sqlSinkFieldDSN))
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +193,9 @@ func newSQLSink(s *flow.Sink, env Env) (Sink, error) {
 		redact = func(s string) string { return s }
 	}
 	k := &sqlSink{
-		driver: c.String("driver"), dsn: c.String("dsn"), schema: schema, table: table, display: c.String("table"),
-		fields: c.Fields("columns"), upsert: c.Strings("upsert"), timeout: c.Duration("timeout"),
-		once: s.Delivery == flow.EffectivelyOnce, ledger: c.String("ledger_table"), retention: c.Duration("ledger_retention"),
+		driver: c.String(sqlSinkFieldDriver), dsn: c.String(sqlSinkFieldDSN), schema: schema, table: table, display: c.String(sqlSinkFieldTable),
+		fields: c.Fields(sqlSinkFieldColumns), upsert: c.Strings(sqlSinkFieldUpsert), timeout: c.Duration(sqlSinkFieldTimeout),
+		once: s.Delivery == flow.EffectivelyOnce, ledger: c.String(sqlSinkFieldLedgerTable), retention: c.Duration(sqlSinkFieldLedgerRetention),
 		clock: env.Clock, units: map[string]bool{}, pruned: map[string]time.Time{}, log: env.Logger,
 	}
 	if k.log == nil {
@@ -196,7 +213,7 @@ func newSQLSink(s *flow.Sink, env Env) (Sink, error) {
 	if s.Input != nil {
 		k.unitPrefix = env.Pipeline + "/" + s.Name + "/" + s.Input.Name + "/"
 	}
-	if k.driver == "postgres" {
+	if k.driver == sqlSinkDriverPostgres {
 		k.dialect = postgresDialect{}
 	} else {
 		k.dialect = mysqlDialect{}
@@ -283,7 +300,7 @@ func (s *sqlSink) Open(ctx context.Context) error {
 // openDB makes the connection pool; it connects when it is first used.
 func (s *sqlSink) openDB() error {
 	switch s.driver {
-	case "postgres":
+	case sqlSinkDriverPostgres:
 		cfg, err := pgx.ParseConfig(s.dsn)
 		if err != nil {
 			return errors.New("the dsn is not a PostgreSQL connection string")
@@ -358,7 +375,7 @@ func (s *sqlSink) checkTable(ctx context.Context) error {
 	if len(have) == 0 {
 		return fmt.Errorf("table %s does not exist (or this user cannot see it)", s.display)
 	}
-	if s.driver == "mysql" {
+	if s.driver == sqlSinkDriverMySQL {
 		s.mariaDBJSON(ctx, have)
 	}
 	var missing []string
