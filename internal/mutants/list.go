@@ -349,7 +349,7 @@ var mutations = []mutation{
 	// The sql sink: effectively-once into a database, and only the refused rows dead-lettered.
 	{
 		name: "sql-ledger-ignored", why: "the sql sink writes again the entries its ledger says were written, so a crash between commit and ack doubles rows",
-		file: "stages/sink_sql.go", find: `		r.skip = r.unit != "" && written[r.unit][[2]int64{r.ms, r.seq}]`,
+		file: "stages/sql_ledger.go", find: `		r.skip = r.unit != "" && written[r.unit][[2]int64{r.ms, r.seq}]`,
 		replace:  `		r.skip = false && written[r.unit][[2]int64{r.ms, r.seq}]`,
 		packages: []string{"./stages"},
 	},
