@@ -279,7 +279,9 @@ func (g *generator) passOn(st *Stage, level, depth int) {
 func (g *generator) shareTopic(st *Stage) bool {
 	var candidates []*Topic
 	for _, t := range g.shareable {
-		if !g.reaches(t, st) {
+		// A dedupe after a topic of two writers keeps whichever copy of an event comes first, and
+		// their copies may differ (a map's): no model can say which.
+		if !g.reaches(t, st) && !g.feeds(t, func(s *Stage) bool { return s.Kind == "dedupe" }) {
 			candidates = append(candidates, t)
 		}
 	}
@@ -301,6 +303,11 @@ func writtenBy(s *Stage) []*Topic {
 
 // reaches reports whether what reads topic t leads, through any number of stages, to stage to.
 func (g *generator) reaches(t *Topic, to *Stage) bool {
+	return to.Input == Ref{Topic: t} || g.feeds(t, func(s *Stage) bool { return s == to })
+}
+
+// feeds reports whether a stage that match accepts reads t, or what was made of t on the way.
+func (g *generator) feeds(t *Topic, match func(*Stage) bool) bool {
 	seen := map[*Stage]bool{}
 	var from func(r Ref) bool
 	from = func(r Ref) bool {
@@ -309,7 +316,7 @@ func (g *generator) reaches(t *Topic, to *Stage) bool {
 				continue
 			}
 			seen[s] = true
-			if s == to || from(Ref{Stage: s}) {
+			if match(s) || from(Ref{Stage: s}) {
 				return true
 			}
 			for _, o := range append(writtenBy(s), s.LateTopic, s.Duplicates) {
@@ -320,7 +327,7 @@ func (g *generator) reaches(t *Topic, to *Stage) bool {
 		}
 		return false
 	}
-	return to.Input == Ref{Topic: t} || from(Ref{Topic: t})
+	return from(Ref{Topic: t})
 }
 
 // topic draws a declared topic of events (level 0) or results.
