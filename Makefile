@@ -29,7 +29,7 @@ test: tools lint
 # as a job on the embedded Redis and on a redis-server, and as flowrun processes with their SIGKILLs
 # and second processes on a redis-server and a 3-master cluster, all compared with the reference
 # model. make test runs 32 of them, 4 with kills. Without the race detector, to draw more in the
-# time; about 20 minutes for 500. A failure prints its seed; SOAK_SEED=N replays it.
+# time; 30 to 40 minutes for 500 on 2 cores. A failure prints its seed; SOAK_SEED=N replays it.
 SOAK_DRAWS ?= 500
 SOAK_SEED  ?= 0
 soak:
