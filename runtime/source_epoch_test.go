@@ -12,6 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -37,27 +38,8 @@ func TestAFileSourceDiesBetweenItsLinesAndTheirCheckpoint(t *testing.T) {
 
 func fileSourceDiesAfter(t *testing.T, allow int64) {
 	const n, batch = 40, 7
-	dir := t.TempDir()
-	var lines strings.Builder
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
-	}
-	writeFile(t, filepath.Join(dir, "in.jsonl"), lines.String())
-	src := `
-pipeline "epoch" { delivery = "effectively_once" }
-topic "in" { partitions = 3 }
-source "lines" {
-  kind   = "file"
-  path   = "` + filepath.Join(dir, "in.jsonl") + `"
-  output = topic.in
-}
-sink "out" {
-  kind  = "stdout"
-  input = topic.in
-}
-`
 	c := cluster.open(t)
-	plan := buildSource(t, src)
+	plan := linesToStdout(t, "epoch", n)
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	position := keys.SourcePosition("lines")
 
@@ -86,6 +68,32 @@ sink "out" {
 	if got := len(jsonLines(t, j.stdout)); got != n {
 		t.Errorf("the sink printed %d messages, want %d", got, n)
 	}
+}
+
+// linesToStdout builds an effectively-once pipeline named name whose file source reads n lines
+// into topic "in" (3 partitions, unkeyed) and whose stdout sink prints them.
+func linesToStdout(t *testing.T, name string, n int) *flow.Plan {
+	t.Helper()
+	dir := t.TempDir()
+	var lines strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
+	}
+	writeFile(t, filepath.Join(dir, "in.jsonl"), lines.String())
+	src := `
+pipeline "` + name + `" { delivery = "effectively_once" }
+topic "in" { partitions = 3 }
+source "lines" {
+  kind   = "file"
+  path   = "` + filepath.Join(dir, "in.jsonl") + `"
+  output = topic.in
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.in
+}
+`
+	return buildSource(t, src)
 }
 
 // totalLength is the sum of the lengths of streams.

@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -35,26 +34,7 @@ func TestASourceWhoseLeaseExpiredGoesOn(t *testing.T) {
 
 func sourceLeaseExpires(t *testing.T, b backend, taken bool) {
 	const n, batch = 30, 4
-	dir := t.TempDir()
-	var lines strings.Builder
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
-	}
-	writeFile(t, filepath.Join(dir, "in.jsonl"), lines.String())
-	src := `
-pipeline "expiring" { delivery = "effectively_once" }
-topic "in" { partitions = 3 }
-source "lines" {
-  kind   = "file"
-  path   = "` + filepath.Join(dir, "in.jsonl") + `"
-  output = topic.in
-}
-sink "out" {
-  kind  = "stdout"
-  input = topic.in
-}
-`
-	plan := buildSource(t, src)
+	plan := linesToStdout(t, "expiring", n)
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	c := b.open(t)
 	expire := &leaseExpirer{position: keys.SourcePosition("lines"), lease: keys.SourceLease("lines"), at: 3, taken: taken, admin: b.open(t)}
