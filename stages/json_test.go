@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flowrun/flowrun/internal/jsonscan"
+	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
 // referenceDecode is what DecodePayload did with encoding/json, and what it must still do.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/flowrun/flowrun/internal/jsonscan"
+	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
 // Message is one message as a stage function sees it.

@@ -12,7 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
 
-	"github.com/flowrun/flowrun/internal/jsonscan"
+	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
 // The field names of a stream entry. Any client can write and read them, for example:
@@ -28,7 +28,7 @@ const (
 
 // MaxDepth is how deeply objects and arrays may nest in a payload: {"a":[1]} nests 2 deep.
 // DecodeEntry refuses an entry whose payload nests deeper, or is not valid UTF-8, as malformed
-// where it is first read. The rule is internal/jsonscan's, which package stages applies to
+// where it is first read. The rule is transport/jsonscan's, which package stages applies to
 // payloads that do not come through Redis; see jsonscan.MaxDepth for why 1000.
 const MaxDepth = jsonscan.MaxDepth
 

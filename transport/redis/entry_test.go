@@ -12,7 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
 
-	"github.com/flowrun/flowrun/internal/jsonscan"
+	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
 func msg(id string, kv ...string) goredis.XMessage {

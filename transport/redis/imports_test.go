@@ -10,13 +10,13 @@ import (
 )
 
 // TestImportsNothingElseOfFlowrun keeps transport/redis the leaf of flowrun's packages: of flowrun
-// it imports only internal/jsonscan (the payload rule), which imports only the standard library.
+// it imports only transport/jsonscan (the payload rule), which imports only the standard library.
 func TestImportsNothingElseOfFlowrun(t *testing.T) {
 	allowed := map[string]func(path string) bool{
 		".": func(path string) bool {
-			return !strings.HasPrefix(path, "github.com/flowrun/flowrun") || path == "github.com/flowrun/flowrun/internal/jsonscan"
+			return !strings.HasPrefix(path, "github.com/flowrun/flowrun") || path == "github.com/flowrun/flowrun/transport/jsonscan"
 		},
-		"../../internal/jsonscan": func(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") },
+		"../jsonscan": func(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") },
 	}
 	for dir, ok := range allowed {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))

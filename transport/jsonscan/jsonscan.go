@@ -5,9 +5,10 @@
 //
 // It is the one payload rule of flowrun: transport/redis applies it to every entry it decodes
 // (DecodeEntry), and package stages to payloads that do not come through Redis (a file source's
-// lines, flowrun produce and eval). It imports only the standard library, so that transport/redis
-// may import it and still depend on nothing else of flowrun's (transport/redis's
-// TestImportsNothingElseOfFlowrun checks both). FuzzCheck compares it with encoding/json.
+// lines, flowrun produce and eval). It lives under transport, the bottom of flowrun's imports, and
+// imports only the standard library, so that transport/redis depends on nothing of flowrun's
+// above transport (transport/redis's TestImportsNothingElseOfFlowrun checks both). FuzzCheck
+// compares it with encoding/json.
 package jsonscan
 
 import (
