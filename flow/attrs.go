@@ -131,6 +131,9 @@ func (a Attrs) Fields(name string) []Field { return get[[]Field](a, name, TypeMe
 // Topic returns a topic reference attribute.
 func (a Attrs) Topic(name string) *Topic { return get[*Topic](a, name, TypeTopicRef, TypeInputRef) }
 
+// Sequence returns a TypeSequence attribute's steps, in order.
+func (a Attrs) Sequence(name string) []Step { return get[[]Step](a, name, TypeSequence) }
+
 // Aggregates returns a TypeAggregates attribute, in the order written.
 func (a Attrs) Aggregates(name string) []Aggregate { return get[[]Aggregate](a, name, TypeAggregates) }
 

@@ -185,6 +185,11 @@ func attributeSchema(a Attribute) map[string]any {
 		s = map[string]any{"type": "string", "pattern": `^(topic|stage)\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeAggregates:
 		s = map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}}
+	case TypeSequence:
+		s = map[string]any{"type": "array", "minItems": 1, "items": map[string]any{
+			"type": "object", "required": []string{stepFieldName, stepFieldWhere}, "additionalProperties": false,
+			"properties": map[string]any{stepFieldName: map[string]any{"type": "string"}, stepFieldWhere: map[string]any{"type": []string{"string", "boolean"}}},
+		}}
 	case TypeTopicOrChoice:
 		s = map[string]any{"anyOf": []any{
 			map[string]any{"type": "string", "pattern": `^topic\.[A-Za-z_][A-Za-z0-9_-]*$`},

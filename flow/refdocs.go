@@ -119,6 +119,9 @@ func docType(a Attribute) string {
 	case a.Type == TypeMessageExpr, a.Type == TypeMessageBool, a.Type == TypeMessageFields,
 		a.Type == TypeMessageObject, a.Type == TypeMessageExprList:
 		roots := backquotedList(a.Roots)
+		if a.RootsFrom != "" {
+			roots = "the names of the steps of `" + a.RootsFrom + "`"
+		}
 		return fmt.Sprintf("%s, per message (%s)", strings.TrimPrefix(a.Type.Describe(), "a "), roots)
 	}
 	t := a.Type.Describe()

@@ -47,6 +47,9 @@ const (
 	// TypeAggregates is an object of aggregate calls over messages, such as
 	// { orders = count(), revenue = sum(msg.amount) }: []Aggregate.
 	TypeAggregates
+	// TypeSequence is a list of named steps, each a condition on a message, such as a pattern's
+	// [{ name = "probe", where = msg.amount < 2 }, ...]: []Step (sequence.go).
+	TypeSequence
 )
 
 // Attribute declares one attribute of a block or kind.
@@ -67,6 +70,9 @@ type Attribute struct {
 	Max        *float64
 	// Roots are the per-message variables a message expression may use, such as "msg" or "index".
 	Roots []string
+	// RootsFrom names a TypeSequence attribute of the same block, declared before this one, whose
+	// steps' names are this expression's roots (a pattern's select reads big.amount).
+	RootsFrom string
 	// Refs are the block types a TypeReference may name, such as "topic" and "stage".
 	Refs []string
 	Doc  string

@@ -29,6 +29,10 @@ func (c *compiler) decodeAttributes(specs []Attribute, attrs hcl.Attributes) Att
 			}
 			continue
 		}
+		if spec.RootsFrom != "" {
+			steps, _ := out.values[spec.RootsFrom].([]Step)
+			spec.Roots = StepNames(steps)
+		}
 		v, ok := c.decodeValue(spec, a)
 		switch {
 		case !ok:
@@ -64,6 +68,8 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 		return c.decodeFields(spec, a)
 	case TypeAggregates:
 		return c.decodeAggregates(spec, a)
+	case TypeSequence:
+		return c.decodeSequence(spec, a)
 	case TypeTopicRef, TypeInputRef:
 		t := c.resolveTopic(a.Expr, spec.Name, spec.Type == TypeInputRef)
 		return t, t != nil
@@ -445,6 +451,8 @@ func (t Type) Describe() string {
 		return "a topic reference or a word"
 	case TypeAggregates:
 		return "an object of aggregate calls"
+	case TypeSequence:
+		return "a list of steps, each { name, where }"
 	case TypeInputRef:
 		return "a topic or stage reference"
 	case TypeRetryRef:
