@@ -148,6 +148,10 @@ func (s *memState) fire(t *testing.T, ctx context.Context, proc StatefulStage, w
 	if th == nil {
 		return outs
 	}
+	// The timers see the watermark they fire at, as the runtime's do (at a job's end, every time).
+	saved := s.watermark
+	s.watermark = max(s.watermark, wm)
+	defer func() { s.watermark = saved }()
 	fired := map[string]bool{}
 	for {
 		var due []string
