@@ -47,6 +47,8 @@ const (
 	// TypeAggregates is an object of aggregate calls over messages, such as
 	// { orders = count(), revenue = sum(msg.amount) }: []Aggregate.
 	TypeAggregates
+	// TypeTableRef is table.NAME: *Table, a lookup stage's table.
+	TypeTableRef
 )
 
 // Attribute declares one attribute of a block or kind.
@@ -252,6 +254,7 @@ var Language = []*BlockSpec{
 	variableSpec,
 	localsSpec,
 	topicSpec,
+	tableSpec,
 	retrySpec,
 	sourceSpec,
 	stageSpec,
