@@ -5,8 +5,7 @@ import (
 	"testing"
 )
 
-
-// tableStage compiles the stage of a table over topic "in" with the given key attribute.
+// tableStageOf compiles the stage of a table over topic "in" with the given key attribute.
 func tableStageOf(t *testing.T, keyAttr string) (StatefulStage, *memState) {
 	t.Helper()
 	src := `
