@@ -317,8 +317,8 @@ func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
 			}
 			args := append([]string{"run", path, "--var", "out=" + out, "--lease-ttl", "300ms"}, redisArgs(urls)...)
 			var logs []string
-			midBatch := 0
-			for cycle := 0; cycle < cycles && backlog() > 1000; cycle++ {
+			midBatch, cycle := 0, 0
+			for ; cycle < cycles && backlog() > 1000; cycle++ {
 				before, progress := backlog(), 50+rand.IntN(200)
 				p := startBinary(t, bin, args...)
 				waitFor(t, fmt.Sprintf("cycle %d: %d more orders looked up", cycle, progress), func() bool {
@@ -335,7 +335,10 @@ func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
 				t.Fatalf("the last process, run as a job to the end: %v\n%s", err, last.log.String())
 			}
 			checkLookups(t, streamPayloads(t, c, out), table, orders, referenced)
-			t.Logf("%d SIGKILL cycles, %d with batches in flight, %d leases lost", cycles, midBatch, leaseLosses(append(logs, last.log.String())...))
+			if cycle < 3 || midBatch == 0 {
+				t.Errorf("%d SIGKILL cycles, %d with batches in flight: too few to test anything", cycle, midBatch)
+			}
+			t.Logf("%d SIGKILL cycles, %d with batches in flight, %d leases lost", cycle, midBatch, leaseLosses(append(logs, last.log.String())...))
 		})
 	}
 }
