@@ -40,9 +40,6 @@ func (t *tableReader) Get(ctx context.Context, key string) ([]byte, bool, error)
 	return t.rdb.ReadState(ctx, t.keys.State(t.topic, p, t.stage), key)
 }
 
-// hash is the state hash of partition p, for the access check.
-func (t *tableReader) hash(p int) string { return t.keys.State(t.topic, p, t.stage) }
-
 // tableReaders makes a reader of every table of the plan, for the lookup stages' Env.
 func (r *runner) tableReaders() map[string]stages.TableReader {
 	out := make(map[string]stages.TableReader, len(r.plan.Tables))
