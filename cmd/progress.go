@@ -69,7 +69,7 @@ type progress struct {
 	queued      int64 // lag, pending and retries of the stages and sinks
 	eta         time.Duration
 	// waiting says what holds the job up: Redis failing, nodes paused by a failing downstream,
-	// nodes held back by a full topic.
+	// nodes held back by a full topic, lookups waiting for their tables to catch up.
 	waiting []string
 }
 
@@ -128,6 +128,8 @@ func progressOf(s runtime.Snapshot, m *rateMeter) progress {
 			p.waiting = append(p.waiting, n.Type+"."+n.Name+" paused")
 		case n.HeldBackBy != "":
 			p.waiting = append(p.waiting, n.Type+"."+n.Name+" held back by topic."+n.HeldBackBy)
+		case n.CatchingUp != "":
+			p.waiting = append(p.waiting, n.Type+"."+n.Name+" waiting for table."+n.CatchingUp+" to catch up")
 		}
 	}
 	p.rate = m.update(p.done, s.Taken)

@@ -134,6 +134,9 @@ func (a Attrs) Topic(name string) *Topic { return get[*Topic](a, name, TypeTopic
 // Sequence returns a TypeSequence attribute's steps, in order.
 func (a Attrs) Sequence(name string) []Step { return get[[]Step](a, name, TypeSequence) }
 
+// Table returns a table reference attribute (TypeTableRef).
+func (a Attrs) Table(name string) *Table { return get[*Table](a, name, TypeTableRef) }
+
 // Aggregates returns a TypeAggregates attribute, in the order written.
 func (a Attrs) Aggregates(name string) []Aggregate { return get[[]Aggregate](a, name, TypeAggregates) }
 
@@ -157,6 +160,20 @@ func (a Attrs) retry(name string) (RetryPolicy, bool) {
 
 // Blocks returns the nested blocks of the given type, in source order.
 func (a Attrs) Blocks(name string) []Attrs { return a.blocks[name] }
+
+// Tables lists the tables the stage's kind reads (a lookup's table), none for most stages.
+func (s *Stage) Tables() []*Table { return s.Config.tableRefs() }
+
+// tableRefs lists the tables the attributes refer to (a lookup's table), by attribute name.
+func (a Attrs) tableRefs() []*Table {
+	var out []*Table
+	for _, n := range sortedKeys(a.values) {
+		if t, ok := a.values[n].(*Table); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
 
 // topics lists every topic the attributes and nested blocks refer to, in a stable order: nested blocks
 // by type and in source order, then attributes by name (for a route: its cases, then its default).

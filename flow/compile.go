@@ -33,6 +33,8 @@ type compiler struct {
 	diags hcl.Diagnostics
 
 	topics    map[string]*Topic      // declared topics
+	tables    map[string]*Table      // tables, by name
+	tableUsed map[string]bool        // tables that a lookup reads
 	implicit  map[string]*Topic      // implicit stage outputs, by stage name
 	retries   map[string]RetryPolicy // retry policies, by name
 	topicUsed map[string]bool        // topics that something refers to
@@ -52,6 +54,8 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 		opts:       opts,
 		plan:       &Plan{},
 		topics:     map[string]*Topic{},
+		tables:     map[string]*Table{},
+		tableUsed:  map[string]bool{},
 		implicit:   map[string]*Topic{},
 		retries:    map[string]RetryPolicy{},
 		topicUsed:  map[string]bool{},
@@ -65,6 +69,7 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 	c.ctx.Variables["local"] = c.compileLocals()
 	c.compilePipeline()
 	c.compileTopics()
+	c.compileTables()
 	c.compileRetries()
 
 	for _, b := range cfg.Sources {
@@ -80,6 +85,7 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 		c.plan.Sinks = append(c.plan.Sinks, c.compileSink(b))
 	}
 	c.finishStageOutputs(blocks)
+	c.addTableStages()
 	c.insertRepartitions()
 	c.collectTopics()
 	c.checkGraph(blocks)

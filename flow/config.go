@@ -22,6 +22,7 @@ type Config struct {
 	Variables []*Block
 	Locals    []*hcl.Attribute
 	Topics    []*Block
+	Tables    []*Block
 	Retries   []*Block
 	Sources   []*Block
 	Stages    []*Block
@@ -130,6 +131,8 @@ func (c *Config) add(b *Block) hcl.Diagnostics {
 		c.Variables = append(c.Variables, b)
 	case "topic":
 		c.Topics = append(c.Topics, b)
+	case "table":
+		c.Tables = append(c.Tables, b)
 	case "retry":
 		c.Retries = append(c.Retries, b)
 	case "source":

@@ -165,6 +165,10 @@ func (c *compiler) orderStages() {
 			writers[t.Name] = append(writers[t.Name], i)
 		}
 	}
+	index := map[*Stage]int{}
+	for i, s := range c.plan.Stages {
+		index[s] = i
+	}
 	placed := make([]bool, len(c.plan.Stages))
 	var ordered []*Stage
 	var place func(i int, depth int)
@@ -175,6 +179,11 @@ func (c *compiler) orderStages() {
 		if in := c.plan.Stages[i].Input; in != nil {
 			for _, w := range writers[in.Name] {
 				place(w, depth+1)
+			}
+		}
+		for _, t := range c.plan.Stages[i].Config.tableRefs() { // a lookup after the table it reads
+			if j, ok := index[t.Stage]; ok && t.Stage != nil {
+				place(j, depth+1)
 			}
 		}
 		if !placed[i] {
@@ -210,6 +219,12 @@ func (c *compiler) checkUnused() {
 		case !read[addr] && !deadLetter[addr]:
 			c.warnf(b.LabelRange, "Topic is never read",
 				fmt.Sprintf("Messages written to topic %q are kept but never processed: no stage or sink reads it.", b.Name))
+		}
+	}
+	for _, b := range c.cfg.Tables {
+		if !c.tableUsed[b.Name] {
+			c.warnf(b.LabelRange, "Unused table",
+				fmt.Sprintf("No lookup stage reads table %q, which is kept all the same. Read it with table = table.%s in a lookup stage, or remove it.", b.Name, b.Name))
 		}
 	}
 	for _, b := range c.cfg.Retries {

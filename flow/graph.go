@@ -160,6 +160,13 @@ func (p *Plan) Graph() Graph {
 		}
 		edge(GraphEdge{From: e.From, To: e.To, Kind: e.Kind, Label: e.Label, Topic: topic})
 	}
+	for _, s := range p.Stages {
+		for _, t := range s.Config.tableRefs() {
+			if t.Stage != nil && t.Stage.Input != nil {
+				edge(GraphEdge{From: "stage." + t.Stage.Name, To: "stage." + s.Name, Kind: EdgeLookup, Label: "lookup", Topic: t.Stage.Input.Name})
+			}
+		}
+	}
 	return g
 }
 
@@ -218,6 +225,8 @@ func writeDOT(w io.Writer, p *Plan) error {
 			attrs = append(attrs, `style=dashed`, `color="#c0392b"`, `fontcolor="#c0392b"`, `label="dead letters"`)
 		case e.Kind == EdgeSideOutput:
 			attrs = append(attrs, `style=dashed`, `color="#7d3c98"`, `fontcolor="#7d3c98"`, "label="+dotQuote(e.Label))
+		case e.Kind == EdgeLookup:
+			attrs = append(attrs, `style=dotted`, `label="lookup"`)
 		case e.Fused:
 			attrs = append(attrs, `label="in memory"`)
 		case e.Label != "":
@@ -275,6 +284,8 @@ func writeMermaid(w io.Writer, p *Plan) error {
 		case e.Kind == EdgeSideOutput:
 			sideLinks = append(sideLinks, fmt.Sprint(i))
 			fmt.Fprintf(&b, "  %s -. %s .-> %s\n", mermaidID(e.From), e.Label, mermaidID(e.To)) // an attribute's name
+		case e.Kind == EdgeLookup:
+			fmt.Fprintf(&b, "  %s -. lookup .-> %s\n", mermaidID(e.From), mermaidID(e.To))
 		case e.Fused:
 			fmt.Fprintf(&b, "  %s -- in memory --> %s\n", mermaidID(e.From), mermaidID(e.To))
 		case e.Label != "":
@@ -440,6 +451,8 @@ func (p *Plan) describeValue(v any) any {
 		}
 		return m
 	case *Topic:
+		return v.Name
+	case *Table:
 		return v.Name
 	case time.Duration:
 		return FormatDuration(v)

@@ -195,6 +195,8 @@ func attributeSchema(a Attribute) map[string]any {
 			map[string]any{"type": "string", "pattern": `^topic\.[A-Za-z_][A-Za-z0-9_-]*$`},
 			map[string]any{"enum": a.Enum},
 		}}
+	case TypeTableRef:
+		s = map[string]any{"type": "string", "pattern": `^table\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeRetryRef:
 		s = map[string]any{"type": "string", "pattern": `^retry\.[A-Za-z_][A-Za-z0-9_-]*$`}
 	case TypeTypeConstraint, TypeCondition:

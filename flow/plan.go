@@ -26,7 +26,9 @@ type Plan struct {
 	Sources []*Source // in declaration order
 	Stages  []*Stage  // in dependency order: a stage comes after every stage that feeds it
 	Sinks   []*Sink   // in declaration order
-	Edges   []Edge    // every connection between a node and a topic, for graphs and lag reports
+	// Tables are the table blocks, sorted by name; each one's stage is among Stages.
+	Tables []*Table
+	Edges  []Edge // every connection between a node and a topic, for graphs and lag reports
 	// Chains are the groups of stages that run in one hop (fusion.go).
 	Chains []*Chain
 
@@ -245,6 +247,9 @@ const (
 	// SideOutputs): stage -> topic, labelled with the attribute, "late" or "duplicates".
 	EdgeSideOutput EdgeKind = "side_output"
 	EdgeDeadLetter EdgeKind = "dead_letter" // stage or sink -> its dead_letter topic
+	// EdgeLookup is a table's stage -> a lookup stage that reads the table. It is drawn (Graph),
+	// not among Plan.Edges, which connect nodes with topics: no stream carries it.
+	EdgeLookup EdgeKind = "lookup"
 )
 
 // Edge connects a node ("source.x", "stage.y", "sink.z") with a topic ("topic.t").

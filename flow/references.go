@@ -45,10 +45,10 @@ func (c *compiler) checkConstantRef(t hcl.Traversal) bool {
 				"and when, a sink's where, and a generate source's template. This value is computed once, when "+
 				"the pipeline compiles.", root))
 		return false
-	case "topic", "stage", "retry", "source", "sink":
+	case "topic", "stage", "retry", "source", "sink", "table":
 		c.errorf(rng, "Block reference not allowed here",
 			fmt.Sprintf("%s is a reference to a block, not a value. Use block references in input, output, "+
-				"retry, dead_letter and a route's case output and default.", t.RootName()+traversalSuffix(t)))
+				"retry, dead_letter, a lookup's table and a route's case output and default.", t.RootName()+traversalSuffix(t)))
 		return false
 	}
 	c.errorf(rng, "Unknown variable",

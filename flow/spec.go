@@ -50,6 +50,8 @@ const (
 	// TypeSequence is a list of named steps, each a condition on a message, such as a pattern's
 	// [{ name = "probe", where = msg.amount < 2 }, ...]: []Step (sequence.go).
 	TypeSequence
+	// TypeTableRef is table.NAME: *Table, a lookup stage's table.
+	TypeTableRef
 )
 
 // Attribute declares one attribute of a block or kind.
@@ -258,6 +260,7 @@ var Language = []*BlockSpec{
 	variableSpec,
 	localsSpec,
 	topicSpec,
+	tableSpec,
 	retrySpec,
 	sourceSpec,
 	stageSpec,

@@ -87,6 +87,9 @@ func (c *compiler) decodeValue(spec Attribute, a *hcl.Attribute) (any, bool) {
 			return nil, false
 		}
 		return c.checkEnum(s.AsString(), spec, a.Expr.Range())
+	case TypeTableRef:
+		t := c.resolveTable(a.Expr, spec.Name)
+		return t, t != nil
 	case TypeRetryRef:
 		return c.resolveRetry(a.Expr)
 	case TypeTypeConstraint:
@@ -457,6 +460,8 @@ func (t Type) Describe() string {
 		return "a topic or stage reference"
 	case TypeRetryRef:
 		return "a retry reference"
+	case TypeTableRef:
+		return "a table reference"
 	case TypeTypeConstraint:
 		return "a type"
 	case TypeReference:

@@ -122,6 +122,7 @@ func (r *accessCheck) accessChecks() *redis.Access {
 	}
 	r.backlogAccess(a)
 	r.retentionAccess(a)
+	r.tablesAccess(a)
 	// Last, so that a refusal names what the run needs a key for before the check itself.
 	for _, k := range r.streamKeys() {
 		a.Type("the check of the streams' types", k)
@@ -184,6 +185,28 @@ func (r *accessCheck) unitAccess(a *redis.Access, u *unit) {
 	}
 	if n.stateful {
 		a.Holds(who, r.keys.Holds(n.input.Name, u.partition, n.name))
+	}
+}
+
+// tablesAccess lists what the lookup stages of this process send to their tables: the reads of
+// rows in every partition's state hash, and the catch-up's questions to each stage of the table's
+// chain (tables.go).
+func (r *accessCheck) tablesAccess(a *redis.Access) {
+	for _, n := range r.nodes {
+		c := n.catchUp
+		if c == nil {
+			continue
+		}
+		who := n.typ + " " + n.name
+		last := c.hops[len(c.hops)-1]
+		for p := 0; p < last.partitions; p++ {
+			a.TableRead(who, r.keys.State(last.topic, p, last.group))
+		}
+		for _, h := range c.hops {
+			for _, s := range r.keys.Streams(h.topic, h.partitions) {
+				a.GroupProgress(who, s, h.group)
+			}
+		}
 	}
 }
 

@@ -44,6 +44,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 		return &ConfigError{"stage " + s.Name + ": a " + s.Kind + " stage keeps state per partition, which needs ordering = \"key\" or \"partition\", not \"none\""}
 	}
 	n.log = r.log.With(n.typ, n.name)
+	n.catchUp = newTableCatchUp(s, n)
 	env := r.env(n)
 	h := &stageHandler{r: &r.processing, node: n, keepsKey: keyClaimOf(s, traits)}
 	var impl any
@@ -53,7 +54,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 			return &ConfigError{err.Error()}
 		}
 		h.stateful, impl = compiled.Processor, compiled.Processor
-		n.timers, n.fireAtEnd = compiled.TimerHandler, compiled.FireAtEnd
+		n.timers, n.fireAtEnd, n.absorbs = compiled.TimerHandler, compiled.FireAtEnd, compiled.Absorbs
 		n.prefetch, n.outputWatermark = compiled.StatePrefetcher, compiled.OutputWatermarker
 	} else {
 		if h.proc, err = stages.Compile(s, env); err != nil {
@@ -93,7 +94,7 @@ func (r *runner) env(n *node) stages.Env {
 	env := stages.Env{
 		Pipeline: r.plan.Name, Node: n.name, Logger: n.log, Clock: r.clock,
 		Meter: r.kindMeter(), HTTPClient: r.opts.HTTPClient, Stdin: r.opts.Stdin, Stdout: r.stdout(),
-		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact, Functions: stages.Lookup,
+		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact, Functions: stages.Lookup, Tables: r.tables,
 	}
 	if r.opts.NodeEnv != nil {
 		r.opts.NodeEnv(n.typ, n.name, &env)

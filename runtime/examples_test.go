@@ -48,6 +48,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("orders", func(t *testing.T) { checkOrders(t, c, opts) })
 			t.Run("retries", func(t *testing.T) { checkRetries(t, c, opts) })
 			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c, opts) })
+			t.Run("enrich", func(t *testing.T) { checkEnrich(t, c, opts) })
 		})
 	}
 }
@@ -58,7 +59,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -153,6 +154,26 @@ func checkETL(t *testing.T, c *redis.Client, opts runtime.Options) {
 	got := jsonLines(t, readFile(t, out))
 	sameMessages(t, "clean orders", got, want)
 	keyOrderKept(t, "clean orders", got, "customer_id", "order_id")
+}
+
+// checkEnrich runs the enrich example as a job: each order once, with the last record of its
+// customer in the customers file (the job loads the whole table before it looks anything up), or
+// null for a customer the file does not hold.
+func checkEnrich(t *testing.T, c *redis.Client, opts runtime.Options) {
+	out := filepath.Join(t.TempDir(), "enriched.jsonl")
+	plan := build(t, filepath.Join(examples, "enrich"), "output="+out)
+	runJob(t, c, plan, opts)
+
+	customers := map[string]any{}
+	for _, cu := range jsonLines(t, readFile(t, filepath.Join(examples, "enrich", "data", "customers.jsonl"))) {
+		customers[cu["customer_id"].(string)] = cu
+	}
+	var want []map[string]any
+	for _, o := range jsonLines(t, readFile(t, filepath.Join(examples, "enrich", "data", "orders.jsonl"))) {
+		o["customer"] = customers[o["customer_id"].(string)]
+		want = append(want, o)
+	}
+	sameMessages(t, "enriched orders", jsonLines(t, readFile(t, out)), want)
 }
 
 // checkRevenue runs the revenue example as a job and compares its output with a reference

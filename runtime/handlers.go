@@ -57,7 +57,7 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 		switch {
 		case dropped:
 			m.outcome = outcomeDropped
-		case h.node.fireAtEnd:
+		case h.node.fireAtEnd || h.node.absorbs:
 			m.outcome = outcomeAbsorbed
 		default:
 			m.outcome = outcomeFiltered

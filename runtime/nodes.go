@@ -37,6 +37,8 @@ type node struct {
 	timers stages.TimerHandler
 	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StatefulStage.FireAtEnd).
 	fireAtEnd bool
+	// absorbs: what the kind passes nothing on of it took into its state (StatefulStage.Absorbs).
+	absorbs bool
 	// prefetch names the state keys of a batch's messages, to read them in one round trip
 	// (stages.StatePrefetcher); nil for kinds that cannot tell.
 	prefetch stages.StatePrefetcher
@@ -65,6 +67,9 @@ type node struct {
 	// topic is written by no node of the plan): it starts a trace for a message without trace
 	// context. Elsewhere such a message belongs to a trace that was not sampled.
 	startsTraces bool
+	// catchUp is the wait of a stage that looks a table up for the table to catch up (tables.go);
+	// nil for other nodes.
+	catchUp *tableCatchUp
 	// chain is the fused chain the node runs in (fusion.go); nil when it runs in a hop of its own.
 	chain *chain
 	// resumeAs, for a stage after the first of a chain, names it in the retries it parks in the

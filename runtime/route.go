@@ -14,13 +14,14 @@ import (
 // picks the partition, so that all messages of a key stay in one partition and in order. A message
 // without a key keeps the partition number it came from, modulo the topic's partitions, which keeps
 // the order of an unkeyed partition across hops; sources spread unkeyed messages by their origin's
-// ID (sourceSpread).
+// ID (sourceSpread). A message whose payload is null (a table's delete: it has no fields for the
+// key expression to read) keeps the key it comes with, when it has one.
 
 // route computes the key and partition of m on topic t. fallback is the partition for a message
 // without a key.
 func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partition int, err error) {
 	key = m.Key
-	if t.Key != nil {
+	if t.Key != nil && !(key != "" && m.IsNull()) {
 		if err := m.Decode(); err != nil {
 			return "", 0, err
 		}

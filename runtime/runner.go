@@ -35,10 +35,11 @@ type runner struct {
 	log     *slog.Logger
 	started atomic.Int64 // when the run started, in Unix nanoseconds; 0 before
 
-	nodes     []*node            // every node this process runs, in plan order
-	producers []*producingSource // sources that produce messages (generate, file, stdin)
-	src       *sourceRun         // what they need of the run
-	units     []*unit            // every partition of a consuming node this process runs
+	nodes     []*node                       // every node this process runs, in plan order
+	producers []*producingSource            // sources that produce messages (generate, file, stdin)
+	src       *sourceRun                    // what they need of the run
+	units     []*unit                       // every partition of a consuming node this process runs
+	tables    map[string]stages.TableReader // a reader of each table of the plan, for lookups (tables.go)
 	// closing is set when a job's inputs are drained: the watermarks close, and the stateful stages
 	// with timers close what is open (their windows). closeSources is closed with it, to wake the
 	// producing sources' watermarks (source_time.go).
@@ -94,10 +95,14 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r.src = &sourceRun{processing: &r.processing, failures: &r.failures, log: r.log, rdb: r.rdb, plan: plan, opts: &r.opts,
 		backpressure: r.backpressure, dedupTTL: &r.dedupTTL, closing: &r.closing, closeSources: r.closeSources,
 		kickDrain: r.kickDrain}
+	r.tables = r.tableReaders()
 	if err := r.addNodes(); err != nil {
 		return nil, err
 	}
 	r.dedupTTL = redis.DefaultDedupTTL
+	if opts.UntilDrained {
+		r.waitForSources()
+	}
 	r.configureNodes()
 	if !opts.NoFusion {
 		r.fusing().fuse(nil)

@@ -65,6 +65,9 @@ type NodeSummary struct {
 	// away), while they do; PausedBy is the last such failure. Zero and "" otherwise.
 	PausedSince time.Time
 	PausedBy    string
+	// CatchingUp names the table a lookup stage waits for, before it looks anything up, while it
+	// waits: until the table has committed what its topic held when the stage started. "" otherwise.
+	CatchingUp string
 	// Reasons are the first few distinct reasons why messages were dead-lettered, in the order they
 	// first happened, with how many had each; DeadLettered counts those with other reasons too.
 	// They are tallied as the dead letters are made and logged, so a batch processed again tallies
@@ -93,6 +96,7 @@ func nodeSummaries(nodes []*node, deadLetters *deadLetterLog) []NodeSummary {
 			Written: c.written, FailedAttempts: n.stats.failedAttempts.Load(), Retries: n.stats.retries.Load(),
 			Late: c.late, Duplicates: c.duplicates,
 			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: deadLetters.reasons(n.name),
+			CatchingUp: n.catchingUp(),
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {
 			ns.HeldBackBy = *by

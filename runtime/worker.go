@@ -64,6 +64,9 @@ func (w *worker) run(ctx context.Context) error {
 		return nil
 	}
 	started() // it has sent a command: what follows counts as work on its own (process, reads)
+	if !w.waitForTables(ctx) {
+		return nil
+	}
 	if w.lease != nil {
 		// Entries another owner left pending are older than anything new: they go first.
 		if err := w.reclaim(ctx, time.Millisecond); err != nil {

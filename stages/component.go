@@ -152,9 +152,20 @@ type Env struct {
 	// Functions looks up the Go stage functions (stages.Register) by name; a test replaces some
 	// with mocks. nil means Lookup.
 	Functions func(name string) (Func, bool)
+	// Tables are the pipeline's tables by name (flow.Table), as the lookup kind reads them: the
+	// runtime sets it; a test may give a fake.
+	Tables map[string]TableReader
 	// Redact hides the pipeline's secrets (sensitive variables) in text, such as errors that may
 	// quote a URL with a token in it.
 	Redact func(string) string
+}
+
+// TableReader reads a table's rows (a table block, kept by its stage of kind flow.TableKind). Get
+// returns the row of key as committed by the table's stage, from whichever partition of the table
+// holds it, and false when the table has no row for key. It reads what is committed when it is
+// called (processing time): a lookup sees the updates that the table's stage has committed by then.
+type TableReader interface {
+	Get(ctx context.Context, key string) (row []byte, found bool, err error)
 }
 
 // StatefulStage is a compiled stateful stage (StageTraits.Stateful), as its kind's NewStateful makes
@@ -170,6 +181,9 @@ type StatefulStage struct {
 	// --until-drained), whatever the watermark: windows close, so that a job's output is complete.
 	// A kind whose timers forget (dedupe) leaves it unset. It needs a TimerHandler.
 	FireAtEnd bool
+	// Absorbs says that a message for which Process returns nothing was taken into the state (a
+	// table's row), which the counters show as absorbed rather than filtered.
+	Absorbs bool
 	// StatePrefetcher names the state keys a batch's messages will read, to read them at once;
 	// nil: Process's reads go one by one.
 	StatePrefetcher StatePrefetcher

@@ -150,6 +150,10 @@ func PassedOn(key string, payload []byte, headers map[string]string, from *Messa
 	return m
 }
 
+// IsNull reports whether the message's payload, as it arrived, is the JSON null: a table's delete
+// of the message's key (a tombstone), which is no object to decode.
+func (m *Message) IsNull() bool { return isNullPayload(m.raw) }
+
 // Unchanged returns the payload as it arrived while it still describes the message (nothing
 // changed it since), or nil.
 func (m *Message) Unchanged() []byte { return m.raw }

@@ -80,13 +80,18 @@ func (d *decoder) message(v cty.Value, rng hcl.Range, fields map[string]hcl.Rang
 		return m, ok
 	}
 	payload := v.GetAttr("payload")
-	if !isObject(payload) {
+	if payload.IsNull() && allowAt && v.Type().HasAttribute("key") {
+		// A sent message with a key and a null payload: a table's delete of its key.
+		m.Payload = []byte("null")
+	} else if !isObject(payload) {
 		d.errorf(at("payload"), "Invalid payload", "A payload is an object: flowrun messages are JSON objects.")
 		return m, false
 	}
-	var ok bool
-	if m.Payload, ok = d.payload(payload, at("payload")); !ok {
-		return m, false
+	if m.Payload == nil {
+		var ok bool
+		if m.Payload, ok = d.payload(payload, at("payload")); !ok {
+			return m, false
+		}
 	}
 	if v.Type().HasAttribute("key") {
 		k, err := convert.Convert(v.GetAttr("key"), cty.String)

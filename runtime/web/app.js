@@ -207,7 +207,7 @@
     // dead-letter edge and a side output (late, duplicates) say what they carry before the rate.
     const label = make('text', {class: 'edge-label', x: mx, y: my - 4, 'text-anchor': 'middle', 'data-edge': id}, labels);
     const fields = {};
-    const caption = {dead_letter: 'dead letters', side_output: e.label}[e.kind];
+    const caption = {dead_letter: 'dead letters', side_output: e.label, lookup: 'lookup'}[e.kind];
     const condition = caption === undefined && e.label;
     if (condition) {
       make('tspan', {class: 'condition', x: mx, dy: '-1.2em'}, label).textContent = shorten(e.label, 22);

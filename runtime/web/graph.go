@@ -159,7 +159,7 @@ type partitionLength struct {
 type edgeJSON struct {
 	From string `json:"from"`
 	To   string `json:"to"`
-	Kind string `json:"kind"` // reads, writes, side_output or dead_letter
+	Kind string `json:"kind"` // reads, writes, side_output, dead_letter, or lookup (a table's stage to a lookup stage)
 	// Label is a route case's condition, "default", or a side output's attribute: "late",
 	// "duplicates".
 	Label string `json:"label,omitempty"`

@@ -117,6 +117,8 @@ func newGraphView(p *flow.Plan) graphView {
 			if c := sideCounters[e.Label]; c != "" {
 				ve.counted, ve.count = byID[e.From].name, c
 			}
+		case flow.EdgeLookup:
+			// No message passes: the lookup stage reads the table's rows. Nothing to count.
 		default:
 			ve.counted, ve.count = byID[e.From].name, countDeadLettered
 		}

@@ -279,6 +279,17 @@ func (a *Access) Stats(who, stream string) {
 	a.add(who, stream, 1, "xpending", stream, "group", "-", "+", "1")
 }
 
+// TableRead adds what a lookup stage sends to read a table's row in a state hash (ReadState).
+func (a *Access) TableRead(who, hash string) { a.add(who, hash, 1, "hget", hash, "field") }
+
+// GroupProgress adds what a lookup stage sends to learn how far a table's stage has got on one of
+// its input streams (LastIDs, GroupsProgress).
+func (a *Access) GroupProgress(who, stream, group string) {
+	a.add(who, stream, 1, "xrevrange", stream, "+", "-", "count", "1")
+	a.add(who, stream, 2, "xinfo", "groups", stream)
+	a.add(who, stream, 1, "xpending", stream, group)
+}
+
 // StatePartitions adds RecordedPartitions and RecordPartitions on a stateful stage's record of its
 // partition count, and StateHeld on its state hashes and timer sets (those of some partitions: the
 // check reads those of the recorded count).

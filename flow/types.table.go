@@ -1,0 +1,162 @@
+package flow
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/flow/expr"
+)
+
+// A table is the latest value per key of a topic, materialized as state: the compiler turns each
+// table block into a stage of its own kind (TableKind), which reads the table's input and keeps each
+// key's latest payload in its input partition's state hash, and a lookup stage (package stages)
+// reads that state. The stage is stateful and keyed by the table's key (Kind.StateKey), so where
+// the topic is keyed otherwise the compiler inserts a repartition topic before it, as it does for
+// an aggregate (repartition.go).
+
+// TableKind is the kind of the stages the compiler makes of table blocks. It is no kind a pipeline
+// may name.
+const TableKind = "table"
+
+// tableSuffix names a table's stage, customers.table; the dot keeps it apart from every declared
+// name, as the implicit topics' .out does.
+const tableSuffix = ".table"
+
+// TableKeyAttribute is the attribute of a table's stage (Stage.Config) that holds the table's key
+// expression, unset when the table is keyed by its messages' keys.
+const TableKeyAttribute = "key"
+
+// The attributes of the contract that this version refuses.
+var tableNotYet = []string{"global", "ttl", "history", "event_time"}
+
+var tableSpec = &BlockSpec{
+	Type:   "table",
+	Labels: []string{"name"},
+	Doc: "The latest value per key of a topic, kept as state in Redis and read by lookup stages with " +
+		"table = table.NAME. A message whose payload is null deletes its key. The table is partitioned like " +
+		"its topic (by its key), and a lookup reads whichever partition holds the key it looks up.",
+	Attributes: []Attribute{
+		{
+			Name: "input", Type: TypeInputRef, Required: true,
+			Doc: "The topic whose latest value per key the table holds: topic.NAME, or stage.NAME for a stage's output.",
+		},
+		{
+			Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true,
+			DefaultDoc: "the message's key",
+			Doc: "The key of each row, such as msg.customer_id. Where the input topic is keyed otherwise, the table " +
+				"reads a repartition topic keyed by it (<table>.table.by_key).",
+		},
+		{Name: "global", Type: TypeBool, Doc: "Not supported yet: a full copy of the table per reader. flowrun refuses it."},
+		{Name: "ttl", Type: TypeDuration, Doc: "Not supported yet: forgetting keys not updated for that long. flowrun refuses it."},
+		{Name: "history", Type: TypeDuration, Doc: "Not supported yet: older versions, for lookups as of an event time. flowrun refuses it."},
+		{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Doc: "Not supported yet: when a version starts to hold. flowrun refuses it."},
+	},
+}
+
+// Table is a table block as compiled: the stage that materializes it, and what a lookup needs to
+// find a key's row.
+type Table struct {
+	Name string
+	// Input is the topic the table reads, as its block names it.
+	Input *Topic
+	// Key is the table's key expression; nil when the table is keyed by its messages' keys.
+	Key *expr.Program
+	// Stage is the stage that keeps the table (of TableKind). Its input, Stage.Input, is where its
+	// state lives: the table's topic, or the repartition topic the compiler inserted before it.
+	Stage *Stage
+	Range hcl.Range
+}
+
+// tableKind is the declaration of the table stages' kind: stateful, keyed by the table's key.
+var tableKind = &Kind{
+	Name:       TableKind,
+	Doc:        "Keeps the latest value per key of a table's topic.",
+	Attributes: []Attribute{{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}}},
+	StateKey:   TableKeyAttribute,
+	Stateful:   func(Attrs) bool { return true },
+	KeepsKey:   func(Attrs) bool { return false },
+	Detail:     func(Attrs) string { return "table" },
+}
+
+// compileTables compiles every table block, after the topics and before the stages that look them
+// up. Their stages join the plan in addTableStages.
+func (c *compiler) compileTables() {
+	for _, b := range c.cfg.Tables {
+		attrs := c.decodeAttributes(tableSpec.Attributes, b.Attributes)
+		for _, name := range tableNotYet {
+			if a, ok := b.Attributes[name]; ok {
+				c.errorf(a.NameRange, "Not supported yet",
+					fmt.Sprintf("A table's %s is not supported yet: a table holds the latest value of each key, partitioned like "+
+						"its topic, and lookups read it as it is when they run (processing time). Remove %s.", name, name))
+			}
+		}
+		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange}
+		if t.Key != nil {
+			if _, constant := t.Key.Constant(); constant {
+				c.errorf(b.Attributes[TableKeyAttribute].Expr.Range(), "Invalid key",
+					"A table's key must read the message, such as msg.customer_id: a constant would put every row under one key.")
+			}
+		}
+		c.tables[t.Name] = t
+	}
+}
+
+// addTableStages adds the stage of each table to the plan.
+func (c *compiler) addTableStages() {
+	for _, name := range sortedKeys(c.tables) {
+		t := c.tables[name]
+		if t.Input == nil {
+			continue // reported
+		}
+		config := Attrs{declared: map[string]Type{TableKeyAttribute: TypeMessageExpr}}
+		if t.Key != nil {
+			config.set(TableKeyAttribute, t.Key)
+		}
+		t.Stage = &Stage{
+			Name: t.Name + tableSuffix, Kind: TableKind, Spec: tableKind, Input: t.Input,
+			Retry: DefaultRetry, RetryInPlace: true, Ordering: OrderByPartition, Concurrency: 1,
+			Timeout: 30 * time.Second, Delivery: c.plan.Delivery, Config: config, Range: t.Range,
+		}
+		c.plan.Stages = append(c.plan.Stages, t.Stage)
+		c.plan.Tables = append(c.plan.Tables, t)
+	}
+}
+
+// resolveTable resolves a table attribute (TypeTableRef) to its table.
+func (c *compiler) resolveTable(e hcl.Expression, attr string) *Table {
+	ref, ok := c.parseReference(e, attr, "table")
+	if !ok {
+		return nil
+	}
+	t, ok := c.tables[ref.Name]
+	if !ok {
+		c.unresolved = true
+		c.errorf(ref.Range, "Reference to undeclared table",
+			fmt.Sprintf("There is no table named %q.%s", ref.Name, DidYouMean(ref.Name, sortedKeys(c.tables))))
+		return nil
+	}
+	c.tableUsed[t.Name] = true
+	return t
+}
+
+// Table returns the table with the given name, or nil.
+func (p *Plan) Table(name string) *Table {
+	i := sort.Search(len(p.Tables), func(i int) bool { return p.Tables[i].Name >= name })
+	if i < len(p.Tables) && p.Tables[i].Name == name {
+		return p.Tables[i]
+	}
+	return nil
+}
+
+// TableOf returns the table whose stage s is, or nil when s keeps no table.
+func (p *Plan) TableOf(s *Stage) *Table {
+	for _, t := range p.Tables {
+		if t.Stage == s {
+			return t
+		}
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package runtime
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/stages"
+	redis "github.com/flowrun/flowrun/transport/redis"
+)
+
+// Tables at run time. A table's stage (flow.TableKind) keeps each key's row in the state hash of
+// its input partition, like any stateful stage. A lookup stage reads it through a tableReader: the
+// partition that holds a key is the one the key routes to in the table stage's input (the table's
+// topic, or the repartition topic the compiler inserted), found as route.go finds it, and the row
+// is the committed value in that partition's state hash. The read is one HGET per message, in
+// another slot than the lookup's commit: it needs no atomicity with it, as the lookup never writes
+// the table.
+//
+// Before a lookup stage processes anything, its table catches up (tableCatchUp): the end of every
+// partition of the table's topic is taken when the stage starts in this process, and the stage's
+// units wait until the table's chain (the repartition stage, if any, then the table's stage) has
+// committed up to there, hop by hop. From then on updates apply as they are committed
+// (processing time).
+
+// tableReader reads a table's rows from its stage's state.
+type tableReader struct {
+	rdb        *redis.Client
+	keys       redis.Keys
+	topic      string // the table stage's input topic, where its state lives
+	partitions int
+	stage      string
+}
+
+func (t *tableReader) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	p := redis.Partition(key, t.partitions)
+	return t.rdb.ReadState(ctx, t.keys.State(t.topic, p, t.stage), key)
+}
+
+// tableReaders makes a reader of every table of the plan, for the lookup stages' Env.
+func (r *runner) tableReaders() map[string]stages.TableReader {
+	out := make(map[string]stages.TableReader, len(r.plan.Tables))
+	for _, t := range r.plan.Tables {
+		if t.Stage == nil || t.Stage.Input == nil {
+			continue
+		}
+		out[t.Name] = &tableReader{rdb: r.rdb, keys: r.keys, topic: t.Stage.Input.Name, partitions: t.Stage.Input.Partitions,
+			stage: t.Stage.Name}
+	}
+	return out
+}
+
+// tableCatchUp is a lookup stage's wait for its table, shared by the stage's units in this process.
+type tableCatchUp struct {
+	table string
+	hops  []tableHop
+	log   interface{ Info(string, ...any) }
+	// sources, in a job, are the producing sources of this process that write the table's topic:
+	// the ends are taken once they have finished, so that a job looks up a whole table and its
+	// result does not depend on timing.
+	sources []*producingSource
+
+	mu      sync.Mutex
+	hop     int      // the hop being waited for
+	targets []string // its partitions' targets: the ends taken of its input; nil before they are
+	started time.Time
+	done    atomic.Bool
+	waiting atomic.Bool // a unit waits now (for the summary and the progress line)
+}
+
+// tableHop is a stage of a table's chain: it must have committed up to the targets on its input.
+type tableHop struct {
+	topic      string
+	partitions int
+	group      string
+}
+
+// newTableCatchUp returns the wait of a stage that looks tables up, nil for one that looks none up.
+func newTableCatchUp(s *flow.Stage, n *node) *tableCatchUp {
+	tables := s.Tables()
+	if len(tables) == 0 {
+		return nil
+	}
+	t := tables[0] // a lookup reads one table
+	if t.Stage == nil || t.Stage.Input == nil {
+		return nil
+	}
+	c := &tableCatchUp{table: t.Name, log: n.log}
+	if rep := t.Stage.Input.Repartition; rep != nil && rep.Input != nil {
+		c.hops = append(c.hops, tableHop{topic: rep.Input.Name, partitions: rep.Input.Partitions, group: redis.Group(rep.Name)})
+	}
+	c.hops = append(c.hops, tableHop{topic: t.Stage.Input.Name, partitions: t.Stage.Input.Partitions, group: redis.Group(t.Stage.Name)})
+	return c
+}
+
+// tableCatchUpPoll is how often a waiting lookup asks how far its table has got.
+const tableCatchUpPoll = 50 * time.Millisecond
+
+// check reports whether the table has caught up, moving on hop by hop.
+func (c *tableCatchUp) check(ctx context.Context, r *runner) (bool, error) {
+	if c.done.Load() {
+		return true, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started.IsZero() {
+		c.started = r.clock.Now()
+	}
+	for c.hop < len(c.hops) {
+		h := c.hops[c.hop]
+		streams := r.keys.Streams(h.topic, h.partitions)
+		if c.targets == nil {
+			if c.hop == 0 && !c.sourcesDone() {
+				return false, nil
+			}
+			ids, err := r.rdb.LastIDs(ctx, streams)
+			if err != nil {
+				return false, err
+			}
+			c.targets = ids
+		}
+		progress, err := r.rdb.GroupsProgress(ctx, streams, h.group)
+		if err != nil {
+			return false, err
+		}
+		for p := range streams {
+			if !progress[p].Committed(c.targets[p]) {
+				return false, nil
+			}
+		}
+		c.hop, c.targets = c.hop+1, nil
+	}
+	if !c.done.Swap(true) {
+		c.log.Info("the table has caught up with its topic; looking up", "table", c.table,
+			"waited", r.clock.Now().Sub(c.started).Round(time.Millisecond).String())
+	}
+	return true, nil
+}
+
+// sourcesDone reports whether the sources a job's table waits for have finished, with everything
+// they produced written.
+func (c *tableCatchUp) sourcesDone() bool {
+	for _, p := range c.sources {
+		if !p.done.Load() || p.unwritten.Load() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waitForSources makes the lookups of a job wait for the sources of this process that write their
+// tables' topics (tableCatchUp.sources).
+func (r *runner) waitForSources() {
+	for _, n := range r.nodes {
+		c := n.catchUp
+		if c == nil {
+			continue
+		}
+		for _, p := range r.producers {
+			if p.output != nil && p.output.Name == c.hops[0].topic {
+				c.sources = append(c.sources, p)
+			}
+		}
+	}
+}
+
+// waitForTables holds a unit back until the tables that its nodes look up have caught up; false
+// when the run ends first.
+func (w *worker) waitForTables(ctx context.Context) bool {
+	nodes := []*node{w.u.node}
+	if c := w.u.node.chain; c != nil {
+		nodes = c.nodes
+	}
+	for _, n := range nodes {
+		c := n.catchUp
+		if c == nil || c.done.Load() {
+			continue
+		}
+		logged := false
+		for ctx.Err() == nil {
+			done, err := c.check(ctx, w.r)
+			if err != nil {
+				if ctx.Err() != nil || !w.r.redisFailed(n.typ+" "+n.name+" waiting for table "+c.table, err) {
+					return false
+				}
+				w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
+				continue
+			}
+			w.r.outage.OK()
+			w.backoff.reset()
+			if done {
+				break
+			}
+			if !logged && !c.waiting.Swap(true) {
+				logged = true
+				n.log.Info("waiting for the table to catch up with its topic before looking up", "table", c.table,
+					"chain", c.chain())
+			}
+			t := w.r.clock.NewTimer(tableCatchUpPoll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C():
+			}
+		}
+		c.waiting.Store(false)
+	}
+	return ctx.Err() == nil
+}
+
+// chain names the stages the table waits for, in order.
+func (c *tableCatchUp) chain() string {
+	names := make([]string, len(c.hops))
+	for i, h := range c.hops {
+		names[i] = "stage." + h.group
+	}
+	return strings.Join(names, " → ")
+}
+
+// catchingUp names the table a node waits for, "" when it does not wait.
+func (n *node) catchingUp() string {
+	if n.catchUp == nil || n.catchUp.done.Load() || !n.catchUp.waiting.Load() {
+		return ""
+	}
+	return n.catchUp.table
+}
