@@ -86,7 +86,7 @@ var patternSpec = &flow.Kind{
   sequence = [
     { name = "probe1", where = msg.amount < 2 },
     { name = "probe2", where = msg.amount < 2 },
-    { name = "big",    where = msg.amount > 500 },
+    { name = "big", where = msg.amount > 500 },
   ]
   within = "10m"
   select = { card = big.card, amount = big.amount, first_probe = probe1.ts }

@@ -23,7 +23,7 @@ stage "card_testing" {
   sequence = [
     { name = "probe1", where = msg.amount < 2 },
     { name = "probe2", where = msg.amount < 2 },
-    { name = "big",    where = msg.amount > 500 },
+    { name = "big", where = msg.amount > 500 },
   ]
   within = "10m"
   grace  = "%s"
