@@ -67,6 +67,11 @@ var patternSpec = &flow.Kind{
 			Doc: "The steps, in order: each { name, where }, where is a condition on the message. A step's name is how select reads its message.",
 		},
 		{Name: patternFieldWithin, Type: flow.TypeDuration, Required: true, Doc: "The longest a match may span, from its first step's event time to its last's."},
+		{
+			Name: flow.IdleTimeoutAttribute, Type: flow.TypeDuration, Default: time.Minute,
+			Doc: "A writer of the stage's input that has had nothing to write for this long, with nothing pending and no retry " +
+				"waiting, moves its watermark on by the time that passes on the clock, so that the last events match; \"0s\": only events move it.",
+		},
 		{Name: patternFieldGrace, Type: flow.TypeDuration, Default: time.Duration(0), Doc: "How far behind the watermark an event may be and still match: events are matched once the watermark passes them plus grace."},
 		{
 			Name: patternFieldSelect, Type: flow.TypeMessageFields, Required: true, RootsFrom: patternFieldSequence, Deterministic: true,

@@ -183,7 +183,7 @@ func (g *generator) draw() *Pipeline {
 		g.stagesLeft = 2 + g.r.IntN(6)
 		g.extend(stream{Ref{Topic: in}, 0}, 0)
 		for _, s := range g.p.Stages {
-			if s.Kind == "aggregate" || s.Kind == "dedupe" {
+			if s.Kind == "aggregate" || s.Kind == "dedupe" || s.Kind == "pattern" {
 				return g.p
 			}
 		}
@@ -215,6 +215,11 @@ func (g *generator) reader(s stream, depth int) {
 	}
 	if s.level >= 2 {
 		kinds = []string{"filter"}
+	}
+	if s.level == 0 && g.p.Delivery == "effectively_once" {
+		// A message delivered twice may take a step in the place of the next one: a pattern's
+		// results are exact under effectively-once only.
+		kinds = append(kinds, "pattern", "pattern")
 	}
 	st.Kind = kinds[g.r.IntN(len(kinds))]
 	g.p.Stages = append(g.p.Stages, st)
@@ -254,7 +259,38 @@ func (g *generator) reader(s stream, depth int) {
 	case "aggregate":
 		g.aggregate(st, s.level)
 		g.passOn(st, s.level+1, depth)
+	case "pattern":
+		g.pattern(st)
+		g.sink(Ref{Stage: st}) // its results are no events for the stages drawn after
 	}
+}
+
+// pattern draws a pattern over events: two or three steps per user or region, within a span that
+// some sequences fit in and others do not, and a grace that keeps every event on time.
+func (g *generator) pattern(st *Stage) {
+	st.Key = []*Expr{field("user"), field("region")}[g.r.IntN(2)]
+	st.EventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+	st.Grace = g.d.Disorder.Round(time.Millisecond) + time.Duration(g.r.IntN(3))*250*time.Millisecond
+	st.Within = time.Duration(50+g.r.IntN(3000)) * time.Millisecond
+	for i := range 2 + g.r.IntN(2) {
+		st.Steps = append(st.Steps, Step{Name: "s" + strconv.Itoa(i+1), Where: g.condition(0)})
+	}
+	first, last := st.Steps[0].Name, st.Steps[len(st.Steps)-1].Name
+	for _, step := range st.Steps {
+		st.Select = append(st.Select, Field{step.Name, stepField(step.Name, "id")})
+	}
+	st.Select = append(st.Select,
+		Field{"key", stepField(first, strings.TrimPrefix(st.Key.HCL, "msg."))},
+		Field{"span", &Expr{HCL: fmt.Sprintf("%s.ts - %s.ts", last, first), Eval: func(m Message) any {
+			steps := m["steps"].(map[string]Message)
+			return num(steps[last]["ts"]) - num(steps[first]["ts"])
+		}}})
+}
+
+// stepField is STEP.NAME in a pattern's select; its Eval reads a match as the model makes it
+// ({"steps": {name: message}}).
+func stepField(step, name string) *Expr {
+	return &Expr{HCL: step + "." + name, Eval: func(m Message) any { return m["steps"].(map[string]Message)[step][name] }}
 }
 
 // passOn draws where a stage writes (its own output, a new declared topic, or one that another

@@ -100,6 +100,17 @@ func (d *Draw) HCL(f Files) string {
 				}
 			}
 			w("  }\n")
+		case "pattern":
+			w("  key        = %s\n  event_time = %s\n  within     = %q\n  grace      = %q\n", s.Key.HCL, s.EventTime.HCL, duration(s.Within), duration(s.Grace))
+			w("  late         = \"dead_letter\"\n  idle_timeout = \"0s\"\n  sequence = [\n")
+			for _, step := range s.Steps {
+				w("    { name = %q, where = %s },\n", step.Name, step.Where.HCL)
+			}
+			w("  ]\n  select = {\n")
+			for _, f := range s.Select {
+				w("    %s = %s\n", f.Name, f.Expr.HCL)
+			}
+			w("  }\n")
 		}
 		w("}\n")
 	}

@@ -136,6 +136,8 @@ func (m *model) stage(s *Stage) map[*Topic][]item {
 		}
 	case "aggregate":
 		out[s.Output] = aggregate(s, in)
+	case "pattern":
+		out[s.Output] = pattern(s, in)
 	default:
 		panic("modeltest: no model of kind " + s.Kind)
 	}
@@ -344,4 +346,52 @@ func Canonical(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// pattern computes a pattern's matches, none late: per key, the events in event-time order (an
+// event and its copy share a time, and are alike); from each event that takes the first step, the
+// first later event that takes each next step, while within of the first; a match is the select
+// over its steps' messages, at its last step's time.
+func pattern(s *Stage, in []item) []item {
+	type timed struct {
+		it  item
+		at  int64
+		key string
+	}
+	var all []timed
+	for _, it := range in {
+		all = append(all, timed{it, s.EventTime.Eval(it.msg).(int64), fmt.Sprint(s.Key.Eval(it.msg))})
+	}
+	slices.SortStableFunc(all, func(a, b timed) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.at, b.at)) })
+	within := s.Within.Milliseconds()
+	var results []item
+	for i, first := range all {
+		if !s.Steps[0].Where.Eval(first.it.msg).(bool) {
+			continue
+		}
+		taken := []timed{first}
+		for j := i + 1; j < len(all) && len(taken) < len(s.Steps); j++ {
+			e := all[j]
+			if e.key != first.key || e.at-first.at > within {
+				break
+			}
+			if s.Steps[len(taken)].Where.Eval(e.it.msg).(bool) {
+				taken = append(taken, e)
+			}
+		}
+		if len(taken) < len(s.Steps) {
+			continue
+		}
+		steps := map[string]Message{}
+		for k, step := range s.Steps {
+			steps[step.Name] = taken[k].it.msg
+		}
+		match := Message{"steps": steps}
+		result := Message{}
+		for _, f := range s.Select {
+			result[f.Name] = f.Expr.Eval(match)
+		}
+		results = append(results, item{msg: decoded(result), at: taken[len(taken)-1].at})
+	}
+	return results
 }

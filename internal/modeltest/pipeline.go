@@ -52,7 +52,7 @@ func (r Ref) HCL() string {
 // Stage is a drawn stage of one of the kinds the model knows.
 type Stage struct {
 	Name   string
-	Kind   string // "filter", "map", "route", "dedupe" or "aggregate"
+	Kind   string // "filter", "map", "route", "dedupe", "aggregate" or "pattern"
 	Input  Ref
 	Output *Topic // nil: its own output, which others read as stage.NAME
 
@@ -77,6 +77,15 @@ type Stage struct {
 	Late       string // "dead_letter", "drop", or "" with LateTopic
 	LateTopic  *Topic
 	Aggregates []Aggregate
+
+	Steps  []Step  // pattern, with Key, EventTime, Within and Grace
+	Select []Field // pattern: its results' fields, over the steps' messages by name
+}
+
+// Step is one step of a pattern's sequence.
+type Step struct {
+	Name  string
+	Where *Expr
 }
 
 // Field is one field a map sets.
