@@ -49,6 +49,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("retries", func(t *testing.T) { checkRetries(t, c, opts) })
 			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c, opts) })
 			t.Run("enrich", func(t *testing.T) { checkEnrich(t, c, opts) })
+			t.Run("fraud", func(t *testing.T) { checkFraud(t, c, opts) })
 		})
 	}
 }
@@ -59,7 +60,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -174,6 +175,77 @@ func checkEnrich(t *testing.T, c *redis.Client, opts runtime.Options) {
 		want = append(want, o)
 	}
 	sameMessages(t, "enriched orders", jsonLines(t, readFile(t, out)), want)
+}
+
+// checkFraud runs the fraud example as a job and compares its alerts with a reference computation
+// from its data: a payment is late when it is more than 30 seconds (grace) behind the latest
+// payment time written before it; the others, per card in time order, match from each probe (under
+// 2) the first later probe and then the first later payment over 500, within 10 minutes.
+func checkFraud(t *testing.T, c *redis.Client, opts runtime.Options) {
+	dir := t.TempDir()
+	out, late := filepath.Join(dir, "alerts.jsonl"), filepath.Join(dir, "late.jsonl")
+	plan := build(t, filepath.Join(examples, "fraud"), "output="+out, "late_output="+late)
+	runJob(t, c, plan, opts)
+
+	type payment struct {
+		m  map[string]any
+		at time.Time
+	}
+	perCard := map[string][]payment{}
+	var watermark time.Time
+	var wantLate []map[string]any
+	for _, p := range jsonLines(t, readFile(t, filepath.Join(examples, "fraud", "data", "payments.jsonl"))) {
+		at, err := time.Parse(time.RFC3339, p["at"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.After(watermark) {
+			watermark = at
+		}
+		if at.Add(30 * time.Second).Before(watermark) {
+			wantLate = append(wantLate, p)
+			continue
+		}
+		card := p["card"].(string)
+		perCard[card] = append(perCard[card], payment{p, at})
+	}
+	amount := func(p payment) float64 { return p.m["amount"].(float64) }
+	steps := []func(payment) bool{
+		func(p payment) bool { return amount(p) < 2 },
+		func(p payment) bool { return amount(p) < 2 },
+		func(p payment) bool { return amount(p) > 500 },
+	}
+	var want []map[string]any
+	for _, payments := range perCard {
+		sort.SliceStable(payments, func(i, j int) bool { return payments[i].at.Before(payments[j].at) })
+		for i, first := range payments {
+			if !steps[0](first) {
+				continue
+			}
+			taken := []payment{first}
+			for _, p := range payments[i+1:] {
+				if p.at.Sub(first.at) > 10*time.Minute || len(taken) == len(steps) {
+					break
+				}
+				if steps[len(taken)](p) {
+					taken = append(taken, p)
+				}
+			}
+			if len(taken) < len(steps) {
+				continue
+			}
+			big := taken[2].m
+			want = append(want, map[string]any{
+				"card": big["card"], "amount": big["amount"], "merchant": big["merchant"], "first_probe": first.m["at"],
+				"payments": []any{first.m["payment_id"], taken[1].m["payment_id"], big["payment_id"]},
+			})
+		}
+	}
+	if len(want) == 0 || len(wantLate) == 0 {
+		t.Fatal("the sample data should make alerts and late payments")
+	}
+	sameMessages(t, "alerts", jsonLines(t, readFile(t, out)), want)
+	sameMessages(t, "late payments", jsonLines(t, readFile(t, late)), wantLate)
 }
 
 // checkRevenue runs the revenue example as a job and compares its output with a reference
