@@ -130,6 +130,8 @@ func progressOf(s runtime.Snapshot, m *rateMeter) progress {
 			p.waiting = append(p.waiting, n.Type+"."+n.Name+" held back by topic."+n.HeldBackBy)
 		case n.CatchingUp != "":
 			p.waiting = append(p.waiting, n.Type+"."+n.Name+" waiting for table."+n.CatchingUp+" to catch up")
+		case n.Delaying > 0:
+			p.waiting = append(p.waiting, fmt.Sprintf("%s.%s delayed: %d waiting for the rate limit", n.Type, n.Name, n.Delaying))
 		}
 	}
 	p.rate = m.update(p.done, s.Taken)

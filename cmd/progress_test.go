@@ -37,9 +37,10 @@ func TestProgressLine(t *testing.T) {
 		{Type: "sink", Name: "hook", PausedSince: start, PausedBy: "connection refused"},
 		{Type: "source", Name: "gen", HeldBackBy: "in"},
 		{Type: "stage", Name: "busy"},
+		{Type: "stage", Name: "per_tenant", Delaying: 3, Delayed: time.Second},
 	}
 	if got := progressOf(waiting, &rateMeter{}).line(); !strings.HasSuffix(got,
-		"  waiting: Redis failing for 2s, sink.hook paused, source.gen held back by topic.in") {
+		"  waiting: Redis failing for 2s, sink.hook paused, source.gen held back by topic.in, stage.per_tenant delayed: 3 waiting for the rate limit") {
 		t.Fatalf("line while waiting = %q", got)
 	}
 }

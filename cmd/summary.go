@@ -177,6 +177,7 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 		Retries        int64                      `json:"retries"`
 		Late           int64                      `json:"late,omitempty"`
 		Duplicates     int64                      `json:"duplicates,omitempty"`
+		DelayedSeconds float64                    `json:"delayed_seconds,omitempty"` // a rate limit's waits, in all
 		InPerSecond    float64                    `json:"in_per_second"`
 		Reasons        []runtime.DeadLetterReason `json:"reasons,omitempty"`
 		List           string                     `json:"list,omitempty"` // the command that lists the dead letters
@@ -186,7 +187,7 @@ func writeSummaryJSON(w io.Writer, s *runtime.Summary) error {
 		nj := nodeJSON{Node: n.Name, Type: n.Type, Kind: n.Kind, In: n.In, Out: n.Out, Filtered: n.Filtered,
 			Dropped: n.Dropped, Absorbed: n.Absorbed, DeadLettered: n.DeadLettered, InFlight: n.InFlight,
 			Written: n.Written, FailedAttempts: n.FailedAttempts, Retries: n.Retries, Late: n.Late, Duplicates: n.Duplicates,
-			Reasons: n.Reasons}
+			Reasons: n.Reasons, DelayedSeconds: math.Round(n.Delayed.Seconds()*1000) / 1000}
 		if secs := s.Elapsed.Seconds(); secs > 0 {
 			nj.InPerSecond = math.Round(float64(n.In)/secs*10) / 10
 		}

@@ -28,18 +28,32 @@ type Field struct {
 }
 
 // Aggregate is one field of a TypeAggregates attribute: Func over Arg (nil for count), with K for
-// top_k.
+// top_k and By for max_by and min_by.
 type Aggregate struct {
 	Name string
 	Func string
 	Arg  *expr.Program
 	K    int
+	By   *expr.Program // max_by and min_by: what the message with the largest or smallest is picked by
 }
 
 // AggregateFuncs are the functions of an aggregate attribute, with the number of arguments each
-// takes: the message expression, and top_k's count.
+// takes: the message expression, and top_k's count or the BY expression of max_by and min_by.
 var AggregateFuncs = map[string]int{
 	"count": 0, "sum": 1, "min": 1, "max": 1, "avg": 1, "count_distinct": 1, "top_k": 2, "first": 1, "last": 1,
+	"max_by": 2, "min_by": 2,
+}
+
+// aggregateCountArg are the aggregate functions whose second argument is a constant count (K)
+// rather than a per-message expression (By).
+var aggregateCountArg = map[string]bool{"top_k": true}
+
+// aggregateUsage shows how to call the aggregate functions whose arguments are not plain, for the
+// error that a call has too many or too few.
+var aggregateUsage = map[string]string{
+	"top_k":  " Such as top_k(msg.sku, 3): the 3 most frequent values.",
+	"max_by": " Such as max_by(msg.bidder, msg.price): the bidder of the message with the largest price.",
+	"min_by": " Such as min_by(msg.bidder, msg.price): the bidder of the message with the smallest price.",
 }
 
 func (a *Attrs) set(name string, v any) {

@@ -125,9 +125,9 @@ func (c *compiler) collectTopics() {
 }
 
 // checkKind runs the checks of a block's kind, if it has any.
-func (c *compiler) checkKind(b *Block, config *Attrs) {
+func (c *compiler) checkKind(b *Block, config *Attrs, ordering Ordering) {
 	if b.Kind == nil || b.Kind.Check == nil {
 		return
 	}
-	b.Kind.Check(&KindCheck{Pipeline: c.plan.Name, Name: b.Name, Config: config, GoFuncs: c.opts.GoFuncs, block: b, c: c})
+	b.Kind.Check(&KindCheck{Pipeline: c.plan.Name, Name: b.Name, Config: config, Ordering: ordering, GoFuncs: c.opts.GoFuncs, block: b, c: c})
 }

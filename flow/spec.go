@@ -163,6 +163,8 @@ type KindCheck struct {
 	Pipeline string // the pipeline's name
 	Name     string // the block's name
 	Config   *Attrs // the kind's decoded attributes; Check may set defaults with SetDefault
+	// Ordering is a stage's ordering, given or defaulted; "" for sources and sinks.
+	Ordering Ordering
 	// GoFuncs are the Go stage functions of this binary (Options.GoFuncs).
 	GoFuncs []string
 

@@ -48,7 +48,8 @@ func (c *compiler) compileSink(b *Block) *Sink {
 	if b.Kind != nil {
 		s.Kind, s.Spec = b.Kind.Name, b.Kind
 		s.Config = c.decodeAttributes(b.Kind.Attributes, b.Attributes)
-		c.checkKind(b, &s.Config)
+		c.decodeNested(&s.Config, b)
+		c.checkKind(b, &s.Config, "")
 	}
 	return s
 }

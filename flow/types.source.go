@@ -17,7 +17,7 @@ func (c *compiler) compileSource(b *Block) *Source {
 	if b.Kind != nil {
 		s.Kind, s.Spec = b.Kind.Name, b.Kind
 		s.Config = c.decodeAttributes(b.Kind.Attributes, b.Attributes)
-		c.checkKind(b, &s.Config)
+		c.checkKind(b, &s.Config, "")
 	}
 	return s
 }

@@ -99,7 +99,7 @@ func (c *compiler) compileStage(b *Block) *Stage {
 			fmt.Sprintf("A %s stage writes to %s; it has no output.", s.Kind, b.Kind.OutputsDoc))
 		s.Output = nil
 	}
-	c.checkKind(b, &s.Config)
+	c.checkKind(b, &s.Config, s.Ordering)
 	if s.Ordering == OrderNone && b.Kind.Stateful != nil && b.Kind.Stateful(s.Config) {
 		c.errorf(b.Attributes["ordering"].Expr.Range(), "Stateful stage without a lease",
 			fmt.Sprintf("The %s stage %q keeps state per input partition, which one process at a time must own: "+

@@ -349,7 +349,8 @@ func (c *compiler) eachField(spec Attribute, a *hcl.Attribute, takes string, eac
 }
 
 // decodeAggregates decodes an object of aggregate calls: each field is one of AggregateFuncs applied
-// to a per-message expression (none for count; top_k's second argument is a constant count).
+// to a per-message expression (none for count; top_k's second argument is a constant count, max_by's
+// and min_by's a second per-message expression, BY).
 func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggregate, bool) {
 	funcs := sortedKeys(AggregateFuncs)
 	var out []Aggregate
@@ -368,7 +369,7 @@ func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggrega
 		}
 		if len(call.Args) != arity {
 			c.errorf(call.Range(), "Wrong number of arguments",
-				fmt.Sprintf("%s takes %d argument%s, not %d.", call.Name, arity, plural(arity), len(call.Args)))
+				fmt.Sprintf("%s takes %d argument%s, not %d.%s", call.Name, arity, plural(arity), len(call.Args), aggregateUsage[call.Name]))
 			return false
 		}
 		agg := Aggregate{Name: name, Func: call.Name}
@@ -380,7 +381,14 @@ func (c *compiler) decodeAggregates(spec Attribute, a *hcl.Attribute) ([]Aggrega
 			}
 			agg.Arg = p
 		}
-		if arity == 2 {
+		if arity == 2 && !aggregateCountArg[call.Name] {
+			p, diags := expr.Compile(call.Args[1], c.attributeScope(spec))
+			c.diags = append(c.diags, diags...)
+			if diags.HasErrors() {
+				return false
+			}
+			agg.By = p
+		} else if arity == 2 {
 			v, vOK := c.evalConstant(call.Args[1])
 			if !vOK {
 				return false

@@ -35,6 +35,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 		group: redis.Group(s.Name), input: s.Input,
 		ordering: s.Ordering, lanes: s.Concurrency, inline: traits.Inline, stateful: traits.Stateful,
 		retry: s.Retry, retryInPlace: s.RetryInPlace, timeout: s.Timeout, deadLetter: s.DeadLetter, delivery: s.Delivery,
+		maxRead: int64(traits.MaxRead),
 	}
 	// A stateful stage's retries wait in place, and so do those of a stage that feeds one: a
 	// message parked in the retry set while the messages behind it went on would let them move the
@@ -95,6 +96,7 @@ func (r *runner) env(n *node) stages.Env {
 		Pipeline: r.plan.Name, Node: n.name, Logger: n.log, Clock: r.clock,
 		Meter: r.kindMeter(), HTTPClient: r.opts.HTTPClient, Stdin: r.opts.Stdin, Stdout: r.stdout(),
 		MaxMessageSize: r.maxMessageSize(), Redact: r.plan.Redact, Functions: stages.Lookup, Tables: r.tables,
+		RateLimiter: rateLimiter{rdb: r.rdb, keys: r.keys, node: n.name, clock: r.clock},
 	}
 	if r.opts.NodeEnv != nil {
 		r.opts.NodeEnv(n.typ, n.name, &env)

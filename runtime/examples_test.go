@@ -50,6 +50,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c, opts) })
 			t.Run("enrich", func(t *testing.T) { checkEnrich(t, c, opts) })
 			t.Run("fraud", func(t *testing.T) { checkFraud(t, c, opts) })
+			t.Run("throttle", func(t *testing.T) { checkThrottle(t, c, opts) })
 		})
 	}
 }
@@ -60,7 +61,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -325,6 +326,34 @@ func checkGreetings(t *testing.T, c *redis.Client, opts runtime.Options) {
 		{"name": "grace", "n": 9.0, "text": "Hello, GRACE!"},
 	}
 	sameMessages(t, "greetings", jsonLines(t, j.stdout), want)
+}
+
+// checkThrottle runs the rate-limited calls: 30 calls of 3 tenants at 10 a second each, bursts of
+// 2. Every call arrives once, each tenant's in order, and some waited for their turn (a tenant's 10
+// calls are more than its burst). The pace itself is tested on a virtual clock
+// (TestRateLimitDelaysToTheRate, and the example's flowtest file).
+func checkThrottle(t *testing.T, c *redis.Client, opts runtime.Options) {
+	plan := build(t, filepath.Join(examples, "throttle"))
+	j := runJob(t, c, plan, opts)
+	last := map[string]int{}
+	seen := map[string]bool{}
+	for _, m := range jsonLines(t, j.stdout) {
+		id, tenant := m["id"].(string), m["tenant"].(string)
+		n, err := strconv.Atoi(strings.TrimPrefix(id, "call-"))
+		if err != nil || seen[id] || tenant != fmt.Sprintf("tenant-%d", n%3) {
+			t.Fatalf("call %v: unexpected, or arrived twice", m)
+		}
+		if prev, ok := last[tenant]; ok && n < prev {
+			t.Errorf("%s's call %d arrived after its call %d", tenant, n, prev)
+		}
+		seen[id], last[tenant] = true, n
+	}
+	if len(seen) != 30 {
+		t.Errorf("%d calls arrived, want 30", len(seen))
+	}
+	if n := j.node(t, "throttle"); n.In != 30 || n.Out != 30 || n.Delayed <= 0 || n.FailedAttempts != 0 {
+		t.Errorf("throttle: %+v, want 30 in and out, some delay, no failure", n)
+	}
 }
 
 // orderEvents are order events as a shop would XADD them, with flat fields (no payload field).

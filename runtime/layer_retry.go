@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"time"
 
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -22,11 +23,13 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 		payload, _ := m.msg.Payload()
 		key, headers, entryTime := m.msg.Key, m.msg.Headers, m.msg.EntryTime
 		firstFailure := m.firstFailure
+		again := false
 		for attempts := m.attempts + 1; ; attempts++ {
-			if attempts > m.attempts+1 {
+			if again {
 				m.msg = stages.NewMessage(key, payload, headers)
 				m.msg.EntryTime = entryTime // a stateful stage's event time, when the message has none of its own
 			}
+			again = true
 			m.outcome = outcomeFiltered // what a failed attempt's handler said does not count
 			probe, ok := n.breaker.pass(p.stopping)
 			if !ok {
@@ -46,6 +49,15 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 			if r.hard.Err() != nil {
 				n.breaker.released(probe)
 				return result{abandoned: true}, buf, nil // the failure may be the shutdown's doing
+			}
+			if d, delayed := stages.DelayOf(err); delayed {
+				// Not a failure: the message may not go yet (a rate limit). It waits here, and is
+				// attempted again as the same attempt.
+				if !r.delay(n, d, p) {
+					return result{abandoned: true}, buf, nil // redelivered after the restart
+				}
+				attempts--
+				continue
 			}
 			n.stats.failedAttempts.Add(1)
 			now := r.clock.Now()
@@ -92,5 +104,26 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 				return result{abandoned: true}, buf, nil // redelivered after the restart, retry count and all
 			}
 		}
+	}
+}
+
+// delay waits d for a message that a node's kind delayed (stages.Delay), counting the wait as the
+// node's delayed time; false when a shutdown came first.
+func (r *processing) delay(n *node, d time.Duration, p pass) bool {
+	n.stats.delaying.Add(1)
+	start := r.clock.Now()
+	defer func() {
+		n.stats.delayed.Add(int64(r.clock.Now().Sub(start)))
+		n.stats.delaying.Add(-1)
+	}()
+	t := r.clock.NewTimer(d)
+	working := r.activity.waiting()
+	defer working()
+	select {
+	case <-t.C():
+		return true
+	case <-p.stopping:
+		t.Stop()
+		return false
 	}
 }

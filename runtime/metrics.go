@@ -98,6 +98,7 @@ type nodeInstruments struct {
 	inFlight metric.Int64ObservableUpDownCounter
 	paused   metric.Int64ObservableGauge
 	heldBack metric.Float64ObservableCounter
+	delayed  metric.Float64ObservableCounter
 }
 
 func newNodeInstruments(m metric.Meter) (*nodeInstruments, error) {
@@ -122,6 +123,10 @@ func newNodeInstruments(m metric.Meter) (*nodeInstruments, error) {
 		metric.WithDescription("Time a node's writers waited for topics at their max_lag (backpressure).")); err != nil {
 		return nil, err
 	}
+	if ni.delayed, err = m.Float64ObservableCounter("flowrun.node.delayed", metric.WithUnit("s"),
+		metric.WithDescription("Time a node's messages waited because its kind delayed them: a rate_limit stage's messages over their limit.")); err != nil {
+		return nil, err
+	}
 	return ni, nil
 }
 
@@ -130,7 +135,7 @@ func (ni *nodeInstruments) observables() []metric.Observable {
 	for _, c := range ni.counters {
 		obs = append(obs, c.inst)
 	}
-	return append(obs, ni.inFlight, ni.paused, ni.heldBack)
+	return append(obs, ni.inFlight, ni.paused, ni.heldBack, ni.delayed)
 }
 
 func (ni *nodeInstruments) observe(o metric.Observer, nodes []*node, nodeAttrs map[string]metric.MeasurementOption) {
@@ -141,6 +146,7 @@ func (ni *nodeInstruments) observe(o metric.Observer, nodes []*node, nodeAttrs m
 		}
 		o.ObserveInt64(ni.inFlight, counted.inFlight(), nodeAttrs[n.name])
 		o.ObserveFloat64(ni.heldBack, time.Duration(n.stats.heldBack.Load()).Seconds(), nodeAttrs[n.name])
+		o.ObserveFloat64(ni.delayed, time.Duration(n.stats.delayed.Load()).Seconds(), nodeAttrs[n.name])
 		if n.typ != "source" {
 			_, _, open := n.breaker.pausedSince()
 			o.ObserveInt64(ni.paused, boolGauge(open), nodeAttrs[n.name])

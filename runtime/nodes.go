@@ -31,8 +31,9 @@ type node struct {
 	// readCount is the most entries a read takes: Options.BatchSize, or less for a node that writes
 	// to a topic with a smaller max_lag.
 	readCount int64
-	inline    bool // process in the reading goroutine: the kind only computes
-	stateful  bool // the kind keeps per-key state (keyed_state.go)
+	maxRead   int64 // the kind's bound on readCount (StageTraits.MaxRead); 0: none
+	inline    bool  // process in the reading goroutine: the kind only computes
+	stateful  bool  // the kind keeps per-key state (keyed_state.go)
 	// timers is the processor of a stateful stage whose kind has timers (timers.go); nil otherwise.
 	timers stages.TimerHandler
 	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StatefulStage.FireAtEnd).

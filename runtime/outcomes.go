@@ -121,6 +121,9 @@ type nodeStats struct {
 	failedAttempts atomic.Int64 // attempts that failed
 	retries        atomic.Int64 // attempts made again after a failure
 
+	delayed  atomic.Int64 // nanoseconds its messages waited because its kind delayed them (a rate limit)
+	delaying atomic.Int32 // its messages waiting so now
+
 	heldBack atomic.Int64           // nanoseconds its writers waited at capped topics (backpressure)
 	holding  atomic.Int32           // its writers waiting now
 	heldBy   atomic.Pointer[string] // the topic the latest of them waits for

@@ -187,6 +187,9 @@ func (r *runner) configureNodes() {
 		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
 			n.readCount = limit
 		}
+		if n.maxRead > 0 {
+			n.readCount = min(n.readCount, n.maxRead)
+		}
 		n.spanName = "process " + n.inputName()
 		n.startsTraces = n.input == nil || !written[n.input.Name]
 		n.claimIdle = claimIdle(n)

@@ -61,6 +61,10 @@ type NodeSummary struct {
 	// HeldBackBy names the topic one of them waits for now ("" when none waits).
 	HeldBack   time.Duration
 	HeldBackBy string
+	// Delayed is how long the node's messages waited because its kind delayed them (a rate_limit
+	// stage's messages over their limit), in all; Delaying counts those that wait now.
+	Delayed  time.Duration
+	Delaying int
 	// PausedSince is when the node's attempts began to fail transiently (its downstream went
 	// away), while they do; PausedBy is the last such failure. Zero and "" otherwise.
 	PausedSince time.Time
@@ -97,6 +101,7 @@ func nodeSummaries(nodes []*node, deadLetters *deadLetterLog) []NodeSummary {
 			Late: c.late, Duplicates: c.duplicates,
 			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: deadLetters.reasons(n.name),
 			CatchingUp: n.catchingUp(),
+			Delayed:    time.Duration(n.stats.delayed.Load()), Delaying: int(n.stats.delaying.Load()),
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {
 			ns.HeldBackBy = *by

@@ -1,11 +1,13 @@
 package stages
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/flowrun/flowrun/flow"
 )
@@ -25,9 +27,10 @@ type accumulator struct {
 	Best     any              `json:"best,omitempty"` // min or max so far
 	Distinct map[string]bool  `json:"d,omitempty"`
 	Counts   map[string]int64 `json:"c,omitempty"` // top_k
-	Value    any              `json:"v,omitempty"` // first or last
+	Value    any              `json:"v,omitempty"` // first or last; max_by or min_by
 	At       int64            `json:"at,omitempty"`
 	Set      bool             `json:"set,omitempty"` // Value (or Best) has been set
+	By       any              `json:"by,omitempty"`  // max_by and min_by: the BY of Value
 }
 
 // aggregateFunction is what one aggregate function does with an accumulator.
@@ -60,6 +63,8 @@ var aggregateFunctions = map[string]aggregateFunction{
 	"top_k":          {add: addToCounts, merge: mergeCounts, value: topK},
 	"first":          keptBy(func(at, keptAt int64) bool { return at < keptAt }),
 	"last":           keptBy(func(at, keptAt int64) bool { return at >= keptAt }),
+	"max_by":         pickedBy(1),
+	"min_by":         pickedBy(-1),
 }
 
 // aggregateField is one field of an aggregate's results, with its function.
@@ -131,6 +136,90 @@ func keptBy(wins func(at, keptAt int64) bool) aggregateFunction {
 		},
 		value: func(a *accumulator, _ flow.Aggregate) any { return a.Value },
 	}
+}
+
+// byArgs are the two arguments of max_by or min_by on one message, which the stage passes to add
+// as one value.
+type byArgs struct{ value, by any }
+
+// pickedBy is max_by (sign 1) or min_by (sign -1): the VALUE of the message whose (BY, VALUE) is the
+// largest or the smallest by compareValues, a total order, so that which message wins depends on
+// the messages only, never on their order of arrival or on how sessions merge. A message whose BY
+// is null does not count; its VALUE may be null. Values are kept as JSON decodes them (numbers as
+// float64), so that a comparison gives the same answer before and after the state is reloaded.
+func pickedBy(sign int) aggregateFunction {
+	keep := func(a *accumulator, v, by any) {
+		if !a.Set || sign*cmp.Or(compareValues(by, a.By), compareValues(v, a.Value)) > 0 {
+			a.Value, a.By, a.Set = v, by, true
+		}
+	}
+	return aggregateFunction{
+		add: func(a *accumulator, v any, _ int64) {
+			args, _ := v.(byArgs)
+			if args.by == nil {
+				return
+			}
+			keep(a, asDecoded(args.value), asDecoded(args.by))
+		},
+		merge: func(a, b *accumulator) {
+			if b.Set {
+				keep(a, b.Value, b.By)
+			}
+		},
+		value: func(a *accumulator, _ flow.Aggregate) any { return a.Value },
+	}
+}
+
+// compareValues orders any two values totally, for max_by and min_by: numbers (and strings that
+// hold one) before other values, and by value; other values by their text; values equal so far by
+// their JSON. Only values with the same JSON compare equal.
+func compareValues(v, w any) int {
+	fv, vNum := toOrderedFloat(v)
+	fw, wNum := toOrderedFloat(w)
+	switch {
+	case vNum && wNum:
+		if c := cmp.Compare(fv, fw); c != 0 {
+			return c
+		}
+	case vNum:
+		return -1
+	case wNum:
+		return 1
+	default:
+		if c := strings.Compare(fmt.Sprint(v), fmt.Sprint(w)); c != 0 {
+			return c
+		}
+	}
+	return strings.Compare(canonical(v), canonical(w))
+}
+
+// toOrderedFloat is toFloat without NaN, which no number is less or greater than.
+func toOrderedFloat(v any) (float64, bool) {
+	f, ok := toFloat(v)
+	return f, ok && !math.IsNaN(f)
+}
+
+// asDecoded is a value as it reads back from the state's JSON: a json.Number as float64, and a list
+// or an object through JSON, whose numbers may be json.Numbers.
+func asDecoded(v any) any {
+	switch x := v.(type) {
+	case nil, bool, string, float64:
+		return v
+	case json.Number:
+		if f, err := x.Float64(); err == nil {
+			return f
+		}
+		return x.String()
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	if json.Unmarshal(b, &out) != nil {
+		return v
+	}
+	return out
 }
 
 func addDistinct(a *accumulator, v any, _ int64) { a.Distinct = put(a.Distinct, canonical(v), true) }

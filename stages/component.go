@@ -158,6 +158,24 @@ type Env struct {
 	// Redact hides the pipeline's secrets (sensitive variables) in text, such as errors that may
 	// quote a URL with a token in it.
 	Redact func(string) string
+	// RateLimiter takes turns from the node's rate limits, which every process that runs the
+	// pipeline shares (kept in Redis, on the Clock's time); nil where the runtime offers none.
+	RateLimiter RateLimiter
+}
+
+// RateLimiter takes turns from a node's rate limits, one per limited key (Env.RateLimiter).
+type RateLimiter interface {
+	// Take takes a turn for one message from the limit of key: 0 when the message may go now, or
+	// how long to wait before asking again, having taken nothing. The limit lets Burst messages go
+	// at once after a quiet spell, and then one every Interval.
+	Take(ctx context.Context, key string, limit RateLimit) (wait time.Duration, err error)
+}
+
+// RateLimit is a rate limit as a RateLimiter applies it: one message every Interval, with bursts of
+// up to Burst (at least 1).
+type RateLimit struct {
+	Interval time.Duration
+	Burst    int64
 }
 
 // TableReader reads a table's rows (a table block, kept by its stage of kind flow.TableKind). Get

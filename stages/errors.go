@@ -111,3 +111,24 @@ func RetryAfter(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// delayError is what Delay returns.
+type delayError struct{ after time.Duration }
+
+func (e delayError) Error() string { return "delayed " + e.after.String() }
+
+// Delay says that the message may not go yet, which is no failure: the runtime attempts it again
+// after d, where it is (the messages behind it in its lane wait with it, and its partition's input is
+// held back), without counting a failed attempt or a retry. A rate limit returns it for a message
+// over its limit. The wait counts as the node's delayed time (the summary, the metrics, the live
+// page); a shutdown abandons the message, which is delivered again after the restart.
+func Delay(d time.Duration) error { return delayError{after: max(d, time.Nanosecond)} }
+
+// DelayOf reports whether err is a Delay, and for how long.
+func DelayOf(err error) (time.Duration, bool) {
+	var d delayError
+	if errors.As(err, &d) {
+		return d.after, true
+	}
+	return 0, false
+}

@@ -58,6 +58,11 @@ type StageTraits struct {
 	// filter's where, route's cases. What such a stage filters was refused there, and flowrun
 	// test's explanation of a missing message points at the block.
 	Conditional bool
+	// MaxRead, when above 0, is the most entries one read of the stage's input takes (and of the
+	// chain it is fused into). A stage commits its outputs with its batch, so a kind whose messages
+	// wait for their turn (rate_limit) reads no more than may go at once: what it passes on then
+	// leaves it at the pace it allows, not in one burst when a long batch ends.
+	MaxRead int
 }
 
 // SinkKind registers a kind of sink.

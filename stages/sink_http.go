@@ -19,7 +19,17 @@ const (
 	httpSinkFieldMethod  = "method"
 	httpSinkFieldHeaders = "headers"
 	httpSinkFieldTimeout = "timeout"
+	httpSinkBlockLimit   = "rate_limit"
 )
+
+// httpRateLimitSpec is the http sink's rate_limit block: the rate_limit stage's limit, on the
+// sink's requests.
+var httpRateLimitSpec = &flow.BlockSpec{
+	Type: httpSinkBlockLimit,
+	Doc: "Limits the sink's requests per key, across every process that runs the pipeline, as a rate_limit stage does: " +
+		"a message over the limit waits where it is for its turn, and is never dropped.",
+	Attributes: rateLimitAttributes("requests"),
+}
 
 // The http sink sends each message as a JSON request body. 2xx is success; 408, 429, 5xx and
 // network errors are transient (the sink pauses until the service is back); any other status fails
@@ -39,20 +49,36 @@ func init() {
 				{Name: httpSinkFieldHeaders, Type: flow.TypeStringMap, Doc: "Request headers, such as { Authorization = \"Bearer ${var.token}\" }."},
 				{Name: httpSinkFieldTimeout, Type: flow.TypeDuration, Default: 10 * time.Second, Doc: "How long one request may take."},
 			},
+			Blocks: []flow.NestedBlock{{Spec: httpRateLimitSpec, Max: 1}},
 			Example: `sink "webhook" {
   kind    = "http"
   input   = topic.alerts
   url     = var.webhook_url
   headers = { Authorization = "Bearer ${var.webhook_token}" }
 }`,
+			Check: func(c *flow.KindCheck) {
+				for _, l := range c.Config.Blocks(httpSinkBlockLimit) {
+					checkLimit(l, func(attribute, summary, format string, args ...any) {
+						c.BlockErrorf(httpSinkBlockLimit, attribute, summary, format, args...)
+					})
+				}
+			},
 		},
 		Traits: SinkTraits{Lanes: 8},
 		New: func(s *flow.Sink, env Env) (Sink, error) {
-			return &httpSink{
+			sink := &httpSink{
 				client: env.HTTPClient, clock: env.Clock, redact: env.Redact,
 				url: s.Config.String(httpSinkFieldURL), method: s.Config.String(httpSinkFieldMethod),
 				headers: s.Config.StringMap(httpSinkFieldHeaders), timeout: s.Config.Duration(httpSinkFieldTimeout),
-			}, nil
+			}
+			if limits := s.Config.Blocks(httpSinkBlockLimit); len(limits) > 0 {
+				if env.RateLimiter == nil {
+					return nil, fmt.Errorf("sink %s: a rate_limit block needs the runtime's rate limits (Env.RateLimiter), which this runtime does not offer", s.Name)
+				}
+				l := newKeyedLimit(limits[0], env.RateLimiter)
+				sink.limit = &l
+			}
+			return sink, nil
 		},
 	})
 }
@@ -65,11 +91,17 @@ type httpSink struct {
 	headers map[string]string
 	timeout time.Duration
 	redact  func(string) string // hides secrets (a token in the URL) in errors
+	limit   *keyedLimit         // the rate_limit block's; nil without one
 }
 
 func (s *httpSink) Timeout() time.Duration { return s.timeout }
 
 func (s *httpSink) Deliver(ctx context.Context, m *Message, out []Write) ([]Write, error) {
+	if s.limit != nil {
+		if err := s.limit.take(ctx, m); err != nil {
+			return out, err // a Delay: the runtime waits, and delivers it again
+		}
+	}
 	payload, err := m.Payload()
 	if err != nil {
 		return out, err

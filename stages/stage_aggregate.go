@@ -90,7 +90,9 @@ var aggregateSpec = &flow.Kind{
 		{
 			Name: aggregateFieldAggregate, Type: flow.TypeAggregates, Required: true, Roots: []string{"msg"}, Deterministic: true,
 			Doc: "The fields of the result: count(), sum(x), min(x), max(x), avg(x), count_distinct(x), top_k(x, k) " +
-				"(the k most frequent values, most frequent first), first(x) and last(x) (by event time).",
+				"(the k most frequent values, most frequent first), first(x) and last(x) (by event time), " +
+				"max_by(x, by) and min_by(x, by) (x of the message with the largest or smallest by; " +
+				"on a tie in by, the largest or smallest x; a message whose by is null does not count).",
 		},
 		maxKeysAttribute("groups with open windows", "A group counts until its last window's timer fires, at the end of the batch whose watermark closed it."),
 	},
@@ -238,6 +240,13 @@ func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out 
 			return out, evalError(err)
 		}
 		values[i] = v.Interface()
+		if f.By != nil {
+			by, err := f.By.Eval(&expr.Env{Msg: m.Value})
+			if err != nil {
+				return out, evalError(err)
+			}
+			values[i] = byArgs{value: values[i], by: by.Interface()}
+		}
 	}
 	a := &adding{st: st, group: group, at: at.UnixMilli(), watermark: watermark.UnixMilli(), values: values}
 	if s.session {

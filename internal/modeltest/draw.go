@@ -451,6 +451,8 @@ func (g *generator) aggregate(st *Stage, level int) {
 			{Name: "first_id", Func: "first", Arg: field("id")},
 			{Name: "last_id", Func: "last", Arg: field("id")},
 			{Name: "top", Func: "top_k", Arg: field("region"), K: 2},
+			{Name: "top_user", Func: "max_by", Arg: field("user"), By: field("v")},
+			{Name: "low_id", Func: "min_by", Arg: field("id"), By: field("v")},
 		}
 		for _, a := range more {
 			if g.r.IntN(3) == 0 {
@@ -466,7 +468,8 @@ func (g *generator) aggregate(st *Stage, level int) {
 		st.Aggregates = append(st.Aggregates,
 			Aggregate{Name: "total", Func: "sum", Arg: field("n")},
 			Aggregate{Name: "most", Func: "max", Arg: field("n")},
-			Aggregate{Name: "keys", Func: "count_distinct", Arg: field("key")})
+			Aggregate{Name: "keys", Func: "count_distinct", Arg: field("key")},
+			Aggregate{Name: "busiest", Func: "max_by", Arg: field("key"), By: field("n")})
 	}
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+g.r.IntN(hi-lo+1)) * time.Millisecond }
 	switch g.r.IntN(3) {

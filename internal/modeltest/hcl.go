@@ -93,6 +93,8 @@ func (d *Draw) HCL(f Files) string {
 				switch {
 				case a.Arg == nil:
 					w("    %s = %s()\n", a.Name, a.Func)
+				case a.By != nil:
+					w("    %s = %s(%s, %s)\n", a.Name, a.Func, a.Arg.HCL, a.By.HCL)
 				case a.Func == "top_k":
 					w("    %s = top_k(%s, %d)\n", a.Name, a.Arg.HCL, a.K)
 				default:

@@ -222,6 +222,10 @@ func aggregate(s *Stage, in []item) []item {
 func result(s *Stage, w *window) Message {
 	r := Message{"key": w.group, "window": map[string]any{"start": formatTime(w.start), "end": formatTime(w.end)}}
 	for _, a := range s.Aggregates {
+		if a.By != nil {
+			r[a.Name] = pickBy(a, w.items)
+			continue
+		}
 		var values []any
 		var times []int64
 		for i, it := range w.items {
@@ -237,6 +241,32 @@ func result(s *Stage, w *window) Message {
 		r[a.Name] = compute(a, values, times)
 	}
 	return r
+}
+
+// pickBy is max_by or min_by over a window's messages, as docs/language.md says: the value of the
+// message with the largest (smallest) BY, and of those, the largest (smallest) value. The model's
+// BYs are numbers and its values strings, which order by value and by text.
+func pickBy(a Aggregate, items []item) any {
+	var pick string
+	var by float64
+	found := false
+	for _, it := range items {
+		b, v := a.By.Eval(it.msg), a.Arg.Eval(it.msg).(string)
+		if b == nil {
+			continue
+		}
+		order := cmp.Or(cmp.Compare(num(b), by), cmp.Compare(v, pick))
+		if a.Func == "min_by" {
+			order = -order
+		}
+		if !found || order > 0 {
+			pick, by, found = v, num(b), true
+		}
+	}
+	if !found {
+		return nil
+	}
+	return pick
 }
 
 // compute is one aggregate function over a window's values, as docs/reference.md describes them.

@@ -111,9 +111,10 @@ type Window struct {
 // Aggregate is one field of an aggregate's results: Func over Arg (nil for count).
 type Aggregate struct {
 	Name string
-	Func string // count, sum, min, max, avg, count_distinct, first, last or top_k
+	Func string // count, sum, min, max, avg, count_distinct, first, last, top_k, max_by or min_by
 	Arg  *Expr
-	K    int // top_k
+	K    int   // top_k
+	By   *Expr // max_by and min_by
 }
 
 // Sink writes what it reads to a Redis stream of the test's, named by Draw.SinkStream.

@@ -51,6 +51,29 @@ var mutations = []mutation{
 		packages: []string{"./transport/redis"},
 	},
 
+	// Rate limits: a limit delays, never drops, and holds.
+	{
+		name: "rate-limit-not-delayed", why: "a message over its rate limit goes at once instead of waiting for its turn",
+		file: "stages/stage_rate_limit.go", find: `		return Delay(wait)`, replace: `		return nil`,
+		packages: []string{"./stages"},
+	},
+	{
+		name: "rate-limit-batch-at-once", why: "a rate limit passes a long batch on at its end, a backlog at once instead of at the limit's pace",
+		file: "runtime/runner.go", find: `		if n.maxRead > 0 {`, replace: `		if false {`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "delay-drops", why: "a message a rate limit delayed is dropped (filtered) instead of waiting",
+		file: "runtime/layer_retry.go", find: `				attempts--
+				continue`, replace: `				return result{outs: buf[start:start:start]}, buf, nil`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "rate-limit-unlimited", why: "a rate limit lets every message go at once",
+		file: "transport/redis/ratelimit.go", find: `if at > now then`, replace: `if false then`,
+		packages: []string{"./transport/redis"},
+	},
+
 	// Retries and poison messages.
 	{
 		name: "retry-move-without-ack", why: "a message moved to the retry set stays pending too, and is processed twice",

@@ -298,12 +298,14 @@
         f.dead_letters.classList.toggle('hot', n.dead_letters > 0);
       }
       // A node that waits says so in place of its description: paused (its downstream fails
-      // transiently) or held back (a topic it writes is at its max_lag).
+      // transiently), held back (a topic it writes is at its max_lag) or delayed (a rate limit).
       let waiting = '';
       if (n.paused) {
         waiting = 'paused: ' + n.paused.reason;
       } else if (n.held_back_by) {
         waiting = 'held back: topic ' + n.held_back_by + ' is full';
+      } else if (n.delaying) {
+        waiting = 'rate limit: ' + n.delaying + ' waiting';
       }
       f.detail.textContent = shorten(waiting || n.detail, 34);
       f.detail.classList.toggle('waiting', !!waiting);

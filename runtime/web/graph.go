@@ -80,6 +80,10 @@ type nodeJSON struct {
 	// HeldBackSeconds is how long its writers waited for capped topics, in all.
 	HeldBackBy      string  `json:"held_back_by,omitempty"`
 	HeldBackSeconds float64 `json:"held_back_seconds,omitempty"`
+	// Delaying counts the node's messages that wait now because its kind delayed them (a rate
+	// limit); DelayedSeconds is how long its messages waited so, in all.
+	Delaying       int     `json:"delaying,omitempty"`
+	DelayedSeconds float64 `json:"delayed_seconds,omitempty"`
 	// Watermark is a stateful stage's own watermark per partition of its input, as of the last
 	// poll, when this process runs the stage.
 	Watermark *watermarkJSON `json:"watermark,omitempty"`
@@ -313,6 +317,7 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 				n.Paused = &pausedJSON{Since: c.PausedSince, Reason: g.plan.Redact(c.PausedBy)}
 			}
 			n.HeldBackBy, n.HeldBackSeconds = c.HeldBackBy, c.HeldBack.Seconds()
+			n.Delaying, n.DelayedSeconds = c.Delaying, c.Delayed.Seconds()
 		}
 		if d, ok := s.DeadLetters[vn.name]; ok && vn.typ != "topic" {
 			n.DeadLetters = &d

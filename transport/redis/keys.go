@@ -29,6 +29,7 @@ import (
 //	<prefix>:source:{<source>}:lease               string: lease of a source that produces
 //	<prefix>:source:{<source>}:position            string: how far a file source has read
 //	<prefix>:{<stream tag>}:lease:<source>         string: lease of a redis_stream source
+//	<prefix>:ratelimit:<stage>:<key>               string: a rate limit's next time (one key per limited key)
 //
 // The consumer group of a stage on each of its input partitions is named after the stage.
 // Topic and stage names are HCL identifiers (see ValidName), so they cannot contain braces or
@@ -107,6 +108,13 @@ func LeaseCommit(leaseKey string) string { return leaseKey + ":commit" }
 // Retry returns the key of the sorted set of retries that stage has scheduled for entries of
 // partition p of its input topic: "<prefix>:{<topic>:<p>}:retry:<stage>". It shares the tag of
 // the input stream, so a script can move an entry there and ack it atomically.
+// RateLimit returns the key of the rate limit of a stage or sink (node) for one limited key:
+// "<prefix>:ratelimit:<node>:<key>". Its script touches it alone, so it needs no hash tag of ours;
+// a key that holds braces puts it in the slot of what they enclose, which changes nothing.
+func (k Keys) RateLimit(node, key string) string {
+	return k.Prefix + ":ratelimit:" + node + ":" + key
+}
+
 func (k Keys) Retry(topic string, partition int, stage string) string {
 	return k.Stream(topic, partition) + ":retry:" + stage
 }
