@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
@@ -298,5 +301,56 @@ sink "out" {
 	wholeOnce(t, got, "fills", 40, 1)
 	if len(got["refused"]) != 0 {
 		t.Errorf("the refused request wrote %d messages", len(got["refused"]))
+	}
+}
+
+// A request's traceparent starts its messages' traces: each message's send span is a child of the
+// caller's span, and the sink's span continues the same trace. Without one, each message starts a
+// trace of its own.
+func TestHTTPServerSourceContinuesTheCallersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	c := server.open(t)
+	addr := freeAddr(t)
+	plan := buildSource(t, webhooksPipeline(addr, "at_least_once", ""))
+	svc := startService(t, c, plan, runtime.Options{TracerProvider: tp})
+	url := "http://" + addr + "/events"
+	waitFor(t, "the source to listen", func() bool { return strings.Contains(svc.log.String(), "taking messages over HTTP") })
+
+	const traceID, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("{\"req\":\"traced\",\"i\":0,\"k\":\"a\"}\n{\"req\":\"traced\",\"i\":1,\"k\":\"b\"}"))
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	req.Header.Set("traceparent", "00-"+traceID+"-"+callerSpan+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	waitFor(t, "the sink's spans", func() bool {
+		n := 0
+		for _, s := range rec.Ended() {
+			if s.Name() == "process events" && s.SpanContext().TraceID().String() == traceID {
+				n++
+			}
+		}
+		return n == 2
+	})
+	sends := 0
+	for _, s := range rec.Ended() {
+		if s.Name() != "send events" {
+			continue
+		}
+		sends++
+		if s.SpanContext().TraceID().String() != traceID || s.Parent().SpanID().String() != callerSpan || !s.Parent().IsRemote() {
+			t.Errorf("a send span in trace %s with parent %s, want trace %s under the caller's span %s",
+				s.SpanContext().TraceID(), s.Parent().SpanID(), traceID, callerSpan)
+		}
+	}
+	if sends != 2 {
+		t.Errorf("%d send spans, want 2", sends)
 	}
 }
