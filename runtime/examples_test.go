@@ -51,6 +51,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("enrich", func(t *testing.T) { checkEnrich(t, c, opts) })
 			t.Run("fraud", func(t *testing.T) { checkFraud(t, c, opts) })
 			t.Run("throttle", func(t *testing.T) { checkThrottle(t, c, opts) })
+			t.Run("webhooks", func(t *testing.T) { checkWebhooks(t, c, opts) })
 		})
 	}
 }
@@ -61,7 +62,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true, "webhooks": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -70,6 +71,67 @@ func TestEveryExampleIsCovered(t *testing.T) {
 			t.Errorf("example %s has no end-to-end test in TestExamplesRunEndToEnd", e.Name())
 		}
 	}
+}
+
+// checkWebhooks runs the webhooks example as a service (its source never ends) and posts the shop's
+// events to it: JSON lines, an array and single objects, and the first request twice with its
+// idempotency key, which effectively-once delivery writes once. The paid orders arrive enriched.
+func checkWebhooks(t *testing.T, c *redis.Client, opts runtime.Options) {
+	out := filepath.Join(t.TempDir(), "paid.jsonl")
+	addr := freeAddr(t)
+	plan := build(t, filepath.Join(examples, "webhooks"), "address="+addr, "output="+out, "token=t0ken")
+	svc := startService(t, c, plan, opts)
+	url := "http://" + addr + "/orders"
+	waitFor(t, "the source to listen", func() bool { return strings.Contains(svc.log.String(), "taking messages over HTTP") })
+
+	const n = 60
+	events := make([]string, n)
+	var want []map[string]any
+	currencies := []string{"EUR", "GBP", "USD"}
+	vat := map[string]float64{"EUR": 0.2, "GBP": 0.2, "USD": 0}
+	for i := range n {
+		event := []string{"order.created", "order.paid", "order.shipped"}[i/20]
+		order, currency := fmt.Sprintf("o%d", i%20), currencies[i%3]
+		cents := 100*(i+1) + 25*(i%4) // quarters: exact in binary, so rounding agrees
+		events[i] = fmt.Sprintf(`{"event":%q,"order_id":%q,"customer":" Cust%d ","amount":"%d.%02d","currency":%q}`,
+			event, order, i%5, cents/100, cents%100, currency)
+		if event == "order.paid" {
+			want = append(want, map[string]any{"order_id": order, "customer": fmt.Sprintf("cust%d", i%5), "currency": currency,
+				"amount_cents": float64(cents), "vat_cents": math.Floor(float64(cents)*vat[currency] + 0.5)})
+		}
+	}
+	post := func(contentType, body, key string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Authorization", "Bearer t0ken")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("%s request: %d %s", contentType, resp.StatusCode, b)
+		}
+	}
+	lines := strings.Join(events[:30], "\n")
+	post("application/x-ndjson", lines, "first-30")
+	post("application/x-ndjson", lines, "first-30") // a client's retry: written once
+	post("application/json", "["+strings.Join(events[30:50], ",")+"]", "")
+	for _, e := range events[50:] {
+		post("application/json", e, "")
+	}
+	waitFor(t, "the paid orders", func() bool { return len(jsonLines(t, readFileIfAny(t, out))) >= len(want) })
+	svc.stop()
+	got := jsonLines(t, readFile(t, out))
+	sameMessages(t, "paid orders", got, want)
 }
 
 // checkFanout runs the keyed fan-out: 200 generated events routed by type.

@@ -202,8 +202,8 @@ func (r *runner) checkJob() error {
 	if r.opts.UntilDrained {
 		for _, p := range r.producers {
 			if !p.finite {
-				return &ConfigError{fmt.Sprintf("--until-drained: source %q never ends (a generate source without count); "+
-					"give it a count or run the pipeline as a service", p.node.name)}
+				return &ConfigError{fmt.Sprintf("--until-drained: source %q never ends (a %s source as configured); "+
+					"give it an end, such as a generate source's count, or run the pipeline as a service", p.node.name, p.node.kind)}
 			}
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime/backpressure"
 	"github.com/flowrun/flowrun/stages"
@@ -184,16 +186,9 @@ type emitter struct {
 }
 
 func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) error {
-	n := e.src.node
-	span, tc := e.r.tracing.startSend(ctx, n, e.src.output.Name)
+	it, span, err := e.item(ctx, &m, at)
 	if span != nil {
 		defer span.End()
-	}
-	out, err := e.r.topicOutput(n, &message{id: at.ID, out: tc}, e.src.output, &m, 0, e.src.spread.next(at.ID))
-	if err == nil {
-		if size, limit := redis.EntrySize(out.Entry), e.r.maxMessageSize(); size > limit {
-			err = stages.Permanent(fmt.Errorf("the message's entry is %d bytes, more than max_message_size (%d bytes)", size, limit))
-		}
 	}
 	if err != nil {
 		if !stages.IsPermanent(err) {
@@ -201,11 +196,128 @@ func (e *emitter) Emit(ctx context.Context, m stages.Message, at stages.Origin) 
 		}
 		return e.Reject(ctx, err, m, at)
 	}
+	return e.w.add(ctx, it)
+}
+
+// item makes the entry of a message for the source's topic, under the producer span it starts
+// (nil when the message is not traced), which the caller ends. A permanent error is about the
+// message: it cannot be passed on.
+func (e *emitter) item(ctx context.Context, m *stages.Message, at stages.Origin) (sourceItem, trace.Span, error) {
+	n := e.src.node
+	span, tc := e.r.tracing.startSend(ctx, n, e.src.output.Name)
+	out, err := e.r.topicOutput(n, &message{id: at.ID, out: tc}, e.src.output, m, 0, e.src.spread.next(at.ID))
+	if err == nil {
+		if size, limit := redis.EntrySize(out.Entry), e.r.maxMessageSize(); size > limit {
+			err = stages.Permanent(fmt.Errorf("the message's entry is %d bytes, more than max_message_size (%d bytes)", size, limit))
+		}
+	}
+	if err != nil {
+		return sourceItem{}, span, err
+	}
 	it := sourceItem{out: out, position: at.Position}
 	if e.src.time != nil {
-		it.times = e.src.time.measure(&m)
+		it.times = e.src.time.measure(m)
 	}
-	return e.w.add(ctx, it)
+	return it, span, nil
+}
+
+// EmitAll queues the messages as one group, which the writer writes in one batch, and waits until
+// it is written (see stages.Emitter). It refuses at once, queueing nothing, while Redis is failing
+// or a partition the messages go to is at its max_lag: a source that answers clients has them come
+// back later instead of holding them.
+func (e *emitter) EmitAll(ctx context.Context, ms []stages.Message, at []stages.Origin) ([]string, error) {
+	if len(ms) != len(at) {
+		return nil, fmt.Errorf("EmitAll: %d messages and %d origins", len(ms), len(at))
+	}
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	if _, failing := e.r.outage.Failing(); failing {
+		return nil, stages.ErrUnavailable
+	}
+	g := newSourceGroup(len(ms))
+	spans := make([]trace.Span, 0, len(ms))
+	defer func() {
+		for _, s := range spans {
+			s.End()
+		}
+	}()
+	for i := range ms {
+		it, span, err := e.item(ctx, &ms[i], at[i])
+		if span != nil {
+			spans = append(spans, span)
+		}
+		if err != nil {
+			if stages.IsPermanent(err) {
+				err = &stages.EmitError{Index: i, Err: err}
+			}
+			return nil, err
+		}
+		it.group, it.index = g, i
+		g.items[i] = it
+	}
+	if err := e.admit(ctx, g); err != nil {
+		return nil, err
+	}
+	if err := e.w.addAll(ctx, g); err != nil {
+		g.release()
+		if errors.Is(err, errWriterStopped) {
+			err = stages.ErrUnavailable
+		}
+		return nil, err
+	}
+	select {
+	case <-g.written:
+		return g.ids, nil
+	case <-g.failed:
+	case <-e.w.stopped:
+	case <-ctx.Done():
+	}
+	select {
+	case <-g.written: // written meanwhile
+		return g.ids, nil
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, stages.ErrUnavailable
+}
+
+// admit lets a group's entries through the gates of their partitions, or none of them while one
+// is at its topic's max_lag (stages.ErrTopicFull): it does not wait.
+func (e *emitter) admit(ctx context.Context, g *sourceGroup) error {
+	bp := e.r.backpressure
+	var want map[*backpressure.Gate]int64
+	for i := range g.items {
+		if gate := bp.Gate(g.items[i].out.Stream); gate != nil {
+			if want == nil {
+				want = map[*backpressure.Gate]int64{}
+			}
+			want[gate]++
+		}
+	}
+	admitted := make([]*backpressure.Gate, 0, len(want))
+	undo := func() {
+		for _, gate := range admitted {
+			gate.Dropped(want[gate])
+		}
+	}
+	for gate, n := range want {
+		ok, err := bp.TryAdmit(ctx, gate, n)
+		if err != nil || !ok {
+			undo()
+			if err == nil {
+				err = stages.ErrTopicFull
+			}
+			return err
+		}
+		admitted = append(admitted, gate)
+	}
+	for i := range g.items {
+		g.items[i].gate = bp.Gate(g.items[i].out.Stream)
+	}
+	return nil
 }
 
 // Reject dead-letters a message the source cannot pass on, such as a line that is not JSON, with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/runtime/backpressure"
@@ -18,6 +19,11 @@ import (
 // instead of piling messages up in memory. Only written entries are counted: a source's in is what
 // it produced and Redis took, its out the messages written to its topic, its dead letters what it
 // rejected (outcomes.go).
+//
+// A group of entries that a source emits together (stages.Emitter.EmitAll, source_produce.go) is
+// queued as one item and written in one batch, whatever the batch size: one transaction on a single
+// server. The writer tells the group's waiter once the batch is written, with the entries' IDs, and
+// when an attempt to write it fails; it goes on trying either way, as for any batch.
 
 const (
 	// sourceLinger bounds how long an entry waits for others to share its batch, so that a slow
@@ -43,6 +49,37 @@ type sourceItem struct {
 	gate     *backpressure.Gate // the cap of the partition it goes to, if any: it was let through
 	// times are its event times, per domain of the source's watermarks (source_time.go).
 	times []int64
+	// group is the group the entry belongs to (EmitAll), and index its place there; nil for Emit.
+	group *sourceGroup
+	index int
+	// all, when set, makes the item stand for a whole group in the writer's queue: the writer puts
+	// the group's entries in its batch at once. Its other fields are unused.
+	all *sourceGroup
+}
+
+// sourceGroup is the entries of one EmitAll call, and how writing them went.
+type sourceGroup struct {
+	items []sourceItem
+	ids   []string // the entries' IDs, set before written closes
+	// written is closed once the batch that holds the group is written; failed when an attempt
+	// to write it fails (the writer tries again: it may still be written).
+	written    chan struct{}
+	failed     chan struct{}
+	failedOnce sync.Once
+}
+
+func newSourceGroup(n int) *sourceGroup {
+	return &sourceGroup{items: make([]sourceItem, n), ids: make([]string, n),
+		written: make(chan struct{}), failed: make(chan struct{})}
+}
+
+// release tells the gates that the group's entries, let through, will not be written.
+func (g *sourceGroup) release() {
+	for _, it := range g.items {
+		if it.gate != nil {
+			it.gate.Dropped(1)
+		}
+	}
 }
 
 // sourceWriter writes a producing source's entries.
@@ -79,6 +116,22 @@ func (w *sourceWriter) add(ctx context.Context, it sourceItem) error {
 	case <-w.stopped:
 		return errWriterStopped
 	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// addAll queues a group of entries, let through their gates already, as one item; while the
+// writer is behind it waits, until ctx ends. On an error nothing of the group is queued.
+func (w *sourceWriter) addAll(ctx context.Context, g *sourceGroup) error {
+	w.src.unwritten.Add(int64(len(g.items)))
+	select {
+	case w.items <- sourceItem{all: g}:
+		return nil
+	case <-w.stopped:
+		w.src.unwritten.Add(-int64(len(g.items)))
+		return errWriterStopped
+	case <-ctx.Done():
+		w.src.unwritten.Add(-int64(len(g.items)))
 		return ctx.Err()
 	}
 }
@@ -129,6 +182,9 @@ func (w *sourceWriter) run() error {
 // append adds an entry to the batch once its partition has room (backpressure). While it has none,
 // the batch so far is written first: it holds back nothing of what waits.
 func (w *sourceWriter) append(batch []sourceItem, it sourceItem) ([]sourceItem, error) {
+	if it.all != nil {
+		return append(batch, it.all.items...), nil // let through by EmitAll, whole
+	}
 	if it.rejected {
 		return append(batch, it), nil
 	}
@@ -195,20 +251,29 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			}
 			args.Lease = &lease
 		}
+		var ids []string
 		var err error
 		if t := w.src.time; t != nil {
-			err = t.write(batch, &args, func() error { _, err := r.rdb.Commit(r.hard, args); return err })
+			err = t.write(batch, &args, func() (err error) { ids, err = r.rdb.Commit(r.hard, args); return err })
 		} else {
-			_, err = r.rdb.Commit(r.hard, args)
+			ids, err = r.rdb.Commit(r.hard, args)
 		}
 		switch {
 		case err == nil:
 			r.outage.OK()
 			n.stats.count(&written)
 			w.src.unwritten.Add(-int64(len(batch)))
-			for _, it := range batch {
+			for i, it := range batch {
 				if it.gate != nil {
 					it.gate.Written(1)
+				}
+				if g := it.group; g != nil {
+					if i < len(ids) {
+						g.ids[it.index] = ids[i]
+					}
+					if it.index == len(g.items)-1 { // a group is in one batch, in order
+						close(g.written)
+					}
 				}
 			}
 			return nil
@@ -226,6 +291,11 @@ func (w *sourceWriter) write(batch []sourceItem) error {
 			return fmt.Errorf("the drain time ran out before %d messages could be written, %s (%w)", len(batch), w.src.onRestart(), err)
 		}
 		r.outage.Failed("source "+n.name+" writing its messages", err)
+		for _, it := range batch {
+			if g := it.group; g != nil && it.index == 0 {
+				g.failedOnce.Do(func() { close(g.failed) })
+			}
+		}
 		b.wait(r.hard, r.clock, &r.jitter)
 	}
 }

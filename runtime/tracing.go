@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -133,8 +134,24 @@ func (t tracing) endProcess(span trace.Span, res result, err error) {
 
 // startSend starts the producer span of a source writing a new message to a topic, and returns the
 // trace context the message's entry carries: none without tracing or when the trace is not sampled.
+//
+// A source that got trace context from its caller (stages.ContextWithTrace: an HTTP request's
+// traceparent) continues the caller's trace: the span is a child of the caller's, and without
+// tracing, or when the caller's trace is not sampled, the message carries the caller's trace
+// context as it came (an invalid one is ignored).
 func (t tracing) startSend(ctx context.Context, n *node, topic string) (trace.Span, traceContext) {
-	if t.tracer == nil || t.dropsRoot() {
+	caller := false
+	if parent, state := stages.TraceFrom(ctx); parent != "" {
+		tc := traceContext{parent: parent, state: state}
+		remote := trace.SpanContextFromContext(t.prop.Extract(ctx, carrier{&tc}))
+		if remote.IsValid() {
+			if t.tracer == nil || !remote.IsSampled() {
+				return nil, tc
+			}
+			ctx, caller = trace.ContextWithRemoteSpanContext(ctx, remote), true
+		}
+	}
+	if t.tracer == nil || (!caller && t.dropsRoot()) {
 		return nil, traceContext{}
 	}
 	ctx, span := t.tracer.Start(ctx, "send "+topic,

@@ -82,6 +82,23 @@ type Source interface {
 type Emitter interface {
 	// Emit passes m on to the source's output topic.
 	Emit(ctx context.Context, m Message, at Origin) error
+	// EmitAll passes ms on to the source's output topic together, ms[i] named by at[i], and
+	// returns the IDs of their entries, in order, once Redis has every one of them: for a source
+	// that answers its own client only then (an HTTP request). The messages go in one batch of
+	// the source's writer, which is one transaction on a single Redis server; and under
+	// effectively-once delivery a message whose ID was written is not written again, and gets the
+	// ID of the entry written first.
+	//
+	// Unlike Emit it does not hold the source back; it refuses instead, and the source tells its
+	// client to come back later. Refused before anything is queued: a message that cannot be
+	// passed on (an *EmitError, whose Err is Permanent: it names the message; nothing is
+	// dead-lettered), ErrTopicFull while a partition the messages go to is at its topic's
+	// max_lag, ErrUnavailable while Redis is failing. ErrUnavailable is also returned when an
+	// attempt to write the messages failed, or the source's writer stopped, and ctx's error when
+	// ctx ends first: then the messages may still be written, all of them on a single server,
+	// later, as the writer tries again until Redis takes them (so a client repeats such a call
+	// with the same IDs, which effectively-once delivery writes once).
+	EmitAll(ctx context.Context, ms []Message, at []Origin) (ids []string, err error)
 	// Reject dead-letters what cannot become a message (a line that is not JSON), with why.
 	Reject(ctx context.Context, reason error, m Message, at Origin) error
 	// Resume returns the position the source recorded with the last message written (Origin's

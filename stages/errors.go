@@ -132,3 +132,22 @@ func DelayOf(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// What Emitter.EmitAll refuses with, having queued nothing (ErrUnavailable: or after an attempt to
+// write failed, see EmitAll).
+var (
+	// ErrTopicFull: a partition the messages go to is at its topic's max_lag.
+	ErrTopicFull = errors.New("the output topic is full (its max_lag)")
+	// ErrUnavailable: Redis is failing, or the source is stopping.
+	ErrUnavailable = errors.New("the messages cannot be written now: Redis is failing or the source is stopping")
+)
+
+// EmitError is Emitter.EmitAll's refusal of one of its messages (too large, a key that cannot be
+// computed): none of them was queued.
+type EmitError struct {
+	Index int // the message's index in the call
+	Err   error
+}
+
+func (e *EmitError) Error() string { return e.Err.Error() }
+func (e *EmitError) Unwrap() error { return e.Err }

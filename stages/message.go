@@ -73,6 +73,32 @@ func (m *Message) Decode() error {
 // than MaxDepth deep.
 func DecodePayload(payload []byte) (map[string]any, error) { return decodePayload(payload, false) }
 
+// CheckPayload checks a payload by DecodePayload's rules (a JSON object, valid UTF-8, nested at most
+// MaxDepth deep) without decoding it: for a source that refuses what it cannot pass on before it
+// passes anything on.
+func CheckPayload(payload []byte) error {
+	if err := jsonscan.Check(payload); err != nil {
+		return Permanent(fmt.Errorf("payload is %w", err))
+	}
+	if !gjson.ValidBytes(payload) {
+		return invalidPayload(payload)
+	}
+	if c := firstByte(payload); c != '{' {
+		return Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(c)))
+	}
+	return nil
+}
+
+// firstByte returns the first byte of a valid JSON text that is not white space.
+func firstByte(p []byte) byte {
+	for _, c := range p {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return c
+		}
+	}
+	return 0
+}
+
 // decodePayload is DecodePayload, without the checks of a payload that was checked (checked).
 func decodePayload(payload []byte, checked bool) (map[string]any, error) {
 	if !checked {

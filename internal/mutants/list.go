@@ -122,11 +122,36 @@ var mutations = []mutation{
 	// Sources.
 	{
 		name: "source-drops-failed-batch", why: "a source's batch that Redis refused is dropped instead of written again",
-		file: "runtime/source_write.go", find: `		r.outage.Failed("source "+n.name+" writing its messages", err)
-		b.wait(r.hard, r.clock, &r.jitter)`,
+		file: "runtime/source_write.go", find: `		b.wait(r.hard, r.clock, &r.jitter)`,
 		replace: `		_ = b
 		return nil`,
 		packages: []string{"./runtime"},
+	},
+	{
+		name: "group-answered-before-written", why: "an http_server request is answered 202 before Redis has its messages, which a crash or an outage then loses",
+		file: "runtime/source_produce.go", find: `	select {
+	case <-g.written:
+		return g.ids, nil
+	case <-g.failed:`,
+		replace: `	select {
+	default:
+		return g.ids, nil
+	case <-g.written:
+		return g.ids, nil
+	case <-g.failed:`,
+		packages: []string{"./runtime"},
+	},
+	{
+		name: "http-request-unchecked", why: "an http_server request with an invalid line is passed on: part of it is written, and the rest is dead-lettered downstream",
+		file: "stages/source_http_server.go", find: `		if err := CheckPayload(p.payload); err != nil {`,
+		replace:  `		if err := CheckPayload(p.payload); err != nil && false {`,
+		packages: []string{"./stages", "./runtime"},
+	},
+	{
+		name: "http-token-ignored", why: "an http_server source with an auth_token takes requests without it",
+		file: "stages/source_http_server.go", find: `if subtle.ConstantTimeCompare(got[:], s.token) != 1 {`,
+		replace:  `if subtle.ConstantTimeCompare(got[:], s.token) != 1 && false {`,
+		packages: []string{"./stages"},
 	},
 	{
 		name: "source-counts-before-write", why: "a source counts a message as produced before Redis has it",
