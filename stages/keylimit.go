@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/flowrun/flowrun/flow"
 )
@@ -19,6 +20,16 @@ import (
 // an aggregate stage's groups with open windows, in decimal. It begins with a NUL byte, as the
 // runtime's own fields do, so that no key of the kinds can be it (flowrun inspect --state reads it).
 const KeyCountKey = "\x00keys"
+
+// checkStateKey refuses a key of a message that would be one of the state entries that are
+// flowrun's own (those that begin with a NUL byte, KeyCountKey among them): the message would
+// overwrite them. It is a permanent error: the same message has the same key on every attempt.
+func checkStateKey(key string) error {
+	if strings.HasPrefix(key, "\x00") {
+		return Permanent(fmt.Errorf("the key %q begins with a NUL byte: the state entries that do are flowrun's own", key))
+	}
+	return nil
+}
 
 // maxKeysField is the attribute of the kinds that bound their keys.
 const maxKeysField = "max_keys"

@@ -2,7 +2,6 @@ package stages
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -90,8 +89,8 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 	if err != nil {
 		return out, evalError(err)
 	}
-	if strings.HasPrefix(key, "\x00") {
-		return out, Permanent(fmt.Errorf("the key %q begins with a NUL byte: the state entries that do are flowrun's own", key))
+	if err := checkStateKey(key); err != nil {
+		return out, err
 	}
 	at, err := EventTime(s.eventTime, m)
 	if err != nil {

@@ -354,10 +354,7 @@ func (s *patternStage) keyOf(m *Message) (string, error) {
 	if err != nil {
 		return "", evalError(err)
 	}
-	if strings.HasPrefix(key, "\x00") {
-		return "", Permanent(fmt.Errorf("the key %q begins with a NUL byte: the state entries that do are flowrun's own", key))
-	}
-	return key, nil
+	return key, checkStateKey(key)
 }
 
 func (s *patternStage) load(ctx context.Context, st State, key string) (*patternKey, bool, error) {

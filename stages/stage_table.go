@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/flowrun/flowrun/flow"
@@ -67,8 +66,8 @@ func (t *tableStage) Process(ctx context.Context, st State, m *Message, out []Ou
 	if key == "" {
 		return out, Permanent(errNoRowKey)
 	}
-	if strings.HasPrefix(key, "\x00") {
-		return out, Permanent(fmt.Errorf("the key %q begins with a NUL byte: the state entries that do are flowrun's own", key))
+	if err := checkStateKey(key); err != nil {
+		return out, err
 	}
 	if deleted {
 		return out, st.Delete(ctx, key)
