@@ -99,7 +99,9 @@ func rows(t *testing.T, outs []Output) []string {
 // span plus grace, and never before one of its matches.
 func TestALeftJoinMatchesWithinItsSpan(t *testing.T) {
 	proc, st := statefulProcessor(t, joinSrc("left", "1m", "10m", "0s"), "j")
-	v := func(id, ad string, minute int) sideEvent { return sideEvent{id: id, ad: ad, left: true, minute: minute} }
+	v := func(id, ad string, minute int) sideEvent {
+		return sideEvent{id: id, ad: ad, left: true, minute: minute}
+	}
 	c := func(id, ad string, minute int) sideEvent { return sideEvent{id: id, ad: ad, minute: minute} }
 
 	outs, errs := st.joinBatch(t, proc, c("c0", "a", 0), v("v1", "a", 1), v("v2", "b", 1))
