@@ -20,7 +20,7 @@ func (r *processing) timeSpec(u *unit) *state.Spec {
 	switch {
 	case n.stage != nil && n.stage.Watermark != nil:
 		sw := n.stage.Watermark
-		spec = &state.Spec{Domains: sw.Domains, Own: sw.Own, Measures: sw.Measures, IdleTimeout: sw.IdleTimeout}
+		spec = &state.Spec{Domains: sw.Domains, Own: sw.Own, Stateful: n.stateful, Measures: sw.Measures, IdleTimeout: sw.IdleTimeout}
 	case n.source != nil && n.source.Output.Watermark != nil:
 		tw := n.source.Output.Watermark
 		spec = &state.Spec{Domains: tw.Domains, Own: -1, Measures: true, IdleTimeout: tw.IdleTimeout}
