@@ -52,6 +52,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("fraud", func(t *testing.T) { checkFraud(t, c, opts) })
 			t.Run("throttle", func(t *testing.T) { checkThrottle(t, c, opts) })
 			t.Run("webhooks", func(t *testing.T) { checkWebhooks(t, c, opts) })
+			t.Run("shop", func(t *testing.T) { checkShop(t, c, opts) })
 		})
 	}
 }
@@ -62,7 +63,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true, "webhooks": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true, "webhooks": true, "shop": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
