@@ -368,6 +368,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitProgress waits until value reaches want, as long as it keeps moving: it fails the test and
+// returns false when value has not changed for a minute (a stall), however long the whole takes
+// on a loaded machine.
+func waitProgress(t *testing.T, what string, want int64, value func() int64) bool {
+	t.Helper()
+	last, since := value(), time.Now()
+	for last != want {
+		if time.Since(since) > time.Minute {
+			t.Errorf("waiting for %s: stalled at %d of %d for a minute", what, last, want)
+			return false
+		}
+		time.Sleep(20 * time.Millisecond) // polling
+		if v := value(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+	return true
+}
+
 // TestRetentionTrimsWhatWasRead runs a topic with max_len = 10 as a service: once the stage has read
 // everything, the streams are trimmed to 10 entries per partition.
 func TestRetentionTrimsWhatWasRead(t *testing.T) {
