@@ -69,7 +69,7 @@ fmt:
 
 # The benchmarks of BENCHMARKS.md: flowrun (bin/flowrun, as a child process) against raw go-redis,
 # Watermill and Benthos (bench-peers builds it once), on a private redis-server, in interleaved
-# rounds, then the cost table (-costs). It takes about 20 minutes: run nothing else meanwhile.
+# rounds, then the cost table (-costs). It takes about 25 minutes: run nothing else meanwhile.
 # BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -md bin/bench.md". The harness is a module
 # of its own (bench/), so that the main module does not depend on Watermill; -mod=mod lets it follow
 # the main module's requirements when they change.

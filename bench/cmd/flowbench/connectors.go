@@ -243,7 +243,7 @@ func (h *harness) runHTTPIn(ctx context.Context, sc scenario) (res result) {
 	if n, err := h.rdb.XLen(ctx, stream).Result(); err != nil || n != int64((warm+requests)*lines) {
 		return result{failed: fmt.Sprintf("%s holds %d entries (%v), want %d", stream, n, err, (warm+requests)*lines)}
 	}
-	res.note("%.0f requests/s of %d message%s", float64(requests)/res.elapsed.Seconds(), lines, plural(lines))
+	res.note("requests of %d message%s: requests/s = msg/s / %d", lines, plural(lines), lines)
 	return res
 }
 
