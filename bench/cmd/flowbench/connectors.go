@@ -63,6 +63,7 @@ var connectorScenarios = []scenario{
 	{name: "HTTP-IN lines", kind: kindHTTPIn, impl: implFlowrun, lines: 100, vs: "Benthos HTTP-IN lines", pipeline: "http-in"},
 	{name: "Benthos HTTP-IN lines", kind: kindHTTPIn, impl: implBenthos, lines: 100},
 	{name: "SQL-OUT rows", kind: kindSQLOut, impl: implFlowrun, stages: 1, vs: "Benthos SQL-OUT tuned", pipeline: "sql-out"},
+	{name: "SQL-OUT rows eo", kind: kindSQLOut, impl: implFlowrun, stages: 1, vs: "SQL-OUT rows", pipeline: "sql-out-eo"},
 	{name: "Benthos SQL-OUT default", kind: kindSQLOut, impl: implBenthos, stages: 1, fewer: true},
 	{name: "Benthos SQL-OUT tuned", kind: kindSQLOut, impl: implBenthos, stages: 1, tuned: true},
 	{name: "CDC changes", kind: kindCDC, impl: implFlowrun, stages: 1, pipeline: "cdc"},
@@ -73,6 +74,9 @@ func init() {
 	benchPipelines = append(benchPipelines,
 		benchPipeline{name: "http-in", src: httpInHCL},
 		benchPipeline{name: "sql-out", src: sqlOutHCL},
+		// Effectively-once: the sink's ledger in the same transaction as the rows.
+		benchPipeline{name: "sql-out-eo", src: strings.Replace(sqlOutHCL, `key_prefix = "fb"`, `key_prefix = "fb"
+  delivery   = "effectively_once"`, 1)},
 		benchPipeline{name: "cdc", src: cdcHCL},
 	)
 }
@@ -331,7 +335,8 @@ func (h *harness) runSQLOut(ctx context.Context, sc scenario) (res result) {
 		return result{failed: err.Error()}
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+sqlTable+"; CREATE TABLE "+sqlTable+
+	// The table, and the ledger of an effectively-once sink, start empty.
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS flowrun_sql_ledger; DROP TABLE IF EXISTS "+sqlTable+"; CREATE TABLE "+sqlTable+
 		" (seq text PRIMARY KEY, k text NOT NULL, amount int NOT NULL, at bigint NOT NULL)"); err != nil {
 		return result{failed: err.Error()}
 	}
