@@ -53,6 +53,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("throttle", func(t *testing.T) { checkThrottle(t, c, opts) })
 			t.Run("webhooks", func(t *testing.T) { checkWebhooks(t, c, opts) })
 			t.Run("adclicks", func(t *testing.T) { checkAdClicks(t, c, opts) })
+			t.Run("shop", func(t *testing.T) { checkShop(t, c, opts) })
 		})
 	}
 }
@@ -63,7 +64,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true, "webhooks": true, "adclicks": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true, "webhooks": true, "adclicks": true, "shop": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
