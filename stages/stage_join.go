@@ -13,21 +13,18 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
-// The join stage's attributes, its sides and types, and the values of late.
+// The join stage's attributes, its sides and its types.
 const (
 	joinFieldType      = "type"
 	joinFieldBefore    = "before"
 	joinFieldAfter     = "after"
 	joinFieldGrace     = "grace"
 	joinFieldSelect    = "select"
-	joinFieldLate      = "late"
 	joinFieldMaxPerKey = "max_per_key"
 	joinLeft           = "left"
 	joinRight          = "right"
 	joinInner          = "inner"
 	joinOuter          = "outer"
-	joinLateDrop       = "drop"
-	joinLateDeadLetter = "dead_letter"
 	joinKeyTimerPrefix = "key:"
 )
 
@@ -85,10 +82,7 @@ var joinSpec = &flow.Kind{
 			Doc: "The result of a match, as an object of expressions over the two events, such as { ad = left.ad_id, " +
 				"clicked = right.ts }. An unmatched side is null, and so is each of its fields.",
 		},
-		{
-			Name: joinFieldLate, Type: flow.TypeTopicOrChoice, Enum: []string{joinLateDrop, joinLateDeadLetter}, Default: joinLateDeadLetter,
-			Doc: `Where a late event goes (one that comes when the watermark is past it plus grace): "dead_letter" (with why), "drop" (counted as late), or topic.NAME.`,
-		},
+		lateAttribute(),
 		{
 			Name: joinFieldMaxPerKey, Type: flow.TypeInteger, Default: int64(10000), Min: flow.Bound(1),
 			Doc: "How many events of one side one key may hold while they wait for matches. An event past it is " +
@@ -126,7 +120,7 @@ func newJoinStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 		grace: s.Config.Duration(joinFieldGrace).Milliseconds(), maxPerKey: int(s.Config.Int(joinFieldMaxPerKey)),
 		keys: newKeyLimit(s),
 	}
-	j.lateTopic, j.late = s.Config.TopicOrChoice(joinFieldLate)
+	j.late = newLateRoute(s, time.Duration(j.grace)*time.Millisecond)
 	return StatefulStage{Processor: j, TimerHandler: j, FireAtEnd: true, StatePrefetcher: j, OutputWatermarker: j}, nil
 }
 
@@ -137,8 +131,7 @@ type joinStage struct {
 	before, after int64        // ms
 	grace         int64        // ms
 	maxPerKey     int
-	late          string
-	lateTopic     *flow.Topic
+	late          lateRoute
 	keys          keyLimit
 }
 
@@ -182,13 +175,13 @@ func (s *joinStage) Process(ctx context.Context, st State, m *Message, out []Out
 		return out, err
 	}
 	if at.UnixMilli()+s.grace < watermark.UnixMilli() {
-		return s.lateEvent(st, m, at, watermark, out)
+		return s.late.send(st, m, at, watermark, out)
 	}
 	payload, err := m.Payload()
 	if err != nil {
 		return out, err
 	}
-	k, found, err := s.load(ctx, st, key)
+	k, found, err := loadKey[joinKey](ctx, st, key)
 	if err != nil {
 		return out, err
 	}
@@ -228,19 +221,6 @@ func (s *joinStage) Process(ctx context.Context, st State, m *Message, out []Out
 	return out, s.save(ctx, st, key, k)
 }
 
-// lateEvent sends an event that came when the watermark was past it plus grace where late says.
-func (s *joinStage) lateEvent(st State, m *Message, at, watermark time.Time, out []Output) ([]Output, error) {
-	st.Record(Late)
-	switch {
-	case s.lateTopic != nil:
-		return append(out, Output{Topic: s.lateTopic, Message: *m}), nil
-	case s.late == joinLateDrop:
-		return out, nil
-	}
-	return out, Permanent(fmt.Errorf("late: its event time %s is more than grace (%s) before the watermark %s",
-		at.UTC().Format(time.RFC3339Nano), time.Duration(s.grace)*time.Millisecond, watermark.UTC().Format(time.RFC3339Nano)))
-}
-
 // OnTimer forgets a key's events that no event still to come could match (every event to come is
 // at or after the watermark less grace), emitting those of them that matched nothing where the
 // join's type says so, in event-time order.
@@ -249,7 +229,7 @@ func (s *joinStage) OnTimer(ctx context.Context, st State, name string, _ time.T
 	if !ok {
 		return out, nil
 	}
-	k, found, err := s.load(ctx, st, key)
+	k, found, err := loadKey[joinKey](ctx, st, key)
 	if err != nil || !found {
 		return out, err
 	}
@@ -356,18 +336,6 @@ func (s *joinStage) OutputWatermark(watermark time.Time) time.Time {
 // StateKeys names what Process reads for m (StatePrefetcher): its key's state and the count of keys.
 func (s *joinStage) StateKeys(m *Message, keys []string) []string {
 	return append(keys, m.Key, KeyCountKey)
-}
-
-func (s *joinStage) load(ctx context.Context, st State, key string) (*joinKey, bool, error) {
-	raw, found, err := st.Get(ctx, key)
-	if err != nil || !found {
-		return &joinKey{}, false, err
-	}
-	var k joinKey
-	if err := json.Unmarshal(raw, &k); err != nil {
-		return nil, false, Permanent(fmt.Errorf("the state of key %q cannot be read: %w", key, err))
-	}
-	return &k, true, nil
 }
 
 // save writes a key's state and its timer: when the watermark will have passed the span of its
