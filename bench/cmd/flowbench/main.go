@@ -55,18 +55,19 @@ type config struct {
 	backlog    int           // messages waiting before the backlog scenario starts
 	backlogCap time.Duration
 	job        int // messages of the whole job (FW-5 job, RAW-5 job)
+	nexmark    int // events the Nexmark generator makes for the NEXMARK scenarios (nexmark.go)
 }
 
 var (
 	fullConfig = config{
 		rounds: 3, warm: 2000, latRate: 5000, latDur: 5 * time.Second,
 		flat: 200_000, wmFlat: 50_000, flatCap: 20 * time.Second, pub: 400_000,
-		backlog: 2_000_000, backlogCap: 5 * time.Minute, job: 150_000,
+		backlog: 2_000_000, backlogCap: 5 * time.Minute, job: 150_000, nexmark: 200_000,
 	}
 	quickConfig = config{
 		rounds: 1, warm: 200, latRate: 5000, latDur: 400 * time.Millisecond,
 		flat: 4000, wmFlat: 1000, flatCap: 15 * time.Second, pub: 8000,
-		backlog: 40_000, backlogCap: 60 * time.Second, job: 5000,
+		backlog: 40_000, backlogCap: 60 * time.Second, job: 5000, nexmark: 10_000,
 	}
 )
 

@@ -221,6 +221,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 			float64(s.peakKB)/1024, mdEscape(strings.Join(notes, "; ")))
 	}
 	b.WriteString(peersReport(sums, results, quick)) // benthos.go
+	b.WriteString(nexmarkReport(sums))
 	if quick {
 		b.WriteString("\nBudgets: not judged in quick mode.\n")
 		return b.String()

@@ -154,6 +154,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.runJob(ctx, sc)
 	case kindHTTPIn, kindSQLOut, kindCDC:
 		return h.connectorRun(ctx, sc)
+	case kindNexmark:
+		return h.runNexmark(ctx, sc)
 	}
 	return h.runHops(ctx, sc)
 }
