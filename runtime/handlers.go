@@ -66,7 +66,7 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	for i := range results {
 		o := &results[i]
 		if o.DeadLetter != "" {
-			outs = append(outs, h.r.deadLetterMessage(h.node, &message{id: m.id, path: m.path, partition: m.partition, msg: o.Message, out: m.out},
+			m.deadLetters = append(m.deadLetters, h.r.deadLetterMessage(h.node, &message{id: m.id, path: m.path, partition: m.partition, msg: o.Message, out: m.out},
 				errors.New(o.DeadLetter), m.attempts+1, h.r.clock.Now()))
 			continue
 		}

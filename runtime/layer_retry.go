@@ -31,6 +31,7 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 			}
 			again = true
 			m.outcome = outcomeFiltered // what a failed attempt's handler said does not count
+			m.deadLetters = nil         // nor the dead letters it made
 			probe, ok := n.breaker.pass(p.stopping)
 			if !ok {
 				return result{abandoned: true}, buf, nil // redelivered after the restart
@@ -43,7 +44,9 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 				n.breaker.succeeded(probe) // the attempt got an answer, good or bad
 			}
 			if err == nil {
-				return result{outs: buf[start:len(buf):len(buf)]}, buf, nil
+				res := result{outs: buf[start:len(buf):len(buf)], deadLetters: m.deadLetters}
+				m.deadLetters = nil
+				return res, buf, nil
 			}
 			buf = buf[:start]
 			if r.hard.Err() != nil {

@@ -342,3 +342,59 @@ func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupDeadLettersMissingKeys looks orders up with missing = "dead_letter", fused with a map
+// after it and unfused: an order of a customer the table does not hold goes to the lookup's dead
+// letters alone (not on to the map, not to the output) and counts as dead-lettered, not as passed
+// on; every other order comes out once, with its row.
+func TestLookupDeadLettersMissingKeys(t *testing.T) {
+	const customers, orders, referenced = 50, 400, 60
+	for _, noFusion := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fused=%v", !noFusion), func(t *testing.T) {
+			c := server.open(t)
+			out := fmt.Sprintf("lookup-out-%d", prefixes.Add(1))
+			src := strings.Replace(lookupPipeline("", "msg.customer_id", "", "at_least_once"), `  as      = "customer"`,
+				`  as      = "customer"
+  missing = "dead_letter"`, 1)
+			src = strings.Replace(src, "input  = stage.enriched", "input  = stage.marked", 1) + `
+stage "marked" {
+  kind  = "map"
+  input = stage.enriched
+  set   = { marked = true }
+}
+`
+			plan := buildSource(t, src, "out="+out)
+			table := publishCustomers(t, c, plan, customers, false)
+			publishLookupOrders(t, c, plan, 0, orders, referenced)
+			j := runJob(t, c, plan, runtime.Options{NoFusion: noFusion})
+			var missing int64
+			for i := range orders {
+				if _, ok := table.rows[fmt.Sprintf("c%d", i%referenced)]; !ok {
+					missing++
+				}
+			}
+			got := streamPayloads(t, c, out)
+			for _, m := range got {
+				if _, ok := table.rows[fmt.Sprint(m["customer_id"])]; !ok || m["marked"] != true {
+					t.Fatalf("an order in the output: %v", m)
+				}
+			}
+			if int64(len(got)) != orders-missing {
+				t.Errorf("%d orders out, want the %d of customers the table holds", len(got), orders-missing)
+			}
+			dead, err := c.Universal().XLen(context.Background(), redis.Keys{Prefix: plan.KeyPrefix}.DeadLetter("enriched")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dead != missing {
+				t.Errorf("%d dead letters of the lookup, want %d", dead, missing)
+			}
+			if s := j.node(t, "enriched"); s.In != orders || s.Out != orders-missing || s.DeadLettered != missing {
+				t.Errorf("lookup counts %+v, want %d in, %d out, %d dead-lettered", s, orders, orders-missing, missing)
+			}
+			if s := j.node(t, "marked"); s.In != orders-missing || s.Out != orders-missing {
+				t.Errorf("map counts %+v, want %d in and out", s, orders-missing)
+			}
+		})
+	}
+}
