@@ -26,6 +26,7 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 		again := false
 		for attempts := m.attempts + 1; ; attempts++ {
 			if again {
+				m.prefetched = nil // a retry reads anew
 				m.msg = stages.NewMessage(key, payload, headers)
 				m.msg.EntryTime = entryTime // a stateful stage's event time, when the message has none of its own
 			}
