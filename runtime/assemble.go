@@ -62,6 +62,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 			return &ConfigError{err.Error()}
 		}
 		impl = h.proc
+		h.batchReader, _ = h.proc.(stages.BatchReader)
 	}
 	h.lifecycle = lifecycle{impl}
 	n.handler = h

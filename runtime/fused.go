@@ -43,8 +43,8 @@ func (r *processing) runChain(ctx context.Context, c *chain, i int, m *message, 
 		return res, buf
 	}
 	per[i].settle(m, &res, fresh)
-	if i == len(c.nodes)-1 || len(res.deadLetters)+len(res.retries) > 0 {
-		return res, buf
+	if i == len(c.nodes)-1 || len(res.retries) > 0 || len(res.outs) == 0 {
+		return res, buf // the last stage's outputs, a retry, a dead letter, or nothing to pass on
 	}
 	// The stage's outputs are the next stage's messages: take them out of buf, which the next
 	// stage's outputs fill in their place.
@@ -55,7 +55,9 @@ func (r *processing) runChain(ctx context.Context, c *chain, i int, m *message, 
 		made = append([]redis.Output(nil), made...)
 	}
 	buf = buf[:start]
-	var all result
+	// A stage may dead-letter a message for some of its outputs and pass on others (an aggregate's
+	// message late for some of its windows): its dead letters stay the message's.
+	all := result{deadLetters: res.deadLetters}
 	for j := range made {
 		e := made[j].Entry
 		mj := message{id: m.id, path: m.path, partition: m.partition, trace: traceOf(e)}

@@ -23,6 +23,36 @@ type stageHandler struct {
 	// and through it flow.Kind.KeepsKey, which fusion relies on), says who declared it and how to
 	// undo it, for the error of an output that does not; nil for other stages.
 	keepsKey *keyClaim
+	// batchReader is proc, when it reads a batch's worth at once (stages.BatchReader).
+	batchReader stages.BatchReader
+}
+
+// readBatch lets a stage that reads something from outside for each message read a batch's at
+// once (stages.BatchReader), before any of the batch's messages is processed. A retry is left out:
+// it reads anew. A failed read is no failure: each message then reads for itself.
+func (h *stageHandler) readBatch(ctx context.Context, msgs []*message) {
+	if h.batchReader == nil {
+		return
+	}
+	batch := make([]*stages.Message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.retry == nil && m.attempts == 0 {
+			batch = append(batch, &m.msg)
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+	read, err := h.batchReader.ReadBatch(ctx, batch)
+	if err != nil {
+		h.node.log.Debug("reading the batch's rows at once failed; each message reads its own", "err", err)
+		return
+	}
+	for _, m := range msgs {
+		if m.retry == nil && m.attempts == 0 {
+			m.prefetched = read
+		}
+	}
 }
 
 func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Output) ([]redis.Output, error) {
@@ -39,6 +69,9 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	if h.stateful != nil {
 		results, dropped, err = h.attempt(ctx, m, *scratch)
 	} else {
+		if m.prefetched != nil {
+			ctx = stages.WithBatched(ctx, m.prefetched)
+		}
 		results, err = h.proc.Process(ctx, &m.msg, *scratch)
 	}
 	*scratch = results
@@ -66,7 +99,7 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	for i := range results {
 		o := &results[i]
 		if o.DeadLetter != "" {
-			outs = append(outs, h.r.deadLetterMessage(h.node, &message{id: m.id, path: m.path, partition: m.partition, msg: o.Message, out: m.out},
+			m.deadLetters = append(m.deadLetters, h.r.deadLetterMessage(h.node, &message{id: m.id, path: m.path, partition: m.partition, msg: o.Message, out: m.out},
 				errors.New(o.DeadLetter), m.attempts+1, h.r.clock.Now()))
 			continue
 		}

@@ -26,11 +26,13 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 		again := false
 		for attempts := m.attempts + 1; ; attempts++ {
 			if again {
+				m.prefetched = nil // a retry reads anew
 				m.msg = stages.NewMessage(key, payload, headers)
 				m.msg.EntryTime = entryTime // a stateful stage's event time, when the message has none of its own
 			}
 			again = true
 			m.outcome = outcomeFiltered // what a failed attempt's handler said does not count
+			m.deadLetters = nil         // nor the dead letters it made
 			probe, ok := n.breaker.pass(p.stopping)
 			if !ok {
 				return result{abandoned: true}, buf, nil // redelivered after the restart
@@ -43,7 +45,9 @@ func (r *processing) withRetries(n *node, attempt attemptFunc) messageFunc {
 				n.breaker.succeeded(probe) // the attempt got an answer, good or bad
 			}
 			if err == nil {
-				return result{outs: buf[start:len(buf):len(buf)]}, buf, nil
+				res := result{outs: buf[start:len(buf):len(buf)], deadLetters: m.deadLetters}
+				m.deadLetters = nil
+				return res, buf, nil
 			}
 			buf = buf[:start]
 			if r.hard.Err() != nil {

@@ -48,6 +48,14 @@ type message struct {
 	watermark    int64        // a stateful node's watermark as of the message, in Unix ms
 	// outcome is what its handler said became of it when it wrote nothing (outcomes.go).
 	outcome outcome
+	// deadLetters are the dead letters its handler made in the current attempt of outputs that a
+	// stage sent there (stages.Output.DeadLetter: a lookup's missing key, an aggregate's message late
+	// for some of its windows). They are no outputs: they go to the result's dead letters, so that
+	// they count as dead-lettered and a fused chain does not pass them on to its next stage.
+	deadLetters []redis.Output
+	// prefetched is what the node's stages.BatchReader read for the message's batch (a lookup's rows),
+	// passed to Process in its context; nil on a retry, which reads anew.
+	prefetched any
 	// batched: a sink that takes batches made its first attempt with its batch, which came to
 	// batchErr (sinkHandler.deliverBatch); its first attempt takes that result.
 	batched  bool

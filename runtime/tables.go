@@ -16,9 +16,11 @@ import (
 // its input partition, like any stateful stage. A lookup stage reads it through a tableReader: the
 // partition that holds a key is the one the key routes to in the table stage's input (the table's
 // topic, or the repartition topic the compiler inserted), found as route.go finds it, and the row
-// is the committed value in that partition's state hash. The read is one HGET per message, in
-// another slot than the lookup's commit: it needs no atomicity with it, as the lookup never writes
-// the table.
+// is the committed value in that partition's state hash. The reads of a batch that the lookup read
+// from its stream are one pipeline of an HMGET per partition of the table (GetMany, through
+// stages.BatchReader), at the start of the batch; a message made on the way by a stage fused before
+// the lookup, or retried, is one HGET. They are in other slots than the lookup's commit: they need
+// no atomicity with it, as the lookup never writes the table.
 //
 // Before a lookup stage processes anything, its table catches up (tableCatchUp): the end of every
 // partition of the table's topic is taken when the stage starts in this process, and the stage's
@@ -38,6 +40,37 @@ type tableReader struct {
 func (t *tableReader) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	p := redis.Partition(key, t.partitions)
 	return t.rdb.ReadState(ctx, t.keys.State(t.topic, p, t.stage), key)
+}
+
+// GetMany reads the rows of keys with one HMGET per partition of the table they fall in, in one
+// pipeline (stages.BatchReader: a lookup's batch).
+func (t *tableReader) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	var hashes []string
+	var fields [][]string
+	var where [][]int      // each hash's keys' indexes in keys
+	index := map[int]int{} // partition -> its index in hashes
+	for i, key := range keys {
+		p := redis.Partition(key, t.partitions)
+		h, ok := index[p]
+		if !ok {
+			h = len(hashes)
+			index[p] = h
+			hashes = append(hashes, t.keys.State(t.topic, p, t.stage))
+			fields, where = append(fields, nil), append(where, nil)
+		}
+		fields[h], where[h] = append(fields[h], key), append(where[h], i)
+	}
+	vals, err := t.rdb.ReadStatesOf(ctx, hashes, fields)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([][]byte, len(keys))
+	for h := range hashes {
+		for j, i := range where[h] {
+			rows[i] = vals[h][j]
+		}
+	}
+	return rows, nil
 }
 
 // tableReaders makes a reader of every table of the plan, for the lookup stages' Env.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -286,59 +284,58 @@ func TestLookupSeesUpdatesAfterCatchUp(t *testing.T) {
 	}
 }
 
-// TestLookupExactlyOnceThroughKillCycles runs the lookup with effectively-once delivery in flowrun
-// processes that are killed mid-stream, over and over, then to the end as a job: every order comes
-// out exactly once, with its customer's row.
-func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
-	const customers, orders, referenced, cycles = 200, 6000, 220, 10
-	bin := flowrunBinary(t)
-	for _, b := range processBackends {
-		t.Run(b.name, func(t *testing.T) {
-			urls := b.urls(t)
-			c := openURLs(t, urls...)
-			prefix := fmt.Sprintf("killlookup-%d", prefixes.Add(1))
-			out := prefix + ":out"
-			path := filepath.Join(t.TempDir(), "lookups.hcl")
-			writeFile(t, path, lookupPipeline(prefix, "msg.customer_id", "", "effectively_once"))
-			plan, _, diags := flow.Build(path, flow.Options{Vars: []string{"out=" + out}})
-			if diags.HasErrors() {
-				t.Fatal(diags)
-			}
-			table := publishCustomers(t, c, plan, customers, true)
+// TestLookupDeadLettersMissingKeys looks orders up with missing = "dead_letter", fused with a map
+// after it and unfused: an order of a customer the table does not hold goes to the lookup's dead
+// letters alone (not on to the map, not to the output) and counts as dead-lettered, not as passed
+// on; every other order comes out once, with its row.
+func TestLookupDeadLettersMissingKeys(t *testing.T) {
+	const customers, orders, referenced = 50, 400, 60
+	for _, noFusion := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fused=%v", !noFusion), func(t *testing.T) {
+			c := server.open(t)
+			out := fmt.Sprintf("lookup-out-%d", prefixes.Add(1))
+			src := strings.Replace(lookupPipeline("", "msg.customer_id", "", "at_least_once"), `  as      = "customer"`,
+				`  as      = "customer"
+  missing = "dead_letter"`, 1)
+			src = strings.Replace(src, "input  = stage.enriched", "input  = stage.marked", 1) + `
+stage "marked" {
+  kind  = "map"
+  input = stage.enriched
+  set   = { marked = true }
+}
+`
+			plan := buildSource(t, src, "out="+out)
+			table := publishCustomers(t, c, plan, customers, false)
 			publishLookupOrders(t, c, plan, 0, orders, referenced)
-			keys := redis.Keys{Prefix: prefix}
-			inputs := keys.Streams("orders", 4)
-			backlog := func() int {
-				n := 0
-				for _, s := range inputs {
-					n += int(backlogOf(t, c, s, "enriched"))
+			j := runJob(t, c, plan, runtime.Options{NoFusion: noFusion})
+			var missing int64
+			for i := range orders {
+				if _, ok := table.rows[fmt.Sprintf("c%d", i%referenced)]; !ok {
+					missing++
 				}
-				return n
 			}
-			args := append([]string{"run", path, "--var", "out=" + out, "--lease-ttl", "300ms"}, redisArgs(urls)...)
-			var logs []string
-			midBatch, cycle := 0, 0
-			for ; cycle < cycles && backlog() > 1000; cycle++ {
-				before, progress := backlog(), 50+rand.IntN(200)
-				p := startBinary(t, bin, args...)
-				waitFor(t, fmt.Sprintf("cycle %d: %d more orders looked up", cycle, progress), func() bool {
-					return before-backlog() >= progress && mostDelivered(t, c, "enriched", inputs...) <= 2
-				})
-				p.kill(t)
-				if pendingFor(t, c, keys, "orders", 4, "enriched", "") > 0 {
-					midBatch++
+			got := streamPayloads(t, c, out)
+			for _, m := range got {
+				if _, ok := table.rows[fmt.Sprint(m["customer_id"])]; !ok || m["marked"] != true {
+					t.Fatalf("an order in the output: %v", m)
 				}
-				logs = append(logs, p.log.String())
 			}
-			last := startBinary(t, bin, append(args, "--until-drained")...)
-			if err := waitProcess(t, last); err != nil {
-				t.Fatalf("the last process, run as a job to the end: %v\n%s", err, last.log.String())
+			if int64(len(got)) != orders-missing {
+				t.Errorf("%d orders out, want the %d of customers the table holds", len(got), orders-missing)
 			}
-			checkLookups(t, streamPayloads(t, c, out), table, orders, referenced)
-			if cycle < 3 || midBatch == 0 {
-				t.Errorf("%d SIGKILL cycles, %d with batches in flight: too few to test anything", cycle, midBatch)
+			dead, err := c.Universal().XLen(context.Background(), redis.Keys{Prefix: plan.KeyPrefix}.DeadLetter("enriched")).Result()
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("%d SIGKILL cycles, %d with batches in flight, %d leases lost", cycle, midBatch, leaseLosses(append(logs, last.log.String())...))
+			if dead != missing {
+				t.Errorf("%d dead letters of the lookup, want %d", dead, missing)
+			}
+			if s := j.node(t, "enriched"); s.In != orders || s.Out != orders-missing || s.DeadLettered != missing {
+				t.Errorf("lookup counts %+v, want %d in, %d out, %d dead-lettered", s, orders, orders-missing, missing)
+			}
+			if s := j.node(t, "marked"); s.In != orders-missing || s.Out != orders-missing {
+				t.Errorf("map counts %+v, want %d in and out", s, orders-missing)
+			}
 		})
 	}
 }

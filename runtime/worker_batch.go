@@ -260,8 +260,11 @@ func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*me
 		p.counts = c.counts // its stages count as the messages pass them (fused.go)
 	}
 	own := &c.counts.nodes[0]
-	if h, ok := n.handler.(*sinkHandler); ok {
+	switch h := n.handler.(type) {
+	case *sinkHandler:
 		h.deliverBatch(r.hard, msgs) // a sink that takes batches delivers the batch at once
+	case *stageHandler:
+		h.readBatch(r.hard, msgs) // a lookup reads its batch's rows at once
 	}
 	for i, res := range r.processAll(n, msgs, p) {
 		m := msgs[i]

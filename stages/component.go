@@ -201,7 +201,33 @@ type RateLimit struct {
 // called (processing time): a lookup sees the updates that the table's stage has committed by then.
 type TableReader interface {
 	Get(ctx context.Context, key string) (row []byte, found bool, err error)
+	// GetMany returns the rows of keys at once, each nil where the table has none: a round trip
+	// per batch instead of one per key (BatchReader).
+	GetMany(ctx context.Context, keys []string) (rows [][]byte, err error)
 }
+
+// BatchReader is what a stateless processor that reads something from outside for each message (a
+// lookup, its table's row) may implement, to read a whole batch's at once: before the runtime
+// processes the messages of a batch that it read, it calls ReadBatch with them, and passes what
+// ReadBatch returned to each Process call in its context, where Batched finds it. Process must
+// still work without it, reading for itself: for a message that another stage fused before it
+// made, a retry, or a batch whose ReadBatch failed. ReadBatch may decode the messages, and must
+// not change them otherwise.
+type BatchReader interface {
+	ReadBatch(ctx context.Context, msgs []*Message) (any, error)
+}
+
+type batchedKey struct{}
+
+// WithBatched returns ctx carrying what a BatchReader read for the batch of the message that
+// Process is given.
+func WithBatched(ctx context.Context, batched any) context.Context {
+	return context.WithValue(ctx, batchedKey{}, batched)
+}
+
+// Batched returns what the processor's ReadBatch read for the batch of the message that Process
+// is given, nil when there is none.
+func Batched(ctx context.Context) any { return ctx.Value(batchedKey{}) }
 
 // StatefulStage is a compiled stateful stage (StageTraits.Stateful), as its kind's NewStateful makes
 // it: its processor, and each thing the runtime does with it besides Process, declared by setting

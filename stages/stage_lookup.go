@@ -98,6 +98,46 @@ type lookupStage struct {
 	missing string
 }
 
+// lookupRows are the rows of a batch's keys, read at once (ReadBatch): nil for a key the table
+// does not hold; a key that is not there was not read.
+type lookupRows map[string][]byte
+
+// ReadBatch reads the rows of every key of a batch in one round trip (a pipeline of one HMGET per
+// partition of the table), for Process to find (stages.BatchReader). A message whose key cannot be
+// computed is left to Process, which says why.
+func (s *lookupStage) ReadBatch(ctx context.Context, msgs []*Message) (any, error) {
+	rows := make(lookupRows, len(msgs))
+	keys := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Decode() != nil {
+			continue
+		}
+		key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+		if err != nil || !rowKey(key) {
+			continue
+		}
+		if _, seen := rows[key]; !seen {
+			rows[key] = nil
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return rows, nil
+	}
+	found, err := s.reader.GetMany(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for i, key := range keys {
+		rows[key] = found[i]
+	}
+	return rows, nil
+}
+
+// rowKey reports whether a key may have a row: no row has an empty key, nor one that begins with a
+// NUL byte (the state's own fields).
+func rowKey(key string) bool { return key != "" && !strings.HasPrefix(key, "\x00") }
+
 func (s *lookupStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
 	if err := m.Decode(); err != nil {
 		return out, err
@@ -108,9 +148,11 @@ func (s *lookupStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	}
 	var row []byte
 	found := false
-	// No row has an empty key, nor one that begins with a NUL byte (the state's own fields).
-	if key != "" && !strings.HasPrefix(key, "\x00") {
-		if row, found, err = s.reader.Get(ctx, key); err != nil {
+	if rowKey(key) {
+		rows, _ := Batched(ctx).(lookupRows)
+		if batched, read := rows[key]; read {
+			row, found = batched, batched != nil
+		} else if row, found, err = s.reader.Get(ctx, key); err != nil {
 			return out, err
 		}
 	}

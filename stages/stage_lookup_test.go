@@ -23,6 +23,20 @@ func (f *fakeTable) Get(_ context.Context, key string) ([]byte, bool, error) {
 	return []byte(row), ok, nil
 }
 
+func (f *fakeTable) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	rows := make([][]byte, len(keys))
+	for i, key := range keys {
+		row, found, err := f.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			rows[i] = row
+		}
+	}
+	return rows, nil
+}
+
 func lookupProcessor(t *testing.T, missing string, table *fakeTable) Processor {
 	t.Helper()
 	p := plan(t, `
@@ -117,5 +131,40 @@ stage "enriched" {
 `+sinkA)
 	if _, err := Compile(p.Stage("enriched"), Env{}); err == nil {
 		t.Fatal("a lookup without its table's reader compiles")
+	}
+}
+
+// A lookup reads the rows of a batch's keys at once (BatchReader): each distinct key once, none
+// of the keys no row has; Process then finds its row, or its absence, without reading, and reads
+// for itself a key the batch did not read (a message made by a stage fused before it).
+func TestLookupReadsABatchAtOnce(t *testing.T) {
+	table := &fakeTable{rows: map[string]string{"c1": `{"name":"Ada"}`}}
+	proc := lookupProcessor(t, "null", table)
+	reader, ok := proc.(BatchReader)
+	if !ok {
+		t.Fatal("the lookup is no BatchReader")
+	}
+	var batch []*Message
+	for _, payload := range []string{`{"customer_id":"c1"}`, `{"customer_id":"c2"}`, `{"customer_id":"c1"}`, `{"customer_id":""}`, `{"other":1}`} {
+		m := NewMessage("k", []byte(payload), nil)
+		batch = append(batch, &m)
+	}
+	read, err := reader.ReadBatch(context.Background(), batch)
+	if err != nil || table.reads != 2 {
+		t.Fatalf("ReadBatch: %v, %d keys read, want c1 and c2", err, table.reads)
+	}
+	ctx := WithBatched(context.Background(), read)
+	for i, want := range []string{`{"customer":{"name":"Ada"},"customer_id":"c1"}`, `{"customer":null,"customer_id":"c2"}`} {
+		outs, err := proc.Process(ctx, batch[i], nil)
+		if err != nil || len(outs) != 1 || payloadOf(t, outs[0]) != want {
+			t.Fatalf("message %d: %v %v, want %s", i, err, outs, want)
+		}
+	}
+	if table.reads != 2 {
+		t.Fatalf("%d reads after the batch's, want none", table.reads-2)
+	}
+	m := NewMessage("k", []byte(`{"customer_id":"c3"}`), nil)
+	if _, err := proc.Process(ctx, &m, nil); err != nil || table.reads != 3 {
+		t.Fatalf("a key the batch did not read: %v, %d reads, want it read", err, table.reads-2)
 	}
 }

@@ -211,7 +211,7 @@ func (g *generator) reader(s stream, depth int) {
 	}
 	g.stagesLeft--
 	st := &Stage{Name: g.name("st"), Input: s.ref}
-	kinds := []string{"filter", "filter", "map", "map", "route", "dedupe", "dedupe", "aggregate", "aggregate", "aggregate"}
+	kinds := []string{"filter", "filter", "map", "map", "route", "dedupe", "dedupe", "aggregate", "aggregate", "aggregate", "lookup"}
 	if s.level > 0 {
 		kinds = []string{"filter", "map", "aggregate", "aggregate"}
 	}
@@ -270,6 +270,9 @@ func (g *generator) reader(s stream, depth int) {
 	case "join":
 		g.join(st)
 		g.sink(Ref{Stage: st})
+	case "lookup":
+		g.lookup(st)
+		g.passOn(st, 0, depth)
 	}
 }
 
@@ -298,6 +301,85 @@ func (g *generator) join(st *Stage) {
 		}}
 	}
 	st.Select = []Field{{"l", side("left", "id")}, {"r", side("right", "id")}, {"lv", side("left", "v")}, {"rv", side("right", "v")}}
+}
+
+// lookup draws a lookup of each event's user in the pipeline's table, drawn with its first lookup.
+// The row lands at a field of its own (a lookup after a lookup keeps both rows), and a user the
+// table does not hold takes any of the three ways of missing.
+func (g *generator) lookup(st *Stage) {
+	if len(g.p.Tables) == 0 {
+		g.table()
+	}
+	st.Table = g.p.Tables[0]
+	st.Key = field("user")
+	st.As = g.name("row")
+	st.Missing = []string{"null", "drop", "dead_letter"}[g.r.IntN(3)]
+}
+
+// table draws the pipeline's table (Table): a row for most of the users the events name and for
+// a few they do not, in one to three versions, some deleted and some of those written again, the
+// users' updates interleaved at random. Its topic is keyed in one of the ways that keep a key's
+// updates in one partition, in order: by the messages' keys, by the user (the table keyed like its
+// topic, by default or by the same expression), or by a field that is the same in every version of
+// a user's row (the table keyed otherwise, through a repartition topic, where a delete, whose null
+// payload has no user to read, cannot be).
+func (g *generator) table() {
+	users := map[string]bool{}
+	for _, in := range g.d.Inputs {
+		for _, m := range in {
+			users[m["user"].(string)] = true
+		}
+	}
+	keys := []string{"x0", "x1"} // keys no event looks up
+	for u := range users {
+		keys = append(keys, u)
+	}
+	slices.Sort(keys)
+	topic := &Topic{Name: g.name("t"), Partitions: 1 + g.r.IntN(5)}
+	t := &Table{Name: g.name("tb"), Input: topic}
+	switch g.r.IntN(4) {
+	case 0: // the key each update is written with
+	case 1:
+		topic.Key = field("user")
+	case 2:
+		topic.Key, t.Key = field("user"), field("user")
+	default:
+		topic.Key, t.Key = field("home"), field("user")
+	}
+	deletes := t.Key == nil || topic.Key != nil && topic.Key.HCL == t.Key.HCL
+	regions := []string{"eu", "us", "apac", "latam"}
+	var queues [][]Update // each key's updates, in order
+	for i, k := range keys {
+		if users[k] && g.r.IntN(4) == 0 {
+			continue // a user without a row
+		}
+		home := regions[i%len(regions)]
+		row := func(version int) Update {
+			tier := []string{"gold", "silver", "bronze"}[g.r.IntN(3)]
+			return Update{Key: k, Row: Message{"user": k, "home": home, "tier": tier, "ver": float64(version)}}
+		}
+		var q []Update
+		versions := 1 + g.r.IntN(3)
+		for v := 1; v <= versions; v++ {
+			q = append(q, row(v))
+		}
+		if deletes && g.r.IntN(3) == 0 {
+			q = append(q, Update{Key: k})
+			if g.r.IntN(2) == 0 {
+				q = append(q, row(versions+1))
+			}
+		}
+		queues = append(queues, q)
+	}
+	for len(queues) > 0 {
+		i := g.r.IntN(len(queues))
+		t.Updates = append(t.Updates, queues[i][0])
+		if queues[i] = queues[i][1:]; len(queues[i]) == 0 {
+			queues = slices.Delete(queues, i, i+1)
+		}
+	}
+	g.p.Topics = append(g.p.Topics, topic) // not shareable: no stage writes it
+	g.p.Tables = append(g.p.Tables, t)
 }
 
 // pattern draws a pattern over events: two or three steps per user or region, within a span that

@@ -30,6 +30,13 @@ func (d *Draw) HCL(f Files) string {
 		}
 		w("}\n")
 	}
+	for _, t := range p.Tables {
+		w("\ntable %q {\n  input = topic.%s\n", t.Name, t.Input.Name)
+		if t.Key != nil {
+			w("  key   = %s\n", t.Key.HCL)
+		}
+		w("}\n")
+	}
 	for _, s := range p.Sources {
 		w("\nsource %q {\n  kind   = \"file\"\n  path   = %q\n  output = topic.%s\n}\n", s.Name, f.Inputs[s.Input], s.Output.Name)
 	}
@@ -116,6 +123,8 @@ func (d *Draw) HCL(f Files) string {
 				w("    %s = %s\n", f.Name, f.Expr.HCL)
 			}
 			w("  }\n")
+		case "lookup":
+			w("  table   = table.%s\n  key     = %s\n  as      = %q\n  missing = %q\n", s.Table.Name, s.Key.HCL, s.As, s.Missing)
 		case "pattern":
 			w("  key        = %s\n  event_time = %s\n  within     = %q\n  grace      = %q\n", s.Key.HCL, s.EventTime.HCL, duration(s.Within), duration(s.Grace))
 			w("  late         = \"dead_letter\"\n  idle_timeout = \"0s\"\n  sequence = [\n")

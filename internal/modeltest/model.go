@@ -22,7 +22,7 @@ type item struct {
 
 // Expected computes what each sink receives, by sink name.
 func (d *Draw) Expected() map[string][]Message {
-	m := &model{d: d, outputs: map[*Stage]map[*Topic][]item{}, topics: map[*Topic][]item{}}
+	m := newModel(d)
 	out := map[string][]Message{}
 	for _, s := range d.Pipeline.Sinks {
 		for _, it := range m.read(s.Input) {
@@ -39,7 +39,7 @@ func (d *Draw) Expected() map[string][]Message {
 // name, and of each stage's input and own output, by stage name (input under "NAME<", output under
 // "NAME>"), for telling where a run first differs.
 func (d *Draw) Flows() map[string]int {
-	m := &model{d: d, outputs: map[*Stage]map[*Topic][]item{}, topics: map[*Topic][]item{}}
+	m := newModel(d)
 	out := map[string]int{}
 	for _, t := range d.Pipeline.Topics {
 		out[t.Name] = len(m.read(Ref{Topic: t}))
@@ -52,9 +52,38 @@ func (d *Draw) Flows() map[string]int {
 }
 
 type model struct {
-	d       *Draw
-	outputs map[*Stage]map[*Topic][]item // by output topic; nil: the stage's own output
-	topics  map[*Topic][]item
+	d           *Draw
+	outputs     map[*Stage]map[*Topic][]item // by output topic; nil: the stage's own output
+	topics      map[*Topic][]item
+	deadLetters map[string]int // by stage name
+}
+
+func newModel(d *Draw) *model {
+	return &model{d: d, outputs: map[*Stage]map[*Topic][]item{}, topics: map[*Topic][]item{}, deadLetters: map[string]int{}}
+}
+
+// DeadLetters counts the messages each stage dead-letters, by stage name (a lookup's of keys its
+// table does not hold, with missing = "dead_letter"); a stage that dead-letters none is absent.
+func (d *Draw) DeadLetters() map[string]int {
+	m := newModel(d)
+	for _, s := range d.Pipeline.Stages {
+		m.stage(s)
+	}
+	return m.deadLetters
+}
+
+// Rows is the table as its updates leave it: each key's last row, deleted keys absent, numbers
+// as a reader decodes them.
+func (t *Table) Rows() map[string]Message {
+	rows := map[string]Message{}
+	for _, u := range t.Updates {
+		if u.Row == nil {
+			delete(rows, u.Key)
+		} else {
+			rows[u.Key] = decoded(u.Row)
+		}
+	}
+	return rows
 }
 
 // read is what a stage or sink reading r gets.
@@ -140,6 +169,26 @@ func (m *model) stage(s *Stage) map[*Topic][]item {
 		out[s.Output] = pattern(s, in)
 	case "join":
 		out[s.Output] = join(s, in, m.read(s.Right))
+	case "lookup":
+		rows := s.Table.Rows()
+		for _, it := range in {
+			row, found := rows[fmt.Sprint(s.Key.Eval(it.msg))]
+			if !found && s.Missing == "drop" {
+				continue
+			}
+			if !found && s.Missing == "dead_letter" {
+				m.deadLetters[s.Name]++
+				continue
+			}
+			enriched := Message{s.As: nil}
+			for k, v := range it.msg {
+				enriched[k] = v
+			}
+			if found {
+				enriched[s.As] = map[string]any(row)
+			}
+			out[s.Output] = append(out[s.Output], item{enriched, it.at})
+		}
 	default:
 		panic("modeltest: no model of kind " + s.Kind)
 	}

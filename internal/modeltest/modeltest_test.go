@@ -9,11 +9,28 @@ import (
 	"github.com/flowrun/flowrun/stages"
 )
 
-// Every drawn pipeline is valid, and the same seed draws the same pipeline.
+// Every drawn pipeline is valid, the same seed draws the same pipeline, and the draws cover each
+// way a lookup misses and each way a table is keyed.
 func TestDrawsCompile(t *testing.T) {
 	dir := t.TempDir()
+	drawn := map[string]int{}
 	for seed := uint64(1); seed <= 300; seed++ {
 		d := New(seed)
+		for _, s := range d.Pipeline.Stages {
+			if s.Kind == "lookup" {
+				drawn["missing = "+s.Missing]++
+			}
+		}
+		for _, tb := range d.Pipeline.Tables {
+			switch {
+			case tb.Input.Key == nil:
+				drawn["a topic keyed by the messages' keys"]++
+			case tb.Key == nil || tb.Key.HCL == tb.Input.Key.HCL:
+				drawn["a table keyed like its topic"]++
+			default:
+				drawn["a table keyed otherwise"]++
+			}
+		}
 		files := Files{KeyPrefix: "drawn", Stream: func(s string) string { return "drawn:" + s }}
 		for i := range d.Inputs {
 			files.Inputs = append(files.Inputs, filepath.Join(dir, "in"+strconv.Itoa(i)+".jsonl"))
@@ -31,6 +48,12 @@ func TestDrawsCompile(t *testing.T) {
 		}
 		if len(d.Expected()) != len(d.Pipeline.Sinks) {
 			t.Fatalf("seed %d: the model has no output for some sinks", seed)
+		}
+	}
+	for _, what := range []string{"missing = null", "missing = drop", "missing = dead_letter",
+		"a topic keyed by the messages' keys", "a table keyed like its topic", "a table keyed otherwise"} {
+		if drawn[what] == 0 {
+			t.Errorf("no draw of 300 has %s", what)
 		}
 	}
 }

@@ -16,6 +16,7 @@ type Expr struct {
 type Pipeline struct {
 	Delivery string // "at_least_once" or "effectively_once"
 	Topics   []*Topic
+	Tables   []*Table
 	Sources  []*Source
 	Stages   []*Stage
 	Sinks    []*Sink
@@ -26,6 +27,29 @@ type Topic struct {
 	Name       string
 	Partitions int
 	Key        *Expr // nil: a message keeps the key it arrives with
+}
+
+// Table is a table block over a topic that no source or stage of the pipeline writes: the test
+// writes its updates there before the pipeline starts. A lookup takes the ends of the table's
+// topic when it starts and waits until the table has caught up with them, so every lookup of the
+// run sees the table as the whole of Updates makes it, whatever the processes, kills and timing:
+// what the model can predict exactly. (Updates that arrive while lookups run apply at processing
+// time, which no model of the input alone can say; runtime/tables_test.go proves those by
+// construction.)
+type Table struct {
+	Name  string
+	Input *Topic
+	Key   *Expr // nil: each row's key is its message's key
+	// Updates are what the test writes to Input, in this order. A key's last update is its row;
+	// one with a nil Row deletes the key (a null payload with the key). A key's updates all go to
+	// one partition of Input, which keeps their order.
+	Updates []Update
+}
+
+// Update is one message of a table's topic.
+type Update struct {
+	Key string
+	Row Message // nil: delete the key
 }
 
 // Source is a file source: it writes one of the draw's inputs, line by line, to its topic.
@@ -52,7 +76,7 @@ func (r Ref) HCL() string {
 // Stage is a drawn stage of one of the kinds the model knows.
 type Stage struct {
 	Name   string
-	Kind   string // "filter", "map", "route", "dedupe", "aggregate", "pattern" or "join"
+	Kind   string // "filter", "map", "route", "dedupe", "aggregate", "pattern", "join" or "lookup"
 	Input  Ref    // a join's left side
 	Output *Topic // nil: its own output, which others read as stage.NAME
 
@@ -87,6 +111,10 @@ type Stage struct {
 	RightEventTime *Expr
 	JoinType       string // "inner", "left" or "outer"
 	Before, After  time.Duration
+
+	Table   *Table // lookup, with Key: the table it reads
+	As      string // lookup: the field the row lands at
+	Missing string // lookup: "null", "drop" or "dead_letter"
 }
 
 // Step is one step of a pattern's sequence.

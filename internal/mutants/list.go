@@ -271,6 +271,14 @@ var mutations = []mutation{
 		packages: []string{"./runtime"},
 	},
 
+	// A stage's own dead letters (stages.Output.DeadLetter).
+	{
+		name: "dead-letter-passed-on", why: "a stage's dead letter (a lookup's missing key) goes with its outputs: counted as passed on, and taken by the next stage of a fused chain as a message",
+		file: "runtime/handlers.go", find: `			m.deadLetters = append(m.deadLetters, h.r.deadLetterMessage(`,
+		replace:  `			outs = append(outs, h.r.deadLetterMessage(`,
+		packages: []string{"./runtime"},
+	},
+
 	// State of stateful stages (the fence of its commit is unfenced-ack's).
 	{
 		name: "state-of-failed-attempt", why: "a failed attempt's state writes are kept, so a retried message counts twice",

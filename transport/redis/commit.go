@@ -134,6 +134,32 @@ func (c *Client) ReadStates(ctx context.Context, hash string, keys []string) ([]
 	return out, nil
 }
 
+// ReadStatesOf returns the values of keys[i] in the state hash hashes[i], for every i, in one
+// pipeline (on a cluster, one per node): out[i][j] is keys[i][j]'s value, nil where hashes[i]
+// holds none.
+func (c *Client) ReadStatesOf(ctx context.Context, hashes []string, keys [][]string) ([][][]byte, error) {
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*goredis.SliceCmd, len(hashes))
+	for i, hash := range hashes {
+		cmds[i] = pipe.HMGet(ctx, hash, keys[i]...)
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	out := make([][][]byte, len(hashes))
+	for i, cmd := range cmds {
+		vals, err := cmd.Result()
+		if err != nil {
+			return nil, wrap(classify(err), "reading state in", hashes[i])
+		}
+		out[i] = make([][]byte, len(vals))
+		for j, v := range vals {
+			if s, ok := v.(string); ok {
+				out[i][j] = []byte(s)
+			}
+		}
+	}
+	return out, nil
+}
+
 // WatermarkField is the field of a state hash (StateWrites.Key) that holds the partition's
 // watermark, in Unix ms: the fields that begin with a NUL byte are the runtime's, not the kind's.
 const WatermarkField = "\x00watermark"

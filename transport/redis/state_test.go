@@ -71,3 +71,29 @@ func TestCommitWritesStateWithTheAcks(t *testing.T) {
 		}
 	})
 }
+
+// ReadStatesOf reads keys of several state hashes, in other slots, in one pipeline: each value in
+// its place, nil where its hash holds none.
+func TestReadStatesOfSeveralHashes(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		hashes := []string{k.State("t", 0, "tb"), k.State("t", 1, "tb"), k.State("t", 2, "tb")}
+		for i, h := range hashes[:2] {
+			if err := c.Universal().HSet(ctx, h, "k"+string(rune('0'+i)), "row"+string(rune('0'+i))).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := c.ReadStatesOf(ctx, hashes, [][]string{{"k0", "k1"}, {"k1", "k0"}, {"k2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [][]string{{"row0", ""}, {"row1", ""}, {""}}
+		for i := range want {
+			for j, w := range want[i] {
+				if string(got[i][j]) != w || (w == "") != (got[i][j] == nil) {
+					t.Fatalf("hash %d key %d = %q, want %q (nil for none)", i, j, got[i][j], w)
+				}
+			}
+		}
+	})
+}

@@ -82,8 +82,14 @@ func TestPipelinesCompile(t *testing.T) {
 				want = p.k
 			}
 		}
-		if len(plan.Stages) != want {
-			t.Errorf("%s has %d stages, want %d", filepath.Base(path), len(plan.Stages), want)
+		got := 0
+		for _, s := range plan.Stages {
+			if s.Kind != flow.TableKind { // a table's own stage
+				got++
+			}
+		}
+		if got != want {
+			t.Errorf("%s has %d stages, want %d", filepath.Base(path), got, want)
 		}
 	}
 }

@@ -34,6 +34,7 @@ type benchPipeline struct {
 	inKey string // the key expression of the input topic, "" for none
 	kind  string // of every stage
 	attrs string // the kind's own attributes, as HCL lines
+	extra string // more blocks (a lookup's table), as HCL
 	src   string // the whole source, written elsewhere (benthos.go), instead of the above
 }
 
@@ -58,12 +59,51 @@ const dedupeAttrs = `  key         = msg.id
   event_time  = msg.at
 `
 
+// lookupAttrs look each message's key up in the table of lookupTable, and add its row at msg.row.
+const lookupAttrs = `  table       = table.keys
+  key         = msg.key
+  as          = "row"
+`
+
+// lookupTable is a table of a row for each of the aggKeys keys, k0000 to k0999, which a generate
+// source writes as the process starts: well before the flat-out phase, every lookup finds its row.
+const lookupTable = `topic "keys" {
+  partitions = 1
+  key        = msg.key
+}
+
+source "keys" {
+  kind   = "generate"
+  count  = 1000
+  output = topic.keys
+  template = {
+    key  = format("k%04d", index)
+    tier = "gold"
+  }
+}
+
+table "keys" {
+  input = topic.keys
+}
+
+`
+
+// rateLimitAttrs limit each key (aggKeys of them) to a rate far above what a key gets, so that no
+// message waits: the scenario measures what taking a turn costs (a script call per message).
+const rateLimitAttrs = `  key         = msg.key
+  rate        = 1000000
+  per         = "1s"
+  burst       = 1000
+`
+
 var benchPipelines = []benchPipeline{
 	{name: "fw1", k: 1, kind: "map"}, // identity: a map without set or drop
 	{name: "fw3", k: 3, kind: "map"},
 	{name: "fw3-eo", k: 3, eo: true, kind: "map"},
 	{name: "fw1-aggregate", k: 1, inKey: "msg.key", kind: "aggregate", attrs: aggregateAttrs},
 	{name: "fw1-dedupe", k: 1, inKey: "msg.id", kind: "dedupe", attrs: dedupeAttrs},
+	{name: "fw1-lookup", k: 1, kind: "lookup", attrs: lookupAttrs, extra: lookupTable},
+	{name: "fw1-rate-limit", k: 1, kind: "rate_limit", attrs: rateLimitAttrs},
 }
 
 // hcl returns the pipeline's source.
@@ -89,6 +129,7 @@ func (p benchPipeline) hcl() string {
 		}
 		b.WriteString("}\n\n")
 	}
+	b.WriteString(p.extra)
 	for i := 1; i <= p.k; i++ {
 		fmt.Fprintf(&b, "stage \"s%d\" {\n  kind        = %q\n  input       = topic.%s\n  output      = topic.%s\n"+
 			"  retry       = retry.bench\n  dead_letter = topic.failed\n%s}\n\n", i, p.kind, topics[i-1], topics[i], p.attrs)

@@ -97,6 +97,8 @@ var scenarios = []scenario{
 	{name: "FW-1", kind: kindHops, impl: implFlowrun, stages: 1, vs: "RAW-1", pipeline: "fw1"},
 	{name: "FW-1 aggregate", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-aggregate", counting: countAcks},
 	{name: "FW-1 dedupe", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-dedupe", counting: countDistinct},
+	{name: "FW-1 lookup", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-lookup"},
+	{name: "FW-1 rate_limit", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-rate-limit"},
 	{name: "RAW-3", kind: kindHops, impl: implRaw, stages: 3},
 	{name: "FW-3", kind: kindHops, impl: implFlowrun, stages: 3, vs: "RAW-3", pipeline: "fw3"},
 	{name: "FW-3 trace 1%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "0.01"},
