@@ -104,7 +104,36 @@ var benchPipelines = []benchPipeline{
 	{name: "fw1-dedupe", k: 1, inKey: "msg.id", kind: "dedupe", attrs: dedupeAttrs},
 	{name: "fw1-lookup", k: 1, kind: "lookup", attrs: lookupAttrs, extra: lookupTable},
 	{name: "fw1-rate-limit", k: 1, kind: "rate_limit", attrs: rateLimitAttrs},
+	{name: "fw1-join", src: joinHCL},
 }
+
+// joinHCL joins the input with itself by seq (each message's own, no two alike): each message is
+// read by both sides' stages, meets itself in the join's state, and comes out once, as a row of
+// its ts and seq (what the final consumer reads, decoding it: readChanged). Three hops, then: the
+// two sides' repartition stages and the join.
+const joinHCL = `# Written by flowbench: a join of the input with itself.
+pipeline "bench" {
+  key_prefix = "fb"
+}
+topic "in" { partitions = 1 }
+topic "out" { partitions = 1 }
+stage "s1" {
+  kind   = "join"
+  output = topic.out
+  left {
+    input      = topic.in
+    key        = msg.seq
+    event_time = msg.at
+  }
+  right {
+    input      = topic.in
+    key        = msg.seq
+    event_time = msg.at
+  }
+  grace  = "1s" # the disorder of the harness's four publishers, as the aggregate's
+  select = { ts = left.ts, seq = left.seq }
+}
+`
 
 // hcl returns the pipeline's source.
 func (p benchPipeline) hcl() string {

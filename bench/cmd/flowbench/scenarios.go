@@ -99,6 +99,7 @@ var scenarios = []scenario{
 	{name: "FW-1 dedupe", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-dedupe", counting: countDistinct},
 	{name: "FW-1 lookup", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-lookup"},
 	{name: "FW-1 rate_limit", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-rate-limit"},
+	{name: "FW-1 join", kind: kindHops, impl: implFlowrun, stages: 1, vs: "FW-1", pipeline: "fw1-join"},
 	{name: "RAW-3", kind: kindHops, impl: implRaw, stages: 3},
 	{name: "FW-3", kind: kindHops, impl: implFlowrun, stages: 3, vs: "RAW-3", pipeline: "fw3"},
 	{name: "FW-3 trace 1%", kind: kindHops, impl: implFlowrun, stages: 3, vs: "FW-3", pipeline: "fw3", trace: "0.01"},
