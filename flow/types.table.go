@@ -29,8 +29,15 @@ const tableSuffix = ".table"
 // expression, unset when the table is keyed by its messages' keys.
 const TableKeyAttribute = "key"
 
+// The attributes of a table's stage (Stage.Config) besides its key: the table's history and the
+// event time of its versions, as the table block sets them.
+const (
+	TableHistoryAttribute = "history"
+	TableTTLAttribute     = "ttl"
+)
+
 // The attributes of the contract that this version refuses.
-var tableNotYet = []string{"global", "ttl", "history", "event_time"}
+var tableNotYet = []string{"global", TableTTLAttribute}
 
 var tableSpec = &BlockSpec{
 	Type:   "table",
@@ -51,8 +58,19 @@ var tableSpec = &BlockSpec{
 		},
 		{Name: "global", Type: TypeBool, Doc: "Not supported yet: a full copy of the table per reader. flowrun refuses it."},
 		{Name: "ttl", Type: TypeDuration, Doc: "Not supported yet: forgetting keys not updated for that long. flowrun refuses it."},
-		{Name: "history", Type: TypeDuration, Doc: "Not supported yet: older versions, for lookups as of an event time. flowrun refuses it."},
-		{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Doc: "Not supported yet: when a version starts to hold. flowrun refuses it."},
+		{
+			Name: TableHistoryAttribute, Type: TypeDuration,
+			Doc: "How long, in event time, the table keeps the versions a key had before its latest, for lookups with as_of: " +
+				"versions that ended more than history before the table's watermark are trimmed, keeping the latest one that " +
+				"began at or before that point. Without it the table keeps one version per key.",
+		},
+		{
+			Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true,
+			DefaultDoc: "the time the message's entry was written",
+			Doc: "When a version starts to hold: an RFC 3339 string, or Unix milliseconds. With it, the latest version of a key " +
+				"is the one with the latest event time, whatever the order updates arrive in; a null payload (a delete) has no " +
+				"fields to read, and holds from the table's watermark when it is read.",
+		},
 	},
 }
 
@@ -64,17 +82,28 @@ type Table struct {
 	Input *Topic
 	// Key is the table's key expression; nil when the table is keyed by its messages' keys.
 	Key *expr.Program
+	// History is how long the table keeps older versions of a key, for lookups with as_of; 0: only
+	// the latest. EventTime is when a version starts to hold; nil: its entry's time.
+	History   time.Duration
+	EventTime *expr.Program
 	// Stage is the stage that keeps the table (of TableKind). Its input, Stage.Input, is where its
 	// state lives: the table's topic, or the repartition topic the compiler inserted before it.
 	Stage *Stage
 	Range hcl.Range
 }
 
+// tableStageAttributes are the attributes of a table's stage, set from its block.
+var tableStageAttributes = []Attribute{
+	{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
+	{Name: TableHistoryAttribute, Type: TypeDuration},
+	{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
+}
+
 // tableKind is the declaration of the table stages' kind: stateful, keyed by the table's key.
 var tableKind = &Kind{
 	Name:       TableKind,
 	Doc:        "Keeps the latest value per key of a table's topic.",
-	Attributes: []Attribute{{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}}},
+	Attributes: tableStageAttributes,
 	StateKey:   TableKeyAttribute,
 	Stateful:   func(Attrs) bool { return true },
 	KeepsKey:   func(Attrs) bool { return false },
@@ -93,7 +122,18 @@ func (c *compiler) compileTables() {
 						"its topic, and lookups read it as it is when they run (processing time). Remove %s.", name, name))
 			}
 		}
-		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange}
+		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange,
+			History: attrs.Duration(TableHistoryAttribute), EventTime: attrs.Expr(EventTimeAttribute)}
+		if a, ok := b.Attributes[TableHistoryAttribute]; ok && t.History <= 0 {
+			c.errorf(a.Expr.Range(), "Invalid history",
+				`history is how long older versions are kept, in event time: a positive duration, such as "1h".`)
+		}
+		if a, ok := b.Attributes[EventTimeAttribute]; ok && t.EventTime != nil {
+			if _, constant := t.EventTime.Constant(); constant {
+				c.errorf(a.Expr.Range(), "Invalid event_time",
+					"A table's event_time must read the message, such as msg.updated_at: a constant would give every version one time.")
+			}
+		}
 		if t.Key != nil {
 			if _, constant := t.Key.Constant(); constant {
 				c.errorf(b.Attributes[TableKeyAttribute].Expr.Range(), "Invalid key",
@@ -111,9 +151,18 @@ func (c *compiler) addTableStages() {
 		if t.Input == nil {
 			continue // reported
 		}
-		config := Attrs{declared: map[string]Type{TableKeyAttribute: TypeMessageExpr}}
+		config := Attrs{declared: map[string]Type{}}
+		for _, a := range tableStageAttributes {
+			config.declared[a.Name] = a.Type
+		}
 		if t.Key != nil {
 			config.set(TableKeyAttribute, t.Key)
+		}
+		if t.History > 0 {
+			config.set(TableHistoryAttribute, t.History)
+		}
+		if t.EventTime != nil {
+			config.set(EventTimeAttribute, t.EventTime)
 		}
 		t.Stage = &Stage{
 			Name: t.Name + tableSuffix, Kind: TableKind, Spec: tableKind, Input: t.Input,
@@ -124,6 +173,10 @@ func (c *compiler) addTableStages() {
 		c.plan.Tables = append(c.plan.Tables, t)
 	}
 }
+
+// Versioned reports whether the table keeps its rows as versions in event time (it has a history or
+// an event_time), rather than each key's last payload as it came.
+func (t *Table) Versioned() bool { return t.History > 0 || t.EventTime != nil }
 
 // resolveTable resolves a table attribute (TypeTableRef) to its table.
 func (c *compiler) resolveTable(e hcl.Expression, attr string) *Table {

@@ -40,10 +40,15 @@ type worker struct {
 	// timersDue: the last batch left timers due that it had no room to fire; the next turn, with
 	// or without messages, fires them (fireTimers).
 	timersDue bool
+	// tableWaits: timers of the unit wait for the watermark of a table (node.tableTime), which no
+	// entry of its input moves: the unit turns while idle to see whether it has.
+	tableWaits bool
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
-	w := &worker{r: r, u: u, lease: lease}
+	// A unit whose timers follow a table may have messages waiting from another owner, with no
+	// entry to come that would fire them: its first idle turn looks.
+	w := &worker{r: r, u: u, lease: lease, tableWaits: u.node.tableTime != nil}
 	if spec := r.timeSpec(u); spec != nil {
 		w.time, w.stamps = state.NewWatermarks(*spec), stampsEntryTime(spec)
 	}
@@ -181,6 +186,9 @@ func (w *worker) reclaimIdle(ctx context.Context, lastReclaim *time.Time) error 
 func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
 	if w.timersDue {
 		args.Block = time.Millisecond // the next turn has timers to fire, with or without entries
+	}
+	if w.tableWaits {
+		args.Block = min(args.Block, tableCatchUpPoll) // the table's watermark may have moved
 	}
 	if w.u.retryKey != "" {
 		if until := w.nextRetries.Sub(w.r.clock.Now()); until < args.Block {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeTable is a TableReader over a map, counting its reads.
@@ -21,6 +22,10 @@ func (f *fakeTable) Get(_ context.Context, key string) ([]byte, bool, error) {
 	}
 	row, ok := f.rows[key]
 	return []byte(row), ok, nil
+}
+
+func (f *fakeTable) GetAsOf(ctx context.Context, key string, _ time.Time) ([]byte, bool, error) {
+	return f.Get(ctx, key)
 }
 
 func lookupProcessor(t *testing.T, missing string, table *fakeTable) Processor {

@@ -3,8 +3,10 @@ package stages
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/expr"
@@ -28,7 +30,9 @@ func init() {
 			// compiler inserted: without one, a message's key is its row's key, a delete's too.
 			key := s.Config.Expr(flow.TableKeyAttribute)
 			keyed := key == nil || s.Input.Key != nil && sameSource(s.Input.Key.String(), key.String())
-			t := &tableStage{key: key, keyedByKey: keyed}
+			t := &tableStage{key: key, keyedByKey: keyed, history: s.Config.Duration(flow.TableHistoryAttribute),
+				eventTime: flow.EventTimeOf(s)}
+			t.versioned = t.history > 0 || t.eventTime != nil
 			return StatefulStage{Processor: t, Absorbs: true}, nil
 		},
 	}
@@ -40,6 +44,11 @@ type tableStage struct {
 	// keyedByKey: the stage's input is keyed by the table's key itself, so that a message's key
 	// is its row's, and a delete (a null payload, which has no fields to read) finds its row.
 	keyedByKey bool
+	// versioned: the table keeps versions in event time (table_versions.go), history long, each
+	// starting at its eventTime (nil: its entry's time); otherwise each key's last payload.
+	versioned bool
+	history   time.Duration
+	eventTime *expr.Program
 }
 
 // errNoRowKey fails a table's message without a key: no lookup could find its row.
@@ -69,14 +78,65 @@ func (t *tableStage) Process(ctx context.Context, st State, m *Message, out []Ou
 	if err := checkStateKey(key); err != nil {
 		return out, err
 	}
+	var row []byte
+	if !deleted {
+		var err error
+		if row, err = m.Payload(); err != nil {
+			return out, err
+		}
+	}
+	if t.versioned {
+		return out, t.putVersion(ctx, st, key, m, row)
+	}
 	if deleted {
 		return out, st.Delete(ctx, key)
 	}
-	row, err := m.Payload()
-	if err != nil {
-		return out, err
-	}
 	return out, st.Put(ctx, key, row)
+}
+
+// putVersion adds a version of key (row nil: a delete) at the message's event time, and trims the
+// key's versions to the table's history before the partition's watermark. A version that comes
+// after the watermark has passed its time is late: lookups with as_of may have been answered
+// without it (they answer once the watermark passes their time), so it counts as late; it is kept
+// all the same, for the lookups still to come.
+func (t *tableStage) putVersion(ctx context.Context, st State, key string, m *Message, row []byte) error {
+	watermark, err := st.Watermark(ctx)
+	if err != nil {
+		return err
+	}
+	at := watermark // a delete, when the table reads event times from fields it does not have
+	if row != nil || t.eventTime == nil {
+		if at, err = EventTime(t.eventTime, m); err != nil {
+			return err
+		}
+	}
+	if at.Before(watermark) {
+		st.Record(Late)
+	}
+	var vs tableVersions
+	entry, found, err := st.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if found {
+		if vs, err = decodeVersions(entry); err != nil {
+			return Permanent(err)
+		}
+	}
+	vs = vs.put(tableVersion{At: at.UnixMilli(), Row: row})
+	// Without history one version is kept: the latest in event time.
+	point := maxMillis
+	if t.history > 0 {
+		point = watermark.Add(-t.history).UnixMilli()
+	}
+	if vs = vs.trim(point); vs == nil {
+		return st.Delete(ctx, key)
+	}
+	b, err := json.Marshal(vs)
+	if err != nil {
+		return err
+	}
+	return st.Put(ctx, key, b)
 }
 
 // sameSource reports whether two expressions' source texts are the same but for spacing.
