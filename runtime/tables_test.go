@@ -315,7 +315,8 @@ func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
 				}
 				return n
 			}
-			args := append([]string{"run", path, "--var", "out=" + out, "--lease-ttl", "300ms"}, redisArgs(urls)...)
+			// Small batches: many commits, so that the kills fall among them.
+			args := append([]string{"run", path, "--var", "out=" + out, "--lease-ttl", "300ms", "--batch-size", "50"}, redisArgs(urls)...)
 			var logs []string
 			midBatch, cycle := 0, 0
 			for ; cycle < cycles && backlog() > 1000; cycle++ {
