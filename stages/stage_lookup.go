@@ -66,6 +66,8 @@ func init() {
   as      = "customer"
   missing = "null"
 }`,
+			// With as_of, messages wait for the table's watermark: no stateful stage may follow.
+			Delays: func(config flow.Attrs) bool { return config.Has(lookupFieldAsOf) },
 			Check: func(c *flow.KindCheck) {
 				if c.Has(lookupFieldAsOf) {
 					checkAsOf(c)
