@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -174,16 +175,22 @@ func publishAll(t *testing.T, c *redis.Client, plan *flow.Plan, topic string, pa
 }
 
 // consumed waits until group has processed every entry of the topic's partitions.
-func consumed(t *testing.T, c *redis.Client, prefix, topic string, partitions int, group string) {
+func consumed(t *testing.T, c *redis.Client, plan *flow.Plan, topic string, partitions int, group string) {
 	t.Helper()
-	streams := redis.Keys{Prefix: prefix}.Streams(topic, partitions)
+	streams := redis.Keys{Prefix: plan.KeyPrefix}.Streams(topic, partitions)
 	waitFor(t, "stage "+group+" to process "+topic, func() bool {
+		length := int64(0)
 		for _, s := range streams {
+			st, err := c.StreamStats(context.Background(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			length += st.Length
 			if backlogOf(t, c, s, group) > 0 {
 				return false
 			}
 		}
-		return true
+		return length > 0 // the streams are the topic's: it has entries
 	})
 }
 
@@ -197,19 +204,19 @@ func TestLookupAsOfIsExactWhateverTheArrivalOrder(t *testing.T) {
 	d := newAsOfData(t, 3000, 7)
 	arrivals := []struct {
 		name    string
-		publish func(t *testing.T, c *redis.Client, plan *flow.Plan, prefix string)
+		publish func(t *testing.T, c *redis.Client, plan *flow.Plan)
 	}{
-		{"versions first", func(t *testing.T, c *redis.Client, plan *flow.Plan, prefix string) {
+		{"versions first", func(t *testing.T, c *redis.Client, plan *flow.Plan) {
 			publishAll(t, c, plan, "customers", d.versions)
-			consumed(t, c, prefix, "customers", 3, "customers.table")
+			consumed(t, c, plan, "customers", 3, "customers.table")
 			publishAll(t, c, plan, "orders", d.orders)
 		}},
-		{"orders first", func(t *testing.T, c *redis.Client, plan *flow.Plan, prefix string) {
+		{"orders first", func(t *testing.T, c *redis.Client, plan *flow.Plan) {
 			publishAll(t, c, plan, "orders", d.orders)
-			consumed(t, c, prefix, "orders", 4, "enriched")
+			consumed(t, c, plan, "orders", 4, "enriched")
 			publishAll(t, c, plan, "customers", d.versions)
 		}},
-		{"interleaved", func(t *testing.T, c *redis.Client, plan *flow.Plan, prefix string) {
+		{"interleaved", func(t *testing.T, c *redis.Client, plan *flow.Plan) {
 			orders := append([]string(nil), d.orders...)
 			created := func(o string) int64 { n, _ := jsonObject(t, o)["created_at"].(float64); return int64(n) }
 			sort.SliceStable(orders, func(i, j int) bool { return created(orders[i]) < created(orders[j]) })
@@ -237,7 +244,7 @@ func TestLookupAsOfIsExactWhateverTheArrivalOrder(t *testing.T) {
 				waitFor(t, "the table to catch up", func() bool {
 					return strings.Contains(svc.log.String(), "the table has caught up with its topic")
 				})
-				a.publish(t, c, plan, prefix)
+				a.publish(t, c, plan)
 				publishAll(t, c, plan, "customers", d.sentinels)
 				waitFor(t, "every order to be enriched", func() bool { return len(streamPayloads(t, c, out)) >= len(d.orders) })
 				svc.stop()
@@ -321,5 +328,70 @@ func TestLookupAsOfExactlyOnceThroughKillCycles(t *testing.T) {
 			}
 			t.Logf("%d SIGKILL cycles, %d with batches in flight, %d leases lost", cycle, midBatch, leaseLosses(append(logs, last.log.String())...))
 		})
+	}
+}
+
+// TestTableHistoryIsTrimmed writes 60 versions of one customer, a second apart, to a table with
+// history = "10s", then one late version, and looks orders up as of times before, at and after
+// the point the history was trimmed to. The table keeps the versions that began at or after the
+// watermark less history, the one before that (which still held there), and the late version;
+// an order as of a trimmed time gets null, as no kept version had begun; the late version is
+// counted late and is there for the lookups after it.
+func TestTableHistoryIsTrimmed(t *testing.T) {
+	c := server.open(t)
+	prefix := fmt.Sprintf("history-%d", prefixes.Add(1))
+	out := prefix + ":out"
+	src := strings.Replace(asOfPipeline(prefix, "at_least_once"), `history    = "1000h"`, `history    = "10s"`, 1)
+	plan := buildSource(t, src, "out="+out)
+	var versions []string
+	for i := range 60 {
+		versions = append(versions, fmt.Sprintf(`{"customer_id":"c0","updated_at":%d,"v":%d}`, asOfT0+int64(i)*1000, i))
+	}
+	versions = append(versions, fmt.Sprintf(`{"customer_id":"c0","updated_at":%d,"v":"late"}`, asOfT0+55_500))
+	publishAll(t, c, plan, "customers", versions)
+	// The version each order must carry: as of 30.5 s, trimmed away (the history kept starts at
+	// 49 s, the watermark of 59 s less 10 s); 49.5 s, the version that held at the trim point;
+	// 55.7 s, the late version; 70 s, after every version, the latest.
+	want := map[int64]any{30_500: nil, 49_500: "49", 50_500: "50", 55_700: "late", 70_000: "59"}
+	var orders []string
+	for at := range want {
+		orders = append(orders, fmt.Sprintf(`{"order_id":"o%d","customer_id":"c0","created_at":%d}`, at, asOfT0+at))
+	}
+	publishAll(t, c, plan, "orders", orders)
+	j := runJob(t, c, plan, runtime.Options{})
+
+	entry, found, err := c.ReadState(context.Background(), redis.Keys{Prefix: plan.KeyPrefix}.State("customers", redis.Partition("c0", 3), "customers.table"), "c0")
+	if err != nil || !found {
+		t.Fatalf("the state of c0: %v, %v", found, err)
+	}
+	var entries [][2]json.RawMessage
+	if err := json.Unmarshal(entry, &entries); err != nil {
+		t.Fatalf("the state of c0 is %s: %v", entry, err)
+	}
+	var kept []any
+	for _, v := range entries {
+		kept = append(kept, fmt.Sprint(jsonObject(t, string(v[1]))["v"]))
+	}
+	wantKept := []any{"49", "50", "51", "52", "53", "54", "55", "late", "56", "57", "58", "59"}
+	if fmt.Sprint(kept) != fmt.Sprint(wantKept) {
+		t.Errorf("the versions kept of c0 are %v, want %v", kept, wantKept)
+	}
+	if s := j.node(t, "customers.table"); s.Late != 1 {
+		t.Errorf("the table counted %d late versions, want 1", s.Late)
+	}
+	got := streamPayloads(t, c, out)
+	if len(got) != len(want) {
+		t.Fatalf("%d orders out, want %d", len(got), len(want))
+	}
+	for _, m := range got {
+		var at int64
+		fmt.Sscanf(m["order_id"].(string), "o%d", &at)
+		var v any
+		if row, ok := m["customer"].(map[string]any); ok {
+			v = fmt.Sprint(row["v"])
+		}
+		if v != want[at] {
+			t.Errorf("the order as of %d ms carries version %v, want %v", at, v, want[at])
+		}
 	}
 }
