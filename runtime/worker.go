@@ -41,7 +41,7 @@ type worker struct {
 	// or without messages, fires them (fireTimers).
 	timersDue bool
 	// tableWaits: timers of the unit wait for the watermark of a table (node.tableTime), which no
-	// entry of its input moves: the unit turns while idle to see whether it has.
+	// entry of its input moves: each idle turn (every Options.Block) looks whether it has.
 	tableWaits bool
 }
 
@@ -186,9 +186,6 @@ func (w *worker) reclaimIdle(ctx context.Context, lastReclaim *time.Time) error 
 func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
 	if w.timersDue {
 		args.Block = time.Millisecond // the next turn has timers to fire, with or without entries
-	}
-	if w.tableWaits {
-		args.Block = min(args.Block, tableCatchUpPoll) // the table's watermark may have moved
 	}
 	if w.u.retryKey != "" {
 		if until := w.nextRetries.Sub(w.r.clock.Now()); until < args.Block {
