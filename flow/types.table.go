@@ -37,7 +37,7 @@ const (
 )
 
 // The attributes of the contract that this version refuses.
-var tableNotYet = []string{"global", TableTTLAttribute}
+var tableNotYet = []string{"global"}
 
 var tableSpec = &BlockSpec{
 	Type:   "table",
@@ -57,7 +57,12 @@ var tableSpec = &BlockSpec{
 				"reads a repartition topic keyed by it (<table>.table.by_key).",
 		},
 		{Name: "global", Type: TypeBool, Doc: "Not supported yet: a full copy of the table per reader. flowrun refuses it."},
-		{Name: "ttl", Type: TypeDuration, Doc: "Not supported yet: forgetting keys not updated for that long. flowrun refuses it."},
+		{
+			Name: TableTTLAttribute, Type: TypeDuration,
+			Doc: "Forgets a key (with its versions) once the table's watermark has passed its last update by this much, " +
+				"such as \"30d\": in event time, the event_time of the key's latest version (or its entry's time). A later " +
+				"update keeps the key; a lookup then finds it missing.",
+		},
 		{
 			Name: TableHistoryAttribute, Type: TypeDuration,
 			Doc: "How long, in event time, the table keeps the versions a key had before its latest, for lookups with as_of: " +
@@ -86,6 +91,8 @@ type Table struct {
 	// the latest. EventTime is when a version starts to hold; nil: its entry's time.
 	History   time.Duration
 	EventTime *expr.Program
+	// TTL forgets a key once the table's watermark is that far past its last update; 0: never.
+	TTL time.Duration
 	// Stage is the stage that keeps the table (of TableKind). Its input, Stage.Input, is where its
 	// state lives: the table's topic, or the repartition topic the compiler inserted before it.
 	Stage *Stage
@@ -96,6 +103,7 @@ type Table struct {
 var tableStageAttributes = []Attribute{
 	{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
 	{Name: TableHistoryAttribute, Type: TypeDuration},
+	{Name: TableTTLAttribute, Type: TypeDuration},
 	{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
 }
 
@@ -118,15 +126,20 @@ func (c *compiler) compileTables() {
 		for _, name := range tableNotYet {
 			if a, ok := b.Attributes[name]; ok {
 				c.errorf(a.NameRange, "Not supported yet",
-					fmt.Sprintf("A table's %s is not supported yet: a table holds the latest value of each key, partitioned like "+
-						"its topic, and lookups read it as it is when they run (processing time). Remove %s.", name, name))
+					fmt.Sprintf("A table's %s is not supported yet: a table is partitioned like its topic, and a lookup reads "+
+						"each row from the partition that holds it. Remove %s.", name, name))
 			}
 		}
 		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange,
-			History: attrs.Duration(TableHistoryAttribute), EventTime: attrs.Expr(EventTimeAttribute)}
+			History: attrs.Duration(TableHistoryAttribute), TTL: attrs.Duration(TableTTLAttribute),
+			EventTime: attrs.Expr(EventTimeAttribute)}
 		if a, ok := b.Attributes[TableHistoryAttribute]; ok && t.History <= 0 {
 			c.errorf(a.Expr.Range(), "Invalid history",
 				`history is how long older versions are kept, in event time: a positive duration, such as "1h".`)
+		}
+		if a, ok := b.Attributes[TableTTLAttribute]; ok && t.TTL <= 0 {
+			c.errorf(a.Expr.Range(), "Invalid ttl",
+				`ttl is how long a key is kept after its last update, in event time: a positive duration, such as "30d".`)
 		}
 		if a, ok := b.Attributes[EventTimeAttribute]; ok && t.EventTime != nil {
 			if _, constant := t.EventTime.Constant(); constant {
@@ -160,6 +173,9 @@ func (c *compiler) addTableStages() {
 		}
 		if t.History > 0 {
 			config.set(TableHistoryAttribute, t.History)
+		}
+		if t.TTL > 0 {
+			config.set(TableTTLAttribute, t.TTL)
 		}
 		if t.EventTime != nil {
 			config.set(EventTimeAttribute, t.EventTime)

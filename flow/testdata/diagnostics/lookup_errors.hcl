@@ -17,7 +17,11 @@ source "oin" {
 table "customers" {
   input  = topic.customers
   global = true # ERROR: Not supported yet: A table's global is not supported yet
-  ttl    = "30d" # ERROR: Not supported yet: A table's ttl is not supported yet
+  ttl    = "30d"
+}
+table "ttl_zero" {
+  input = topic.customers
+  ttl   = "0s" # ERROR: Invalid ttl: ttl is how long a key is kept after its last update
 }
 table "products" {
   input = topic.customers
