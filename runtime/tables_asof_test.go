@@ -385,7 +385,9 @@ func TestTableHistoryIsTrimmed(t *testing.T) {
 	}
 	for _, m := range got {
 		var at int64
-		fmt.Sscanf(m["order_id"].(string), "o%d", &at)
+		if _, err := fmt.Sscanf(m["order_id"].(string), "o%d", &at); err != nil {
+			t.Fatalf("order %v: %v", m["order_id"], err)
+		}
 		var v any
 		if row, ok := m["customer"].(map[string]any); ok {
 			v = fmt.Sprint(row["v"])
