@@ -34,10 +34,8 @@ const TableKeyAttribute = "key"
 const (
 	TableHistoryAttribute = "history"
 	TableTTLAttribute     = "ttl"
+	TableGlobalAttribute  = "global"
 )
-
-// The attributes of the contract that this version refuses.
-var tableNotYet = []string{"global"}
 
 var tableSpec = &BlockSpec{
 	Type:   "table",
@@ -56,7 +54,13 @@ var tableSpec = &BlockSpec{
 			Doc: "The key of each row, such as msg.customer_id. Where the input topic is keyed otherwise, the table " +
 				"reads a repartition topic keyed by it (<table>.table.by_key).",
 		},
-		{Name: "global", Type: TypeBool, Doc: "Not supported yet: a full copy of the table per reader. flowrun refuses it."},
+		{
+			Name: TableGlobalAttribute, Type: TypeBool, Default: false,
+			Doc: "true keeps the whole table in one partition's state (one hash in one slot, kept by one process at a time " +
+				"and moving with its lease), which every lookup reads, through a repartition topic of one partition " +
+				"(<table>.table.by_key) where the topic has several: for small tables, whose watermark is then one " +
+				"partition's, not held back by a quiet one. false: partitioned like its topic.",
+		},
 		{
 			Name: TableTTLAttribute, Type: TypeDuration,
 			Doc: "Forgets a key (with its versions) once the table's watermark has passed its last update by this much, " +
@@ -93,6 +97,9 @@ type Table struct {
 	EventTime *expr.Program
 	// TTL forgets a key once the table's watermark is that far past its last update; 0: never.
 	TTL time.Duration
+	// Global keeps the whole table in one partition: its stage reads a repartition topic of one
+	// partition where its topic has several (repartition.go).
+	Global bool
 	// Stage is the stage that keeps the table (of TableKind). Its input, Stage.Input, is where its
 	// state lives: the table's topic, or the repartition topic the compiler inserted before it.
 	Stage *Stage
@@ -104,6 +111,7 @@ var tableStageAttributes = []Attribute{
 	{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
 	{Name: TableHistoryAttribute, Type: TypeDuration},
 	{Name: TableTTLAttribute, Type: TypeDuration},
+	{Name: TableGlobalAttribute, Type: TypeBool},
 	{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
 }
 
@@ -123,16 +131,9 @@ var tableKind = &Kind{
 func (c *compiler) compileTables() {
 	for _, b := range c.cfg.Tables {
 		attrs := c.decodeAttributes(tableSpec.Attributes, b.Attributes)
-		for _, name := range tableNotYet {
-			if a, ok := b.Attributes[name]; ok {
-				c.errorf(a.NameRange, "Not supported yet",
-					fmt.Sprintf("A table's %s is not supported yet: a table is partitioned like its topic, and a lookup reads "+
-						"each row from the partition that holds it. Remove %s.", name, name))
-			}
-		}
 		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange,
 			History: attrs.Duration(TableHistoryAttribute), TTL: attrs.Duration(TableTTLAttribute),
-			EventTime: attrs.Expr(EventTimeAttribute)}
+			EventTime: attrs.Expr(EventTimeAttribute), Global: attrs.Bool(TableGlobalAttribute)}
 		if a, ok := b.Attributes[TableHistoryAttribute]; ok && t.History <= 0 {
 			c.errorf(a.Expr.Range(), "Invalid history",
 				`history is how long older versions are kept, in event time: a positive duration, such as "1h".`)
@@ -176,6 +177,9 @@ func (c *compiler) addTableStages() {
 		}
 		if t.TTL > 0 {
 			config.set(TableTTLAttribute, t.TTL)
+		}
+		if t.Global {
+			config.set(TableGlobalAttribute, true)
 		}
 		if t.EventTime != nil {
 			config.set(EventTimeAttribute, t.EventTime)

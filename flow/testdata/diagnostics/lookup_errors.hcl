@@ -16,7 +16,7 @@ source "oin" {
 }
 table "customers" {
   input  = topic.customers
-  global = true # ERROR: Not supported yet: A table's global is not supported yet
+  global = true
   ttl    = "30d"
 }
 table "ttl_zero" {
