@@ -1,11 +1,12 @@
-# A table whose keys are forgotten 10 minutes after their last update, in the time of their entries
-# (no event_time), looked up by orders: for the tests of tables under flowrun test.
+# A global table whose keys are forgotten 10 minutes after their last update, in the time of their
+# entries (no event_time), looked up by orders: for the tests of tables under flowrun test. Global,
+# the table's two partitions go to one (customers.table.by_key), whose watermark any entry moves.
 pipeline "ttl" {
   key_prefix = "ttl"
 }
 
 topic "customers" {
-  partitions = 1
+  partitions = 2
   key        = msg.customer_id
 }
 
@@ -15,8 +16,9 @@ topic "orders" {
 }
 
 table "customers" {
-  input = topic.customers
-  ttl   = "10m"
+  input  = topic.customers
+  ttl    = "10m"
+  global = true
 }
 
 stage "enriched" {
