@@ -42,7 +42,8 @@ var tableSpec = &BlockSpec{
 	Labels: []string{"name"},
 	Doc: "The latest value per key of a topic, kept as state in Redis and read by lookup stages with " +
 		"table = table.NAME. A message whose payload is null deletes its key. The table is partitioned like " +
-		"its topic (by its key), and a lookup reads whichever partition holds the key it looks up.",
+		"its topic (by its key), or kept whole in one partition (global), and a lookup reads whichever partition " +
+		"holds the key it looks up. With history it keeps older versions, for lookups as_of an event time.",
 	Attributes: []Attribute{
 		{
 			Name: "input", Type: TypeInputRef, Required: true,
@@ -134,11 +135,11 @@ func (c *compiler) compileTables() {
 		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange,
 			History: attrs.Duration(TableHistoryAttribute), TTL: attrs.Duration(TableTTLAttribute),
 			EventTime: attrs.Expr(EventTimeAttribute), Global: attrs.Bool(TableGlobalAttribute)}
-		if a, ok := b.Attributes[TableHistoryAttribute]; ok && t.History <= 0 {
+		if a, ok := b.Attributes[TableHistoryAttribute]; ok && attrs.Has(TableHistoryAttribute) && t.History <= 0 {
 			c.errorf(a.Expr.Range(), "Invalid history",
 				`history is how long older versions are kept, in event time: a positive duration, such as "1h".`)
 		}
-		if a, ok := b.Attributes[TableTTLAttribute]; ok && t.TTL <= 0 {
+		if a, ok := b.Attributes[TableTTLAttribute]; ok && attrs.Has(TableTTLAttribute) && t.TTL <= 0 {
 			c.errorf(a.Expr.Range(), "Invalid ttl",
 				`ttl is how long a key is kept after its last update, in event time: a positive duration, such as "30d".`)
 		}
