@@ -189,7 +189,7 @@ func (a Attrs) tableRefs() []*Table {
 	return out
 }
 
-// topics lists every topic the attributes and nested blocks refer to, in a stable order: nested blocks
+// topics lists every topic the attributes and nested blocks write to, in a stable order: nested blocks
 // by type and in source order, then attributes by name (for a route: its cases, then its default).
 func (a Attrs) topics() []*Topic {
 	var out []*Topic
@@ -203,7 +203,7 @@ func (a Attrs) topics() []*Topic {
 func (a Attrs) topicAttrs() []KindOutput {
 	var names []string
 	for n, v := range a.values {
-		if _, ok := v.(*Topic); ok {
+		if _, ok := v.(*Topic); ok && a.declared[n] != TypeInputRef { // an input is read, not written
 			names = append(names, n)
 		}
 	}

@@ -168,6 +168,9 @@ type Stage struct {
 	// Repartitions, for a stage of RepartitionKind, is the stateful stage it repartitions for; its
 	// Config is that stage's.
 	Repartitions *Stage
+	// Side, for a stage of RepartitionKind that writes one side of a stage with two inputs (a join's
+	// left or right, Kind.Sides), names the side; its Config is that side's block.
+	Side string
 	// Fuse lets the stage run in one hop with the stages it is chained with (fusion.go).
 	Fuse bool
 	// Chain is the chain the stage runs in; nil when it runs in a hop of its own.

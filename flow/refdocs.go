@@ -61,6 +61,9 @@ func writeBlockDoc(b *strings.Builder, spec *BlockSpec) {
 	fmt.Fprintf(b, "#### %s kinds\n\n", strings.ToUpper(spec.Type[:1])+spec.Type[1:])
 	for _, k := range kinds {
 		fmt.Fprintf(b, "##### %s `%s`\n\n%s\n\n", spec.Type, k.Name, k.Doc)
+		if len(k.Sides) > 0 {
+			fmt.Fprintf(b, "It has no `input`: its `%s` blocks name what it reads.\n\n", strings.Join(k.Sides, "` and `"))
+		}
 		if len(k.Attributes) > 0 {
 			writeAttributeTable(b, k.Attributes, nil)
 		}
@@ -80,6 +83,8 @@ func writeNestedBlockDoc(b *strings.Builder, nb NestedBlock) {
 		count = "at most once"
 	case nb.Min == 1 && nb.Max == 0:
 		count = "at least once"
+	case nb.Min == 1 && nb.Max == 1:
+		count = "exactly once"
 	}
 	fmt.Fprintf(b, "Nested block `%s { ... }`, %s: %s\n\n", nb.Spec.Type, count, nb.Spec.Doc)
 	writeAttributeTable(b, nb.Spec.Attributes, nil)

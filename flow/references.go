@@ -184,6 +184,11 @@ func (c *compiler) stageOutput(ref reference) *Topic {
 	c.implicit[b.Name] = t
 	c.topicUsed[t.Name] = true
 	// The implicit topic takes its partition count from the stage's input, so parallelism carries over.
+	if b.Kind != nil && len(b.Kind.Sides) > 0 && !c.resolving[b.Name] {
+		c.resolving[b.Name] = true
+		t.Partitions = c.sideInputPartitions(b)
+		delete(c.resolving, b.Name)
+	}
 	if in, ok := b.Attributes["input"]; ok && !c.resolving[b.Name] {
 		c.resolving[b.Name] = true
 		if it := c.resolveTopicQuiet(in.Expr); it != nil {

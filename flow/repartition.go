@@ -29,6 +29,7 @@ func (c *compiler) insertRepartitions() {
 	}
 	var stages []*Stage
 	for _, s := range c.plan.Stages {
+		stages = append(stages, c.insertSides(s)...)
 		if r := c.repartition(s); r != nil {
 			stages = append(stages, r)
 		}

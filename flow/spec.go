@@ -156,6 +156,10 @@ type Kind struct {
 	// that may set new keys, the next would see a key's messages from several input partitions at
 	// once. Without it, a kind's stages may change keys.
 	KeepsKey func(config Attrs) bool
+	// Sides, for a stage kind that reads two inputs (a join), names its nested blocks, each of which
+	// declares an input, a key and an event_time (SideAttributes), in place of the stage's input. The
+	// compiler gives such a stage one repartition topic that every side writes (see sides.go).
+	Sides []string
 }
 
 // KindOutput is one of the topics a stage kind with OwnOutputs writes to.
@@ -310,7 +314,14 @@ func (b *BlockSpec) attributes(k *Kind) []Attribute {
 	if k == nil {
 		return b.Attributes
 	}
-	return append(append([]Attribute(nil), b.Attributes...), k.Attributes...)
+	var out []Attribute
+	for _, a := range b.Attributes {
+		if len(k.Sides) > 0 && a.Name == "input" {
+			continue // its sides have the inputs
+		}
+		out = append(out, a)
+	}
+	return append(out, k.Attributes...)
 }
 
 // blocks returns the block's own nested blocks followed by the kind's, if any.

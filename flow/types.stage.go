@@ -14,7 +14,7 @@ var stageSpec = &BlockSpec{
 		{Name: "kind", Type: TypeString, Required: true, Doc: "What the stage does; see the stage kinds."},
 		{
 			Name: "input", Type: TypeInputRef, Required: true,
-			Doc: "What the stage reads: topic.NAME, or stage.NAME for another stage's output.",
+			Doc: "What the stage reads: topic.NAME, or stage.NAME for another stage's output. A join has none: its left and right blocks have the inputs.",
 		},
 		{
 			Name: "output", Type: TypeTopicRef,

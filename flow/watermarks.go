@@ -140,6 +140,12 @@ func stateful(s *Stage) bool {
 	return s.Spec != nil && s.Spec.Stateful != nil && s.Spec.Stateful(s.Config)
 }
 
+// ownTime reports whether a stage reads event time by a domain of its own: a stateful stage, and
+// a side of a stage with sides, which tags each message with its side's event time (sides.go).
+func ownTime(s *Stage) bool {
+	return stateful(s) || s.Side != ""
+}
+
 // idleTimeoutOf is how long a stateful stage lets its writers be idle before their watermarks move.
 func idleTimeoutOf(s *Stage) time.Duration {
 	if s.Config.Declares(IdleTimeoutAttribute) {
@@ -151,6 +157,9 @@ func idleTimeoutOf(s *Stage) time.Duration {
 // resultOutputs are the topics a stage writes results of its own to: an aggregate's output, not its
 // late route.
 func resultOutputs(s *Stage) map[*Topic]bool {
+	if s.Side != "" {
+		return map[*Topic]bool{s.Output: true} // its messages carry the side's event time as their own
+	}
 	if s.Spec == nil || !s.Spec.Results || s.Output == nil {
 		return nil
 	}
@@ -199,7 +208,7 @@ func (c *compiler) wireWatermarks(blocks map[*Stage]*Block) {
 			continue
 		}
 		sw := &StageWatermark{Domains: sortedDomains(need), Own: -1}
-		if stateful(s) {
+		if ownTime(s) {
 			sw.Own = sw.Domain(domainOf(s).Name)
 		}
 		if s.Input != nil && (s.Input.Watermark == nil || len(s.Input.Watermark.Writers) == 0) {
@@ -250,7 +259,7 @@ func (w *watermarkWiring) needOf(t *Topic) map[string]TimeDomain {
 	need := map[string]TimeDomain{}
 	for _, r := range w.readers[t] {
 		own := map[string]TimeDomain{}
-		if stateful(r) {
+		if ownTime(r) {
 			d := domainOf(r)
 			own[d.Name] = d
 		}

@@ -53,6 +53,8 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("fraud", func(t *testing.T) { checkFraud(t, c, opts) })
 			t.Run("throttle", func(t *testing.T) { checkThrottle(t, c, opts) })
 			t.Run("webhooks", func(t *testing.T) { checkWebhooks(t, c, opts) })
+			t.Run("adclicks", func(t *testing.T) { checkAdClicks(t, c, opts) })
+			t.Run("shop", func(t *testing.T) { checkShop(t, c, opts) })
 		})
 	}
 }
@@ -63,7 +65,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "tiers": true, "fraud": true, "throttle": true, "webhooks": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "tiers": true, "fraud": true, "throttle": true, "webhooks": true, "adclicks": true, "shop": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -266,6 +268,75 @@ func checkTiers(t *testing.T, c *redis.Client, opts runtime.Options) {
 		want = append(want, o)
 	}
 	sameMessages(t, "orders with their customer's record then", jsonLines(t, readFile(t, out)), want)
+}
+
+// checkAdClicks runs the adclicks example as a job and compares its rows with a reference join of
+// its data: a click or view is late when it is more than 30 seconds (grace) behind the latest one
+// written before it to its partition (the topics are keyed by their ids); of the others, each view
+// with each click on its ad from the view's time to 10 minutes after is a row, with the view's
+// campaign, and each view with none is a row with the click null.
+func checkAdClicks(t *testing.T, c *redis.Client, opts runtime.Options) {
+	dir := t.TempDir()
+	out, late := filepath.Join(dir, "clicked.jsonl"), filepath.Join(dir, "late.jsonl")
+	plan := build(t, filepath.Join(examples, "adclicks"), "output="+out, "late_output="+late)
+	runJob(t, c, plan, opts)
+
+	data := func(name string) []map[string]any {
+		return jsonLines(t, readFile(t, filepath.Join(examples, "adclicks", "data", name)))
+	}
+	campaigns := map[string]any{}
+	for _, cp := range data("campaigns.jsonl") {
+		campaigns[cp["campaign_id"].(string)] = cp["name"]
+	}
+	var wantLate []map[string]any
+	onTime := func(events []map[string]any, id string, partitions int) []map[string]any {
+		latest := make([]time.Time, partitions)
+		var kept []map[string]any
+		for _, e := range events {
+			at, err := time.Parse(time.RFC3339, e["ts"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := redis.Partition(e[id].(string), partitions)
+			if at.After(latest[p]) {
+				latest[p] = at
+			}
+			if at.Add(30 * time.Second).Before(latest[p]) {
+				wantLate = append(wantLate, e)
+				continue
+			}
+			e["at"] = at
+			kept = append(kept, e)
+		}
+		return kept
+	}
+	views, clicks := onTime(data("views.jsonl"), "view_id", 2), onTime(data("clicks.jsonl"), "click_id", 2)
+	var want []map[string]any
+	for _, v := range views {
+		row := func(click any, clicked any) map[string]any {
+			return map[string]any{"view_id": v["view_id"], "ad_id": v["ad_id"], "campaign": campaigns[v["campaign_id"].(string)],
+				"viewed": v["ts"], "click_id": click, "clicked": clicked}
+		}
+		matched := false
+		for _, k := range clicks {
+			d := k["at"].(time.Time).Sub(v["at"].(time.Time))
+			if k["ad_id"] == v["ad_id"] && d >= 0 && d <= 10*time.Minute {
+				want = append(want, row(k["click_id"], k["ts"]))
+				matched = true
+			}
+		}
+		if !matched {
+			want = append(want, row(nil, nil))
+		}
+	}
+	for _, e := range wantLate {
+		delete(e, "at")
+	}
+	sameMessages(t, "clicked views", jsonLines(t, readFile(t, out)), want)
+	sameMessages(t, "late events", jsonLines(t, readFileIfAny(t, late)), wantLate)
+	if len(wantLate) == 0 {
+		t.Fatal("no late event in the sample: the check checks nothing of them")
+	}
 }
 
 // checkFraud runs the fraud example as a job and compares its alerts with a reference computation

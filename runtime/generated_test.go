@@ -23,7 +23,7 @@ var (
 	drawsFlag = flag.Int("draws", 32, "TestGeneratedPipelines: how many pipelines to draw")
 	seedFlag  = flag.Uint64("seed", 0, "TestGeneratedPipelines: run only the draw of this seed (as a failure prints it)")
 	keepFlag  = flag.String("keep", "", "TestGeneratedPipelines: keep each draw's files (pipeline, inputs, the model's outputs) under this directory, to run by hand")
-	soakFlag  = flag.Bool("soak", false, "TestGeneratedPipelines: run every draw as flowrun processes too, with its kills, on a server and a cluster")
+	soakFlag  = flag.Bool("soak", false, "TestGeneratedPipelines: run every draw as flowrun processes too, with its kills, on a server and a cluster; the connectors' proofs: issue 24's scale (make soak-connectors)")
 )
 
 // TestGeneratedPipelines is the proof by drawing (internal/modeltest): random pipelines of

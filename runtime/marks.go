@@ -20,7 +20,7 @@ func (r *processing) timeSpec(u *unit) *state.Spec {
 	switch {
 	case n.stage != nil && n.stage.Watermark != nil:
 		sw := n.stage.Watermark
-		spec = &state.Spec{Domains: sw.Domains, Own: sw.Own, Measures: sw.Measures, IdleTimeout: sw.IdleTimeout}
+		spec = &state.Spec{Domains: sw.Domains, Own: sw.Own, Stateful: n.stateful, Measures: sw.Measures, IdleTimeout: sw.IdleTimeout}
 	case n.source != nil && n.source.Output.Watermark != nil:
 		tw := n.source.Output.Watermark
 		spec = &state.Spec{Domains: tw.Domains, Own: -1, Measures: true, IdleTimeout: tw.IdleTimeout}
@@ -37,17 +37,22 @@ func (r *processing) timeSpec(u *unit) *state.Spec {
 	}
 	spec.Close = closeMarkOf(r.keys, u)
 	if spec.Measures {
-		spec.Carries = carriedDomains(spec)
+		spec.Carries = carriedDomains(spec, n.stage != nil && n.stage.Side != "")
 	}
 	return spec
 }
 
 // carriedDomains are the domains whose watermarks a measuring unit puts in the messages it passes
-// on (stages.WatermarkHeader): those its pass-through outputs need, but the entry's time, which
-// never goes back where it is measured.
-func carriedDomains(spec *state.Spec) []int {
+// on (stages.WatermarkHeader): those its pass-through outputs need, and a join side's own, which
+// it tags its messages with for the join (flow/sides.go); but the entry's time, which never goes
+// back where it is measured.
+func carriedDomains(spec *state.Spec, side bool) []int {
 	var out []int
 	seen := map[int]bool{}
+	if side && spec.Own >= 0 && spec.Domains[spec.Own].Name != "" {
+		seen[spec.Own] = true
+		out = append(out, spec.Own)
+	}
 	for _, o := range spec.Outputs {
 		if o.Results {
 			continue

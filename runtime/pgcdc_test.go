@@ -5,19 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/pgtest"
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
@@ -282,22 +279,7 @@ func checkCDCTopic(t *testing.T, c *redis.Client, prefix string, w *cdcWriter, i
 	if exactSnapshot && snapshots != initial+initial/4 {
 		t.Errorf("%d snapshot messages, want %d", snapshots, initial+initial/4)
 	}
-	// The tables, as the messages should have built them.
-	want := map[string]string{}
-	for _, table := range cdcTables {
-		rows, err := w.conn.Query(context.Background(), "SELECT id, v FROM "+table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id, v int
-			if err := rows.Scan(&id, &v); err != nil {
-				t.Fatal(err)
-			}
-			want[cdcKey(table, id)] = strconv.Itoa(v)
-		}
-		rows.Close()
-	}
+	want := w.rows(t) // the tables, as the messages should have built them
 	for key, v := range want {
 		if state[key] != v && bad < 20 {
 			bad++
@@ -387,106 +369,6 @@ func TestPostgresCDCSnapshotThenChanges(t *testing.T) {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	t.Logf("%d snapshot messages, %d changes in %d transactions; the slot confirmed %s", snapshots, changes, txs+1, confirmed)
-}
-
-// TestPostgresCDCThroughKills runs the source in flowrun processes with effectively-once delivery,
-// and SIGKILLs them again and again while a writer makes transactions of 1 to 50 changes: the first
-// in the middle of the snapshot of 25,000 rows, the others once they stream, after random progress. Then a last process runs until the
-// writer's last change arrives: every change is in the topic once, in commit order per row (the
-// snapshot, read again after the first kill, has at most one message per row), and the topic's
-// final state per row is the table's.
-func TestPostgresCDCThroughKills(t *testing.T) {
-	const initial, cycles = 20000, 5
-	pg := pgtest.Start(t)
-	w := newCDCWriter(t, pg, initial)
-	srv := redistest.Shared(t)
-	c := openURLs(t, srv.URL())
-	prefix := fmt.Sprintf("cdckill-%d", prefixes.Add(1))
-	path := filepath.Join(t.TempDir(), "cdc.hcl")
-	writeFile(t, path, cdcPipeline(prefix, pg.DSN("postgres"), "effectively_once"))
-	if _, _, diags := flow.Build(path, flow.Options{}); diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	keys := redis.Keys{Prefix: prefix}
-	entries := func() int64 {
-		var n int64
-		for _, s := range keys.Streams("changes", 4) {
-			l, err := c.Universal().XLen(context.Background(), s).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += l
-		}
-		return n
-	}
-	position := func() string {
-		raw, _, err := c.ReadCheckpoint(context.Background(), keys.SourcePosition("shop"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
-	bin := flowrunBinary(t)
-	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
-
-	// The first process is killed in the middle of the snapshot; the writer starts once the slot
-	// exists, so that every change it makes comes after the snapshot's consistent point.
-	p := startBinary(t, bin, args...)
-	waitFor(t, "the snapshot to begin", func() bool { return entries() >= 1000 })
-	p.kill(t)
-	midSnapshot := strings.Contains(position(), `"snapshot":"`)
-	if !midSnapshot {
-		t.Errorf("the first kill struck after the snapshot (position %s): make the snapshot larger", position())
-	}
-	logs := []string{p.log.String()}
-	// The writer goes on until the cycles are done.
-	writerDone := make(chan error, 1)
-	var writerStop atomic.Bool
-	defer writerStop.Store(true)
-	go func() {
-		for !writerStop.Load() {
-			if err := w.tx(context.Background()); err != nil {
-				writerDone <- err
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		writerDone <- nil
-	}()
-	killed := 1
-	for cycle := 0; cycle < cycles; cycle++ {
-		before := entries()
-		p := startBinary(t, bin, args...)
-		progress := int64(200 + rand.IntN(1500))
-		// The first of these reads the rest of the snapshot; each is killed once it streams.
-		waitFor(t, fmt.Sprintf("cycle %d: %d entries more, streaming", cycle, progress), func() bool {
-			return entries()-before >= progress && !strings.Contains(position(), `"snapshot":"`)
-		})
-		p.kill(t)
-		killed++
-		logs = append(logs, p.log.String())
-	}
-	writerStop.Store(true)
-	if err := <-writerDone; err != nil {
-		t.Fatal(err)
-	}
-	w.sentinel(t)
-	last := startBinary(t, bin, args...)
-	waitFor(t, "the writer's last change in the topic", func() bool { return sentinelArrived(t, c, prefix) })
-	last.kill(t)
-	logs = append(logs, last.log.String())
-	snapshots, changes := checkCDCTopic(t, c, prefix, w, initial, false)
-	if t.Failed() {
-		for i, l := range logs {
-			for _, line := range strings.Split(l, "\n") {
-				if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "postgres_cdc") {
-					t.Logf("process %d: %s", i, line)
-				}
-			}
-		}
-	}
-	t.Logf("%d SIGKILLs (the first mid-snapshot: %v); %d snapshot messages for %d rows, %d changes, each once; %d leases lost",
-		killed, midSnapshot, snapshots, initial+initial/4, changes, leaseLosses(logs...))
 }
 
 // TestPostgresCDCWaitsOutRedis stops Redis while a writer makes changes: the slot confirms nothing

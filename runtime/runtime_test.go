@@ -336,7 +336,9 @@ sink "out" {
 	}
 }
 
-// acked sums, over a topic's partitions, the entries a group has delivered and acknowledged.
+// acked sums, over a topic's partitions, the entries a group has delivered and acknowledged. It
+// reads XINFO's lag, which Redis does not keep exactly through a restart from its AOF: after one,
+// compare the group's last delivered ID with the stream's last entry (pgcdc_kills_test.go).
 func acked(t *testing.T, c *redis.Client, prefix, topic string, partitions int, group string) int64 {
 	t.Helper()
 	var n int64
@@ -366,6 +368,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		<-tick.C
 	}
+}
+
+// waitProgress waits until value reaches want, as long as it keeps moving: it fails the test and
+// returns false when value has not changed for a minute (a stall), however long the whole takes
+// on a loaded machine.
+func waitProgress(t *testing.T, what string, want int64, value func() int64) bool {
+	t.Helper()
+	last, since := value(), time.Now()
+	for last != want {
+		if time.Since(since) > time.Minute {
+			t.Errorf("waiting for %s: stalled at %d of %d for a minute", what, last, want)
+			return false
+		}
+		time.Sleep(20 * time.Millisecond) // polling
+		if v := value(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+	return true
 }
 
 // TestRetentionTrimsWhatWasRead runs a topic with max_len = 10 as a service: once the stage has read

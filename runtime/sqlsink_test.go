@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/internal/redistest"
@@ -234,6 +235,62 @@ func TestSQLSinkWaitsOutAnOutage(t *testing.T) {
 		}
 		t.Logf("%s: %d connections refused at start; %d rows at the cut, %d while the database was away (%d connections refused), %d at the end",
 			db.Driver, atStart, first, during, proxy.Refused()-atStart, n)
+	})
+}
+
+// TestSQLSinkWaitsOutAFiveSecondOutage is the outage of issue 24 at its scale, with -soak only:
+// 200,000 orders are published, and once a third of them are rows the TCP proxy in front of the
+// database cuts every connection (transactions in flight among them) and refuses new ones for 5
+// seconds; the machine's servers, which others use, are never stopped. Nothing is dead-lettered,
+// and the table holds each order once, with its values.
+func TestSQLSinkWaitsOutAFiveSecondOutage(t *testing.T) {
+	if !*soakFlag {
+		t.Skip("with -soak: TestSQLSinkWaitsOutAnOutage is its short form")
+	}
+	const n, outage = 200000, 5 * time.Second
+	sqltest.Each(t, func(t *testing.T, db *sqltest.DB) {
+		db.Exec(t, ordersTable(db.Driver))
+		proxy := sqltest.NewProxy(t, db.Addr)
+		c := server.open(t)
+		plan := buildSource(t, sqlPipeline("ignored", db.Driver, db.DSNVia(proxy.Addr()), "effectively_once"))
+		publishOrders(t, c, plan, 0, n, nil)
+		rows := func() int64 { return db.Count(t, "SELECT count(*) FROM orders") }
+		ctx, stop := context.WithCancel(context.Background())
+		var log syncBuffer
+		ended := make(chan error, 1)
+		go func() {
+			_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
+			ended <- err
+		}()
+		stopRun := sync.OnceValue(func() error {
+			stop()
+			return <-ended
+		})
+		t.Cleanup(func() { _ = stopRun() })
+		waitFor(t, "a third of the rows", func() bool { return rows() >= n/3 })
+		atCut := rows()
+		proxy.Cut()
+		time.Sleep(outage) // the outage's length, as the issue asks; nothing waits on it
+		during, refused := rows(), proxy.Refused()
+		proxy.Restore()
+		waitProgress(t, "every message written and acknowledged", n, func() int64 {
+			return acked(t, c, plan.KeyPrefix, "in", 4, "db")
+		})
+		if err := stopRun(); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		checkOrderRows(t, db, n, nil)
+		if list := sinkDeadLetters(t, c, plan, "db"); len(list) > 0 {
+			t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
+		}
+		if refused == 0 {
+			t.Error("the sink did not try the database while it was away")
+		}
+		if during-atCut > 4*1000 { // at most a batch per partition was committing at the cut
+			t.Errorf("%d rows at the cut, %d after the outage: written while the database was away", atCut, during)
+		}
+		t.Logf("%s: %d rows at the cut, %d after %s without the database (%d connections refused), %d at the end, each once; "+
+			"no dead letters", db.Driver, atCut, during, outage, refused, n)
 	})
 }
 

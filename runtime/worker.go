@@ -32,7 +32,8 @@ type worker struct {
 	time *state.Watermarks
 	// stamps: the unit puts its messages' entry times in their headers (stampEntryTime).
 	stamps bool
-	// stateKeys are a stateful stage's keys on the unit's partition.
+	// stateKeys are a stateful stage's keys on the unit's partition; for a unit that measures its
+	// input's watermark, the state hash only, where it keeps what it measured.
 	stateKeys state.Keys
 	// uncertain holds the counts of commits whose reply was lost until the recovery tells whether
 	// they were applied (worker_commit.go).
@@ -52,9 +53,13 @@ func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
 	if spec := r.timeSpec(u); spec != nil {
 		w.time, w.stamps = state.NewWatermarks(*spec), stampsEntryTime(spec)
 	}
-	if n := u.node; n.stateful {
+	switch n := u.node; {
+	case n.stateful:
 		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name),
 			Timers: r.keys.Timers(n.input.Name, u.partition, n.name), Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
+	case w.time != nil && w.time.Measures() && n.input != nil:
+		// What it measures is kept in a state hash of its own (state.Watermarks.Resume).
+		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name)}
 	}
 	return w
 }

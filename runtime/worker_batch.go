@@ -177,6 +177,15 @@ func (w *worker) waitingForTable(st *state.Batch) (int64, error) {
 func (w *worker) finishBatch(ctx context.Context, c *batchCommit, retryDone, retries []redis.Retry) *batchCommit {
 	n := w.u.node
 	c.args.State = c.state.Writes()
+	if raw := w.measured(); raw != nil {
+		if c.args.State == nil {
+			c.args.State = &redis.StateWrites{Key: w.stateKeys.Hash}
+		}
+		if c.args.State.Set == nil {
+			c.args.State.Set = map[string][]byte{}
+		}
+		c.args.State.Set[redis.MeasuredField] = raw
+	}
 	if len(c.args.IDs) == 0 && len(c.args.Outputs) == 0 && len(retryDone) == 0 && len(retries) == 0 && c.args.State == nil &&
 		len(c.args.Marks) == 0 {
 		w.timeCommitted() // nothing to make durable: what the watermarks did holds

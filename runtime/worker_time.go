@@ -66,6 +66,9 @@ func (w *worker) beginTime(ctx context.Context, msgs []*message, read bool) ([]i
 			return nil, err
 		}
 	}
+	if err := wm.Resume(ctx, w.r.rdb, w.stateKeys.Hash); err != nil {
+		return nil, err
+	}
 	if !wm.Measures() {
 		if read {
 			if err := wm.Follow(ctx, w.r.rdb); err != nil {
@@ -161,6 +164,10 @@ func (w *worker) idleTurn(ctx context.Context) error {
 		return nil
 	}
 	n := w.u.node
+	if err := w.time.Resume(ctx, w.r.rdb, w.stateKeys.Hash); err != nil {
+		n.log.Debug("cannot read the watermarks the unit measured last", "err", err)
+		return nil
+	}
 	w.time.Begin()
 	changed, err := w.time.Idle(ctx, w.r.rdb, w.r.clock.Now(), w.r.closing.Load(), func() (bool, error) {
 		if w.u.retryKey != "" {
@@ -193,4 +200,13 @@ func (w *worker) timeCommitted() {
 		w.r.kickDrain()
 		_ = w.r.rdb.UnblockReads(context.Background()) // the units after it may close now
 	}
+}
+
+// measured is what a unit that measures its input's watermark keeps of it with the batch's commit
+// (state.Watermarks.Measured); nil when nothing moved.
+func (w *worker) measured() []byte {
+	if w.time == nil || w.stateKeys.Hash == "" {
+		return nil
+	}
+	return w.time.Measured()
 }

@@ -13,16 +13,13 @@ import (
 	"github.com/flowrun/flowrun/flow/expr"
 )
 
-// The pattern stage's attributes, and the values of late.
+// The pattern stage's attributes.
 const (
 	patternFieldKey        = "key"
 	patternFieldSequence   = "sequence"
 	patternFieldWithin     = "within"
 	patternFieldGrace      = "grace"
 	patternFieldSelect     = "select"
-	patternFieldLate       = "late"
-	patternLateDrop        = "drop"
-	patternLateDeadLetter  = "dead_letter"
 	patternKeyTimerPrefix  = "key:"
 	patternMaxPendingError = "the key holds %d events waiting for the watermark, the most one key may hold"
 )
@@ -77,10 +74,7 @@ var patternSpec = &flow.Kind{
 			Name: patternFieldSelect, Type: flow.TypeMessageFields, Required: true, RootsFrom: patternFieldSequence, Deterministic: true,
 			Doc: "The result of a match, as an object of expressions over the steps' messages, such as { card = big.card, first = probe1.ts }.",
 		},
-		{
-			Name: patternFieldLate, Type: flow.TypeTopicOrChoice, Enum: []string{patternLateDrop, patternLateDeadLetter}, Default: patternLateDeadLetter,
-			Doc: `Where a late event goes (one that comes when the watermark is past it plus grace): "dead_letter" (with why), "drop" (counted as late), or topic.NAME.`,
-		},
+		lateAttribute(),
 		maxKeysAttribute("keys with events or attempts", "A key counts until its last event has matched or expired."),
 	},
 	Example: `stage "card_testing" {
@@ -113,7 +107,7 @@ func newPatternStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 		within: s.Config.Duration(patternFieldWithin).Milliseconds(), grace: s.Config.Duration(patternFieldGrace).Milliseconds(),
 		keys: newKeyLimit(s),
 	}
-	p.lateTopic, p.late = s.Config.TopicOrChoice(patternFieldLate)
+	p.late = newLateRoute(s, time.Duration(p.grace)*time.Millisecond)
 	return StatefulStage{Processor: p, TimerHandler: p, FireAtEnd: true, StatePrefetcher: p, OutputWatermarker: p}, nil
 }
 
@@ -125,8 +119,7 @@ type patternStage struct {
 	selects   []flow.Field
 	within    int64 // ms
 	grace     int64 // ms
-	late      string
-	lateTopic *flow.Topic
+	late      lateRoute
 	keys      keyLimit
 }
 
@@ -164,13 +157,13 @@ func (s *patternStage) Process(ctx context.Context, st State, m *Message, out []
 		return out, err
 	}
 	if at.UnixMilli()+s.grace < watermark.UnixMilli() {
-		return s.lateEvent(st, m, at, watermark, out)
+		return s.late.send(st, m, at, watermark, out)
 	}
 	payload, err := m.Payload()
 	if err != nil {
 		return out, err
 	}
-	k, found, err := s.load(ctx, st, key)
+	k, found, err := loadKey[patternKey](ctx, st, key)
 	if err != nil {
 		return out, err
 	}
@@ -194,19 +187,6 @@ func (e patternEvent) before(o patternEvent) bool {
 	return e.At < o.At || e.At == o.At && e.Seq < o.Seq
 }
 
-// lateEvent sends an event that came when the watermark was past it plus grace where late says.
-func (s *patternStage) lateEvent(st State, m *Message, at, watermark time.Time, out []Output) ([]Output, error) {
-	st.Record(Late)
-	switch {
-	case s.lateTopic != nil:
-		return append(out, Output{Topic: s.lateTopic, Message: *m}), nil
-	case s.late == patternLateDrop:
-		return out, nil
-	}
-	return out, Permanent(fmt.Errorf("late: its event time %s is more than grace (%s) before the watermark %s",
-		at.UTC().Format(time.RFC3339Nano), time.Duration(s.grace)*time.Millisecond, watermark.UTC().Format(time.RFC3339Nano)))
-}
-
 // OnTimer matches a key's events that the watermark has passed (plus grace), in event-time order,
 // and gives up the attempts that no event still to come could complete.
 func (s *patternStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
@@ -214,7 +194,7 @@ func (s *patternStage) OnTimer(ctx context.Context, st State, name string, _ tim
 	if !ok {
 		return out, nil
 	}
-	k, found, err := s.load(ctx, st, key)
+	k, found, err := loadKey[patternKey](ctx, st, key)
 	if err != nil || !found {
 		return out, err
 	}
@@ -355,18 +335,6 @@ func (s *patternStage) keyOf(m *Message) (string, error) {
 		return "", evalError(err)
 	}
 	return key, checkStateKey(key)
-}
-
-func (s *patternStage) load(ctx context.Context, st State, key string) (*patternKey, bool, error) {
-	raw, found, err := st.Get(ctx, key)
-	if err != nil || !found {
-		return &patternKey{}, false, err
-	}
-	var k patternKey
-	if err := json.Unmarshal(raw, &k); err != nil {
-		return nil, false, Permanent(fmt.Errorf("the state of key %q cannot be read: %w", key, err))
-	}
-	return &k, true, nil
 }
 
 // save writes a key's state, its timer (when the watermark will pass its first waiting event plus

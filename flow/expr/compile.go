@@ -40,7 +40,8 @@ type Scope struct {
 type Env struct {
 	Msg   any   // the decoded message (usually map[string]any)
 	Index int64 // the message number, for generator templates
-	// Vars holds the values of roots other than "msg" and "index".
+	// Vars holds the values of roots other than "msg" and "index". Such a root whose value is nil
+	// is null, and so is every field of it (a join's unmatched side: right.ts is null).
 	Vars map[string]any
 
 	locals []Value // for-expression and splat variables, by slot

@@ -106,6 +106,11 @@ func (c *compiler) scopeTraversal(e *hclsyntax.ScopeTraversalExpr) *node {
 			if !ok {
 				return Value{}, &EvalError{Range: rootRange, Expr: root, Message: "no value was given for " + root}
 			}
+			if x == nil {
+				// A root other than msg that is null is absent as a whole, and so are its fields:
+				// a join's unmatched side.
+				return Value{}, nil
+			}
 			return n.traverse(ValueOf(x), steps)
 		}
 	}

@@ -158,6 +158,7 @@ type generator struct {
 	// shareable are the declared topics of events that stages write and others may write too (not
 	// late or duplicates routes, whose sinks look for those alone).
 	shareable []*Topic
+	events    *Topic // the topic the sources write
 }
 
 // stream is what a stage or sink can read: events (level 0) or the results of an aggregate of
@@ -177,13 +178,14 @@ func (g *generator) draw() *Pipeline {
 	for {
 		g.p, g.names, g.shareable = &Pipeline{Delivery: []string{"at_least_once", "effectively_once"}[g.r.IntN(2)]}, map[string]int{}, nil
 		in := g.topic(0)
+		g.events = in
 		for i := range g.d.Inputs {
 			g.p.Sources = append(g.p.Sources, &Source{Name: g.name("src"), Output: in, Input: i})
 		}
 		g.stagesLeft = 2 + g.r.IntN(6)
 		g.extend(stream{Ref{Topic: in}, 0}, 0)
 		for _, s := range g.p.Stages {
-			if s.Kind == "aggregate" || s.Kind == "dedupe" || s.Kind == "pattern" {
+			if s.Kind == "aggregate" || s.Kind == "dedupe" || s.Kind == "pattern" || s.Kind == "join" {
 				return g.p
 			}
 		}
@@ -220,6 +222,9 @@ func (g *generator) reader(s stream, depth int) {
 		// A message delivered twice may take a step in the place of the next one: a pattern's
 		// results are exact under effectively-once only.
 		kinds = append(kinds, "pattern", "pattern")
+	}
+	if s.level == 0 && g.stagesLeft > 0 {
+		kinds = append(kinds, "join", "join")
 	}
 	st.Kind = kinds[g.r.IntN(len(kinds))]
 	g.p.Stages = append(g.p.Stages, st)
@@ -262,7 +267,37 @@ func (g *generator) reader(s stream, depth int) {
 	case "pattern":
 		g.pattern(st)
 		g.sink(Ref{Stage: st}) // its results are no events for the stages drawn after
+	case "join":
+		g.join(st)
+		g.sink(Ref{Stage: st})
 	}
+}
+
+// join draws a join of the stream it reads (its left side) with the events that a filter of its
+// own passes (its right side), by id: each event meets its own copies on the other side, and the
+// events the filter refuses come out alone from a left or outer join. Each side reads its own event
+// time; the span is drawn, and a grace that keeps every event on time.
+func (g *generator) join(st *Stage) {
+	g.stagesLeft--
+	right := &Stage{Name: g.name("st"), Kind: "filter", Input: Ref{Topic: g.events}, Where: g.condition(0)}
+	g.p.Stages = append(g.p.Stages, right)
+	st.Right = Ref{Stage: right}
+	st.Key, st.RightKey = field("id"), field("id")
+	st.EventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+	st.RightEventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+	st.JoinType = []string{"inner", "left", "outer"}[g.r.IntN(3)]
+	st.Before = time.Duration(g.r.IntN(3)) * 500 * time.Millisecond
+	st.After = time.Duration(g.r.IntN(3)) * 500 * time.Millisecond
+	st.Grace = g.d.Disorder.Round(time.Millisecond) + time.Duration(g.r.IntN(3))*250*time.Millisecond
+	side := func(side, name string) *Expr {
+		return &Expr{HCL: side + "." + name, Eval: func(m Message) any {
+			if e, _ := m[side].(Message); e != nil {
+				return e[name]
+			}
+			return nil
+		}}
+	}
+	st.Select = []Field{{"l", side("left", "id")}, {"r", side("right", "id")}, {"lv", side("left", "v")}, {"rv", side("right", "v")}}
 }
 
 // pattern draws a pattern over events: two or three steps per user or region, within a span that

@@ -34,7 +34,11 @@ func (d *Draw) HCL(f Files) string {
 		w("\nsource %q {\n  kind   = \"file\"\n  path   = %q\n  output = topic.%s\n}\n", s.Name, f.Inputs[s.Input], s.Output.Name)
 	}
 	for _, s := range p.Stages {
-		w("\nstage %q {\n  kind  = %q\n  input = %s\n", s.Name, s.Kind, s.Input.HCL())
+		if s.Kind == "join" {
+			w("\nstage %q {\n  kind  = \"join\"\n", s.Name)
+		} else {
+			w("\nstage %q {\n  kind  = %q\n  input = %s\n", s.Name, s.Kind, s.Input.HCL())
+		}
 		if s.Output != nil {
 			w("  output = topic.%s\n", s.Output.Name)
 		}
@@ -100,6 +104,16 @@ func (d *Draw) HCL(f Files) string {
 				default:
 					w("    %s = %s(%s)\n", a.Name, a.Func, a.Arg.HCL)
 				}
+			}
+			w("  }\n")
+		case "join":
+			w("  type   = %q\n  before = %q\n  after  = %q\n  grace  = %q\n", s.JoinType, duration(s.Before), duration(s.After), duration(s.Grace))
+			w("  late         = \"dead_letter\"\n  idle_timeout = \"0s\"\n")
+			w("  left {\n    input      = %s\n    key        = %s\n    event_time = %s\n  }\n", s.Input.HCL(), s.Key.HCL, s.EventTime.HCL)
+			w("  right {\n    input      = %s\n    key        = %s\n    event_time = %s\n  }\n", s.Right.HCL(), s.RightKey.HCL, s.RightEventTime.HCL)
+			w("  select = {\n")
+			for _, f := range s.Select {
+				w("    %s = %s\n", f.Name, f.Expr.HCL)
 			}
 			w("  }\n")
 		case "pattern":

@@ -138,6 +138,8 @@ func (m *model) stage(s *Stage) map[*Topic][]item {
 		out[s.Output] = aggregate(s, in)
 	case "pattern":
 		out[s.Output] = pattern(s, in)
+	case "join":
+		out[s.Output] = join(s, in, m.read(s.Right))
 	default:
 		panic("modeltest: no model of kind " + s.Kind)
 	}
@@ -424,4 +426,61 @@ func pattern(s *Stage, in []item) []item {
 		results = append(results, item{msg: decoded(result), at: taken[len(taken)-1].at})
 	}
 	return results
+}
+
+// join computes a join's rows, none late: each left and right event of one key with the right one's
+// time from before the left one's to after it makes a row; each left event in none makes one alone
+// in a left or outer join, and each right event in none in an outer join. A row carries the later
+// of its events' times.
+func join(s *Stage, left, right []item) []item {
+	type timed struct {
+		msg Message
+		at  int64
+		key string
+	}
+	side := func(in []item, key, at *Expr) []timed {
+		var out []timed
+		for _, it := range in {
+			out = append(out, timed{it.msg, at.Eval(it.msg).(int64), fmt.Sprint(key.Eval(it.msg))})
+		}
+		return out
+	}
+	ls, rs := side(left, s.Key, s.EventTime), side(right, s.RightKey, s.RightEventTime)
+	row := func(l, r *timed) item {
+		pair := Message{"left": nil, "right": nil}
+		var at int64
+		if l != nil {
+			pair["left"], at = l.msg, l.at
+		}
+		if r != nil {
+			pair["right"], at = r.msg, max(at, r.at)
+		}
+		result := Message{}
+		for _, f := range s.Select {
+			result[f.Name] = f.Expr.Eval(pair)
+		}
+		return item{msg: decoded(result), at: at}
+	}
+	var rows []item
+	matched := make([]bool, len(rs))
+	for _, l := range ls {
+		alone := true
+		for j, r := range rs {
+			if r.key == l.key && r.at >= l.at-s.Before.Milliseconds() && r.at <= l.at+s.After.Milliseconds() {
+				rows = append(rows, row(&l, &r))
+				alone, matched[j] = false, true
+			}
+		}
+		if alone && s.JoinType != "inner" {
+			rows = append(rows, row(&l, nil))
+		}
+	}
+	if s.JoinType == "outer" {
+		for j, r := range rs {
+			if !matched[j] {
+				rows = append(rows, row(nil, &r))
+			}
+		}
+	}
+	return rows
 }

@@ -52,8 +52,8 @@ func (r Ref) HCL() string {
 // Stage is a drawn stage of one of the kinds the model knows.
 type Stage struct {
 	Name   string
-	Kind   string // "filter", "map", "route", "dedupe", "aggregate" or "pattern"
-	Input  Ref
+	Kind   string // "filter", "map", "route", "dedupe", "aggregate", "pattern" or "join"
+	Input  Ref    // a join's left side
 	Output *Topic // nil: its own output, which others read as stage.NAME
 
 	Where *Expr // filter
@@ -79,7 +79,14 @@ type Stage struct {
 	Aggregates []Aggregate
 
 	Steps  []Step  // pattern, with Key, EventTime, Within and Grace
-	Select []Field // pattern: its results' fields, over the steps' messages by name
+	Select []Field // pattern and join: its results' fields, over the steps' or sides' messages by name
+
+	// A join's right side and its span, with Key and EventTime for its left side, Grace and Select.
+	Right          Ref
+	RightKey       *Expr
+	RightEventTime *Expr
+	JoinType       string // "inner", "left" or "outer"
+	Before, After  time.Duration
 }
 
 // Step is one step of a pattern's sequence.

@@ -223,6 +223,46 @@ func TestWhyPointsAtTheConditionThatFiltered(t *testing.T) {
 	}
 }
 
+// TestAPostgresCDCSourceIsTestedWithoutADatabase: a postgres_cdc source produces only what a test
+// sends it, changes as it would capture them, and never dials its database (nothing listens on
+// port 1).
+func TestAPostgresCDCSourceIsTestedWithoutADatabase(t *testing.T) {
+	plan := compile(t, `
+pipeline "shop" { key_prefix = "shop" }
+source "changes" {
+  kind   = "postgres_cdc"
+  dsn    = "postgres://reader:secret-pw@127.0.0.1:1/shop?connect_timeout=1"
+  tables = ["public.orders"]
+  slot   = "flowrun_shop"
+  output = topic.changes
+}
+topic "changes" {}
+stage "inserts" {
+  kind  = "filter"
+  input = topic.changes
+  where = msg.op == "insert"
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.inserts
+}
+`)
+	insert := `{"op":"insert","table":"public.orders","key":{"id":1},"before":null,"after":{"id":1},"lsn":"0/16B3748","committed_at":"2026-01-01T00:00:00Z"}`
+	deleted := `{"op":"delete","table":"public.orders","key":{"id":2},"before":{"id":2},"after":null,"lsn":"0/16B3790","committed_at":"2026-01-01T00:00:01Z"}`
+	file := &testfile.File{
+		Path: "p.flowtest.hcl",
+		Runs: []*testfile.Run{{
+			Name:   "changes",
+			Steps:  []*testfile.Step{{Sends: []*testfile.Send{{Source: "changes", Messages: []testfile.Message{payloadOf(insert), payloadOf(deleted)}}}}},
+			Expect: []*testfile.Expect{{Sink: "out", HasMessages: true, Messages: []testfile.Message{payloadOf(insert)}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("want one passing run, got %+v", results)
+	}
+}
+
 // TestASQLSinkIsTestedWithoutADatabase: flowrun test stands in for a sql sink as for any sink that
 // does not write to Redis: what reaches it is captured, and the database (here, nothing listens on
 // port 1) is never dialled.

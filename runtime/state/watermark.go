@@ -3,7 +3,9 @@ package state
 import (
 	"context"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -34,6 +36,9 @@ import (
 type Spec struct {
 	Domains []flow.TimeDomain
 	Own     int // the index in Domains of a stateful stage's own domain; -1
+	// Stateful: the unit keeps its own watermark in its state (Load), and what it measures of
+	// other domains besides (Resume).
+	Stateful bool
 	// Measures: the unit measures its input (see above); otherwise it follows Writers, by their
 	// names in the marks of the input partition's watermarks hash, Marks.
 	Measures    bool
@@ -85,11 +90,15 @@ type Watermarks struct {
 	nextClosed bool
 	// idleSince is when a measuring unit's reads began to find nothing; idleMoved how far its
 	// watermarks have moved with the clock since.
-	idleSince   time.Time
-	idleMoved   time.Duration
-	loaded      bool
-	reached     bool   // the batch in progress takes the pending minimum
-	lastAllIdle []bool // per domain, as the last read of the writers found: every one idle or closed
+	idleSince time.Time
+	idleMoved time.Duration
+	loaded    bool
+	resumed   bool // a measuring unit has read back what it measured when it last committed
+	// persisted is what a measuring unit's state hash holds of what it measured (Resume), and
+	// measuring what the commit in progress writes there (Measured).
+	persisted, measuring string
+	reached              bool   // the batch in progress takes the pending minimum
+	lastAllIdle          []bool // per domain, as the last read of the writers found: every one idle or closed
 	// published holds what the unit last wrote to each mark ("hash|field"), to write only changes.
 	published map[string]string
 	written   map[string]string // what the commit in progress writes, published once it is done
@@ -120,6 +129,70 @@ func (w *Watermarks) Load(ctx context.Context, store Store, hash string) error {
 	w.in[w.spec.Own] = max(w.in[w.spec.Own], wm)
 	w.loaded = true
 	return nil
+}
+
+// Resume starts a measuring unit from what it had measured when it last committed, which it keeps
+// in its state hash (hash, in its input partition's slot), written with its acks (Measured). A unit
+// that starts again after a crash, or takes a partition back, then measures on from there, as if it
+// had never stopped: the messages it passes on carry the watermarks they would have carried
+// (stages.WatermarkHeader), whatever the crash. From nothing, they would carry less, and a message
+// late where it entered would not be late any more.
+func (w *Watermarks) Resume(ctx context.Context, store Store, hash string) error {
+	if !w.spec.Measures || w.resumed || hash == "" {
+		return nil
+	}
+	raw, found, err := store.ReadState(ctx, hash, redis.MeasuredField)
+	if err != nil {
+		if !redis.Unrecoverable(err) {
+			err = stages.Transient(err)
+		}
+		return err
+	}
+	if found {
+		for _, line := range strings.Split(string(raw), "\n") {
+			i := strings.LastIndexByte(line, '=')
+			if i < 0 {
+				continue
+			}
+			at, err := strconv.ParseInt(line[i+1:], 10, 64)
+			d := slices.IndexFunc(w.spec.Domains, func(d flow.TimeDomain) bool { return d.Name == line[:i] })
+			if err != nil || d < 0 {
+				continue // a domain the pipeline no longer reads
+			}
+			w.in[d] = max(w.in[d], at)
+			w.next[d] = max(w.next[d], at) // the batch in progress began before it resumed
+		}
+	}
+	w.persisted = string(raw)
+	w.resumed = true
+	return nil
+}
+
+// Measured returns what a measuring unit writes to its state hash (redis.MeasuredField) with the
+// commit of the batch in progress: its watermarks as the batch leaves them, one "domain=ms" a line
+// (a stateful unit's own domain aside: its state's watermark has it); nil when they have not moved
+// since it last wrote them.
+func (w *Watermarks) Measured() []byte {
+	if !w.spec.Measures || !w.resumed {
+		return nil
+	}
+	var b []byte
+	for d, dom := range w.spec.Domains {
+		if w.next[d] <= 0 || w.spec.Stateful && d == w.spec.Own {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, '\n')
+		}
+		b = append(b, dom.Name...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, w.next[d], 10)
+	}
+	if string(b) == w.persisted {
+		return nil
+	}
+	w.measuring = string(b)
+	return b
 }
 
 // Own returns the unit's own watermark as the batch leaves it, in Unix ms; 0 when it has none.
@@ -437,6 +510,9 @@ func (w *Watermarks) Marks(results func() int64) []redis.MarkWrite {
 // Commit makes what the batch in progress did to the watermarks committed: its commit is done.
 func (w *Watermarks) Commit() {
 	copy(w.in, w.next)
+	if w.measuring != "" {
+		w.persisted, w.measuring = w.measuring, ""
+	}
 	copy(w.idle, w.nextIdle)
 	w.closed = w.nextClosed
 	if w.reached {
@@ -448,9 +524,13 @@ func (w *Watermarks) Commit() {
 	w.written, w.reached = nil, false
 }
 
-// Republish forgets what was published, so that the next batch writes every mark again (a lost
-// lease: another process may have written them since).
-func (w *Watermarks) Republish() { clear(w.published) }
+// Republish forgets what was published, so that the next batch writes every mark again, and a
+// measuring unit resumes from its state hash again (a lost lease: another process may have written
+// them since).
+func (w *Watermarks) Republish() {
+	clear(w.published)
+	w.resumed = false
+}
 
 // KeepOpen keeps the unit's input from closing with the batch in progress: it has timers left to
 // fire, which a later turn closes after.

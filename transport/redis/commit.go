@@ -138,6 +138,11 @@ func (c *Client) ReadStates(ctx context.Context, hash string, keys []string) ([]
 // watermark, in Unix ms: the fields that begin with a NUL byte are the runtime's, not the kind's.
 const WatermarkField = "\x00watermark"
 
+// MeasuredField is the field of a unit's state hash that holds the watermarks that a unit which
+// measures its input (nothing of the pipeline writes it) has measured, as of its last commit, so
+// that it measures on from there after a restart: one "domain=Unix ms" a line.
+const MeasuredField = "\x00measured"
+
 // DueTimer is a timer of a timer set (StateWrites.TimersKey) and when it is due, in Unix ms.
 type DueTimer struct {
 	Name string

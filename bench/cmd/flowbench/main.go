@@ -95,6 +95,10 @@ type harness struct {
 	// the flowrun flows in process with that runtime.Options.BatchSize instead of bin/flowrun.
 	flowrunEnv []string
 	fwBatch    int
+	// The connectors' databases (connectors.go), made at first use, and what removes them.
+	sqlDB    string
+	pg       *privatePostgres
+	cleanups []func()
 }
 
 func run() error {
@@ -161,6 +165,11 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer func() {
+		for i := len(h.cleanups) - 1; i >= 0; i-- {
+			h.cleanups[i]()
+		}
+	}()
 	if h.srv, err = startRedis(); err != nil {
 		return err
 	}

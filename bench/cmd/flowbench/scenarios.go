@@ -58,6 +58,10 @@ type scenario struct {
 	streams func() ([]string, format)
 	start   func(h *harness, sc scenario, streams []string) (*child, error)
 	fewer   bool
+	// Set by the connectors' scenarios (connectors.go): the messages per HTTP request, and
+	// Benthos's tuned set-up.
+	lines int
+	tuned bool
 }
 
 // counting says when a flow's messages are through. Every rate is of input messages: a stage that
@@ -148,6 +152,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.runBacklog(ctx, sc)
 	case kindJob, kindShortJob:
 		return h.runJob(ctx, sc)
+	case kindHTTPIn, kindSQLOut, kindCDC:
+		return h.connectorRun(ctx, sc)
 	}
 	return h.runHops(ctx, sc)
 }

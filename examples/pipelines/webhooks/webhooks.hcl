@@ -1,6 +1,6 @@
 # Webhooks in: a shop posts its order events over HTTP, and the pipeline enriches the paid ones and
-# writes them to a file, one JSON line per order (a sql sink would write them to a table: see
-# docs/connectors.md). Run it as a service:
+# writes them to a file, one JSON line per order (examples/pipelines/shop writes them to
+# PostgreSQL). Run it as a service:
 #
 #   flowrun run examples/pipelines/webhooks --var token=s3cret
 #   curl -i http://127.0.0.1:8080/orders -H 'Authorization: Bearer s3cret' \

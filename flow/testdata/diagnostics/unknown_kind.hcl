@@ -8,7 +8,7 @@ source "in" {
   output = topic.orders
 }
 stage "enrich" {
-  kind  = "mapp" # ERROR: There is no stage kind "mapp". Did you mean "map"? The kinds are "aggregate", "dedupe", "filter", "go", "lookup", "map", "pattern", "rate_limit", "route".
+  kind  = "mapp" # ERROR: There is no stage kind "mapp". Did you mean "map"? The kinds are "aggregate", "dedupe", "filter", "go", "join", "lookup", "map", "pattern", "rate_limit", "route".
   input = topic.orders
 }
 sink "out" {
