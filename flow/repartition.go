@@ -45,12 +45,18 @@ func (c *compiler) repartition(s *Stage) *Stage {
 		return nil
 	}
 	key := s.Config.Expr(s.Spec.StateKey)
-	if key == nil || (s.Input.Key != nil && sameExpr(s.Input.Key.String(), key.String())) {
+	partitions := s.Input.Partitions
+	switch {
+	case whole(s):
+		// A global table keeps every key in one partition: all its input goes to one, with the
+		// table's key, or the message's own.
+		partitions = 1
+	case key == nil || (s.Input.Key != nil && sameExpr(s.Input.Key.String(), key.String())):
 		return nil // keyed by the message's key, or by the same expression as the input
 	}
 	name := s.Name + repartitionSuffix
 	t := &Topic{
-		Name: name, Partitions: s.Input.Partitions, Key: key, Retention: s.Input.Retention, MaxLag: s.Input.MaxLag,
+		Name: name, Partitions: partitions, Key: key, Retention: s.Input.Retention, MaxLag: s.Input.MaxLag,
 		Range: s.Range,
 	}
 	r := &Stage{
@@ -64,6 +70,11 @@ func (c *compiler) repartition(s *Stage) *Stage {
 	c.topicUsed[name] = true
 	s.Input = t
 	return r
+}
+
+// whole reports whether a stage keeps all its state in one partition: a global table's.
+func whole(s *Stage) bool {
+	return s.Kind == TableKind && s.Config.Declares(TableGlobalAttribute) && s.Config.Bool(TableGlobalAttribute)
 }
 
 // sameExpr reports whether two expressions' source texts are the same but for spacing.

@@ -143,6 +143,12 @@ type Kind struct {
 	// its other attributes name (late) get messages it read. It tells the watermarks it passes on
 	// (watermarks.go).
 	Results bool
+	// Delays, when set, tells whether a stage of this kind with this configuration passes messages
+	// on later than it reads them, in another order, once something outside its input allows (a
+	// lookup with as_of waits for its table's watermark). The watermark it would pass on is its
+	// input's, which its delayed messages may be behind: the compiler refuses a stateful stage
+	// after it (watermarks.go).
+	Delays func(config Attrs) bool
 	// KeepsKey, when set, tells whether a stage of this kind with this configuration passes every
 	// message on with the key it arrived with (stages.RegisterStage sets it from the kind's traits:
 	// filter, map and route do; a go stage does when its function is registered with

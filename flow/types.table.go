@@ -29,15 +29,21 @@ const tableSuffix = ".table"
 // expression, unset when the table is keyed by its messages' keys.
 const TableKeyAttribute = "key"
 
-// The attributes of the contract that this version refuses.
-var tableNotYet = []string{"global", "ttl", "history", "event_time"}
+// The attributes of a table's stage (Stage.Config) besides its key: the table's history and the
+// event time of its versions, as the table block sets them.
+const (
+	TableHistoryAttribute = "history"
+	TableTTLAttribute     = "ttl"
+	TableGlobalAttribute  = "global"
+)
 
 var tableSpec = &BlockSpec{
 	Type:   "table",
 	Labels: []string{"name"},
 	Doc: "The latest value per key of a topic, kept as state in Redis and read by lookup stages with " +
 		"table = table.NAME. A message whose payload is null deletes its key. The table is partitioned like " +
-		"its topic (by its key), and a lookup reads whichever partition holds the key it looks up.",
+		"its topic (by its key), or kept whole in one partition (global), and a lookup reads whichever partition " +
+		"holds the key it looks up. With history it keeps older versions, for lookups as_of an event time.",
 	Attributes: []Attribute{
 		{
 			Name: "input", Type: TypeInputRef, Required: true,
@@ -49,10 +55,32 @@ var tableSpec = &BlockSpec{
 			Doc: "The key of each row, such as msg.customer_id. Where the input topic is keyed otherwise, the table " +
 				"reads a repartition topic keyed by it (<table>.table.by_key).",
 		},
-		{Name: "global", Type: TypeBool, Doc: "Not supported yet: a full copy of the table per reader. flowrun refuses it."},
-		{Name: "ttl", Type: TypeDuration, Doc: "Not supported yet: forgetting keys not updated for that long. flowrun refuses it."},
-		{Name: "history", Type: TypeDuration, Doc: "Not supported yet: older versions, for lookups as of an event time. flowrun refuses it."},
-		{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Doc: "Not supported yet: when a version starts to hold. flowrun refuses it."},
+		{
+			Name: TableGlobalAttribute, Type: TypeBool, Default: false,
+			Doc: "true keeps the whole table in one partition's state (one hash in one slot, kept by one process at a time " +
+				"and moving with its lease), which every lookup reads, through a repartition topic of one partition " +
+				"(<table>.table.by_key) where the topic has several: for small tables, whose watermark is then one " +
+				"partition's, not held back by a quiet one. false: partitioned like its topic.",
+		},
+		{
+			Name: TableTTLAttribute, Type: TypeDuration,
+			Doc: "Forgets a key (with its versions) once the table's watermark has passed its last update by this much, " +
+				"such as \"30d\": in event time, the event_time of the key's latest version (or its entry's time). A later " +
+				"update keeps the key; a lookup then finds it missing.",
+		},
+		{
+			Name: TableHistoryAttribute, Type: TypeDuration,
+			Doc: "How long, in event time, the table keeps the versions a key had before its latest, for lookups with as_of: " +
+				"versions that ended more than history before the table's watermark are trimmed, keeping the latest one that " +
+				"began at or before that point. Without it the table keeps one version per key.",
+		},
+		{
+			Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true,
+			DefaultDoc: "the time the message's entry was written",
+			Doc: "When a version starts to hold: an RFC 3339 string, or Unix milliseconds. With it, the latest version of a key " +
+				"is the one with the latest event time, whatever the order updates arrive in; a null payload (a delete) has no " +
+				"fields to read, and holds from the table's watermark when it is read.",
+		},
 	},
 }
 
@@ -64,17 +92,35 @@ type Table struct {
 	Input *Topic
 	// Key is the table's key expression; nil when the table is keyed by its messages' keys.
 	Key *expr.Program
+	// History is how long the table keeps older versions of a key, for lookups with as_of; 0: only
+	// the latest. EventTime is when a version starts to hold; nil: its entry's time.
+	History   time.Duration
+	EventTime *expr.Program
+	// TTL forgets a key once the table's watermark is that far past its last update; 0: never.
+	TTL time.Duration
+	// Global keeps the whole table in one partition: its stage reads a repartition topic of one
+	// partition where its topic has several (repartition.go).
+	Global bool
 	// Stage is the stage that keeps the table (of TableKind). Its input, Stage.Input, is where its
 	// state lives: the table's topic, or the repartition topic the compiler inserted before it.
 	Stage *Stage
 	Range hcl.Range
 }
 
+// tableStageAttributes are the attributes of a table's stage, set from its block.
+var tableStageAttributes = []Attribute{
+	{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
+	{Name: TableHistoryAttribute, Type: TypeDuration},
+	{Name: TableTTLAttribute, Type: TypeDuration},
+	{Name: TableGlobalAttribute, Type: TypeBool},
+	{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
+}
+
 // tableKind is the declaration of the table stages' kind: stateful, keyed by the table's key.
 var tableKind = &Kind{
 	Name:       TableKind,
 	Doc:        "Keeps the latest value per key of a table's topic.",
-	Attributes: []Attribute{{Name: TableKeyAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}}},
+	Attributes: tableStageAttributes,
 	StateKey:   TableKeyAttribute,
 	Stateful:   func(Attrs) bool { return true },
 	KeepsKey:   func(Attrs) bool { return false },
@@ -86,14 +132,23 @@ var tableKind = &Kind{
 func (c *compiler) compileTables() {
 	for _, b := range c.cfg.Tables {
 		attrs := c.decodeAttributes(tableSpec.Attributes, b.Attributes)
-		for _, name := range tableNotYet {
-			if a, ok := b.Attributes[name]; ok {
-				c.errorf(a.NameRange, "Not supported yet",
-					fmt.Sprintf("A table's %s is not supported yet: a table holds the latest value of each key, partitioned like "+
-						"its topic, and lookups read it as it is when they run (processing time). Remove %s.", name, name))
+		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange,
+			History: attrs.Duration(TableHistoryAttribute), TTL: attrs.Duration(TableTTLAttribute),
+			EventTime: attrs.Expr(EventTimeAttribute), Global: attrs.Bool(TableGlobalAttribute)}
+		if a, ok := b.Attributes[TableHistoryAttribute]; ok && attrs.Has(TableHistoryAttribute) && t.History <= 0 {
+			c.errorf(a.Expr.Range(), "Invalid history",
+				`history is how long older versions are kept, in event time: a positive duration, such as "1h".`)
+		}
+		if a, ok := b.Attributes[TableTTLAttribute]; ok && attrs.Has(TableTTLAttribute) && t.TTL <= 0 {
+			c.errorf(a.Expr.Range(), "Invalid ttl",
+				`ttl is how long a key is kept after its last update, in event time: a positive duration, such as "30d".`)
+		}
+		if a, ok := b.Attributes[EventTimeAttribute]; ok && t.EventTime != nil {
+			if _, constant := t.EventTime.Constant(); constant {
+				c.errorf(a.Expr.Range(), "Invalid event_time",
+					"A table's event_time must read the message, such as msg.updated_at: a constant would give every version one time.")
 			}
 		}
-		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange}
 		if t.Key != nil {
 			if _, constant := t.Key.Constant(); constant {
 				c.errorf(b.Attributes[TableKeyAttribute].Expr.Range(), "Invalid key",
@@ -111,9 +166,24 @@ func (c *compiler) addTableStages() {
 		if t.Input == nil {
 			continue // reported
 		}
-		config := Attrs{declared: map[string]Type{TableKeyAttribute: TypeMessageExpr}}
+		config := Attrs{declared: map[string]Type{}}
+		for _, a := range tableStageAttributes {
+			config.declared[a.Name] = a.Type
+		}
 		if t.Key != nil {
 			config.set(TableKeyAttribute, t.Key)
+		}
+		if t.History > 0 {
+			config.set(TableHistoryAttribute, t.History)
+		}
+		if t.TTL > 0 {
+			config.set(TableTTLAttribute, t.TTL)
+		}
+		if t.Global {
+			config.set(TableGlobalAttribute, true)
+		}
+		if t.EventTime != nil {
+			config.set(EventTimeAttribute, t.EventTime)
 		}
 		t.Stage = &Stage{
 			Name: t.Name + tableSuffix, Kind: TableKind, Spec: tableKind, Input: t.Input,
@@ -124,6 +194,10 @@ func (c *compiler) addTableStages() {
 		c.plan.Tables = append(c.plan.Tables, t)
 	}
 }
+
+// Versioned reports whether the table keeps its rows as versions in event time (it has a history or
+// an event_time), rather than each key's last payload as it came.
+func (t *Table) Versioned() bool { return t.History > 0 || t.EventTime != nil }
 
 // resolveTable resolves a table attribute (TypeTableRef) to its table.
 func (c *compiler) resolveTable(e hcl.Expression, attr string) *Table {

@@ -217,6 +217,25 @@ func (c *compiler) wireWatermarks(blocks map[*Stage]*Block) {
 		}
 		s.Watermark = sw
 		c.checkTimedStage(s, blocks[s])
+		c.checkDelayingStage(s, blocks[s])
+	}
+}
+
+// checkDelayingStage refuses a stage that delays messages (Kind.Delays) whose outputs feed a
+// stateful stage: the messages it passes on late would be judged by a watermark they are behind.
+func (c *compiler) checkDelayingStage(s *Stage, b *Block) {
+	if b == nil || s.Spec == nil || s.Spec.Delays == nil || !s.Spec.Delays(s.Config) {
+		return
+	}
+	for _, t := range s.Outputs() {
+		if t.Watermark != nil {
+			c.errorf(b.DeclRange, "Not supported yet",
+				fmt.Sprintf("A stateful stage after the %s stage %q is not supported yet: it passes messages on once something "+
+					"besides its input allows (a lookup with as_of, once its table's watermark passes them), later than the "+
+					"watermark it passes on says, so they would come late to the stateful stage after it. Put the stateful stage "+
+					"before it, or look up without as_of.", s.Kind, s.Name))
+			return
+		}
 	}
 }
 

@@ -49,6 +49,7 @@ func TestExamplesRunEndToEnd(t *testing.T) {
 			t.Run("retries", func(t *testing.T) { checkRetries(t, c, opts) })
 			t.Run("revenue", func(t *testing.T) { checkRevenue(t, c, opts) })
 			t.Run("enrich", func(t *testing.T) { checkEnrich(t, c, opts) })
+			t.Run("tiers", func(t *testing.T) { checkTiers(t, c, opts) })
 			t.Run("fraud", func(t *testing.T) { checkFraud(t, c, opts) })
 			t.Run("throttle", func(t *testing.T) { checkThrottle(t, c, opts) })
 			t.Run("webhooks", func(t *testing.T) { checkWebhooks(t, c, opts) })
@@ -64,7 +65,7 @@ func TestEveryExampleIsCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "fraud": true, "throttle": true, "webhooks": true, "adclicks": true, "shop": true}
+	covered := map[string]bool{"fanout": true, "etl": true, "greetings.hcl.json": true, "orders": true, "retries": true, "revenue": true, "enrich": true, "tiers": true, "fraud": true, "throttle": true, "webhooks": true, "adclicks": true, "shop": true}
 	for _, e := range entries {
 		if flow.IsTestFile(e.Name()) { // the examples' own tests, which flowtest runs
 			continue
@@ -240,6 +241,33 @@ func checkEnrich(t *testing.T, c *redis.Client, opts runtime.Options) {
 		want = append(want, o)
 	}
 	sameMessages(t, "enriched orders", jsonLines(t, readFile(t, out)), want)
+}
+
+// checkTiers runs the tiers example as a job: each order once, with the record of its customer
+// that began last at or before the order's created_at (RFC 3339 UTC times with one layout, which
+// compare as strings), or null when none had.
+func checkTiers(t *testing.T, c *redis.Client, opts runtime.Options) {
+	out := filepath.Join(t.TempDir(), "tiers.jsonl")
+	plan := build(t, filepath.Join(examples, "tiers"), "output="+out)
+	runJob(t, c, plan, opts)
+
+	customers := jsonLines(t, readFile(t, filepath.Join(examples, "tiers", "data", "customers.jsonl")))
+	var want []map[string]any
+	for _, o := range jsonLines(t, readFile(t, filepath.Join(examples, "tiers", "data", "orders.jsonl"))) {
+		var held map[string]any
+		for _, cu := range customers {
+			if cu["customer_id"] == o["customer_id"] && cu["updated_at"].(string) <= o["created_at"].(string) &&
+				(held == nil || cu["updated_at"].(string) >= held["updated_at"].(string)) {
+				held = cu
+			}
+		}
+		o["customer"] = held
+		if held == nil {
+			o["customer"] = nil
+		}
+		want = append(want, o)
+	}
+	sameMessages(t, "orders with their customer's record then", jsonLines(t, readFile(t, out)), want)
 }
 
 // checkAdClicks runs the adclicks example as a job and compares its rows with a reference join of

@@ -138,7 +138,9 @@ func (h *stageHandler) attempt(ctx context.Context, m *message, out []stages.Out
 		}
 		return outs, false, err
 	}
-	dropped := len(outs) == 0 && a.Recorded()
+	// A kind that absorbs its messages into its state (a table) may keep one it counted late: it
+	// is absorbed, not dropped.
+	dropped := len(outs) == 0 && a.Recorded() && !h.node.absorbs
 	a.Join()
 	return outs, dropped, nil
 }

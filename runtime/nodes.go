@@ -38,6 +38,9 @@ type node struct {
 	timers stages.TimerHandler
 	// fireAtEnd: the kind's timers all fire once a job's inputs are drained (StatefulStage.FireAtEnd).
 	fireAtEnd bool
+	// tableTime, for a kind whose timers follow a table's watermark (StatefulStage.TableTime),
+	// reads it; nil otherwise.
+	tableTime *tableClock
 	// absorbs: what the kind passes nothing on of it took into its state (StatefulStage.Absorbs).
 	absorbs bool
 	// prefetch names the state keys of a batch's messages, to read them in one round trip

@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,11 +37,24 @@ type tableReader struct {
 	topic      string // the table stage's input topic, where its state lives
 	partitions int
 	stage      string
+	versioned  bool // its entries are versions (flow.Table.Versioned), read by stages.TableRow
 }
 
 func (t *tableReader) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	return t.GetAsOf(ctx, key, time.Time{})
+}
+
+func (t *tableReader) GetAsOf(ctx context.Context, key string, at time.Time) ([]byte, bool, error) {
 	p := redis.Partition(key, t.partitions)
-	return t.rdb.ReadState(ctx, t.keys.State(t.topic, p, t.stage), key)
+	entry, found, err := t.rdb.ReadState(ctx, t.keys.State(t.topic, p, t.stage), key)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	row, found, err := stages.TableRow(entry, t.versioned, at)
+	if err != nil {
+		return nil, false, stages.Permanent(err)
+	}
+	return row, found, nil
 }
 
 // GetMany reads the rows of keys with one HMGET per partition of the table they fall in, in one
@@ -81,9 +96,58 @@ func (r *runner) tableReaders() map[string]stages.TableReader {
 			continue
 		}
 		out[t.Name] = &tableReader{rdb: r.rdb, keys: r.keys, topic: t.Stage.Input.Name, partitions: t.Stage.Input.Partitions,
-			stage: t.Stage.Name}
+			stage: t.Stage.Name, versioned: t.Versioned()}
 	}
 	return out
+}
+
+// tableClock reads the watermark of a table, for a stage whose timers follow it (a lookup with
+// as_of, stages.StatefulStage.TableTime): the least, over the table's partitions, of its stage's
+// own watermark as committed with its state (redis.WatermarkField), a partition whose unit has
+// closed at a job's end counting as later than any time. The watermark is committed with the
+// table's state, in one step, so every update it covers is there to read; it is read in another
+// slot than the reader's commit, which needs no atomicity with it (the reader never writes it).
+type tableClock struct {
+	rdb *redis.Client
+	// hashes and fields are, per partition, its state hash and redis.WatermarkField, then its
+	// watermarks hash and the table stage's close mark there (marks.go, closeMarkOf).
+	hashes, fields []string
+}
+
+// tableClock makes the clock of the named table; nil when the plan has no such table.
+func (r *runner) tableClock(name string) *tableClock {
+	t := r.plan.Table(name)
+	if t == nil || t.Stage == nil || t.Stage.Input == nil {
+		return nil
+	}
+	c := &tableClock{rdb: r.rdb}
+	topic, stage := t.Stage.Input.Name, t.Stage.Name
+	for p := range t.Stage.Input.Partitions {
+		c.hashes = append(c.hashes, r.keys.State(topic, p, stage), r.keys.Watermarks(topic, p))
+		c.fields = append(c.fields, redis.WatermarkField, redis.MarkField("stage."+stage, "closed"))
+	}
+	return c
+}
+
+// watermark returns the table's watermark in Unix ms: 0 before every partition has one,
+// math.MaxInt64 once they have all closed.
+func (c *tableClock) watermark(ctx context.Context) (int64, error) {
+	values, err := c.rdb.ReadMarkFields(ctx, c.hashes, c.fields)
+	if err != nil {
+		return 0, err
+	}
+	least := int64(math.MaxInt64)
+	for i := 0; i < len(values); i += 2 {
+		if mark, err := redis.ParseMark(values[i+1]); err == nil && mark.Closed {
+			continue
+		}
+		wm, err := strconv.ParseInt(values[i], 10, 64)
+		if err != nil {
+			return 0, nil // none yet
+		}
+		least = min(least, wm)
+	}
+	return least, nil
 }
 
 // tableCatchUp is a lookup stage's wait for its table, shared by the stage's units in this process.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -338,4 +340,67 @@ stage "marked" {
 			}
 		})
 	}
+}
+
+// TestLookupExactlyOnceThroughKillCycles runs the lookup with effectively-once delivery in flowrun
+// processes that are killed mid-stream, over and over, then to the end as a job: every order comes
+// out exactly once, with its customer's row.
+func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
+	bin := flowrunBinary(t)
+	for _, v := range []struct{ name, table string }{{"partitioned", ""}, {"global", "global = true"}} {
+		for _, b := range processBackends {
+			t.Run(v.name+"/"+b.name, func(t *testing.T) { lookupThroughKillCycles(t, bin, b.urls(t), v.table) })
+		}
+	}
+}
+
+// lookupThroughKillCycles is TestLookupExactlyOnceThroughKillCycles on one backend, with the table
+// block's extra attributes.
+func lookupThroughKillCycles(t *testing.T, bin string, urls []string, tableAttrs string) {
+	const customers, orders, referenced, cycles = 200, 6000, 220, 10
+	c := openURLs(t, urls...)
+	prefix := fmt.Sprintf("killlookup-%d", prefixes.Add(1))
+	out := prefix + ":out"
+	path := filepath.Join(t.TempDir(), "lookups.hcl")
+	writeFile(t, path, lookupPipeline(prefix, "msg.customer_id", tableAttrs, "effectively_once"))
+	plan, _, diags := flow.Build(path, flow.Options{Vars: []string{"out=" + out}})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	table := publishCustomers(t, c, plan, customers, true)
+	publishLookupOrders(t, c, plan, 0, orders, referenced)
+	keys := redis.Keys{Prefix: prefix}
+	inputs := keys.Streams("orders", 4)
+	backlog := func() int {
+		n := 0
+		for _, s := range inputs {
+			n += int(backlogOf(t, c, s, "enriched"))
+		}
+		return n
+	}
+	// Small batches: many commits, so that the kills fall among them.
+	args := append([]string{"run", path, "--var", "out=" + out, "--lease-ttl", "300ms", "--batch-size", "50"}, redisArgs(urls)...)
+	var logs []string
+	midBatch, cycle := 0, 0
+	for ; cycle < cycles && backlog() > 1000; cycle++ {
+		before, progress := backlog(), 50+rand.IntN(200)
+		p := startBinary(t, bin, args...)
+		waitFor(t, fmt.Sprintf("cycle %d: %d more orders looked up", cycle, progress), func() bool {
+			return before-backlog() >= progress && mostDelivered(t, c, "enriched", inputs...) <= 2
+		})
+		p.kill(t)
+		if pendingFor(t, c, keys, "orders", 4, "enriched", "") > 0 {
+			midBatch++
+		}
+		logs = append(logs, p.log.String())
+	}
+	last := startBinary(t, bin, append(args, "--until-drained")...)
+	if err := waitProcess(t, last); err != nil {
+		t.Fatalf("the last process, run as a job to the end: %v\n%s", err, last.log.String())
+	}
+	checkLookups(t, streamPayloads(t, c, out), table, orders, referenced)
+	if cycle < 3 || midBatch == 0 {
+		t.Errorf("%d SIGKILL cycles, %d with batches in flight: too few to test anything", cycle, midBatch)
+	}
+	t.Logf("%d SIGKILL cycles, %d with batches in flight, %d leases lost", cycle, midBatch, leaseLosses(append(logs, last.log.String())...))
 }

@@ -41,10 +41,15 @@ type worker struct {
 	// timersDue: the last batch left timers due that it had no room to fire; the next turn, with
 	// or without messages, fires them (fireTimers).
 	timersDue bool
+	// tableWaits: timers of the unit wait for the watermark of a table (node.tableTime), which no
+	// entry of its input moves: each idle turn (every Options.Block) looks whether it has.
+	tableWaits bool
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
-	w := &worker{r: r, u: u, lease: lease}
+	// A unit whose timers follow a table may have messages waiting from another owner, with no
+	// entry to come that would fire them: its first idle turn looks.
+	w := &worker{r: r, u: u, lease: lease, tableWaits: u.node.tableTime != nil}
 	if spec := r.timeSpec(u); spec != nil {
 		w.time, w.stamps = state.NewWatermarks(*spec), stampsEntryTime(spec)
 	}

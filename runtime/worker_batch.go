@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/flowrun/flowrun/runtime/backpressure"
@@ -128,9 +129,16 @@ func (w *worker) endState(c *batchCommit, b redis.Batch) (string, error) {
 	if w.time != nil && b.Len() > 0 {
 		w.time.Reached(maxID(b.IDs()))
 	}
-	var timersLeft int64
+	var timersLeft, waiting int64
 	if n.timers != nil {
-		fired, left, err := w.fireTimers(hard, n.timers, c.state, w.timerWatermark())
+		at := w.timerWatermark()
+		if n.tableTime != nil {
+			var err error
+			if at, err = n.tableTime.watermark(hard); err != nil {
+				return "reading the watermark of the table failed; the batch will be processed again", err
+			}
+		}
+		fired, left, err := w.fireTimers(hard, n.timers, c.state, at)
 		if err != nil {
 			// The batch's state may be half way through its timers.
 			return "firing the due timers failed; the batch will be processed again", err
@@ -138,14 +146,30 @@ func (w *worker) endState(c *batchCommit, b redis.Batch) (string, error) {
 		c.args.Outputs = append(c.args.Outputs, fired...)
 		c.counts.nodes[0].written += int64(len(fired)) // a timer's results are entries written, no message's outcome
 		timersLeft = left
+		if n.tableTime != nil && left == 0 {
+			if waiting, err = w.waitingForTable(c.state); err != nil {
+				return "reading the timers that wait for the table failed; the batch will be processed again", err
+			}
+		}
 	}
-	w.timersDue = timersLeft > 0
-	marks, err := w.endTime(hard, c.state, timersLeft)
+	w.timersDue, w.tableWaits = timersLeft > 0, waiting > 0
+	marks, err := w.endTime(hard, c.state, max(timersLeft, waiting))
 	if err != nil {
 		return "reading the holds of the watermark failed; the batch will be processed again", err
 	}
 	c.args.Marks = marks
 	return "", nil
+}
+
+// waitingForTable returns the time of the earliest timer of a stage whose timers follow a table's
+// watermark (node.tableTime) that is not due yet, 0 when none waits: the unit then turns while
+// idle, to fire it once the table's watermark moves, and its input does not close before.
+func (w *worker) waitingForTable(st *state.Batch) (int64, error) {
+	next, err := st.DueTimers(w.r.hard, math.MaxInt64, 1, nil)
+	if err != nil || len(next) == 0 {
+		return 0, err
+	}
+	return next[0].At, nil
 }
 
 // finishBatch makes a processed batch a commit: nil when it has nothing to make durable, or when

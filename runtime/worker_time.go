@@ -182,7 +182,7 @@ func (w *worker) idleTurn(ctx context.Context) error {
 		n.log.Debug("cannot tell whether the watermarks move", "err", err)
 		return nil
 	}
-	if !changed && !w.timersDue {
+	if !changed && !w.timersDue && !w.tableWaits {
 		return nil
 	}
 	return w.processBegun(ctx, redis.Batch{}, nil, nil)

@@ -199,11 +199,15 @@ type RateLimit struct {
 // returns the row of key as committed by the table's stage, from whichever partition of the table
 // holds it, and false when the table has no row for key. It reads what is committed when it is
 // called (processing time): a lookup sees the updates that the table's stage has committed by then.
+// GetAsOf returns the row of key as it was at an event time, for a table with history: the
+// version that began last at or before it, of those the table keeps (false when none, or when the
+// key was deleted then). Of a table without versions it returns what Get does.
 type TableReader interface {
 	Get(ctx context.Context, key string) (row []byte, found bool, err error)
 	// GetMany returns the rows of keys at once, each nil where the table has none: a round trip
 	// per batch instead of one per key (BatchReader).
 	GetMany(ctx context.Context, keys []string) (rows [][]byte, err error)
+	GetAsOf(ctx context.Context, key string, at time.Time) (row []byte, found bool, err error)
 }
 
 // BatchReader is what a stateless processor that reads something from outside for each message (a
@@ -252,6 +256,12 @@ type StatefulStage struct {
 	// results of its own (flow.Kind.Results, which it then sets too); nil for a kind that passes
 	// on the messages it read, and with them its input's watermark.
 	OutputWatermarker OutputWatermarker
+	// TableTime names a table (flow.Table) whose watermark, rather than the stage's input's, makes
+	// the stage's timers due: the least of the committed watermarks of the table's stage over its
+	// partitions, later than any time once they have all closed at a job's end. The runtime keeps
+	// the stage's input open while timers wait for it. A lookup with as_of answers its messages so,
+	// once no update that the table has yet to read can change the answer.
+	TableTime string
 }
 
 // StatefulProcessor is the processor of a stateful stage (StatefulStage): Process gets, with each

@@ -2,8 +2,11 @@ package stages
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/expr"
@@ -46,7 +49,14 @@ func init() {
 						`"drop" drops it (counted as filtered), "dead_letter" sends it to the stage's dead letters with a reason that ` +
 						`names the table and the key.`,
 				},
-				{Name: lookupFieldAsOf, Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Doc: "Not supported yet: the row as it was at an event time. flowrun refuses it."},
+				{
+					Name: lookupFieldAsOf, Type: flow.TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true,
+					Doc: "The event time to look the row up as of, such as msg.created_at (an RFC 3339 string, or Unix " +
+						"milliseconds): the message gets the version of the row that held then, from a table with history. It waits " +
+						"in the stage's state until the table's watermark has passed that time (no update the table has yet to read " +
+						"can then change the answer), so the result depends only on event times, not on the order in which the " +
+						"messages and the table's updates arrive; messages leave in the order of their as_of times.",
+				},
 			},
 			Example: `stage "enriched" {
   kind    = "lookup"
@@ -56,10 +66,11 @@ func init() {
   as      = "customer"
   missing = "null"
 }`,
+			// With as_of, messages wait for the table's watermark: no stateful stage may follow.
+			Delays: func(config flow.Attrs) bool { return config.Has(lookupFieldAsOf) },
 			Check: func(c *flow.KindCheck) {
 				if c.Has(lookupFieldAsOf) {
-					c.Errorf(lookupFieldAsOf, "Not supported yet",
-						"A lookup's as_of is not supported yet: a lookup reads the table as it is when the message is processed. Remove as_of.")
+					checkAsOf(c)
 				}
 				if c.Has(lookupFieldAs) && strings.TrimSpace(c.Config.String(lookupFieldAs)) == "" {
 					c.Errorf(lookupFieldAs, "Invalid as", `as names the field the row lands at, such as as = "customer": it cannot be empty.`)
@@ -72,20 +83,48 @@ func init() {
 				}
 			},
 		},
-		Traits: StageTraits{KeepsKey: true},
-		New: func(s *flow.Stage, env Env) (Processor, error) {
-			t := s.Config.Table(lookupFieldTable)
-			if t == nil {
-				return nil, fmt.Errorf("stage %s: no table", s.Name)
+		// With as_of the stage keeps the messages that wait for their table in its state.
+		TraitsOf: func(config flow.Attrs) StageTraits {
+			return StageTraits{KeepsKey: true, Stateful: config.Has(lookupFieldAsOf)}
+		},
+		New: func(s *flow.Stage, env Env) (Processor, error) { return newLookup(s, env) },
+		NewStateful: func(s *flow.Stage, env Env) (StatefulStage, error) {
+			l, err := newLookup(s, env)
+			if err != nil {
+				return StatefulStage{}, err
 			}
-			reader, ok := env.Tables[t.Name]
-			if !ok {
-				return nil, fmt.Errorf("stage %s: the runtime gives no reader of table %s", s.Name, t.Name)
-			}
-			return &lookupStage{out: s.Output, table: t.Name, reader: reader, key: s.Config.Expr(lookupFieldKey),
-				as: s.Config.String(lookupFieldAs), missing: s.Config.String(lookupFieldMissing)}, nil
+			a := &asOfLookup{lookupStage: l, asOf: s.Config.Expr(lookupFieldAsOf)}
+			return StatefulStage{Processor: a, TimerHandler: a, Absorbs: true, StatePrefetcher: a, TableTime: l.table}, nil
 		},
 	})
+}
+
+// checkAsOf checks as_of against the table it reads: only a table with history keeps the versions
+// it needs.
+func checkAsOf(c *flow.KindCheck) {
+	if t := c.Config.Table(lookupFieldTable); t != nil && t.History <= 0 {
+		c.Errorf(lookupFieldAsOf, "as_of needs the table's history",
+			"as_of looks a row up as it was at an event time, from the older versions a table keeps: give table %q a history, "+
+				"such as history = \"1h\" (how far back a lookup may look), or remove as_of to read the latest row.", t.Name)
+	}
+	if c.Config.String(lookupFieldMissing) == lookupMissingDeadLetter {
+		c.Errorf(lookupFieldMissing, "Not supported yet",
+			`missing = "dead_letter" is not supported yet with as_of: the message is answered from the stage's state once `+
+				`the table's watermark passes it, where no dead letter is written yet. Use missing = "null" or "drop".`)
+	}
+}
+
+func newLookup(s *flow.Stage, env Env) (*lookupStage, error) {
+	t := s.Config.Table(lookupFieldTable)
+	if t == nil {
+		return nil, fmt.Errorf("stage %s: no table", s.Name)
+	}
+	reader, ok := env.Tables[t.Name]
+	if !ok {
+		return nil, fmt.Errorf("stage %s: the runtime gives no reader of table %s", s.Name, t.Name)
+	}
+	return &lookupStage{out: s.Output, table: t.Name, reader: reader, key: s.Config.Expr(lookupFieldKey),
+		as: s.Config.String(lookupFieldAs), missing: s.Config.String(lookupFieldMissing)}, nil
 }
 
 // lookupStage sets msg.<as> to the row its key finds.
@@ -139,6 +178,11 @@ func (s *lookupStage) ReadBatch(ctx context.Context, msgs []*Message) (any, erro
 func rowKey(key string) bool { return key != "" && !strings.HasPrefix(key, "\x00") }
 
 func (s *lookupStage) Process(ctx context.Context, m *Message, out []Output) ([]Output, error) {
+	return s.enrich(ctx, m, time.Time{}, out)
+}
+
+// enrich adds the row of m's key to m, as of a time (zero: the latest).
+func (s *lookupStage) enrich(ctx context.Context, m *Message, at time.Time, out []Output) ([]Output, error) {
 	if err := m.Decode(); err != nil {
 		return out, err
 	}
@@ -150,9 +194,9 @@ func (s *lookupStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	found := false
 	if rowKey(key) {
 		rows, _ := Batched(ctx).(lookupRows)
-		if batched, read := rows[key]; read {
+		if batched, read := rows[key]; read && at.IsZero() {
 			row, found = batched, batched != nil
-		} else if row, found, err = s.reader.Get(ctx, key); err != nil {
+		} else if row, found, err = s.reader.GetAsOf(ctx, key, at); err != nil {
 			return out, err
 		}
 	}
@@ -175,4 +219,79 @@ func (s *lookupStage) Process(ctx context.Context, m *Message, out []Output) ([]
 	m.Value[s.as] = value
 	m.Changed()
 	return append(out, Output{Topic: s.out, Message: *m}), nil
+}
+
+// asOfLookup is a lookup with as_of: each message waits in the state of its input partition, under
+// a timer at its as_of time, until the table's watermark has passed that time
+// (StatefulStage.TableTime), and is then enriched with the version of its row that held at it.
+// Once the watermark has passed, every update of the table up to that time that is not late has
+// been committed, so the answer no longer depends on what arrives when.
+type asOfLookup struct {
+	*lookupStage
+	asOf *expr.Program
+}
+
+// lookupSeqKey is the state entry that numbers the waiting messages of a partition: a message's
+// name, "o:" and its number, is its state entry and its timer, and names its output for
+// effectively-once delivery, so two equal messages stay two.
+const lookupSeqKey = "seq"
+
+// waitingMessage is a message as it waits in the state.
+type waitingMessage struct {
+	Key     string            `json:"k"`
+	Headers map[string]string `json:"h,omitempty"`
+	Payload json.RawMessage   `json:"p"`
+}
+
+func (s *asOfLookup) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
+	at, err := EventTime(s.asOf, m)
+	if err != nil {
+		return out, err
+	}
+	payload, err := m.Payload()
+	if err != nil {
+		return out, err
+	}
+	seq := int64(0)
+	if b, found, err := st.Get(ctx, lookupSeqKey); err != nil {
+		return out, err
+	} else if found {
+		if seq, err = strconv.ParseInt(string(b), 10, 64); err != nil {
+			return out, Permanent(fmt.Errorf("the state entry %q is %q, not a number", lookupSeqKey, b))
+		}
+	}
+	seq++
+	name := "o:" + strconv.FormatInt(seq, 10)
+	entry, err := json.Marshal(waitingMessage{Key: m.Key, Headers: m.Headers, Payload: payload})
+	if err != nil {
+		return out, err
+	}
+	if err := st.Put(ctx, lookupSeqKey, []byte(strconv.FormatInt(seq, 10))); err != nil {
+		return out, err
+	}
+	if err := st.Put(ctx, name, entry); err != nil {
+		return out, err
+	}
+	// Due once the table's watermark is past the time: an update at the time itself may still come.
+	return out, st.SetTimer(ctx, name, time.UnixMilli(at.UnixMilli()+1))
+}
+
+// StateKeys names what Process reads, so that a batch reads it once (StatePrefetcher).
+func (s *asOfLookup) StateKeys(_ *Message, keys []string) []string { return append(keys, lookupSeqKey) }
+
+// OnTimer answers a waiting message: the table's watermark has passed its as_of time.
+func (s *asOfLookup) OnTimer(ctx context.Context, st State, name string, due time.Time, out []Output) ([]Output, error) {
+	entry, found, err := st.Get(ctx, name)
+	if err != nil || !found {
+		return out, err
+	}
+	if err := st.Delete(ctx, name); err != nil {
+		return out, err
+	}
+	var w waitingMessage
+	if err := json.Unmarshal(entry, &w); err != nil {
+		return out, Permanent(fmt.Errorf("the waiting message %s cannot be read: %w", name, err))
+	}
+	m := NewMessage(w.Key, w.Payload, w.Headers)
+	return s.enrich(ctx, &m, time.UnixMilli(due.UnixMilli()-1), out)
 }

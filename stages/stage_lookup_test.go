@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeTable is a TableReader over a map, counting its reads.
@@ -35,6 +36,10 @@ func (f *fakeTable) GetMany(ctx context.Context, keys []string) ([][]byte, error
 		}
 	}
 	return rows, nil
+}
+
+func (f *fakeTable) GetAsOf(ctx context.Context, key string, _ time.Time) ([]byte, bool, error) {
+	return f.Get(ctx, key)
 }
 
 func lookupProcessor(t *testing.T, missing string, table *fakeTable) Processor {

@@ -105,9 +105,11 @@ func TestAFailingTestFileReportsEveryFailureWhereItIsWritten(t *testing.T) {
 // dead-lettered, the count through a crash, a place freed when a key is forgotten or a group's
 // windows close); testdata/late: what the counters say of a late message and a duplicate that
 // are dropped, dead-lettered or passed on; and testdata/updates: every on_update emit of an
-// effectively-once aggregate, though two batches end at the same event time.
+// effectively-once aggregate, though two batches end at the same event time; testdata/tables: a
+// global table's ttl on the virtual clock (a key forgotten ten minutes after its last update, in its
+// entries' time; its timer through a crash).
 func TestStatefulStagesUnderTest(t *testing.T) {
-	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded", "testdata/late", "testdata/updates"} {
+	for _, dir := range []string{"testdata/dedupe", "testdata/repartition", "testdata/sessions", "testdata/bounded", "testdata/late", "testdata/updates", "testdata/tables"} {
 		tests, files, diags := testfile.LoadAndCheck(dir, flow.Options{})
 		if diags.HasErrors() || len(tests) != 1 {
 			t.Fatalf("%s: want one valid test file: %s", dir, diags.Error())

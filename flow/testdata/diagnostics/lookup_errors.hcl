@@ -16,8 +16,12 @@ source "oin" {
 }
 table "customers" {
   input  = topic.customers
-  global = true # ERROR: Not supported yet: A table's global is not supported yet
-  ttl    = "30d" # ERROR: Not supported yet: A table's ttl is not supported yet
+  global = true
+  ttl    = "30d"
+}
+table "ttl_zero" {
+  input = topic.customers
+  ttl   = "0s" # ERROR: Invalid ttl: ttl is how long a key is kept after its last update
 }
 table "products" {
   input = topic.customers
@@ -44,7 +48,29 @@ stage "bad_attributes" {
   key     = "customer_id" # ERROR: Invalid key: key is computed from each message
   as      = "" # ERROR: Invalid as: as names the field the row lands at
   missing = "skip" # ERROR: Invalid value for missing: "skip" is not a valid missing.
-  as_of   = msg.created_at # ERROR: Not supported yet: A lookup's as_of is not supported yet
+  as_of   = msg.created_at # ERROR: as_of needs the table's history: as_of looks a row up as it was at an event time
+}
+table "versions" {
+  input      = topic.customers
+  history    = "0s" # ERROR: Invalid history: history is how long older versions are kept
+  event_time = 1700000000000 # ERROR: Invalid event_time: A table's event_time must read the message
+}
+table "history" {
+  input   = topic.customers
+  history = "1h"
+}
+stage "as_of_dead_letter" {
+  kind    = "lookup"
+  input   = topic.orders
+  table   = table.history
+  key     = msg.customer_id
+  as      = "customer"
+  as_of   = msg.created_at
+  missing = "dead_letter" # ERROR: Not supported yet: missing = "dead_letter" is not supported yet with as_of
+}
+sink "d" {
+  kind  = "stdout"
+  input = stage.as_of_dead_letter
 }
 sink "a" {
   kind  = "stdout"
