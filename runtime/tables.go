@@ -82,7 +82,17 @@ func (t *tableReader) GetMany(ctx context.Context, keys []string) ([][]byte, err
 	rows := make([][]byte, len(keys))
 	for h := range hashes {
 		for j, i := range where[h] {
-			rows[i] = vals[h][j]
+			if vals[h][j] == nil {
+				continue
+			}
+			// An entry is the row, or a table's versions: the latest row of those, as Get reads it.
+			row, found, err := stages.TableRow(vals[h][j], t.versioned, time.Time{})
+			if err != nil {
+				return nil, stages.Permanent(err)
+			}
+			if found {
+				rows[i] = row
+			}
 		}
 	}
 	return rows, nil
