@@ -104,7 +104,7 @@ source "jet" {
   url      = %q
   stream   = %q
   durable  = "flowrun"
-  ack_wait = "5s"
+  ack_wait = "2s"
   output   = topic.in
 }
 `, prefix, delivery, natsURL(), stream)
