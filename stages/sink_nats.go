@@ -44,7 +44,7 @@ func init() {
 				{Name: natsSinkFieldSubject, Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg", "key"},
 					Doc: "The subject to publish each message on, which a JetStream stream must take, such as " +
 						"\"orders.${msg.region}\"; key is the message's key: \"${key}\" publishes a nats source's messages on their own subjects."},
-				{Name: natsSinkFieldTimeout, Type: flow.TypeDuration, Default: 10 * time.Second, Min: flow.Bound(float64(time.Millisecond)),
+				{Name: natsSinkFieldTimeout, Type: flow.TypeDuration, Default: 10 * time.Second,
 					Doc: "How long JetStream may take to confirm a batch of publications."},
 			},
 			Example: `sink "shipped" {
@@ -53,7 +53,12 @@ func init() {
   url     = "nats://127.0.0.1:4222"
   subject = "shipped.${msg.region}"
 }`,
-			Check: checkNATSURL,
+			Check: func(c *flow.KindCheck) {
+				checkNATSURL(c)
+				if c.Config.Duration(natsSinkFieldTimeout) <= 0 {
+					c.Errorf(natsSinkFieldTimeout, "Invalid timeout", "Give a duration above 0, such as \"10s\".")
+				}
+			},
 		},
 		Traits: SinkTraits{Inline: true}, // a batch at a time, in order: DeliverBatch publishes it at once
 		New: func(s *flow.Sink, env Env) (Sink, error) {

@@ -61,7 +61,7 @@ func init() {
 				{Name: natsSourceFieldDurable, Type: flow.TypeString, Required: true,
 					Doc: "The durable consumer's name, created if absent (and updated to this configuration if present): it keeps " +
 						"what was acknowledged across restarts. Delete it when the pipeline is retired (docs/connectors.md)."},
-				{Name: natsSourceFieldAckWait, Type: flow.TypeDuration, Default: 30 * time.Second, Min: flow.Bound(float64(time.Second)),
+				{Name: natsSourceFieldAckWait, Type: flow.TypeDuration, Default: 30 * time.Second,
 					Doc: "How long JetStream waits for a message's acknowledgement before delivering it again: longer than a batch " +
 						"takes to reach Redis. The source asks for more time for messages Redis does not have yet (an outage, a full topic)."},
 				{Name: natsSourceFieldPending, Type: flow.TypeInteger, Default: int64(4096), Min: flow.Bound(1),
@@ -84,6 +84,9 @@ func init() {
 			},
 			Check: func(c *flow.KindCheck) {
 				checkNATSURL(c)
+				if c.Config.Duration(natsSourceFieldAckWait) < time.Second {
+					c.Errorf(natsSourceFieldAckWait, "Invalid ack_wait", "Give a duration of 1s or more: longer than a batch takes to reach Redis.")
+				}
 				if c.Config.Has(natsSourceFieldDurable) && !natsName(c.Config.String(natsSourceFieldDurable)) {
 					c.Errorf(natsSourceFieldDurable, "Invalid durable", "%q is not a consumer name JetStream takes: use letters, digits, - and _.",
 						c.Config.String(natsSourceFieldDurable))
