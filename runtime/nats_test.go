@@ -212,3 +212,18 @@ func TestNATSSourceWritesEachMessageOnce(t *testing.T) {
 	t.Logf("%d messages, each once in the topic; JetStream's ack floor: stream sequence %d, %d redelivered",
 		n, info.AckFloor.Stream, info.NumRedelivered)
 }
+
+// TestNATSSourceNeedsItsStream: a source whose stream does not exist ends the run, naming it.
+func TestNATSSourceNeedsItsStream(t *testing.T) {
+	natsJS(t) // the server is there
+	stream := natsName(t)
+	plan := buildSource(t, natsSourcePipeline("ignored", "at_least_once", stream))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var log syncBuffer
+	_, err := runtime.Run(ctx, plan, runtime.Options{Redis: server.open(t), Logger: newLogger(&log)})
+	if err == nil || !strings.Contains(err.Error(), `no JetStream stream "`+stream+`"`) {
+		t.Fatalf("the run ended with %v, want the missing stream named\n%s", err, log.String())
+	}
+	t.Logf("the run ended: %v", err)
+}

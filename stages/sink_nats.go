@@ -98,6 +98,11 @@ func (s *natsSink) Deliver(ctx context.Context, m *Message, out []Write) ([]Writ
 // order holds), and waits for every PubAck.
 func (s *natsSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 	js, err := s.jetStream()
+	if err == nil && !s.connected() {
+		// Said plainly: publications would fail with errors that name other things ("headers
+		// not supported" before the server's first INFO).
+		err = Transient(fmt.Errorf("nats: not connected to %s; reconnecting", s.conn.shown))
+	}
 	if err != nil {
 		for i := range batch {
 			batch[i].Err = err
@@ -182,6 +187,13 @@ func (s *natsSink) jetStream() (jetstream.JetStream, error) {
 	}
 	s.nc, s.js = nc, js
 	return js, nil
+}
+
+// connected reports whether the sink's connection is up.
+func (s *natsSink) connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nc != nil && s.nc.IsConnected()
 }
 
 // natsTransientCodes are JetStream's refusals that waiting mends: the cluster or its storage is
