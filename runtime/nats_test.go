@@ -64,12 +64,14 @@ func natsName(t *testing.T) string {
 }
 
 // natsPublish publishes messages [from, to) of the source tests to stream on the subjects
-// stream.k0 to stream.k9, i's payload {"i": i}; every 10th carries a traceparent.
+// stream.k0 to stream.k9, i's payload {"i": i}, with a header origin: test; every 10th carries a
+// traceparent.
 func natsPublish(t *testing.T, js jetstream.JetStream, stream string, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
 		m := nats.NewMsg(fmt.Sprintf("%s.k%d", stream, i%10))
 		m.Data = fmt.Appendf(nil, `{"i":%d}`, i)
+		m.Header.Set("origin", "test")
 		if i%10 == 0 {
 			m.Header.Set("traceparent", natsTraceparent(i))
 		}
@@ -111,7 +113,7 @@ source "jet" {
 }
 
 // natsTopic reads topic "in": how many times each message i is there, and checks each entry's key
-// (its subject) and, for every 10th, its trace context.
+// (its subject), its headers and, for every 10th, its trace context.
 func natsTopic(t *testing.T, c *redis.Client, prefix, stream string) map[int]int {
 	t.Helper()
 	seen := map[int]int{}
@@ -132,6 +134,9 @@ func natsTopic(t *testing.T, c *redis.Client, prefix, stream string) map[int]int
 				}
 				if want := fmt.Sprintf("%s.k%d", stream, m.I%10); r.Key != want {
 					t.Fatalf("message %d has key %q, want its subject %q", m.I, r.Key, want)
+				}
+				if r.Headers["origin"] != "test" {
+					t.Fatalf("message %d has headers %v, want the NATS header origin: test", m.I, r.Headers)
 				}
 				if m.I%10 == 0 && r.TraceParent != natsTraceparent(m.I) {
 					t.Fatalf("message %d has traceparent %q, want %q", m.I, r.TraceParent, natsTraceparent(m.I))
