@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flowrun/internal/sqltest"
 	"github.com/flowrun/flowrun/runtime"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -93,6 +94,11 @@ func natsTraceparent(i int) string {
 
 // natsSourcePipeline reads stream into topic "in" (4 partitions, keyed by the subject).
 func natsSourcePipeline(prefix, delivery, stream string) string {
+	return natsSourcePipelineVia(prefix, delivery, natsURL(), stream)
+}
+
+// natsSourcePipelineVia is natsSourcePipeline through the server at url.
+func natsSourcePipelineVia(prefix, delivery, url, stream string) string {
 	return fmt.Sprintf(`
 pipeline "natssource" {
   key_prefix = %q
@@ -109,7 +115,7 @@ source "jet" {
   ack_wait = "2s"
   output   = topic.in
 }
-`, prefix, delivery, natsURL(), stream)
+`, prefix, delivery, url, stream)
 }
 
 // natsTopic reads topic "in": how many times each message i is there, and checks each entry's key
@@ -231,4 +237,57 @@ func TestNATSSourceNeedsItsStream(t *testing.T) {
 		t.Fatalf("the run ended with %v, want the missing stream named\n%s", err, log.String())
 	}
 	t.Logf("the run ended: %v", err)
+}
+
+// TestNATSSourceWaitsOutAnOutage reads through a TCP proxy in front of the server: once a first
+// part is in the topic, the proxy resets every connection and refuses new ones while the rest is
+// published (to the server itself). Nothing arrives meanwhile; once NATS is back, every message is
+// in the topic once (effectively-once: what was delivered and not acknowledged before the cut is
+// delivered again).
+func TestNATSSourceWaitsOutAnOutage(t *testing.T) {
+	const first, n = 1000, 3000
+	js := natsJS(t)
+	stream := natsName(t)
+	natsStream(t, js, stream, nil)
+	proxy := sqltest.NewProxy(t, strings.TrimPrefix(natsURL(), "nats://"))
+	c := server.open(t)
+	plan := buildSource(t, natsSourcePipelineVia("ignored", "effectively_once", "nats://"+proxy.Addr(), stream))
+	natsPublish(t, js, stream, 0, first)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var log syncBuffer
+	ended := make(chan error, 1)
+	go func() {
+		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
+		ended <- err
+	}()
+	entries := func() int {
+		total := 0
+		for _, k := range natsTopic(t, c, plan.KeyPrefix, stream) {
+			total += k
+		}
+		return total
+	}
+	waitFor(t, "the first part in the topic", func() bool { return entries() == first })
+	proxy.Cut()
+	natsPublish(t, js, stream, first, n)
+	waitFor(t, "the source to try NATS while it is away", func() bool { return proxy.Refused() >= 3 })
+	if got := entries(); got != first {
+		t.Fatalf("%d entries while NATS was cut off, want %d", got, first)
+	}
+	proxy.Restore()
+	waitFor(t, "every message in the topic", func() bool {
+		select {
+		case err := <-ended:
+			t.Fatalf("the run ended: %v\n%s", err, log.String())
+		default:
+		}
+		return entries() >= n
+	})
+	stop()
+	if err := <-ended; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	checkEachOnce(t, natsTopic(t, c, plan.KeyPrefix, stream), n)
+	t.Logf("%d messages before the cut, %d connections refused while NATS was away, each of %d once at the end", first, proxy.Refused(), n)
 }
