@@ -100,7 +100,9 @@ func (h *sinkHandler) deliverBatch(ctx context.Context, msgs []*message) {
 func (h *sinkHandler) deliverSome(ctx context.Context, of []*message) {
 	batch := make([]stages.Delivery, len(of))
 	for i, m := range of {
-		batch[i] = stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition}
+		// The trace context the entry came with: the attempt's span, a child of it, starts once
+		// the batch's results are taken.
+		batch[i] = stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition, Traceparent: m.trace.parent, Tracestate: m.trace.state}
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.node.timeout)
 	defer cancel()
@@ -150,7 +152,7 @@ func (h *sinkHandler) deliverOne(ctx context.Context, m *message) error {
 	if m.out.parent != "" {
 		ctx = stages.ContextWithTrace(ctx, m.out.parent, m.out.state)
 	}
-	batch := []stages.Delivery{{Message: &m.msg, ID: m.id, Partition: m.partition}}
+	batch := []stages.Delivery{{Message: &m.msg, ID: m.id, Partition: m.partition, Traceparent: m.out.parent, Tracestate: m.out.state}}
 	h.batch.DeliverBatch(ctx, batch)
 	if batch[0].Err == nil {
 		m.outcome = outcomeDelivered

@@ -57,6 +57,9 @@ type Delivery struct {
 	ID string
 	// Partition is the input partition the entry was read from.
 	Partition int
+	// Traceparent and Tracestate are the message's W3C trace context, for a sink that passes it
+	// on (Deliver's is TraceFrom its context); empty when the message is not traced.
+	Traceparent, Tracestate string
 	// Err is set by DeliverBatch: nil when the message was delivered.
 	Err error
 }

@@ -299,3 +299,44 @@ sink "orders_db" {
 		t.Fatalf("want one passing run, got %+v", results)
 	}
 }
+
+// TestNATSKindsAreTestedWithoutAServer: flowrun test feeds a nats source and captures what
+// reaches a nats sink, as for every source and sink; NATS (here, nothing listens on port 1) is
+// never dialled.
+func TestNATSKindsAreTestedWithoutAServer(t *testing.T) {
+	plan := compile(t, `
+pipeline "natsorders" { key_prefix = "natsorders" }
+topic "orders" {
+  partitions = 2
+}
+source "orders_in" {
+  kind    = "nats"
+  url     = "nats://app:secret-pw@127.0.0.1:1"
+  stream  = "ORDERS"
+  subject = "orders.>"
+  durable = "flowrun_orders"
+  output  = topic.orders
+}
+sink "big_out" {
+  kind    = "nats"
+  input   = topic.orders
+  url     = "nats://app:secret-pw@127.0.0.1:1"
+  subject = "big.${key}"
+  where   = msg.amount >= 100
+}
+`)
+	file := &testfile.File{
+		Path: "p.flowtest.hcl",
+		Runs: []*testfile.Run{{
+			Name: "big orders",
+			Steps: []*testfile.Step{{Sends: []*testfile.Send{{Source: "orders_in", Messages: []testfile.Message{
+				payloadOf(`{"id":"a","amount":250}`), payloadOf(`{"id":"b","amount":5}`),
+			}}}}},
+			Expect: []*testfile.Expect{{Sink: "big_out", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"id":"a","amount":250}`)}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("want one passing run, got %+v", results)
+	}
+}

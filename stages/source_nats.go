@@ -1,0 +1,398 @@
+// This file holds the nats source kind: it reads a NATS JetStream stream through a durable pull
+// consumer, and acknowledges each message to JetStream only once Redis has its entry. The nats sink
+// is sink_nats.go; what both share (connecting, headers, secrets) is at the end of this file.
+
+package stages
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flowrun/flow"
+)
+
+// The nats source's attributes.
+const (
+	natsFieldURL           = "url"
+	natsSourceFieldStream  = "stream"
+	natsSourceFieldSubject = "subject"
+	natsSourceFieldDurable = "durable"
+	natsSourceFieldAckWait = "ack_wait"
+	natsSourceFieldPending = "max_ack_pending"
+)
+
+// natsAckEvery is how often the source reads, from Redis, how far its messages are written, and
+// acknowledges those to JetStream: the least that ack_wait must exceed, with a batch's write.
+const natsAckEvery = 100 * time.Millisecond
+
+// The nats source emits each message of a JetStream stream (or of its subjects that match subject)
+// keyed by its subject, and acknowledges it to JetStream only after Redis has it: each message's
+// Origin.Position is a counter of the run's, which the runtime records in Redis with the message's
+// entry, and a goroutine of the source reads it back (Emitter.Resume) and acknowledges every message
+// up to it. What is not acknowledged, JetStream delivers again after ack_wait (a crash, an outage
+// of Redis that outlasts it): each message's Origin.ID is its stream and stream sequence, the same
+// on every delivery, which effectively-once delivery writes once.
+func init() {
+	RegisterSource(SourceKind{
+		Spec: &flow.Kind{
+			Name: "nats",
+			Doc: "Reads a NATS JetStream stream through a durable pull consumer: each message (a JSON object) is " +
+				"passed on keyed by its subject, with its NATS headers, and acknowledged to JetStream only once Redis " +
+				"has it, so a crash or an outage loses nothing; a message delivered again is written once with " +
+				"delivery = \"effectively_once\" (its ID is the stream sequence). See docs/connectors.md.",
+			Attributes: []flow.Attribute{
+				{Name: natsFieldURL, Type: flow.TypeString, Required: true,
+					Doc: "The NATS server(s): nats://host:4222, several separated by commas; a user and password in the URL " +
+						"never appear in output."},
+				{Name: natsSourceFieldStream, Type: flow.TypeString, Required: true, Doc: "The JetStream stream to read; it must exist."},
+				{Name: natsSourceFieldSubject, Type: flow.TypeString,
+					Doc: "Reads only the stream's messages whose subject matches this one (wildcards * and > allowed): the consumer's filter subject; default: all of them."},
+				{Name: natsSourceFieldDurable, Type: flow.TypeString, Required: true,
+					Doc: "The durable consumer's name, created if absent (and updated to this configuration if present): it keeps " +
+						"what was acknowledged across restarts. Delete it when the pipeline is retired (docs/connectors.md)."},
+				{Name: natsSourceFieldAckWait, Type: flow.TypeDuration, Default: 30 * time.Second,
+					Doc: "How long JetStream waits for a message's acknowledgement before delivering it again: longer than a batch " +
+						"takes to reach Redis. The source asks for more time for messages Redis does not have yet (an outage, a full topic)."},
+				{Name: natsSourceFieldPending, Type: flow.TypeInteger, Default: int64(4096), Min: flow.Bound(1),
+					Doc: "The most messages delivered and not yet acknowledged (in flight to Redis)."},
+			},
+			Example: `source "orders" {
+  kind    = "nats"
+  url     = "nats://127.0.0.1:4222"
+  stream  = "ORDERS"
+  subject = "orders.>"
+  durable = "flowrun_orders"
+  output  = topic.orders
+}`,
+			Detail: func(c flow.Attrs) string {
+				d := "nats: " + c.String(natsSourceFieldStream)
+				if c.Has(natsSourceFieldSubject) {
+					d += " " + c.String(natsSourceFieldSubject)
+				}
+				return d
+			},
+			Check: func(c *flow.KindCheck) {
+				checkNATSURL(c)
+				if c.Config.Duration(natsSourceFieldAckWait) < time.Second {
+					c.Errorf(natsSourceFieldAckWait, "Invalid ack_wait", "Give a duration of 1s or more: longer than a batch takes to reach Redis.")
+				}
+				if c.Config.Has(natsSourceFieldDurable) && !natsName(c.Config.String(natsSourceFieldDurable)) {
+					c.Errorf(natsSourceFieldDurable, "Invalid durable", "%q is not a consumer name JetStream takes: use letters, digits, - and _.",
+						c.Config.String(natsSourceFieldDurable))
+				}
+			},
+		},
+		// Resumes: the runtime records each batch's last position, which is how the source learns
+		// what Redis has; where to start again is JetStream's, in the durable consumer.
+		Traits: SourceTraits{Resumes: true, Finite: func(flow.Attrs) (bool, int64) { return false, -1 }},
+		New: func(s *flow.Source, env Env) (Source, error) {
+			c := s.Config
+			src := &natsSource{
+				conn:   newNATSConn(c.String(natsFieldURL), "flowrun "+env.Pipeline+" "+s.Name, env),
+				stream: c.String(natsSourceFieldStream), subject: c.String(natsSourceFieldSubject), durable: c.String(natsSourceFieldDurable),
+				ackWait: c.Duration(natsSourceFieldAckWait), maxPending: int(c.Int(natsSourceFieldPending)), run: NewRunID(),
+				log: env.Logger, clock: env.Clock,
+			}
+			if src.log == nil {
+				src.log = slog.New(slog.DiscardHandler)
+			}
+			if src.clock == nil {
+				src.clock = SystemClock{}
+			}
+			src.log = src.log.With("source", s.Name, "stream", src.stream, "durable", src.durable)
+			return src, nil
+		},
+	})
+}
+
+// natsSource is a nats source.
+type natsSource struct {
+	conn       natsConn
+	stream     string
+	subject    string
+	durable    string
+	ackWait    time.Duration
+	maxPending int
+	run        string // names this run's positions: a position of another run acknowledges nothing
+	log        *slog.Logger
+	clock      Clock
+
+	mu      sync.Mutex
+	pending []natsInFlight // emitted, not yet acknowledged, in the order emitted
+	emitted uint64         // the counter of the last message emitted
+}
+
+// natsInFlight is a message emitted and not yet acknowledged to JetStream.
+type natsInFlight struct {
+	n     uint64 // its position's counter
+	msg   jetstream.Msg
+	since time.Time // when it was delivered, or when the source last asked JetStream for more time
+}
+
+// natsPosition is the position the source gives each message: the run and the message's counter
+// in it. Redis's copy says that every message up to it is written.
+type natsPosition struct {
+	Run string `json:"run"`
+	N   uint64 `json:"n"`
+}
+
+// The waits between attempts to set up the consumer or read from it.
+const (
+	natsRetryFirst   = 500 * time.Millisecond
+	natsRetryLongest = 30 * time.Second
+)
+
+func (s *natsSource) Produce(ctx context.Context, out Emitter) error {
+	nc, err := s.conn.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.acknowledge(ctx, out) }()
+	defer wg.Wait()
+	defer cancel()
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	wait := natsRetryFirst
+	for {
+		progressed, err := s.session(ctx, js, out)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var emitErr natsEmitError
+		switch {
+		case errors.As(err, &emitErr):
+			return emitErr.err
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return fmt.Errorf("nats: no JetStream stream %q on %s", s.stream, s.conn.shown)
+		}
+		if progressed {
+			wait = natsRetryFirst
+		}
+		s.log.Warn("nats: reading the stream failed; trying again", "err", s.conn.redact(err.Error()), "in", wait)
+		t := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		}
+		wait = min(2*wait, natsRetryLongest)
+	}
+}
+
+// natsEmitError is an error of the Emitter, which ends the source (the run stops, or its lease
+// was lost).
+type natsEmitError struct{ err error }
+
+func (e natsEmitError) Error() string { return e.err.Error() }
+
+// session sets up the durable consumer and passes its messages on until an error. NATS's own
+// reconnection heals a short outage under it; a longer one, or a deleted consumer, ends it.
+func (s *natsSource) session(ctx context.Context, js jetstream.JetStream, out Emitter) (progressed bool, err error) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := js.CreateOrUpdateConsumer(sctx, s.stream, jetstream.ConsumerConfig{
+		Durable: s.durable, FilterSubject: s.subject, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: s.ackWait, MaxAckPending: s.maxPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	// A batch of the pull is what the writer can take at once; no more than may be in flight.
+	it, err := cons.Messages(jetstream.PullMaxMessages(min(s.maxPending, 500)))
+	if err != nil {
+		return false, err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop) // Next has no context: stopping ends it
+	defer stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return progressed, err
+		}
+		if err := s.pass(ctx, msg, out); err != nil {
+			return progressed, natsEmitError{err}
+		}
+		progressed = true
+	}
+}
+
+// pass emits one message, keyed by its subject, with its headers and trace context, and notes it
+// for acknowledgement once Redis has it.
+func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, out Emitter) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return err // a message of a consumer is always a JetStream one
+	}
+	s.mu.Lock()
+	s.emitted++
+	n := s.emitted
+	s.pending = append(s.pending, natsInFlight{n: n, msg: msg, since: s.clock.Now()})
+	s.mu.Unlock()
+	pos, _ := json.Marshal(natsPosition{Run: s.run, N: n}) // strings and numbers only
+	at := Origin{ID: meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10), Position: string(pos)}
+	headers, parent, state := fromNATSHeaders(msg.Headers())
+	m := NewMessage(msg.Subject(), msg.Data(), headers)
+	if parent != "" {
+		ctx = ContextWithTrace(ctx, parent, state)
+	}
+	if err := CheckPayload(msg.Data()); err != nil {
+		// Dead-lettered, with its position: acknowledged like a message written.
+		return out.Reject(ctx, Permanent(fmt.Errorf("the message on %s (stream sequence %d) is not a JSON object: %w", msg.Subject(), meta.Sequence.Stream, err)), m, at)
+	}
+	return out.Emit(ctx, m, at)
+}
+
+// acknowledge acknowledges to JetStream, every natsAckEvery, the messages whose entries Redis has:
+// those up to the position the runtime recorded with the last batch written. The messages still
+// waiting for Redis get more time (in progress) once half of ack_wait has passed, so that
+// JetStream does not deliver them again while the source is held back.
+func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
+	tick := s.clock.NewTicker(natsAckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+		raw, found, err := out.Resume(ctx)
+		if err != nil || !found {
+			continue
+		}
+		var pos natsPosition
+		if json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
+			continue
+		}
+		now := s.clock.Now()
+		s.mu.Lock()
+		i := 0
+		for ; i < len(s.pending) && s.pending[i].n <= pos.N; i++ {
+			// An acknowledgement that fails (the connection away) leaves the message to be
+			// delivered again, which effectively-once delivery writes once.
+			_ = s.pending[i].msg.Ack()
+		}
+		s.pending = s.pending[i:]
+		for j := range s.pending {
+			if now.Sub(s.pending[j].since) > s.ackWait/2 {
+				_ = s.pending[j].msg.InProgress()
+				s.pending[j].since = now
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// natsConn is how a nats source or sink connects: the URL, and what hides its password.
+type natsConn struct {
+	url    string
+	name   string // the connection's name, which the server shows (nats server report connections)
+	shown  string // the URL without its password
+	redact func(string) string
+}
+
+func newNATSConn(raw, name string, env Env) natsConn {
+	c := natsConn{url: raw, name: name, shown: raw, redact: env.Redact}
+	if c.redact == nil {
+		c.redact = func(s string) string { return s }
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			c.shown = strings.ReplaceAll(raw, p, "(password)")
+			redact := c.redact
+			c.redact = func(s string) string { return redact(strings.ReplaceAll(s, p, "(password)")) }
+		}
+	}
+	return c
+}
+
+// connect connects to the server, or keeps trying in the background when it is away (the first
+// calls then fail as they would during any outage): a connection reconnects without end.
+// Publications are not buffered while it reconnects, so that a sink learns at once that NATS is
+// away, and pauses.
+func (c natsConn) connect() (*nats.Conn, error) {
+	nc, err := nats.Connect(c.url, nats.Name(c.name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1))
+	if err != nil {
+		return nil, errors.New(c.redact("nats: " + err.Error()))
+	}
+	return nc, nil
+}
+
+// checkNATSURL checks the url attribute, and declares its password a secret.
+func checkNATSURL(c *flow.KindCheck) {
+	if !c.Config.Has(natsFieldURL) {
+		return
+	}
+	for _, one := range strings.Split(c.Config.String(natsFieldURL), ",") {
+		u, err := url.Parse(strings.TrimSpace(one))
+		if err != nil || u.Host == "" {
+			c.Errorf(natsFieldURL, "Invalid url", "%q is not a NATS URL: write nats://host:4222.", one)
+			continue
+		}
+		if p, ok := u.User.Password(); ok {
+			c.Secret(p)
+		}
+	}
+}
+
+// natsName is what a durable consumer's name may be.
+func natsName(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// The W3C trace context's headers, which travel in NATS headers, and the prefix of the headers
+// that are NATS's own (Nats-Msg-Id, Nats-Expected-Stream...), which do not become the message's.
+const (
+	natsTraceparent = "traceparent"
+	natsTracestate  = "tracestate"
+	natsOwnPrefix   = "Nats-"
+)
+
+// fromNATSHeaders splits a NATS message's headers into the message's (the first value of each),
+// and its trace context.
+func fromNATSHeaders(h nats.Header) (headers map[string]string, parent, state string) {
+	for k, vs := range h {
+		switch {
+		case len(vs) == 0, strings.HasPrefix(k, natsOwnPrefix):
+		case strings.EqualFold(k, natsTraceparent):
+			parent = vs[0]
+		case strings.EqualFold(k, natsTracestate):
+			state = vs[0]
+		default:
+			if headers == nil {
+				headers = map[string]string{}
+			}
+			headers[k] = vs[0]
+		}
+	}
+	return headers, parent, state
+}
