@@ -31,16 +31,17 @@ test: tools lint
 # model. make test runs 32 of them, 4 with kills. Without the race detector, to draw more in the
 # time; 30 to 40 minutes for 500 on 2 cores. A failure prints its seed; SOAK_SEED=N replays it.
 # Then the proofs of issue 23 at full scale (a few minutes): 50,000 orders looked up in a changing
-# table on every backend and through 50 SIGKILLs, and a rate limit's pace across three processes.
+# table on every backend and through 50 SIGKILLs, a rate limit's pace across three processes, and
+# a join and a pattern through 50 SIGKILLs each.
 SOAK_DRAWS ?= 500
 SOAK_SEED  ?= 0
-SOAK_TESTS := TestGeneratedPipelines|TestLookupAtProcessingTimeIsExact|TestLookupAtProcessingTimeThroughKills|TestRateLimitHoldsAcrossProcesses
+SOAK_TESTS := TestGeneratedPipelines|TestLookupAtProcessingTimeIsExact|TestLookupAtProcessingTimeThroughKills|TestRateLimitHoldsAcrossProcesses|TestJoinExactlyOnceThroughKillCycles|TestPatternExactlyOnceThroughKillCycles
 soak: soak-connectors
 	@mkdir -p bin
 	@echo "go test ./runtime -run '^($(SOAK_TESTS))$$' -soak -draws $(SOAK_DRAWS): the log goes to bin/soak.log"
 	@$(GO) test ./runtime -run '^($(SOAK_TESTS))$$' -count=1 -timeout 4h -soak -draws $(SOAK_DRAWS) -seed $(SOAK_SEED) -v \
 		> bin/soak.log 2>&1; status=$$?; \
-		grep -E '^    --- FAIL|generated_test.go:[0-9]+: (sink|replay|stage|st[0-9]|the last)|draws from|draws:|(tables|ratelimit)_proof_test.go' bin/soak.log; \
+		grep -E '^    --- FAIL|generated_test.go:[0-9]+: (sink|replay|stage|st[0-9]|the last)|draws from|draws:|(tables|ratelimit)_proof_test.go|(join|pattern)_test.go:[0-9]+: [0-9]+ SIGKILL' bin/soak.log; \
 		tail -n 2 bin/soak.log; exit $$status
 
 # The connectors' proofs at issue 24's scale (-soak), also run by make soak: the http_server source
