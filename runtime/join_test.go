@@ -309,9 +309,9 @@ func TestJoinExactlyOnceThroughKillCycles(t *testing.T) {
 			args := append(append([]string{"run", path, "--lease-ttl", "300ms", "--batch-size", "20"}, vars...), redisArgs(urls)...)
 			var logs []string
 			midBatch, cycle := 0, 0
-			for ; cycle < cycles && backlog() > (views+clicks)/5; cycle++ {
+			for ; cycle < cycles && backlog() > (views+clicks)/10; cycle++ {
 				// The kill point: a random number more events taken in, polled without pause.
-				target := backlog() - 50 - rand.IntN((views+clicks)/(2*cycles))
+				target := backlog() - 50 - rand.IntN((views+clicks)/(4*cycles))
 				p := startBinary(t, bin, args...)
 				for deadline := time.Now().Add(time.Minute); backlog() > target || mostDelivered(t, c, "clicked", inputs...) > 2; {
 					if time.Now().After(deadline) {
