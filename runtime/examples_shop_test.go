@@ -2,9 +2,7 @@ package runtime_test
 
 import (
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -61,22 +59,7 @@ func checkShop(t *testing.T, c *redis.Client, opts runtime.Options) {
 	}
 	post := func(body, key string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/orders", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		req.Header.Set("Authorization", "Bearer t0ken")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("%d %s", resp.StatusCode, b)
-		}
+		postAccepted(t, "http://"+addr+"/orders", "application/x-ndjson", body, key, "t0ken")
 	}
 	for i, lines := range requests {
 		key := fmt.Sprintf("request-%d", i)

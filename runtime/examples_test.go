@@ -105,31 +105,14 @@ func checkWebhooks(t *testing.T, c *redis.Client, opts runtime.Options) {
 	}
 	post := func(contentType, body, key string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", contentType)
-		req.Header.Set("Authorization", "Bearer t0ken")
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("%s request: %d %s", contentType, resp.StatusCode, b)
-		}
+		postAccepted(t, url, contentType, body, key, "t0ken")
 	}
 	lines := strings.Join(events[:30], "\n")
 	post("application/x-ndjson", lines, "first-30")
 	post("application/x-ndjson", lines, "first-30") // a client's retry: written once
-	post("application/json", "["+strings.Join(events[30:50], ",")+"]", "")
-	for _, e := range events[50:] {
-		post("application/json", e, "")
+	post("application/json", "["+strings.Join(events[30:50], ",")+"]", "array")
+	for i, e := range events[50:] {
+		post("application/json", e, fmt.Sprint("single-", i)) // a key each: a refused request is sent again
 	}
 	waitFor(t, "the paid orders", func() bool { return len(jsonLines(t, readFileIfAny(t, out))) >= len(want) })
 	svc.stop()

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -32,6 +34,43 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
+}
+
+// postAccepted posts a request to an http_server source as a well-behaved client does: a 429 or a
+// 503 (the topic over its max_lag, Redis slow or away) is sent again after its Retry-After, with
+// the same Idempotency-Key, until it is answered 202; any other answer fails the test. It returns
+// the body of the 202.
+func postAccepted(t *testing.T, url, contentType, body, key, token string) []byte {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusAccepted:
+			return b
+		case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && time.Now().Before(deadline):
+			wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil || wait < 1 {
+				wait = 1
+			}
+			time.Sleep(time.Duration(min(wait, 2)) * time.Second) // the protocol's back-off, as a client's
+		default:
+			t.Fatalf("%s request: %d %s", contentType, resp.StatusCode, b)
+		}
+	}
 }
 
 // webhooksPipeline is an http_server source into a keyed topic of 4 partitions (with extra
