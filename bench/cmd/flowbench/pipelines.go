@@ -104,7 +104,7 @@ var benchPipelines = []benchPipeline{
 	{name: "fw1-dedupe", k: 1, inKey: "msg.id", kind: "dedupe", attrs: dedupeAttrs},
 	{name: "fw1-lookup", k: 1, kind: "lookup", attrs: lookupAttrs, extra: lookupTable},
 	{name: "fw1-rate-limit", k: 1, kind: "rate_limit", attrs: rateLimitAttrs},
-	{name: "fw1-join", src: joinHCL},
+	{name: "fw1-join", k: 3, src: joinHCL}, // k: its stages, the two sides' and the join
 }
 
 // joinHCL joins the input with itself by seq (each message's own, no two alike): each message is
