@@ -64,10 +64,14 @@ type producingSource struct {
 	time      *sourceTime
 	done      atomic.Bool
 	unwritten atomic.Int64 // entries produced and not yet written (nor dropped by a stop)
+	// upstreamLag is what the source last reported of its upstream system's lag (ReportLag); -1
+	// until it reports one.
+	upstreamLag atomic.Int64
 }
 
 func (r *sourceRun) newProducingSource(n *node, s *flow.Source, kind stages.SourceKind, env stages.Env) (*producingSource, error) {
 	p := &producingSource{node: n, output: s.Output, finite: true}
+	p.upstreamLag.Store(-1)
 	if kind.Traits.Finite != nil {
 		var total int64
 		p.finite, total = kind.Traits.Finite(s.Config)
@@ -372,6 +376,9 @@ func (e *emitter) Record(ctx context.Context, position string) error {
 		b.wait(ctx, e.r.clock, &e.r.jitter)
 	}
 }
+
+// ReportLag keeps the source's latest upstream lag, for the metrics, inspect and the page.
+func (e *emitter) ReportLag(n int64) { e.src.upstreamLag.Store(max(n, 0)) }
 
 // Resume reads the source's checkpoint, waiting while Redis is unreachable.
 func (e *emitter) Resume(ctx context.Context) (string, bool, error) {

@@ -113,6 +113,11 @@ type Emitter interface {
 	// (a cluster writes them first) is followed by one that makes the same IDs, which
 	// effectively-once delivery then writes once.
 	Record(ctx context.Context, position string) error
+	// ReportLag records how many messages the source's upstream system still holds for it (a
+	// Kafka consumer group's lag, a JetStream consumer's pending count, an AMQP queue's depth), as
+	// the source last learned it; it never blocks, so call it as often as the number is known.
+	// inspect, the metric flowrun.source.upstream_lag and the live page show the latest.
+	ReportLag(n int64)
 }
 
 // Origin is where an emitted message comes from.

@@ -88,6 +88,7 @@ func (e *groupEmitter) Reject(context.Context, error, Message, Origin) error {
 	panic("not used")
 }
 func (e *groupEmitter) Resume(context.Context) (string, bool, error) { return "", false, nil }
+func (e *groupEmitter) ReportLag(int64)                              {}
 func (e *groupEmitter) Record(context.Context, string) error         { return nil }
 
 // post sends a request and returns its status, its body and its response headers.
