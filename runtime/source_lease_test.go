@@ -43,6 +43,9 @@ func sourceLeaseExpires(t *testing.T, b backend, taken bool) {
 	if expire.done.Load() == 0 {
 		t.Fatal("the lease was never expired under the source")
 	}
+	if expire.foreign.Load() {
+		t.Fatal("the process never tried to take the lease that another process held")
+	}
 	retaken := strings.Contains(j.log, "source lease expired and was taken again")
 	resumed := strings.Contains(j.log, "resuming where the source stopped")
 	if retaken == taken || resumed != taken {
@@ -58,14 +61,17 @@ func sourceLeaseExpires(t *testing.T, b backend, taken bool) {
 }
 
 // leaseExpirer deletes a source's lease, as its expiry would, just before the at-th script that
-// records the source's position runs; if taken, another process holds it then, for a moment (it
-// died: its lease expires).
+// records the source's position runs; if taken, another process holds it then, until this process
+// has tried to take it and been refused (that process died: its lease expires). The other process's
+// lease goes on that event, not after a time, which a loaded machine could outlast before the
+// refusal.
 type leaseExpirer struct {
 	position, lease string
 	at              int64
 	taken           bool
 	admin           *redis.Client
 	seen, done      atomic.Int64
+	foreign         atomic.Bool // another process holds the lease
 }
 
 func (e *leaseExpirer) before(ctx context.Context, c goredis.Cmder) {
@@ -78,10 +84,26 @@ func (e *leaseExpirer) before(ctx context.Context, c goredis.Cmder) {
 	}
 	err := e.admin.Universal().Del(ctx, e.lease).Err()
 	if e.taken && err == nil {
-		err = e.admin.Universal().Set(ctx, e.lease, "another-process#1", 300*time.Millisecond).Err()
+		err = e.admin.Universal().Set(ctx, e.lease, "another-process#1", time.Minute).Err()
+		e.foreign.Store(err == nil)
 	}
 	if err == nil {
 		e.done.Add(1)
+	}
+}
+
+// after ends the other process's lease once this process was refused it: an attempt to acquire
+// the lease (the script's keys are the lease and its fence) answered without an error.
+func (e *leaseExpirer) after(ctx context.Context, c goredis.Cmder) {
+	args := c.Args()
+	if !e.foreign.Load() || c.Err() != nil || (c.Name() != "eval" && c.Name() != "evalsha") || len(args) < 5 ||
+		args[3] != any(e.lease) || args[4] != any(redis.LeaseFence(e.lease)) {
+		return
+	}
+	if e.foreign.CompareAndSwap(true, false) {
+		if err := e.admin.Universal().Del(ctx, e.lease).Err(); err != nil {
+			panic(err) // the run would wait for the lease until the test's timeout
+		}
 	}
 }
 
@@ -90,7 +112,9 @@ func (e *leaseExpirer) DialHook(next goredis.DialHook) goredis.DialHook { return
 func (e *leaseExpirer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, c goredis.Cmder) error {
 		e.before(ctx, c)
-		return next(ctx, c)
+		err := next(ctx, c)
+		e.after(ctx, c)
+		return err
 	}
 }
 
@@ -99,6 +123,10 @@ func (e *leaseExpirer) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 		for _, c := range cmds {
 			e.before(ctx, c)
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			e.after(ctx, c)
+		}
+		return err
 	}
 }
