@@ -124,7 +124,7 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 
 	if len(r.Sources) > 0 {
 		pr.println()
-		pr.println("SOURCE\tKIND\tOUTPUT\tLEASE\tNOTE")
+		pr.println("SOURCE\tKIND\tOUTPUT\tLEASE\tUPSTREAM LAG\tNOTE")
 		for _, s := range r.Sources {
 			lease, note := leaseText(s.Lease, s.LeaseError), ""
 			switch {
@@ -133,7 +133,11 @@ func writeInspectTable(out io.Writer, r *admin.Report) error {
 			case s.LeaseError != "":
 				note = "lease: " + s.LeaseError
 			}
-			pr.printf("source.%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.Output), lease, note)
+			upstream := "-"
+			if u := s.Upstream; u != nil {
+				upstream = fmt.Sprintf("%d (%s ago)", u.Lag, shortDuration(time.Duration(u.AgeMS)*time.Millisecond))
+			}
+			pr.printf("source.%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.Output), lease, upstream, note)
 		}
 	}
 

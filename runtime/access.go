@@ -272,7 +272,7 @@ func (r *accessCheck) marksAccess(a *redis.Access) {
 }
 
 // producerAccess lists what a producing source sends: its lease, watermarks, outputs, dead
-// letters and checkpoint.
+// letters, upstream lag and checkpoint.
 func (r *accessCheck) producerAccess(a *redis.Access, p *producingSource) {
 	who := "source " + p.node.name
 	if p.leaseKey != "" {
@@ -297,6 +297,7 @@ func (r *accessCheck) producerAccess(a *redis.Access, p *producingSource) {
 		a.Output(who, s, dedup)
 	}
 	a.Output(who, r.keys.DeadLetter(p.node.name), "")
+	a.UpstreamLag(who, r.keys.SourceUpstreamLag(p.node.name))
 	if p.positionKey != "" {
 		a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
 	}

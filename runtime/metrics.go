@@ -22,6 +22,14 @@ type collected struct {
 	partitions  []PartitionState // as last polled
 	deadLetters map[string]int64 // as last polled, by node
 	leases      int              // held by this process; -1 before the run holds any
+	// upstreamLags are what the sources this process runs last reported of their upstream lag.
+	upstreamLags []sourceLag
+}
+
+// sourceLag is a source's upstream lag (stages.Emitter.ReportLag).
+type sourceLag struct {
+	source string
+	lag    int64
 }
 
 // registerMetrics creates the run's instruments, one family at a time, and the callback that
@@ -60,7 +68,7 @@ func registerMetrics(mp metric.MeterProvider, p *processing, nodes []*node, coll
 		perNode.observe(o, nodes, nodeAttrs)
 		c := collect()
 		parts.observe(o, c.partitions, p.clock.Now())
-		proc.observe(o, c.failing, c.deadLetters, nodeAttrs, c.leases)
+		proc.observe(o, c, nodeAttrs)
 		return nil
 	}, observables...)
 	return err
@@ -202,9 +210,9 @@ func (pi *partitionInstruments) observe(o metric.Observer, parts []PartitionStat
 }
 
 // processInstruments are observed per process: whether Redis fails, the dead letters of each
-// node's own stream, the leases held.
+// node's own stream, the leases held, the upstream lag of the sources it runs.
 type processInstruments struct {
-	dead, leases, redisDown metric.Int64ObservableGauge
+	dead, leases, redisDown, upstreamLag metric.Int64ObservableGauge
 }
 
 func newProcessInstruments(m metric.Meter) (*processInstruments, error) {
@@ -222,22 +230,28 @@ func newProcessInstruments(m metric.Meter) (*processInstruments, error) {
 		metric.WithDescription("1 while this process's calls to Redis fail (it waits and retries), else 0.")); err != nil {
 		return nil, err
 	}
+	if pi.upstreamLag, err = m.Int64ObservableGauge("flowrun.source.upstream_lag", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages a source's upstream system still holds for it, as the source last learned (a Kafka group's lag, a JetStream consumer's pending count, an AMQP queue's depth); reported by the process that runs the source.")); err != nil {
+		return nil, err
+	}
 	return pi, nil
 }
 
 func (pi *processInstruments) observables() []metric.Observable {
-	return []metric.Observable{pi.dead, pi.leases, pi.redisDown}
+	return []metric.Observable{pi.dead, pi.leases, pi.redisDown, pi.upstreamLag}
 }
 
-// observe records them; held is the number of leases held, or -1 before the run holds any.
-func (pi *processInstruments) observe(o metric.Observer, failing bool, deadLetters map[string]int64,
-	nodeAttrs map[string]metric.MeasurementOption, held int) {
-	o.ObserveInt64(pi.redisDown, boolGauge(failing))
-	for name, length := range deadLetters {
+// observe records them.
+func (pi *processInstruments) observe(o metric.Observer, c collected, nodeAttrs map[string]metric.MeasurementOption) {
+	o.ObserveInt64(pi.redisDown, boolGauge(c.failing))
+	for name, length := range c.deadLetters {
 		o.ObserveInt64(pi.dead, length, nodeAttrs[name])
 	}
-	if held >= 0 {
-		o.ObserveInt64(pi.leases, int64(held))
+	if c.leases >= 0 {
+		o.ObserveInt64(pi.leases, int64(c.leases))
+	}
+	for _, s := range c.upstreamLags {
+		o.ObserveInt64(pi.upstreamLag, s.lag, nodeAttrs[s.source])
 	}
 }
 

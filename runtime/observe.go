@@ -56,15 +56,17 @@ func nodeNames(nodes []*node) []string {
 
 // poller reads the state of the streams for Snapshot, readiness and metrics (poll), and samples
 // the counters for the rates (observe.go): of the nodes and units this process runs, with the
-// client, the options' intervals, and the per-message path's clock, keys and logger.
+// client, the options' intervals, and the per-message path's clock, keys and logger. It also
+// publishes the upstream lag that the sources this process runs report, for flowrun inspect.
 type poller struct {
 	*processing
-	rdb   *redis.Client
-	opts  *Options
-	nodes []*node
-	units []*unit
-	poll  *poll         // the runner's, which Snapshot reads
-	obs   *observations // the runner's
+	rdb       *redis.Client
+	opts      *Options
+	nodes     []*node
+	units     []*unit
+	producers []*producingSource
+	poll      *poll         // the runner's, which Snapshot reads
+	obs       *observations // the runner's
 }
 
 // pollLoop reads the streams' state every PollInterval until ctx ends. It also runs observeLoop,
@@ -123,6 +125,7 @@ func (r *poller) pollOnce(ctx context.Context) {
 		}
 		dead[n.name] = length
 	}
+	firstErr = cmp.Or(firstErr, r.publishUpstreamLags(ctx))
 	r.poll.mu.Lock()
 	defer r.poll.mu.Unlock()
 	r.poll.at, r.poll.err = r.clock.Now(), firstErr
@@ -130,6 +133,24 @@ func (r *poller) pollOnce(ctx context.Context) {
 	if firstErr != nil && ctx.Err() == nil {
 		r.log.Debug("polling the streams failed", "err", firstErr)
 	}
+}
+
+// publishUpstreamLags publishes the upstream lag of each source this process runs that reports
+// one, for three poll intervals: a process that dies, or a source that stops, leaves no stale
+// figure behind for long.
+func (r *poller) publishUpstreamLags(ctx context.Context) error {
+	var firstErr error
+	now := r.clock.Now()
+	for _, p := range r.producers {
+		lag := p.upstreamLag.Load()
+		if lag < 0 {
+			continue
+		}
+		report := redis.UpstreamLag{Lag: lag, At: now.UTC(), Process: r.opts.ProcessID}
+		err := r.rdb.PublishUpstreamLag(ctx, r.keys.SourceUpstreamLag(p.node.name), report, 3*r.opts.PollInterval)
+		firstErr = cmp.Or(firstErr, err)
+	}
+	return firstErr
 }
 
 // pollUnit reads one unit's input: a partition of a topic, or a redis_stream source's stream; for

@@ -382,13 +382,19 @@ func (r *runner) collect() collected {
 	if own := r.own.Load(); own != nil {
 		c.leases, _ = own.holdings()
 	}
+	for _, p := range r.producers {
+		if lag := p.upstreamLag.Load(); lag >= 0 {
+			c.upstreamLags = append(c.upstreamLags, sourceLag{p.node.name, lag})
+		}
+	}
 	return c
 }
 
 // startLoops starts the run's loops: the poll, the ownership (which starts the workers), the
 // producing sources, a job's end test and the trimming of retained topics.
 func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *ownership) {
-	pl := &poller{processing: &r.processing, rdb: r.rdb, opts: &r.opts, nodes: r.nodes, units: r.units, poll: &r.poll, obs: &r.obs}
+	pl := &poller{processing: &r.processing, rdb: r.rdb, opts: &r.opts, nodes: r.nodes, units: r.units, producers: r.producers,
+		poll: &r.poll, obs: &r.obs}
 	wg.Go(func() { pl.pollLoop(ctx) })
 	wg.Go(func() { own.run(ctx) })
 	for _, p := range r.producers {

@@ -56,7 +56,7 @@ func (rt *Runtime) Snapshot() Snapshot {
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{
 			Name: p.node.name, Produced: p.node.stats.counts().in, Total: p.total, Done: p.done.Load(),
-			Unwritten: p.unwritten.Load(),
+			Unwritten: p.unwritten.Load(), UpstreamLag: p.upstreamLag.Load(),
 		})
 	}
 	r.poll.mu.Lock()

@@ -155,6 +155,7 @@ func (r *sourceRun) runSourceTime(sctx context.Context, p *producingSource) (wai
 func (r *sourceRun) produce(sctx context.Context, own *ownership, p *producingSource) error {
 	w := r.startSourceWriter(sctx, p, own)
 	e := &emitter{r: r, src: p, w: w}
+	defer p.upstreamLag.Store(-1) // what it reported is no longer this process's to show
 	kind := lifecycle{p.impl}
 	err := kind.open(sctx)
 	if err == nil {

@@ -48,6 +48,10 @@ type SourceProgress struct {
 	Done     bool
 	// Unwritten counts the messages and rejects the source produced that are not in Redis yet.
 	Unwritten int64
+	// UpstreamLag is what the source last reported of the messages its upstream system still
+	// holds for it (stages.Emitter.ReportLag: a Kafka group's lag, a JetStream consumer's pending
+	// count, an AMQP queue's depth); -1 when it reports none, or this process does not run it now.
+	UpstreamLag int64
 }
 
 // PartitionState is a stage's or sink's view of one input partition, or a redis_stream source's

@@ -76,6 +76,18 @@ type SourceReport struct {
 	LeaseError string       `json:"lease_error,omitempty"`
 	// Input is a redis_stream source's: the stream it reads and its consumer group there.
 	Input *SourceInputReport `json:"input,omitempty"`
+	// Upstream is what a source reading another system (Kafka, NATS JetStream, AMQP) last
+	// reported of the messages that system still holds for it; nil when none was published in the
+	// last three poll intervals (no process runs the source, or its kind reports none).
+	Upstream *UpstreamReport `json:"upstream,omitempty"`
+}
+
+// UpstreamReport is a source's upstream lag as the process running it published it.
+type UpstreamReport struct {
+	Lag     int64     `json:"lag"`
+	At      time.Time `json:"at"`
+	AgeMS   int64     `json:"age_ms"` // how long ago, as of the inspection
+	Process string    `json:"process"`
 }
 
 // SourceInputReport is the stream a redis_stream source reads, with the source's consumer group:
@@ -223,6 +235,12 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 		if key, ok := sourceLeaseKey(keys, s, kind); ok {
 			sr.LeaseKey = key
 			sr.Lease, sr.LeaseError = leaseOf(ctx, c, key)
+		}
+		switch up, found, err := c.ReadUpstreamLag(ctx, keys.SourceUpstreamLag(s.Name)); {
+		case err != nil:
+			return nil, fmt.Errorf("source %s: %w", s.Name, err)
+		case found:
+			sr.Upstream = &UpstreamReport{Lag: up.Lag, At: up.At, AgeMS: max(now.Sub(up.At), 0).Milliseconds(), Process: up.Process}
 		}
 		if kind.Stream != nil {
 			in, err := sourceInput(ctx, c, s, kind.Stream(s), now)

@@ -112,6 +112,10 @@
       const t = text(g, {class: 'counter', x: 12, y: 116}, 'produced ');
       fields.produced = make('tspan', {class: 'value', 'data-field': 'produced'}, t);
       fields.produced.textContent = '–';
+      // What the system the source reads (Kafka, JetStream, AMQP) still holds for it, when the
+      // source reports it.
+      fields.upstream_caption = make('tspan', {class: 'caption'}, t);
+      fields.upstream_lag = make('tspan', {class: 'value', 'data-field': 'upstream_lag'}, t);
     } else {
       let y = 116;
       if (n.stateful) {
@@ -285,6 +289,10 @@
       if (f.produced) {
         const p = n.progress;
         f.produced.textContent = !p ? '–' : count(p.produced) + (p.total ? ' of ' + count(p.total) : '') + (p.done ? ', done' : '');
+        const upstream = p && p.upstream_lag != null;
+        f.upstream_caption.textContent = upstream ? ' · upstream lag ' : '';
+        f.upstream_lag.textContent = upstream ? count(p.upstream_lag) : '';
+        f.upstream_lag.classList.toggle('behind', upstream && p.upstream_lag > 0);
       }
       if (f.stream) {
         const st = n.stream;

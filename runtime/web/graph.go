@@ -125,6 +125,9 @@ type progressJSON struct {
 	Produced int64 `json:"produced"`
 	Total    int64 `json:"total,omitempty"` // absent when the source cannot tell
 	Done     bool  `json:"done"`
+	// UpstreamLag is what a source reading another system last reported of the messages that
+	// system still holds for it (absent when it reports none).
+	UpstreamLag *int64 `json:"upstream_lag,omitempty"`
 }
 
 // streamJSON is the stream a redis_stream source reads, with the lag and pending entries of the
@@ -324,6 +327,9 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 		}
 		if p, ok := progress[vn.name]; ok && vn.typ == "source" {
 			n.Progress = &progressJSON{Produced: p.Produced, Total: p.Total, Done: p.Done}
+			if p.UpstreamLag >= 0 {
+				n.Progress.UpstreamLag = &p.UpstreamLag
+			}
 		}
 		if p, ok := sourceStreams[vn.name]; ok && vn.typ == "source" {
 			n.Stream = &streamJSON{Stream: p.Stream, Length: p.Length, Lag: p.Lag, Pending: p.Pending}

@@ -304,3 +304,35 @@ func cmpOr(s, otherwise string) string {
 	}
 	return s
 }
+
+// TestTheGraphShowsUpstreamLag: a source that reports how much its upstream system still holds
+// for it has that lag in its progress; one that reports none has no such field.
+func TestTheGraphShowsUpstreamLag(t *testing.T) {
+	plan, _, diags := flow.Build(filepath.Join("..", "..", "examples", "pipelines", "enrich"), flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	snap := runtime.Snapshot{Sources: []runtime.SourceProgress{
+		{Name: "orders", Produced: 5, UpstreamLag: 1234},
+		{Name: "customers", Produced: 3, UpstreamLag: -1},
+	}}
+	_, body := get(t, web.NewHandler(snapshotOf{plan: plan, snap: snap}, nil), "/api/graph")
+	var g struct {
+		Nodes []struct {
+			ID       string          `json:"id"`
+			Progress json.RawMessage `json:"progress"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(body), &g); err != nil {
+		t.Fatalf("/api/graph: %v\n%s", err, body)
+	}
+	want := map[string]string{
+		"source.orders":    `{"produced":5,"done":false,"upstream_lag":1234}`,
+		"source.customers": `{"produced":3,"done":false}`,
+	}
+	for _, n := range g.Nodes {
+		if w, ok := want[n.ID]; ok && string(n.Progress) != w {
+			t.Errorf("%s: progress %s, want %s", n.ID, n.Progress, w)
+		}
+	}
+}

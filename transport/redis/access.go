@@ -227,6 +227,9 @@ func (a *Access) Checkpoint(who, key, leaseKey string, markers, streams []string
 	a.add(who, key, 1, "set", key, "position")
 }
 
+// UpstreamLag adds the SET with which the process running a source publishes its upstream lag.
+func (a *Access) UpstreamLag(who, key string) { a.add(who, key, 1, "set", key, "lag", "px", "1") }
+
 // guards adds the checks of the settle and checkpoint scripts: GET of the markers, TYPE of the
 // streams.
 func (a *Access) guards(who string, markers, streams []string) {

@@ -185,6 +185,12 @@ func (k Keys) SourcePosition(source string) string {
 	return k.Prefix + ":source:{" + source + "}:position"
 }
 
+// SourceUpstreamLag returns the key where the process running a source publishes the lag the
+// source last reported of its upstream system (UpstreamLag): "<prefix>:source:{<source>}:upstream_lag".
+func (k Keys) SourceUpstreamLag(source string) string {
+	return k.Prefix + ":source:{" + source + "}:upstream_lag"
+}
+
 // StreamLease returns the key of the lease of a source that reads an external stream. It lives in
 // the stream's hash slot (it carries the stream's hash tag, or the whole stream key as its tag),
 // so that acks on the stream can be fenced by it: "<prefix>:{<tag>}:lease:<source>". A stream key
