@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -404,4 +405,99 @@ func TestTableHistoryIsTrimmed(t *testing.T) {
 			t.Errorf("the order as of %d ms carries version %v, want %v", at, v, want[at])
 		}
 	}
+}
+
+// TestLookupAsOfDeadLettersWhatItCannotAnswer runs the lookup with as_of and missing =
+// "dead_letter", with orders written before the table's versions, so that every order waits in
+// the lookup's state and is answered when its timer fires: an order whose customer had no row at
+// its created_at is dead-lettered then, with the reason, and so is one without a customer_id (its
+// key fails); every other order comes out once with its version, and the counters add up, the
+// dead letters counted as absorbed (where the orders were when they came).
+func TestLookupAsOfDeadLettersWhatItCannotAnswer(t *testing.T) {
+	d := newAsOfData(t, 600, 11)
+	bad := []string{`{"order_id":"nokey1","created_at":1700000050000}`, `{"order_id":"nokey2","created_at":1700000060000}`}
+	for _, b := range []backend{server, cluster} {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			prefix := fmt.Sprintf("asofdl-%d", prefixes.Add(1))
+			out := prefix + ":out"
+			src := strings.Replace(asOfPipeline(prefix, "effectively_once"), `as_of = msg.created_at`,
+				"as_of = msg.created_at\n  missing = \"dead_letter\"", 1)
+			plan := buildSource(t, src, "out="+out)
+			svc := startService(t, c, plan, runtime.Options{})
+			waitFor(t, "the table to catch up", func() bool {
+				return strings.Contains(svc.log.String(), "the table has caught up with its topic")
+			})
+			publishAll(t, c, plan, "orders", append(append([]string(nil), d.orders...), bad...))
+			consumed(t, c, plan, "orders", 4, "enriched")
+			publishAll(t, c, plan, "customers", d.versions)
+			publishAll(t, c, plan, "customers", d.sentinels)
+			answered := 0
+			for _, row := range d.want {
+				if row != nil {
+					answered++
+				}
+			}
+			dl, err := admin.OpenDeadLetters(c, plan, "enriched")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var letters []runtime.DeadLetter
+			waitFor(t, "every order answered or dead-lettered", func() bool {
+				if letters, err = dl.List(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return len(streamPayloads(t, c, out)) >= answered && len(letters) >= len(d.orders)-answered+len(bad)
+			})
+			svc.stop()
+
+			got := streamPayloads(t, c, out)
+			seen := map[string]bool{}
+			for _, m := range got {
+				id := m["order_id"].(string)
+				if seen[id] || d.want[id] == nil || !reflect.DeepEqual(normalise(t, m["customer"]), d.want[id]) {
+					t.Fatalf("order %s came out with customer %v (again: %v), want %v once", id, m["customer"], seen[id], d.want[id])
+				}
+				seen[id] = true
+			}
+			reasons := map[string]string{}
+			for _, l := range letters {
+				var order map[string]any
+				if err := json.Unmarshal(l.Envelope.Payload, &order); err != nil {
+					t.Fatalf("dead letter %s: payload %s: %v", l.ID, l.Envelope.Payload, err)
+				}
+				id := order["order_id"].(string)
+				if _, twice := reasons[id]; twice {
+					t.Fatalf("order %s dead-lettered twice", id)
+				}
+				reasons[id] = l.Envelope.Error
+			}
+			for id, row := range d.want {
+				if want := fmt.Sprintf("table customers has no row of key %q", jsonObject(t, orderOf(d, id))["customer_id"]); row == nil && reasons[id] != want {
+					t.Errorf("order %s: dead letter %q, want %q", id, reasons[id], want)
+				}
+			}
+			for _, id := range []string{"nokey1", "nokey2"} {
+				if !strings.Contains(reasons[id], "customer_id") {
+					t.Errorf("order %s without a customer_id: dead letter %q, want one naming msg.customer_id", id, reasons[id])
+				}
+			}
+			if len(reasons) != len(d.orders)-answered+len(bad) || len(got) != answered {
+				t.Errorf("%d dead letters and %d orders out, want %d and %d", len(reasons), len(got), len(d.orders)-answered+len(bad), answered)
+			}
+			if s := summaryNode(&runtime.Summary{Nodes: svc.rt.Snapshot().Nodes}, "enriched"); s.In != int64(len(d.orders)+len(bad)) || s.Absorbed != s.In || s.DeadLettered != 0 {
+				t.Errorf("enriched's counters: %+v, want every order in and absorbed, none counted dead-lettered", s)
+			}
+		})
+	}
+}
+
+// orderOf returns the payload of the order with that id.
+func orderOf(d asOfData, id string) string {
+	for _, o := range d.orders {
+		if strings.Contains(o, fmt.Sprintf(`"order_id":%q`, id)) {
+			return o
+		}
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -21,28 +22,31 @@ import (
 const maxTimerRounds = 16
 
 // fireTimers calls the processor's OnTimer for the timers due at the batch's watermark wm (Unix
-// ms) and returns the outputs they made. A batch fires at most maxTimerRounds pages of a batch's
+// ms) and returns the outputs they made, of which deadLetters went to the stage's dead letters (an
+// Output with DeadLetter: a message that waited in the state, such as a lookup's with as_of, and
+// failed for good when its timer fired; the message was absorbed when it came, so its dead letter
+// is no outcome of it, see outcomes.go). A batch fires at most maxTimerRounds pages of a batch's
 // size, so that one commit stays bounded however many windows close at once; left is then the time
 // of the earliest timer still due (0: none), which the next turn fires (see endTime).
-func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *state.Batch, wm int64) (outs []redis.Output, left int64, err error) {
+func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *state.Batch, wm int64) (outs []redis.Output, deadLetters int, left int64, err error) {
 	n := w.u.node
 	if wm <= 0 {
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	}
 	fired := map[string]bool{}
 	for round := 0; ; round++ {
 		due, err := st.DueTimers(ctx, wm, int64(w.r.opts.BatchSize), fired)
 		if err != nil || len(due) == 0 {
-			return outs, 0, err
+			return outs, deadLetters, 0, err
 		}
 		if round == maxTimerRounds {
-			return outs, due[0].At, nil
+			return outs, deadLetters, due[0].At, nil
 		}
 		for _, t := range due {
 			fired[t.Name] = true
 			a := st.Attempt(wm)
 			if err := a.CancelTimer(ctx, t.Name); err != nil {
-				return nil, 0, err
+				return nil, 0, 0, err
 			}
 			results, err := th.OnTimer(ctx, a, t.Name, time.UnixMilli(t.At), nil)
 			switch {
@@ -53,12 +57,18 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 				drop.Join()
 				continue
 			case err != nil:
-				return nil, 0, fmt.Errorf("timer %s: %w", t.Name, err)
+				return nil, 0, 0, fmt.Errorf("timer %s: %w", t.Name, err)
 			}
 			a.Join()
 			for i := range results {
 				o := &results[i]
 				origin, err := timerOrigin(t, &o.Message, w.u.partition)
+				if err == nil && o.DeadLetter != "" {
+					origin.msg = o.Message
+					outs = append(outs, w.r.deadLetterMessage(n, origin, errors.New(o.DeadLetter), 1, w.r.clock.Now()))
+					deadLetters++
+					continue
+				}
 				var out redis.Output
 				if err == nil {
 					out, err = w.r.topicOutput(n, origin, o.Topic, &o.Message, i, w.u.partition)

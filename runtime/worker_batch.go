@@ -138,13 +138,13 @@ func (w *worker) endState(c *batchCommit, b redis.Batch) (string, error) {
 				return "reading the watermark of the table failed; the batch will be processed again", err
 			}
 		}
-		fired, left, err := w.fireTimers(hard, n.timers, c.state, at)
+		fired, deadLetters, left, err := w.fireTimers(hard, n.timers, c.state, at)
 		if err != nil {
 			// The batch's state may be half way through its timers.
 			return "firing the due timers failed; the batch will be processed again", err
 		}
 		c.args.Outputs = append(c.args.Outputs, fired...)
-		c.counts.nodes[0].written += int64(len(fired)) // a timer's results are entries written, no message's outcome
+		c.counts.nodes[0].written += int64(len(fired) - deadLetters) // a timer's results are entries written, no message's outcome
 		timersLeft = left
 		if n.tableTime != nil && left == 0 {
 			if waiting, err = w.waitingForTable(c.state); err != nil {

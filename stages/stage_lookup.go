@@ -107,11 +107,6 @@ func checkAsOf(c *flow.KindCheck) {
 			"as_of looks a row up as it was at an event time, from the older versions a table keeps: give table %q a history, "+
 				"such as history = \"1h\" (how far back a lookup may look), or remove as_of to read the latest row.", t.Name)
 	}
-	if c.Config.String(lookupFieldMissing) == lookupMissingDeadLetter {
-		c.Errorf(lookupFieldMissing, "Not supported yet",
-			`missing = "dead_letter" is not supported yet with as_of: the message is answered from the stage's state once `+
-				`the table's watermark passes it, where no dead letter is written yet. Use missing = "null" or "drop".`)
-	}
 }
 
 func newLookup(s *flow.Stage, env Env) (*lookupStage, error) {
@@ -293,5 +288,10 @@ func (s *asOfLookup) OnTimer(ctx context.Context, st State, name string, due tim
 		return out, Permanent(fmt.Errorf("the waiting message %s cannot be read: %w", name, err))
 	}
 	m := NewMessage(w.Key, w.Payload, w.Headers)
-	return s.enrich(ctx, &m, time.UnixMilli(due.UnixMilli()-1), out)
+	enriched, err := s.enrich(ctx, &m, time.UnixMilli(due.UnixMilli()-1), out)
+	if err != nil && IsPermanent(err) {
+		// Its input entry was acknowledged when it came: its dead letter goes with the timer.
+		return append(out, Output{Message: NewMessage(w.Key, w.Payload, w.Headers), DeadLetter: err.Error()}), nil
+	}
+	return enriched, err
 }

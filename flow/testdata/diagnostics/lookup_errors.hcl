@@ -66,7 +66,7 @@ stage "as_of_dead_letter" {
   key     = msg.customer_id
   as      = "customer"
   as_of   = msg.created_at
-  missing = "dead_letter" # ERROR: Not supported yet: missing = "dead_letter" is not supported yet with as_of
+  missing = "dead_letter" # allowed: dead-lettered as its timer fires
 }
 sink "d" {
   kind  = "stdout"
