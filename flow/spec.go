@@ -5,6 +5,8 @@ import (
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/flow/expr"
 )
 
 // The language is declared once, as data: every block type, every kind of source, stage and sink, and
@@ -143,12 +145,13 @@ type Kind struct {
 	// its other attributes name (late) get messages it read. It tells the watermarks it passes on
 	// (watermarks.go).
 	Results bool
-	// Delays, when set, tells whether a stage of this kind with this configuration passes messages
-	// on later than it reads them, in another order, once something outside its input allows (a
-	// lookup with as_of waits for its table's watermark). The watermark it would pass on is its
-	// input's, which its delayed messages may be behind: the compiler refuses a stateful stage
-	// after it (watermarks.go).
-	Delays func(config Attrs) bool
+	// Delays, when set, returns for a stage of this kind with this configuration that passes
+	// messages on later than it reads them, in another order, once something outside its input
+	// allows (a lookup with as_of waits for its table's watermark past its as_of time), the event
+	// time that a message waits for: the stage holds the watermark it passes on in that time at
+	// its earliest waiting message's. nil: it passes messages on as it reads them. A stateful
+	// stage after it must read its event time the same way (watermarks.go).
+	Delays func(config Attrs) *expr.Program
 	// KeepsKey, when set, tells whether a stage of this kind with this configuration passes every
 	// message on with the key it arrived with (stages.RegisterStage sets it from the kind's traits:
 	// filter, map and route do; a go stage does when its function is registered with

@@ -91,6 +91,9 @@ type StageWatermark struct {
 	// IdleTimeout is how long a measuring unit's input goes without entries before its watermark
 	// moves with the clock; 0: never.
 	IdleTimeout time.Duration
+	// Delayed is the index in Domains of the event time that a delaying stage's waiting messages
+	// hold back in what it passes on (Kind.Delays: a lookup's as_of); -1 for other stages.
+	Delayed int
 }
 
 // Domain returns the index in Domains of the domain called name, or -1.
@@ -127,8 +130,10 @@ func EventTimeOf(s *Stage) *expr.Program {
 }
 
 // domainOf is a stateful stage's own time domain.
-func domainOf(s *Stage) TimeDomain {
-	e := EventTimeOf(s)
+func domainOf(s *Stage) TimeDomain { return exprDomain(EventTimeOf(s)) }
+
+// exprDomain is the time domain of an event-time expression; nil is the entry's time.
+func exprDomain(e *expr.Program) TimeDomain {
 	if e == nil {
 		return TimeDomain{}
 	}
@@ -207,7 +212,7 @@ func (c *compiler) wireWatermarks(blocks map[*Stage]*Block) {
 		if len(need) == 0 {
 			continue
 		}
-		sw := &StageWatermark{Domains: sortedDomains(need), Own: -1}
+		sw := &StageWatermark{Domains: sortedDomains(need), Own: -1, Delayed: -1}
 		if ownTime(s) {
 			sw.Own = sw.Domain(domainOf(s).Name)
 		}
@@ -217,23 +222,36 @@ func (c *compiler) wireWatermarks(blocks map[*Stage]*Block) {
 		}
 		s.Watermark = sw
 		c.checkTimedStage(s, blocks[s])
-		c.checkDelayingStage(s, blocks[s])
+		c.wireDelayingStage(s, blocks[s])
 	}
 }
 
-// checkDelayingStage refuses a stage that delays messages (Kind.Delays) whose outputs feed a
-// stateful stage: the messages it passes on late would be judged by a watermark they are behind.
-func (c *compiler) checkDelayingStage(s *Stage, b *Block) {
-	if b == nil || s.Spec == nil || s.Spec.Delays == nil || !s.Spec.Delays(s.Config) {
+// wireDelayingStage holds, for a stage that delays messages (Kind.Delays), the watermark it passes
+// on in the event time its messages wait for at its earliest waiting message's (StageWatermark.
+// Delayed), and refuses a stateful stage after it that reads its event time another way: in that
+// time the messages passed on late would be judged by a watermark they are behind.
+func (c *compiler) wireDelayingStage(s *Stage, b *Block) {
+	if s.Spec == nil || s.Spec.Delays == nil {
 		return
 	}
+	by := s.Spec.Delays(s.Config)
+	if by == nil {
+		return
+	}
+	held := exprDomain(by)
+	s.Watermark.Delayed = s.Watermark.Domain(held.Name)
 	for _, t := range s.Outputs() {
-		if t.Watermark != nil {
-			c.errorf(b.DeclRange, "Not supported yet",
-				fmt.Sprintf("A stateful stage after the %s stage %q is not supported yet: it passes messages on once something "+
-					"besides its input allows (a lookup with as_of, once its table's watermark passes them), later than the "+
-					"watermark it passes on says, so they would come late to the stateful stage after it. Put the stateful stage "+
-					"before it, or look up without as_of.", s.Kind, s.Name))
+		if t.Watermark == nil {
+			continue
+		}
+		for _, d := range t.Watermark.Domains {
+			if d.Name == held.Name || b == nil {
+				continue
+			}
+			c.errorf(b.DeclRange, "Event times differ",
+				fmt.Sprintf("The %s stage %q passes a message on once its table's watermark passes the message's %s, so the "+
+					"stateful stages after it (through topic %q) must read their event time the same way: one reads %s. "+
+					"Give it event_time = %s, or put it before the %s stage.", s.Kind, s.Name, held, t.Name, d, held, s.Kind))
 			return
 		}
 	}

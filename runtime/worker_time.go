@@ -122,6 +122,10 @@ func (w *worker) endTime(ctx context.Context, st *state.Batch, timersLeft int64)
 	if timersLeft > 0 {
 		wm.KeepOpen()
 	}
+	if n.stage != nil && n.stage.Watermark != nil && n.stage.Watermark.Delayed >= 0 {
+		// A waiting message (its timer is at its time + 1 ms) is passed on later with its time.
+		wm.HoldPassedOn(n.stage.Watermark.Delayed, max(timersLeft-1, 0))
+	}
 	var holdErr error
 	marks := wm.Marks(func() int64 {
 		own := wm.Own()

@@ -66,8 +66,8 @@ func init() {
   as      = "customer"
   missing = "null"
 }`,
-			// With as_of, messages wait for the table's watermark: no stateful stage may follow.
-			Delays: func(config flow.Attrs) bool { return config.Has(lookupFieldAsOf) },
+			// With as_of, messages wait for the table's watermark to pass their as_of time.
+			Delays: func(config flow.Attrs) *expr.Program { return config.Expr(lookupFieldAsOf) },
 			Check: func(c *flow.KindCheck) {
 				if c.Has(lookupFieldAsOf) {
 					checkAsOf(c)

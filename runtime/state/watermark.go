@@ -102,14 +102,24 @@ type Watermarks struct {
 	// published holds what the unit last wrote to each mark ("hash|field"), to write only changes.
 	published map[string]string
 	written   map[string]string // what the commit in progress writes, published once it is done
+	// held is the domain (an index in spec.Domains; -1: none) that the batch in progress holds
+	// back at heldAt in what it passes on (HoldPassedOn).
+	held   int
+	heldAt int64
 }
 
 // NewWatermarks starts a unit's watermarks.
 func NewWatermarks(spec Spec) *Watermarks {
 	n := len(spec.Domains)
 	return &Watermarks{spec: spec, in: make([]int64, n), idle: make([]bool, n), next: make([]int64, n),
-		nextIdle: make([]bool, n), published: map[string]string{}}
+		nextIdle: make([]bool, n), published: map[string]string{}, held: -1}
 }
+
+// HoldPassedOn keeps the watermark that the batch in progress passes on in domain d (an index in
+// the spec's Domains; -1: none) at or before at, in Unix ms (0: no hold): a stage that delays
+// messages (flow.Kind.Delays) holds it at its earliest waiting message's time, which it passes on
+// later.
+func (w *Watermarks) HoldPassedOn(d int, at int64) { w.held, w.heldAt = d, at }
 
 // Measures reports whether the unit measures its input rather than following its writers.
 func (w *Watermarks) Measures() bool { return w.spec.Measures }
@@ -462,6 +472,9 @@ func (w *Watermarks) Marks(results func() int64) []redis.MarkWrite {
 			} else {
 				d := o.From[i]
 				m.At, m.Idle = w.next[d], w.next[d] == 0 && w.nextIdle[d]
+				if d == w.held && w.heldAt > 0 && (m.Idle || m.At > w.heldAt) {
+					m.At, m.Idle = w.heldAt, false
+				}
 			}
 			m.Closed = w.nextClosed
 			if m.At < 0 {

@@ -18,7 +18,7 @@ table "history" {
   input   = topic.customers
   history = "1h"
 }
-stage "as_of_then_window" { # ERROR: Not supported yet: A stateful stage after the lookup stage "as_of_then_window" is not supported yet
+stage "as_of_then_window" { # ERROR: Event times differ: The lookup stage "as_of_then_window" passes a message on once its table's watermark passes the message's msg.created_at
   kind  = "lookup"
   input = topic.orders
   table = table.history
@@ -39,4 +39,29 @@ stage "counts" {
 sink "e" {
   kind  = "stdout"
   input = stage.counts
+}
+
+# The same event time as the lookup's as_of: allowed, the lookup holds its watermark back.
+stage "as_of_then_same_time" {
+  kind  = "lookup"
+  input = topic.orders
+  table = table.history
+  key   = msg.customer_id
+  as    = "customer"
+  as_of = msg.created_at
+}
+stage "counts_by_created_at" {
+  kind       = "aggregate"
+  input      = stage.as_of_then_same_time
+  group_by   = msg.customer_id
+  event_time = msg.created_at
+  window {
+    type = "tumbling"
+    size = "1m"
+  }
+  aggregate = { n = count() }
+}
+sink "f" {
+  kind  = "stdout"
+  input = stage.counts_by_created_at
 }
