@@ -75,6 +75,12 @@ var tableSpec = &BlockSpec{
 				"began at or before that point. Without it the table keeps one version per key.",
 		},
 		{
+			Name: IdleTimeoutAttribute, Type: TypeDuration, Default: DefaultIdleTimeout,
+			Doc: "How long a partition of the table goes without updates before its watermark moves on with the clock, " +
+				"or, when it has never had one, before lookups as_of stop waiting for it (\"0s\": never). Only lookups " +
+				"with as_of wait for the table's watermark.",
+		},
+		{
 			Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}, Deterministic: true,
 			DefaultDoc: "the time the message's entry was written",
 			Doc: "When a version starts to hold: an RFC 3339 string, or Unix milliseconds. With it, the latest version of a key " +
@@ -101,6 +107,9 @@ type Table struct {
 	// Global keeps the whole table in one partition: its stage reads a repartition topic of one
 	// partition where its topic has several (repartition.go).
 	Global bool
+	// IdleTimeout is how long a partition of the table goes without updates before its watermark
+	// moves with the clock (or, without one, stops holding lookups as_of back); 0: never.
+	IdleTimeout time.Duration
 	// Stage is the stage that keeps the table (of TableKind). Its input, Stage.Input, is where its
 	// state lives: the table's topic, or the repartition topic the compiler inserted before it.
 	Stage *Stage
@@ -114,6 +123,7 @@ var tableStageAttributes = []Attribute{
 	{Name: TableTTLAttribute, Type: TypeDuration},
 	{Name: TableGlobalAttribute, Type: TypeBool},
 	{Name: EventTimeAttribute, Type: TypeMessageExpr, Roots: []string{"msg"}},
+	{Name: IdleTimeoutAttribute, Type: TypeDuration},
 }
 
 // tableKind is the declaration of the table stages' kind: stateful, keyed by the table's key.
@@ -134,7 +144,15 @@ func (c *compiler) compileTables() {
 		attrs := c.decodeAttributes(tableSpec.Attributes, b.Attributes)
 		t := &Table{Name: b.Name, Input: attrs.Topic("input"), Key: attrs.Expr(TableKeyAttribute), Range: b.DeclRange,
 			History: attrs.Duration(TableHistoryAttribute), TTL: attrs.Duration(TableTTLAttribute),
-			EventTime: attrs.Expr(EventTimeAttribute), Global: attrs.Bool(TableGlobalAttribute)}
+			EventTime: attrs.Expr(EventTimeAttribute), Global: attrs.Bool(TableGlobalAttribute),
+			IdleTimeout: DefaultIdleTimeout}
+		if attrs.Has(IdleTimeoutAttribute) {
+			t.IdleTimeout = attrs.Duration(IdleTimeoutAttribute)
+		}
+		if a, ok := b.Attributes[IdleTimeoutAttribute]; ok && attrs.Has(IdleTimeoutAttribute) && t.IdleTimeout < 0 {
+			c.errorf(a.Expr.Range(), "Invalid idle_timeout",
+				`idle_timeout is how long a partition of the table goes without updates before it stops holding lookups back: a duration, such as "1m" ("0s": never).`)
+		}
 		if a, ok := b.Attributes[TableHistoryAttribute]; ok && attrs.Has(TableHistoryAttribute) && t.History <= 0 {
 			c.errorf(a.Expr.Range(), "Invalid history",
 				`history is how long older versions are kept, in event time: a positive duration, such as "1h".`)
@@ -185,6 +203,7 @@ func (c *compiler) addTableStages() {
 		if t.EventTime != nil {
 			config.set(EventTimeAttribute, t.EventTime)
 		}
+		config.set(IdleTimeoutAttribute, t.IdleTimeout)
 		t.Stage = &Stage{
 			Name: t.Name + tableSuffix, Kind: TableKind, Spec: tableKind, Input: t.Input,
 			Retry: DefaultRetry, RetryInPlace: true, Ordering: OrderByPartition, Concurrency: 1,

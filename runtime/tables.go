@@ -139,8 +139,10 @@ func (r *runner) tableClock(name string) *tableClock {
 	return c
 }
 
-// watermark returns the table's watermark in Unix ms: 0 before every partition has one,
-// math.MaxInt64 once they have all closed.
+// watermark returns the table's watermark in Unix ms: the least of its partitions', leaving out
+// those that have closed (a job's end) and those that have never had one and have gone quiet for
+// the table's idle_timeout (an empty partition must not hold every lookup back); 0 while one has
+// none yet, math.MaxInt64 once none is left.
 func (c *tableClock) watermark(ctx context.Context) (int64, error) {
 	values, err := c.rdb.ReadMarkFields(ctx, c.hashes, c.fields)
 	if err != nil {
@@ -148,14 +150,18 @@ func (c *tableClock) watermark(ctx context.Context) (int64, error) {
 	}
 	least := int64(math.MaxInt64)
 	for i := 0; i < len(values); i += 2 {
-		if mark, err := redis.ParseMark(values[i+1]); err == nil && mark.Closed {
+		mark, _ := redis.ParseMark(values[i+1])
+		if mark.Closed {
 			continue
 		}
 		wm, err := strconv.ParseInt(values[i], 10, 64)
-		if err != nil {
+		switch {
+		case err == nil:
+			least = min(least, wm)
+		case mark.Idle:
+		default:
 			return 0, nil // none yet
 		}
-		least = min(least, wm)
 	}
 	return least, nil
 }

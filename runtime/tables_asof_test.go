@@ -501,3 +501,54 @@ func orderOf(d asOfData, id string) string {
 	}
 	return ""
 }
+
+// TestAnEmptyTablePartitionDoesNotHoldLookupsBack: a table of three partitions of which one never
+// has an update. Once it has been quiet for the table's idle_timeout it has no say in the table's
+// watermark, and every order of a lookup as_of is answered with its version; before, lookups
+// waited for it until a job's end.
+func TestAnEmptyTablePartitionDoesNotHoldLookupsBack(t *testing.T) {
+	c := server.open(t)
+	prefix := fmt.Sprintf("asofempty-%d", prefixes.Add(1))
+	out := prefix + ":out"
+	src := strings.Replace(asOfPipeline(prefix, "effectively_once"), `event_time = msg.updated_at`,
+		"event_time   = msg.updated_at\n  idle_timeout = \"1s\"", 1)
+	plan := buildSource(t, src, "out="+out)
+	var customers []string // of partitions 0 and 1 of the table's topic, none of partition 2
+	for i := 0; len(customers) < 10; i++ {
+		if key := fmt.Sprintf("c%d", i); redis.Partition(key, 3) != 2 {
+			customers = append(customers, key)
+		}
+	}
+	var versions, orders []string
+	want := map[string]int64{} // order -> the v it must carry
+	for i, cust := range customers {
+		versions = append(versions, fmt.Sprintf(`{"customer_id":%q,"updated_at":%d,"v":%d}`, cust, asOfT0+int64(i), i))
+		// Far later than any order: moves the watermark of partitions 0 and 1 past them all.
+		versions = append(versions, fmt.Sprintf(`{"customer_id":%q,"updated_at":%d,"v":%d}`, cust, asOfT0+1_000_000, 100+i))
+	}
+	for i := range 200 {
+		cust := i % len(customers)
+		orders = append(orders, fmt.Sprintf(`{"order_id":"o%d","customer_id":%q,"created_at":%d}`, i, customers[cust], asOfT0+1000+int64(i)))
+		want[fmt.Sprintf("o%d", i)] = int64(cust)
+	}
+	svc := startService(t, c, plan, runtime.Options{})
+	waitFor(t, "the table to catch up", func() bool {
+		return strings.Contains(svc.log.String(), "the table has caught up with its topic")
+	})
+	publishAll(t, c, plan, "customers", versions)
+	publishAll(t, c, plan, "orders", orders)
+	waitFor(t, "every order answered though partition 2 of the table is empty", func() bool {
+		return len(streamPayloads(t, c, out)) >= len(orders)
+	})
+	svc.stop()
+	got := streamPayloads(t, c, out)
+	for _, m := range got {
+		id := m["order_id"].(string)
+		if v, _ := m["customer"].(map[string]any)["v"].(float64); int64(v) != want[id] {
+			t.Errorf("order %s carries %v, want v = %d", id, m["customer"], want[id])
+		}
+	}
+	if len(got) != len(orders) {
+		t.Errorf("%d orders out, want %d", len(got), len(orders))
+	}
+}

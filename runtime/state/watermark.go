@@ -507,8 +507,14 @@ func (w *Watermarks) Marks(results func() int64) []redis.MarkWrite {
 			}
 		}
 	}
-	if w.nextClosed && w.spec.Close.Hash != "" {
+	if own := w.spec.Own; w.spec.Close.Hash != "" && (w.nextClosed || own >= 0) {
+		// Where the unit says that it closed, it also says, until then, that its own time has no
+		// watermark and its input has gone quiet: a table's lookups as_of do not wait for such a
+		// partition of the table (runtime/tables.go).
 		f, v := w.spec.Close.Field, redis.Mark{Closed: true}.String()
+		if !w.nextClosed {
+			v = redis.Mark{Idle: w.next[own] == 0 && w.nextIdle[own]}.String()
+		}
 		if w.published[w.spec.Close.Hash+"|"+f] != v {
 			out = append(out, redis.MarkWrite{Hash: w.spec.Close.Hash, Fields: map[string]string{f: v}})
 			if w.written == nil {
