@@ -129,8 +129,16 @@ func EventTimeOf(s *Stage) *expr.Program {
 	return nil
 }
 
-// domainOf is a stateful stage's own time domain.
-func domainOf(s *Stage) TimeDomain { return exprDomain(EventTimeOf(s)) }
+// domainOf is a stateful stage's own time domain: its event_time's, or, for a stage that delays
+// messages (Kind.Delays), the time they wait for, which it holds back in what it passes on.
+func domainOf(s *Stage) TimeDomain {
+	if s.Spec != nil && s.Spec.Delays != nil {
+		if by := s.Spec.Delays(s.Config); by != nil {
+			return exprDomain(by)
+		}
+	}
+	return exprDomain(EventTimeOf(s))
+}
 
 // exprDomain is the time domain of an event-time expression; nil is the entry's time.
 func exprDomain(e *expr.Program) TimeDomain {

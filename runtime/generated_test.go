@@ -162,8 +162,17 @@ func runDrawInProcess(t *testing.T, c *redis.Client, d *modeltest.Draw, block ti
 	j := runJobWithin(t, c, plan, runtime.Options{BatchSize: d.BatchSize, NoFusion: d.NoFusion, Block: block}, 10*time.Minute)
 	deadLetters := d.DeadLetters()
 	for _, n := range j.summary.Nodes {
-		if n.Late != 0 || n.DeadLettered != int64(deadLetters[n.Name]) {
-			t.Errorf("%s: %d late, %d dead-lettered, want none late and %d dead-lettered", n.Name, n.Late, n.DeadLettered, deadLetters[n.Name])
+		counted := n.DeadLettered
+		if asOfLookup(d, n.Name) {
+			// Its dead letters are written as its timers fire, and its messages counted absorbed
+			// when they came: its dead-letter stream has them.
+			if counted != 0 {
+				t.Errorf("%s: %d messages counted dead-lettered, want none: a lookup as_of absorbs them", n.Name, counted)
+			}
+			counted = totalLength(t, c, []string{redis.Keys{Prefix: files.KeyPrefix}.DeadLetter(n.Name)})
+		}
+		if n.Late != 0 || counted != int64(deadLetters[n.Name]) {
+			t.Errorf("%s: %d late, %d dead-lettered, want none late and %d dead-lettered", n.Name, n.Late, counted, deadLetters[n.Name])
 		}
 	}
 	// A process that stalls past its lease TTL (a loaded machine) loses partitions mid-batch, and
@@ -411,4 +420,14 @@ func unitsOf(plan *flow.Plan) int {
 		}
 	}
 	return n
+}
+
+// asOfLookup reports whether the draw's stage of that name is a lookup as_of.
+func asOfLookup(d *modeltest.Draw, name string) bool {
+	for _, s := range d.Pipeline.Stages {
+		if s.Name == name {
+			return s.Kind == "lookup" && s.AsOf != nil
+		}
+	}
+	return false
 }

@@ -1,7 +1,9 @@
 package modeltest
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -159,6 +161,17 @@ type generator struct {
 	// late or duplicates routes, whose sinks look for those alone).
 	shareable []*Topic
 	events    *Topic // the topic the sources write
+	// held, while what reads a lookup as_of is drawn, is its as_of: the event time that every
+	// stateful stage after it reads (the lookup holds back only that one, flow.Kind.Delays).
+	held *Expr
+}
+
+// eventTime draws the event time a stateful stage reads: the one a lookup as_of before it holds.
+func (g *generator) eventTime() *Expr {
+	if g.held != nil {
+		return g.held
+	}
+	return g.eventTimes[g.r.IntN(len(g.eventTimes))]
 }
 
 // stream is what a stage or sink can read: events (level 0) or the results of an aggregate of
@@ -238,11 +251,11 @@ func (g *generator) reader(s stream, depth int) {
 	case "route":
 		for i, cases := 0, 1+g.r.IntN(2); i < cases; i++ {
 			st.Cases = append(st.Cases, Case{When: g.condition(0), Output: g.topic(0)})
-			g.shareable = append(g.shareable, st.Cases[i].Output)
+			g.share(st.Cases[i].Output)
 		}
 		if g.r.IntN(2) == 0 {
 			st.Default = g.topic(0)
-			g.shareable = append(g.shareable, st.Default)
+			g.share(st.Default)
 		}
 		for _, c := range st.Cases {
 			g.extend(stream{Ref{Topic: c.Output}, 0}, depth+1)
@@ -252,7 +265,7 @@ func (g *generator) reader(s stream, depth int) {
 		}
 	case "dedupe":
 		st.Key = field("id")
-		st.EventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+		st.EventTime = g.eventTime()
 		// Long enough that a copy, which comes at most Disorder behind what came before it, finds
 		// its first still remembered; sometimes just so, so that keys are forgotten on the way.
 		st.Within = []time.Duration{g.d.Disorder + time.Millisecond + time.Duration(g.r.IntN(2000))*time.Millisecond, time.Hour}[g.r.IntN(2)]
@@ -272,7 +285,12 @@ func (g *generator) reader(s stream, depth int) {
 		g.sink(Ref{Stage: st})
 	case "lookup":
 		g.lookup(st)
+		held := g.held
+		if st.AsOf != nil {
+			g.held = st.AsOf
+		}
 		g.passOn(st, 0, depth)
+		g.held = held
 	}
 }
 
@@ -286,8 +304,8 @@ func (g *generator) join(st *Stage) {
 	g.p.Stages = append(g.p.Stages, right)
 	st.Right = Ref{Stage: right}
 	st.Key, st.RightKey = field("id"), field("id")
-	st.EventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
-	st.RightEventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+	st.EventTime = g.eventTime()
+	st.RightEventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))] // the events' own: not after the lookup
 	st.JoinType = []string{"inner", "left", "outer"}[g.r.IntN(3)]
 	st.Before = time.Duration(g.r.IntN(3)) * 500 * time.Millisecond
 	st.After = time.Duration(g.r.IntN(3)) * 500 * time.Millisecond
@@ -305,7 +323,8 @@ func (g *generator) join(st *Stage) {
 
 // lookup draws a lookup of each event's user in the pipeline's table, drawn with its first lookup.
 // The row lands at a field of its own (a lookup after a lookup keeps both rows), and a user the
-// table does not hold takes any of the three ways of missing.
+// table does not hold takes any of the three ways of missing. Of a versioned table, most lookups
+// take the row as of an event time of the event's.
 func (g *generator) lookup(st *Stage) {
 	if len(g.p.Tables) == 0 {
 		g.table()
@@ -314,6 +333,9 @@ func (g *generator) lookup(st *Stage) {
 	st.Key = field("user")
 	st.As = g.name("row")
 	st.Missing = []string{"null", "drop", "dead_letter"}[g.r.IntN(3)]
+	if st.Table.Versioned && g.r.IntN(3) > 0 {
+		st.AsOf = g.eventTime()
+	}
 }
 
 // table draws the pipeline's table (Table): a row for most of the users the events name and for
@@ -346,7 +368,18 @@ func (g *generator) table() {
 	default:
 		topic.Key, t.Key = field("home"), field("user")
 	}
-	deletes := t.Key == nil || topic.Key != nil && topic.Key.HCL == t.Key.HCL
+	t.Versioned = g.r.IntN(2) == 0
+	deletes := !t.Versioned && (t.Key == nil || topic.Key != nil && topic.Key.HCL == t.Key.HCL)
+	// A versioned table's versions begin before the first event, among the events, or after the
+	// last, a key's in increasing order.
+	first, last := int64(math.MaxInt64), int64(0)
+	for _, in := range g.d.Inputs {
+		for _, m := range in {
+			ts := int64(num(m["ts"]))
+			first, last = min(first, ts), max(last, ts)
+		}
+	}
+	span := last - first + 1
 	regions := []string{"eu", "us", "apac", "latam"}
 	var queues [][]Update // each key's updates, in order
 	for i, k := range keys {
@@ -354,9 +387,15 @@ func (g *generator) table() {
 			continue // a user without a row
 		}
 		home := regions[i%len(regions)]
+		upd := first - span/4 + g.r.Int64N(span/2+1)
 		row := func(version int) Update {
 			tier := []string{"gold", "silver", "bronze"}[g.r.IntN(3)]
-			return Update{Key: k, Row: Message{"user": k, "home": home, "tier": tier, "ver": float64(version)}}
+			r := Message{"user": k, "home": home, "tier": tier, "ver": float64(version)}
+			if t.Versioned {
+				r["upd"] = float64(upd)
+				upd += 1 + g.r.Int64N(span/2+1)
+			}
+			return Update{Key: k, Row: r}
 		}
 		var q []Update
 		versions := 1 + g.r.IntN(3)
@@ -378,6 +417,10 @@ func (g *generator) table() {
 			queues = slices.Delete(queues, i, i+1)
 		}
 	}
+	if t.Versioned {
+		// In event time, as a table's topic is best written: none is late for the table.
+		slices.SortStableFunc(t.Updates, func(a, b Update) int { return cmp.Compare(num(a.Row["upd"]), num(b.Row["upd"])) })
+	}
 	g.p.Topics = append(g.p.Topics, topic) // not shareable: no stage writes it
 	g.p.Tables = append(g.p.Tables, t)
 }
@@ -386,7 +429,7 @@ func (g *generator) table() {
 // some sequences fit in and others do not, and a grace that keeps every event on time.
 func (g *generator) pattern(st *Stage) {
 	st.Key = []*Expr{field("user"), field("region")}[g.r.IntN(2)]
-	st.EventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+	st.EventTime = g.eventTime()
 	st.Grace = g.d.Disorder.Round(time.Millisecond) + time.Duration(g.r.IntN(3))*250*time.Millisecond
 	st.Within = time.Duration(50+g.r.IntN(3000)) * time.Millisecond
 	for i := range 2 + g.r.IntN(2) {
@@ -416,14 +459,23 @@ func (g *generator) passOn(st *Stage, level, depth int) {
 	switch {
 	case g.r.IntN(10) < 6:
 		g.extend(stream{Ref{Stage: st}, level}, depth+1)
-	case level == 0 && g.r.IntN(3) == 0 && g.shareTopic(st):
-		// Another writer's topic, whose readers are drawn already (or will be).
+	case level == 0 && g.held == nil && g.r.IntN(3) == 0 && g.shareTopic(st):
+		// Another writer's topic, whose readers are drawn already (or will be). Not after a lookup
+		// as_of: they may read another event time than the one it holds back.
 	default:
 		st.Output = g.topic(level)
 		if level == 0 {
-			g.shareable = append(g.shareable, st.Output)
+			g.share(st.Output)
 		}
 		g.extend(stream{Ref{Topic: st.Output}, level}, depth+1)
+	}
+}
+
+// share lets other stages write t too, unless it comes after a lookup as_of: a stateful reader of
+// theirs drawn later could read another event time than the one the lookup holds back.
+func (g *generator) share(t *Topic) {
+	if g.held == nil {
+		g.shareable = append(g.shareable, t)
 	}
 }
 
@@ -550,7 +602,7 @@ func (g *generator) change(level int) ([]Field, []string) {
 func (g *generator) aggregate(st *Stage, level int) {
 	st.Aggregates = []Aggregate{{Name: "n", Func: "count"}}
 	if level == 0 {
-		st.EventTime = g.eventTimes[g.r.IntN(len(g.eventTimes))]
+		st.EventTime = g.eventTime()
 		st.GroupBy = []*Expr{field("user"), field("region"), constant("all"), {
 			HCL: `"${msg.region}/${msg.v % 2}"`,
 			Eval: func(m Message) any {

@@ -35,6 +35,9 @@ func (d *Draw) HCL(f Files) string {
 		if t.Key != nil {
 			w("  key   = %s\n", t.Key.HCL)
 		}
+		if t.Versioned {
+			w("  history    = \"1000h\"\n  event_time = msg.upd\n")
+		}
 		w("}\n")
 	}
 	for _, s := range p.Sources {
@@ -125,6 +128,9 @@ func (d *Draw) HCL(f Files) string {
 			w("  }\n")
 		case "lookup":
 			w("  table   = table.%s\n  key     = %s\n  as      = %q\n  missing = %q\n", s.Table.Name, s.Key.HCL, s.As, s.Missing)
+			if s.AsOf != nil {
+				w("  as_of   = %s\n", s.AsOf.HCL)
+			}
 		case "pattern":
 			w("  key        = %s\n  event_time = %s\n  within     = %q\n  grace      = %q\n", s.Key.HCL, s.EventTime.HCL, duration(s.Within), duration(s.Grace))
 			w("  late         = \"dead_letter\"\n  idle_timeout = \"0s\"\n  sequence = [\n")

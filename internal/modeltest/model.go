@@ -86,6 +86,18 @@ func (t *Table) Rows() map[string]Message {
 	return rows
 }
 
+// RowAsOf is the row of key that held at event time at (Unix ms) in a Versioned table: its
+// latest version whose upd is at or before at.
+func (t *Table) RowAsOf(key string, at int64) (Message, bool) {
+	var row Message
+	for _, u := range t.Updates {
+		if u.Key == key && u.Row != nil && int64(num(u.Row["upd"])) <= at {
+			row = u.Row // a key's updates come in upd order
+		}
+	}
+	return decoded(row), row != nil
+}
+
 // read is what a stage or sink reading r gets.
 func (m *model) read(r Ref) []item {
 	if r.Stage != nil {
@@ -172,7 +184,11 @@ func (m *model) stage(s *Stage) map[*Topic][]item {
 	case "lookup":
 		rows := s.Table.Rows()
 		for _, it := range in {
-			row, found := rows[fmt.Sprint(s.Key.Eval(it.msg))]
+			key := fmt.Sprint(s.Key.Eval(it.msg))
+			row, found := rows[key]
+			if s.AsOf != nil {
+				row, found = s.Table.RowAsOf(key, s.AsOf.Eval(it.msg).(int64))
+			}
 			if !found && s.Missing == "drop" {
 				continue
 			}

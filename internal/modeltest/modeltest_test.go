@@ -19,6 +19,12 @@ func TestDrawsCompile(t *testing.T) {
 		for _, s := range d.Pipeline.Stages {
 			if s.Kind == "lookup" {
 				drawn["missing = "+s.Missing]++
+				if s.AsOf != nil {
+					drawn["a lookup as_of"]++
+					if asOfFeedsState(d.Pipeline, s) {
+						drawn["a stateful stage after a lookup as_of"]++
+					}
+				}
 			}
 		}
 		for _, tb := range d.Pipeline.Tables {
@@ -51,9 +57,29 @@ func TestDrawsCompile(t *testing.T) {
 		}
 	}
 	for _, what := range []string{"missing = null", "missing = drop", "missing = dead_letter",
+		"a lookup as_of", "a stateful stage after a lookup as_of",
 		"a topic keyed by the messages' keys", "a table keyed like its topic", "a table keyed otherwise"} {
 		if drawn[what] == 0 {
 			t.Errorf("no draw of 300 has %s", what)
 		}
 	}
+}
+
+// asOfFeedsState reports whether a stateful stage reads what lookup passes on, straight or
+// through stateless stages.
+func asOfFeedsState(p *Pipeline, lookup *Stage) bool {
+	for _, s := range p.Stages {
+		if s.Input != (Ref{Stage: lookup}) && (lookup.Output == nil || s.Input != (Ref{Topic: lookup.Output})) {
+			continue
+		}
+		switch s.Kind {
+		case "aggregate", "dedupe", "pattern", "join":
+			return true
+		case "filter", "map", "lookup":
+			if asOfFeedsState(p, s) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -44,6 +44,10 @@ type Table struct {
 	// one with a nil Row deletes the key (a null payload with the key). A key's updates all go to
 	// one partition of Input, which keeps their order.
 	Updates []Update
+	// Versioned: the table keeps every version (history) with its event time, the row's "upd"
+	// (Unix ms, increasing through a key's updates), for lookups as_of; it has no deletes, whose
+	// time would be the table's watermark when read, which no model can say.
+	Versioned bool
 }
 
 // Update is one message of a table's topic.
@@ -115,6 +119,7 @@ type Stage struct {
 	Table   *Table // lookup, with Key: the table it reads
 	As      string // lookup: the field the row lands at
 	Missing string // lookup: "null", "drop" or "dead_letter"
+	AsOf    *Expr  // lookup of a Versioned table: the row as of this event time; nil: the latest
 }
 
 // Step is one step of a pattern's sequence.
