@@ -42,6 +42,13 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 		if round == maxTimerRounds {
 			return outs, deadLetters, due[0].At, nil
 		}
+		if p, ok := th.(stages.TimerStatePrefetcher); ok {
+			var keys []string
+			for _, t := range due {
+				keys = p.TimerStateKeys(t.Name, keys)
+			}
+			st.Prefetch(ctx, keys)
+		}
 		for _, t := range due {
 			fired[t.Name] = true
 			a := st.Attempt(wm)

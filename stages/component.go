@@ -349,6 +349,14 @@ type StatePrefetcher interface {
 	StateKeys(m *Message, keys []string) []string
 }
 
+// TimerStatePrefetcher is what a TimerHandler that can tell which state keys OnTimer reads for a
+// timer declares: the runtime then reads the keys of a batch's due timers in one round trip,
+// instead of one per timer (a join's or a pattern's timer per key). TimerStateKeys appends to keys
+// and returns it; it must not change the state.
+type TimerStatePrefetcher interface {
+	TimerStateKeys(timer string, keys []string) []string
+}
+
 // Clock is the source of time of the kinds and of the runtime that runs them, so that a test can
 // drive a whole pipeline on a virtual clock.
 type Clock interface {

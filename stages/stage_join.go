@@ -338,6 +338,15 @@ func (s *joinStage) StateKeys(m *Message, keys []string) []string {
 	return append(keys, m.Key, KeyCountKey)
 }
 
+// TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher): its key's state and
+// the count of keys.
+func (s *joinStage) TimerStateKeys(timer string, keys []string) []string {
+	if key, ok := strings.CutPrefix(timer, joinKeyTimerPrefix); ok {
+		return append(keys, key, KeyCountKey)
+	}
+	return keys
+}
+
 // save writes a key's state and its timer: when the watermark will have passed the span of its
 // first event that may be forgotten.
 func (s *joinStage) save(ctx context.Context, st State, key string, k *joinKey) error {

@@ -274,6 +274,10 @@ func (s *asOfLookup) Process(ctx context.Context, st State, m *Message, out []Ou
 // StateKeys names what Process reads, so that a batch reads it once (StatePrefetcher).
 func (s *asOfLookup) StateKeys(_ *Message, keys []string) []string { return append(keys, lookupSeqKey) }
 
+// TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher): the waiting message,
+// whose state entry has the timer's name.
+func (s *asOfLookup) TimerStateKeys(timer string, keys []string) []string { return append(keys, timer) }
+
 // OnTimer answers a waiting message: the table's watermark has passed its as_of time.
 func (s *asOfLookup) OnTimer(ctx context.Context, st State, name string, due time.Time, out []Output) ([]Output, error) {
 	entry, found, err := st.Get(ctx, name)

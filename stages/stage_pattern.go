@@ -326,6 +326,15 @@ func (s *patternStage) StateKeys(m *Message, keys []string) []string {
 	return append(keys, key, KeyCountKey)
 }
 
+// TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher): its key's state and
+// the count of keys.
+func (s *patternStage) TimerStateKeys(timer string, keys []string) []string {
+	if key, ok := strings.CutPrefix(timer, patternKeyTimerPrefix); ok {
+		return append(keys, key, KeyCountKey)
+	}
+	return keys
+}
+
 func (s *patternStage) keyOf(m *Message) (string, error) {
 	if err := m.Decode(); err != nil {
 		return "", err

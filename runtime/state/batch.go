@@ -75,21 +75,26 @@ func (b *Batch) Outcomes() (late, duplicates int64) {
 	return b.late, b.duplicates
 }
 
-// Prefetch reads the state keys that the batch's messages will read (stages.StatePrefetcher) in one
-// round trip. The partition's lease keeps every other process from writing its state, so the values
-// stay committed ones until the batch commits its own writes, which Get reads first. A failed read
-// is no error: Get then reads each key when it is asked.
+// Prefetch reads the state keys that the batch's messages, or its due timers, will read
+// (stages.StatePrefetcher, stages.TimerStatePrefetcher) in one round trip. The partition's lease
+// keeps every other process from writing its state, so the values stay committed ones until the
+// batch commits its own writes, which Get reads first. A failed read is no error: Get then reads
+// each key when it is asked. Called while no attempt of the batch runs: before its messages, and
+// before each round of its timers.
 func (b *Batch) Prefetch(ctx context.Context, keys []string) {
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	keys = slices.DeleteFunc(keys, func(k string) bool { _, ahead := b.fetched[k]; return ahead })
 	if len(keys) == 0 {
 		return
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
 	vals, err := b.store.ReadStates(ctx, b.keys.Hash, keys)
 	if err != nil {
 		return
 	}
-	b.fetched = make(map[string][]byte, len(keys))
+	if b.fetched == nil {
+		b.fetched = make(map[string][]byte, len(keys))
+	}
 	for i, k := range keys {
 		b.fetched[k] = vals[i]
 	}
