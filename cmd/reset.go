@@ -104,7 +104,7 @@ func printReset(stdio IO, r *admin.Reset, prefix string, opts admin.ResetOptions
 	} else {
 		type group struct {
 			node, what, example string
-			count                int
+			count               int
 		}
 		var groups []*group
 		byName := map[string]*group{}

@@ -26,6 +26,9 @@ type ResetItem struct {
 	// Key is the key to delete, or the stream whose consumer group Group is destroyed.
 	Key   string `json:"key"`
 	Group string `json:"group,omitempty"`
+	// AtEnd recreates Group empty at the end of its stream instead of destroying it: a reader of a
+	// topic the pipeline writes itself, which the rerun writes again.
+	AtEnd bool `json:"at_end,omitempty"`
 	// Node is the source, stage or sink the item belongs to; empty for what the pipeline's nodes
 	// share (topic streams, watermarks, the members set).
 	Node string `json:"node,omitempty"`
@@ -148,6 +151,18 @@ func classify(rest string) (node, what string, stream, ok bool) {
 	return "", "", false, false
 }
 
+// writtenTopics returns the names of the topics that a node of the plan writes: outputs, side
+// outputs and dead letters.
+func writtenTopics(plan *flow.Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range plan.Edges {
+		if e.Writes() || e.Kind == flow.EdgeDeadLetter {
+			out[strings.TrimPrefix(e.To, "topic.")] = true
+		}
+	}
+	return out
+}
+
 // nodeNames returns the names of the plan's sources, stages and sinks, sorted.
 func nodeNames(plan *flow.Plan) []string {
 	var names []string
@@ -195,9 +210,19 @@ func PlanReset(ctx context.Context, c *redis.Client, plan *flow.Plan, opts Reset
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	ours := func(node string) bool { return opts.Node == "" || node == opts.Node }
 
-	// Consumer groups first: a topic's stream stays (unless Topics), its readers' positions go.
+	// Consumer groups first. Without Topics a topic's entries stay, and what its readers read next
+	// depends on who writes it: a topic the pipeline writes itself is written again by the rerun, so
+	// its readers start at its end (reading its old entries too would process them twice); a topic
+	// that only the outside writes is read again from its first entry (the group is destroyed, and
+	// the runtime creates it at ID 0). A single node's reset re-reads its input from the first entry.
 	if !opts.Topics {
+		written := writtenTopics(plan)
 		for _, t := range plan.Topics {
+			atEnd := written[t.Name] && opts.Node == ""
+			what := "consumer group, read from the first entry"
+			if atEnd {
+				what = "consumer group, read from the topic's end"
+			}
 			for p := 0; p < t.Partitions; p++ {
 				info, err := c.StreamStats(ctx, keys.Stream(t.Name, p))
 				if err != nil {
@@ -205,7 +230,7 @@ func PlanReset(ctx context.Context, c *redis.Client, plan *flow.Plan, opts Reset
 				}
 				for _, g := range info.Groups {
 					if ours(g.Name) {
-						r.Items = append(r.Items, ResetItem{Key: info.Stream, Group: g.Name, Node: g.Name, What: "consumer group"})
+						r.Items = append(r.Items, ResetItem{Key: info.Stream, Group: g.Name, AtEnd: atEnd, Node: g.Name, What: what})
 					}
 				}
 			}
@@ -297,6 +322,13 @@ func (r *Reset) Apply(ctx context.Context, now time.Time) (int, error) {
 	}
 	removed := 0
 	for _, it := range r.Items {
+		if it.Group != "" && it.AtEnd {
+			if err := r.c.RecreateGroupAtEnd(ctx, it.Key, it.Group); err != nil {
+				return removed, err
+			}
+			removed++
+			continue
+		}
 		if it.Group != "" {
 			existed, err := r.c.DestroyGroup(ctx, it.Key, it.Group)
 			if err != nil && !strings.Contains(err.Error(), "no such key") {

@@ -72,3 +72,15 @@ func (c *Client) DestroyGroup(ctx context.Context, stream, group string) (bool, 
 	}
 	return n > 0, nil
 }
+
+// RecreateGroupAtEnd replaces a consumer group by an empty one whose reading starts after the
+// stream's last entry: its pending entries and consumers go, the entries stay, and its readers
+// read only what is written next. Both commands go in one transaction (one key, one slot).
+func (c *Client) RecreateGroupAtEnd(ctx context.Context, stream, group string) error {
+	_, err := c.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.XGroupDestroy(ctx, stream, group)
+		p.XGroupCreate(ctx, stream, group, "$")
+		return nil
+	})
+	return wrap(err, "moving the group "+group+" to the end of", stream)
+}
