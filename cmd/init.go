@@ -30,6 +30,9 @@ func newInitCommand(stdio IO) *cobra.Command {
 		Example: "  flowrun init shop && flowrun test shop",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if name != "" && (nonIdentifier.MatchString(name) || name[0] >= '0' && name[0] <= '9') {
+				return exitError{code: ExitInvalid, message: fmt.Sprintf("--name %q: a pipeline's name is a letter or '_' followed by letters, digits or '_'", name)}
+			}
 			written, err := writeStarter(args[0], name)
 			if err != nil {
 				return exitError{code: ExitError, message: err.Error()}
@@ -64,13 +67,21 @@ func pipelineName(dir string) string {
 	return name
 }
 
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./=:-]+$`)
+
+// shellWord quotes a path for a POSIX shell when it needs it, for the commands of the README.
+func shellWord(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // writeStarter writes the starter files into dir, or none of them when one exists already, and
 // returns the paths it wrote.
 func writeStarter(dir, name string) ([]string, error) {
 	if name == "" {
 		name = pipelineName(dir)
-	} else if nonIdentifier.MatchString(name) || name[0] >= '0' && name[0] <= '9' {
-		return nil, fmt.Errorf("--name %q: a pipeline's name is a letter or '_' followed by letters, digits or '_'", name)
 	}
 	type file struct {
 		path string
@@ -85,7 +96,7 @@ func writeStarter(dir, name string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		text := strings.NewReplacer("{{NAME}}", name, "{{DIR}}", dir).Replace(string(b))
+		text := strings.NewReplacer("{{NAME}}", name, "{{DIR}}", shellWord(dir)).Replace(string(b))
 		files = append(files, file{filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(path, "initfiles/"))), []byte(text)})
 		return nil
 	})

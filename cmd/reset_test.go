@@ -202,3 +202,42 @@ sink "out" {
 		t.Fatalf("reset after the service stopped: exit %d\n%s%s", code, stdout, errOut)
 	}
 }
+
+// reset --stage deletes one node's keys and its consumer groups, and nothing of the other nodes;
+// a node the pipeline does not have, or --topics with --stage, is refused before Redis is asked.
+func TestResetOneStage(t *testing.T) {
+	srv := redistest.Shared(t)
+	dir := t.TempDir()
+	input, output := filepath.Join(dir, "orders.jsonl"), filepath.Join(dir, "totals.jsonl")
+	if err := os.WriteFile(input, []byte(resetInput), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, prefix := testPipeline(t, strings.NewReplacer("INPUT", input, "OUTPUT", output).Replace(resetPipeline))
+	if code, _, errOut := run(t, "run", "--until-drained", "--redis", srv.URL(), path); code != ExitDeadLettered {
+		t.Fatalf("run: exit %d\n%s", code, errOut)
+	}
+	ofStage := func(k string) bool {
+		return strings.HasSuffix(k, ":per_minute") || strings.Contains(k, ":per_minute:") || strings.HasSuffix(k, "{per_minute}")
+	}
+	before := keysUnder(t, []string{srv.URL()}, prefix)
+	code, out, errOut := run(t, "reset", "--stage", "per_minute", "--yes", "--redis", srv.URL(), path)
+	if code != ExitOK || !strings.Contains(out, "per_minute  consumer group, read from the first entry") || strings.Contains(out, "priced") {
+		t.Fatalf("reset --stage: exit %d\n%s%s", code, out, errOut)
+	}
+	after := keysUnder(t, []string{srv.URL()}, prefix)
+	var kept []string
+	for _, k := range before {
+		if !ofStage(k) {
+			kept = append(kept, k)
+		}
+	}
+	if strings.Join(after, "\n") != strings.Join(kept, "\n") {
+		t.Fatalf("after reset --stage per_minute:\n%s\nwant the other nodes' keys:\n%s", strings.Join(after, "\n"), strings.Join(kept, "\n"))
+	}
+	if code, _, errOut := run(t, "reset", "--stage", "per_minutes", "--yes", "--redis", srv.URL(), path); code != ExitInvalid || !strings.Contains(errOut, `no source, stage or sink "per_minutes"`) {
+		t.Fatalf("reset --stage of a node that is not there: exit %d\n%s", code, errOut)
+	}
+	if code, _, errOut := run(t, "reset", "--stage", "priced", "--topics", "--yes", "--redis", srv.URL(), path); code != ExitInvalid || !strings.Contains(errOut, "--topics") {
+		t.Fatalf("reset --stage --topics: exit %d\n%s", code, errOut)
+	}
+}
