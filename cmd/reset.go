@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,18 +24,21 @@ func newResetCommand(stdio IO) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "reset PATH",
 		Short: "Delete what a pipeline keeps in Redis, to run it again from scratch",
-		Long: "reset lists, then deletes, everything the pipeline keeps in Redis under its key_prefix: its stages' " +
-			"and sinks' consumer groups on the topics (XGROUP DESTROY: the topics' entries stay), state, timers, " +
-			"holds, scheduled retries, dead letters, leases and their fencing counters, watermarks, " +
-			"effectively-once markers, rate limits, source positions and leases, upstream lag, membership, and " +
-			"the consumer groups of its redis_stream sources. Run again, the pipeline starts from scratch: its " +
-			"sources from the top, its stages from the first entry of their topics.\n\n" +
-			"--topics deletes the topics' streams too; --stage NAME deletes only one source's, stage's or sink's " +
-			"keys (not the watermarks and membership the nodes share).\n\n" +
+		Long: "reset lists, then deletes, everything the pipeline keeps in Redis under its key_prefix: state, timers, " +
+			"holds, scheduled retries, dead letters, leases and their fencing counters, watermarks, effectively-once " +
+			"markers, rate limits, source positions and leases, upstream lag, membership; and the consumer groups " +
+			"of its stages and sinks on the topics and of its redis_stream sources. Run again, the pipeline starts " +
+			"from scratch. See docs/running.md, \"Starting over\".\n\n" +
+			"The topics' entries stay unless --topics deletes their streams too. Readers of a topic that the " +
+			"pipeline writes itself start at its end (the rerun writes those entries again); readers of a topic " +
+			"that only the outside writes read it again from its first entry.\n\n" +
+			"--stage NAME deletes only one source's, stage's or sink's keys and groups (not the watermarks and " +
+			"membership the nodes share): the stage reads its input again from the first entry.\n\n" +
 			"It refuses while a process runs the pipeline (holds one of its leases, or its membership is live), " +
-			"naming the process. Without --yes it asks for confirmation on the terminal, and refuses when " +
-			"standard input is not one. Keys under the prefix whose names flowrun does not write are listed " +
-			"and left alone. On a Redis Cluster it scans every master.",
+			"naming the process, and deletes nothing. Without --yes it asks for confirmation on the terminal, and " +
+			"refuses when standard input is not one. Keys under the prefix whose names flowrun does not write are " +
+			"counted and kept. On a Redis Cluster it scans every master.\n\n" +
+			"Exit status: 0 reset (or nothing to reset), 1 refused or failed, 2 invalid pipeline or flags.",
 		Example: "  flowrun reset pipeline.hcl                # list, then ask\n" +
 			"  flowrun reset pipeline.hcl --yes --topics # everything, topics included\n" +
 			"  flowrun reset pipeline.hcl --stage totals --yes",
@@ -56,7 +60,7 @@ func newResetCommand(stdio IO) *cobra.Command {
 			if err != nil {
 				return exitError{code: ExitError, message: plan.Redact(err.Error())}
 			}
-			if err := printReset(stdio, r, plan.KeyPrefix, opts, client.String()); err != nil {
+			if err := printReset(stdio, r, plan.KeyPrefix, client.String()); err != nil {
 				return err
 			}
 			if len(r.Holders) > 0 {
@@ -96,7 +100,7 @@ func newResetCommand(stdio IO) *cobra.Command {
 }
 
 // printReset lists what a reset removes, one line per node and kind of item, and what it keeps.
-func printReset(stdio IO, r *admin.Reset, prefix string, opts admin.ResetOptions, server string) error {
+func printReset(stdio IO, r *admin.Reset, prefix, server string) error {
 	p := &printer{w: stdio.Out}
 	p.printf("pipeline %s, key prefix %s, on %s\n", r.Pipeline, prefix, server)
 	if len(r.Items) == 0 {
@@ -122,6 +126,11 @@ func printReset(stdio IO, r *admin.Reset, prefix string, opts admin.ResetOptions
 			}
 			g.count++
 		}
+		// By node, then consumer groups before keys; what the nodes share ("-") comes last.
+		sort.SliceStable(groups, func(i, j int) bool {
+			a, b := groups[i].node, groups[j].node
+			return a != b && (b == "-" || a != "-" && a < b)
+		})
 		tw := tabwriter.NewWriter(stdio.Out, 0, 0, 2, ' ', 0)
 		tp := &printer{w: tw}
 		tp.println("NODE\tWHAT\tCOUNT\tFOR EXAMPLE")
@@ -136,12 +145,14 @@ func printReset(stdio IO, r *admin.Reset, prefix string, opts admin.ResetOptions
 		}
 		p.printf("%d item%s to remove\n", len(r.Items), plural(len(r.Items)))
 	}
-	if n := len(r.LeftAlone); n > 0 {
-		why := "other nodes' keys, the topics' streams or keys flowrun does not write"
-		if opts.Node == "" && !opts.Topics {
-			why = "the topics' streams (--topics deletes them) or keys flowrun does not write"
-		}
-		p.printf("%d key%s left alone: %s\n", n, plural(n), why)
+	if n := len(r.Streams); n > 0 {
+		p.printf("kept: %d topic partition%s and their entries (--topics deletes them)\n", n, plural(n))
+	}
+	if n := len(r.OtherNodes); n > 0 {
+		p.printf("kept: %d key%s of the other nodes, or that they share\n", n, plural(n))
+	}
+	if n := len(r.Unknown); n > 0 {
+		p.printf("kept: %d key%s under the prefix that flowrun does not write, such as %s\n", n, plural(n), r.Unknown[0])
 	}
 	for _, h := range r.Holders {
 		p.printf("running: process %s holds %s (%s left)\n", h.Process, h.Key, h.Left.Round(time.Millisecond))

@@ -48,9 +48,10 @@ type Reset struct {
 	Pipeline string
 	// Items are what Apply removes, consumer groups first, then keys in name order.
 	Items []ResetItem
-	// LeftAlone are keys under the prefix that the reset keeps: another node's (with a Node), the
-	// topics' streams (without Topics), or keys whose names flowrun does not write.
-	LeftAlone []string
+	// Kept are keys under the prefix that the reset leaves alone: the topics' streams (without
+	// Topics), the keys of other nodes and those the nodes share (with a Node), and Unknown, keys
+	// whose names flowrun does not write.
+	Streams, OtherNodes, Unknown []string
 	// Holders are the processes running the pipeline now; Apply refuses while there are any.
 	Holders []Holder
 
@@ -263,8 +264,12 @@ func PlanReset(ctx context.Context, c *redis.Client, plan *flow.Plan, opts Reset
 	for _, key := range all {
 		node, what, stream, ok := classify(strings.TrimPrefix(key, plan.KeyPrefix+":"))
 		switch {
-		case !ok, stream && !opts.Topics, !ours(node), node == "" && opts.Node != "":
-			r.LeftAlone = append(r.LeftAlone, key)
+		case !ok:
+			r.Unknown = append(r.Unknown, key)
+		case stream && !opts.Topics:
+			r.Streams = append(r.Streams, key)
+		case !ours(node), node == "" && opts.Node != "":
+			r.OtherNodes = append(r.OtherNodes, key)
 		default:
 			r.Items = append(r.Items, ResetItem{Key: key, Node: node, What: what})
 		}
