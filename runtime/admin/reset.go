@@ -152,18 +152,6 @@ func classify(rest string) (node, what string, stream, ok bool) {
 	return "", "", false, false
 }
 
-// writtenTopics returns the names of the topics that a node of the plan writes: outputs, side
-// outputs and dead letters.
-func writtenTopics(plan *flow.Plan) map[string]bool {
-	out := map[string]bool{}
-	for _, e := range plan.Edges {
-		if e.Writes() || e.Kind == flow.EdgeDeadLetter {
-			out[strings.TrimPrefix(e.To, "topic.")] = true
-		}
-	}
-	return out
-}
-
 // nodeNames returns the names of the plan's sources, stages and sinks, sorted.
 func nodeNames(plan *flow.Plan) []string {
 	var names []string
@@ -180,6 +168,11 @@ func nodeNames(plan *flow.Plan) []string {
 	return names
 }
 
+// noNode is the error for a node name the plan does not have, listing those it has.
+func noNode(plan *flow.Plan, node string) error {
+	return fmt.Errorf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, node, strings.Join(nodeNames(plan), ", "))
+}
+
 // CheckResetOptions reports whether opts make sense for the plan: a node it has, and Topics only
 // for the whole pipeline.
 func CheckResetOptions(plan *flow.Plan, opts ResetOptions) error {
@@ -188,7 +181,7 @@ func CheckResetOptions(plan *flow.Plan, opts ResetOptions) error {
 	}
 	names := nodeNames(plan)
 	if i := sort.SearchStrings(names, opts.Node); i == len(names) || names[i] != opts.Node {
-		return fmt.Errorf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, opts.Node, strings.Join(names, ", "))
+		return noNode(plan, opts.Node)
 	}
 	if opts.Topics {
 		return fmt.Errorf("--topics deletes the topics that every node reads and writes: it resets a whole pipeline, not one node")
@@ -217,7 +210,7 @@ func PlanReset(ctx context.Context, c *redis.Client, plan *flow.Plan, opts Reset
 	// that only the outside writes is read again from its first entry (the group is destroyed, and
 	// the runtime creates it at ID 0). A single node's reset re-reads its input from the first entry.
 	if !opts.Topics {
-		written := writtenTopics(plan)
+		written := plan.WrittenTopics()
 		for _, t := range plan.Topics {
 			atEnd := written[t.Name] && opts.Node == ""
 			what := "consumer group, read from the first entry"
