@@ -9,9 +9,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime/admin"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // resetPipeline reads INPUT with a file source (a position), dead-letters the orders whose amount
@@ -157,8 +161,12 @@ func TestResetRerunsFromScratch(t *testing.T) {
 // reset refuses while a service runs the pipeline, naming its process, and deletes nothing; once
 // the service stopped it goes on. Without --yes and a terminal it refuses too.
 func TestResetRefusesWhileRunning(t *testing.T) {
-	srv := redistest.Shared(t)
-	path, prefix := testPipeline(t, `
+	for name, urls := range map[string][]string{
+		"server":  {redistest.Shared(t).URL()},
+		"cluster": redistest.SharedCluster(t, 3).URLs(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			path, prefix := testPipeline(t, `
 source "gen" {
   kind   = "generate"
   count  = 3
@@ -173,33 +181,39 @@ sink "out" {
   input = topic.t
 }
 `)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := newLineWriter()
-	done := make(chan int, 1)
-	go func() {
-		done <- Execute(ctx, []string{"run", path, "--redis", srv.URL()}, IO{In: strings.NewReader(""), Out: out, Err: io.Discard})
-	}()
-	for range 3 {
-		out.next(t) // the sink wrote a message: the service holds its partition's lease
-	}
-	before := keysUnder(t, []string{srv.URL()}, prefix)
-	code, stdout, errOut := run(t, "reset", "--yes", "--redis", srv.URL(), path)
-	if code != ExitError || !strings.Contains(errOut, "is running (process ") || !strings.Contains(stdout, "running: process ") {
-		t.Fatalf("reset of a running pipeline: exit %d\n%s%s", code, stdout, errOut)
-	}
-	if after := keysUnder(t, []string{srv.URL()}, prefix); len(after) != len(before) {
-		t.Fatalf("reset refused but keys changed:\nbefore %v\nafter  %v", before, after)
-	}
-	cancel()
-	if code := <-done; code != ExitOK {
-		t.Fatalf("service: exit %d", code)
-	}
-	if code, stdout, errOut := run(t, "reset", "--redis", srv.URL(), path); code != ExitInvalid || !strings.Contains(errOut, "pass --yes") {
-		t.Fatalf("reset without --yes or a terminal: exit %d\n%s%s", code, stdout, errOut)
-	}
-	if code, stdout, errOut := run(t, "reset", "--yes", "--redis", srv.URL(), path); code != ExitOK {
-		t.Fatalf("reset after the service stopped: exit %d\n%s%s", code, stdout, errOut)
+			redisURL := strings.Join(urls, ",")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := newLineWriter()
+			done := make(chan int, 1)
+			go func() {
+				done <- Execute(ctx, []string{"run", path, "--redis", redisURL}, IO{In: strings.NewReader(""), Out: out, Err: io.Discard})
+			}()
+			for range 3 {
+				out.next(t) // the sink wrote a message: the service holds its partitions' leases
+			}
+			before := keysUnder(t, urls, prefix)
+			code, stdout, errOut := run(t, "reset", "--yes", "--redis", redisURL, path)
+			if code != ExitError || !strings.Contains(errOut, "is running (process ") || !strings.Contains(stdout, "running: process ") {
+				t.Fatalf("reset of a running pipeline: exit %d\n%s%s", code, stdout, errOut)
+			}
+			if after := keysUnder(t, urls, prefix); strings.Join(after, " ") != strings.Join(before, " ") {
+				t.Fatalf("reset refused but keys changed:\nbefore %v\nafter  %v", before, after)
+			}
+			cancel()
+			if code := <-done; code != ExitOK {
+				t.Fatalf("service: exit %d", code)
+			}
+			if code, stdout, errOut := run(t, "reset", "--redis", redisURL, path); code != ExitInvalid || !strings.Contains(errOut, "pass --yes") {
+				t.Fatalf("reset without --yes or a terminal: exit %d\n%s%s", code, stdout, errOut)
+			}
+			if code, stdout, errOut := run(t, "reset", "--yes", "--redis", redisURL, path); code != ExitOK {
+				t.Fatalf("reset after the service stopped: exit %d\n%s%s", code, stdout, errOut)
+			}
+			if left := keysUnder(t, urls, prefix); len(left) != 2 {
+				t.Fatalf("after reset: %v; want the 2 partitions of topic t", left)
+			}
+		})
 	}
 }
 
@@ -239,5 +253,76 @@ func TestResetOneStage(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "reset", "--stage", "priced", "--topics", "--yes", "--redis", srv.URL(), path); code != ExitInvalid || !strings.Contains(errOut, "--topics") {
 		t.Fatalf("reset --stage --topics: exit %d\n%s", code, errOut)
+	}
+}
+
+// A redis_stream source: reset refuses while a process holds the lease of its stream, then
+// destroys its consumer group on the external stream, whose entries stay, and keeps the stream's
+// key although it is under the prefix: flowrun does not write such a name.
+func TestResetRedisStreamSource(t *testing.T) {
+	for name, urls := range map[string][]string{
+		"server":  {redistest.Shared(t).URL()},
+		"cluster": redistest.SharedCluster(t, 3).URLs(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			path, prefix := testPipeline(t, "")
+			external := prefix + ":external{ext}"
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = append(src, []byte(`
+topic "in" { partitions = 2 }
+source "ext" {
+  kind   = "redis_stream"
+  stream = "`+external+`"
+  group  = "ext-group"
+  output = topic.in
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.in
+}
+`)...)
+			if err := os.WriteFile(path, src, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := redis.Open(ctx, redis.Options{URLs: urls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: external, Values: []string{"payload", `{"n":1}`}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Universal().XGroupCreate(ctx, external, "ext-group", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			lease, ok, err := c.AcquireLease(ctx, redis.Keys{Prefix: prefix}.StreamLease(external, "ext"), "proc-b", time.Minute)
+			if err != nil || !ok {
+				t.Fatalf("lease: %v %v", ok, err)
+			}
+			redisURL := strings.Join(urls, ",")
+
+			code, out, errOut := run(t, "reset", "--yes", "--redis", redisURL, path)
+			if code != ExitError || !strings.Contains(errOut, "process proc-b holds "+lease.Key) {
+				t.Fatalf("reset while proc-b reads the stream: exit %d\n%s%s", code, out, errOut)
+			}
+			if err := c.ReleaseLease(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut = run(t, "reset", "--yes", "--redis", redisURL, path)
+			if code != ExitOK || !strings.Contains(out, "source's consumer group") || !strings.Contains(out, "kept: 1 key under the prefix that flowrun does not write, such as "+external) {
+				t.Fatalf("reset: exit %d\n%s%s", code, out, errOut)
+			}
+			groups, err := c.Universal().XInfoGroups(ctx, external).Result()
+			if n, _ := c.Universal().XLen(ctx, external).Result(); err != nil || len(groups) != 0 || n != 1 {
+				t.Fatalf("the external stream after reset: groups %v (%v), %d entries; want no group and its entry", groups, err, n)
+			}
+			if left := keysUnder(t, urls, prefix); len(left) != 1 || left[0] != external {
+				t.Fatalf("reset left %v; want only %s", left, external)
+			}
+		})
 	}
 }
