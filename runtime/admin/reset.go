@@ -38,9 +38,11 @@ type ResetItem struct {
 
 // Holder is a process that runs part of the pipeline: it holds a lease, or its membership is live.
 type Holder struct {
-	Process string        `json:"process"`
-	Key     string        `json:"key"`
-	Left    time.Duration `json:"left_ms"`
+	Process string
+	// Key is the lease it holds, or the members set where it is live.
+	Key string
+	// Left is how long the lease or the membership lasts unless renewed.
+	Left time.Duration
 }
 
 // Reset is what a reset of a pipeline would remove, listed by PlanReset and removed by Apply.
@@ -57,7 +59,6 @@ type Reset struct {
 
 	c    *redis.Client
 	plan *flow.Plan
-	opts ResetOptions
 }
 
 // RunningError is Apply's refusal to pull keys from under a running pipeline.
@@ -200,7 +201,7 @@ func PlanReset(ctx context.Context, c *redis.Client, plan *flow.Plan, opts Reset
 	if err := CheckResetOptions(plan, opts); err != nil {
 		return nil, err
 	}
-	r := &Reset{Pipeline: plan.Name, c: c, plan: plan, opts: opts}
+	r := &Reset{Pipeline: plan.Name, c: c, plan: plan}
 	keys := redis.Keys{Prefix: plan.KeyPrefix}
 	ours := func(node string) bool { return opts.Node == "" || node == opts.Node }
 
