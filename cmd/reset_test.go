@@ -77,6 +77,18 @@ const resetInput = `{"customer":"alice","amount":"12.5","at":"2026-03-01T09:00:0
 {"customer":"alice","amount":"20","at":"2026-03-01T09:01:30Z"}
 `
 
+// resetJob writes resetPipeline with its input, and returns its path, key prefix and output file.
+func resetJob(t *testing.T) (path, prefix, output string) {
+	t.Helper()
+	dir := t.TempDir()
+	input, output := filepath.Join(dir, "orders.jsonl"), filepath.Join(dir, "totals.jsonl")
+	if err := os.WriteFile(input, []byte(resetInput), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, prefix = testPipeline(t, strings.NewReplacer("INPUT", input, "OUTPUT", output).Replace(resetPipeline))
+	return path, prefix, output
+}
+
 // keysUnder lists every key under the prefix, on every master of a cluster.
 func keysUnder(t *testing.T, urls []string, prefix string) []string {
 	t.Helper()
@@ -101,12 +113,7 @@ func TestResetRerunsFromScratch(t *testing.T) {
 		"cluster": redistest.SharedCluster(t, 3).URLs(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			input, output := filepath.Join(dir, "orders.jsonl"), filepath.Join(dir, "totals.jsonl")
-			if err := os.WriteFile(input, []byte(resetInput), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			path, prefix := testPipeline(t, strings.NewReplacer("INPUT", input, "OUTPUT", output).Replace(resetPipeline))
+			path, prefix, output := resetJob(t)
 			redisURL := strings.Join(urls, ",")
 			job := func() string {
 				t.Helper()
@@ -221,12 +228,7 @@ sink "out" {
 // a node the pipeline does not have, or --topics with --stage, is refused before Redis is asked.
 func TestResetOneStage(t *testing.T) {
 	srv := redistest.Shared(t)
-	dir := t.TempDir()
-	input, output := filepath.Join(dir, "orders.jsonl"), filepath.Join(dir, "totals.jsonl")
-	if err := os.WriteFile(input, []byte(resetInput), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path, prefix := testPipeline(t, strings.NewReplacer("INPUT", input, "OUTPUT", output).Replace(resetPipeline))
+	path, prefix, _ := resetJob(t)
 	if code, _, errOut := run(t, "run", "--until-drained", "--redis", srv.URL(), path); code != ExitDeadLettered {
 		t.Fatalf("run: exit %d\n%s", code, errOut)
 	}

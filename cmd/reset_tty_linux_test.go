@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,12 +39,7 @@ func openPTY(t *testing.T) (tty, typist *os.File) {
 // Without --yes, on a terminal, reset asks: any answer but yes deletes nothing, yes deletes.
 func TestResetAsksOnATerminal(t *testing.T) {
 	srv := redistest.Shared(t)
-	dir := t.TempDir()
-	input, output := filepath.Join(dir, "orders.jsonl"), filepath.Join(dir, "totals.jsonl")
-	if err := os.WriteFile(input, []byte(resetInput), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path, prefix := testPipeline(t, strings.NewReplacer("INPUT", input, "OUTPUT", output).Replace(resetPipeline))
+	path, prefix, _ := resetJob(t)
 	if code, _, errOut := run(t, "run", "--until-drained", "--redis", srv.URL(), path); code != ExitDeadLettered {
 		t.Fatalf("run: exit %d\n%s", code, errOut)
 	}
