@@ -147,6 +147,7 @@ func newRootCommand(stdio IO) *cobra.Command {
 		newVersionCommand(stdio),
 		newRunCommand(stdio),
 		newDLQCommand(stdio),
+		newResetCommand(stdio), newInitCommand(stdio),
 	)
 	return root
 }

@@ -3,6 +3,7 @@ package flow
 import (
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -265,6 +266,18 @@ type Edge struct {
 // Writes reports whether the edge's node writes messages to the topic as its results: its output,
 // a route's cases, its side outputs (late, duplicates); not its dead letters.
 func (e Edge) Writes() bool { return e.Kind == EdgeWrites || e.Kind == EdgeSideOutput }
+
+// WrittenTopics returns the names of the topics that some node of the plan writes (outputs, side
+// outputs such as an aggregate's late topic, and dead letters), whichever process runs it.
+func (p *Plan) WrittenTopics() map[string]bool {
+	written := map[string]bool{}
+	for _, e := range p.Edges {
+		if e.Writes() || e.Kind == EdgeDeadLetter {
+			written[strings.TrimPrefix(e.To, "topic.")] = true
+		}
+	}
+	return written
+}
 
 // Topic returns the topic with the given name, or nil.
 func (p *Plan) Topic(name string) *Topic {

@@ -172,7 +172,7 @@ func (r *runner) addNodes() error {
 // breaker, its layers, how much it reads at a time, its span name, whether it starts traces, how
 // long its entries stay pending before another consumer takes them; and the dedup markers' TTL.
 func (r *runner) configureNodes() {
-	written := writtenTopics(r.plan)
+	written := r.plan.WrittenTopics()
 	readLimits := cappedReads(r.plan)
 	for _, n := range r.nodes {
 		n.transientRetry = n.retry
@@ -228,18 +228,6 @@ func cappedReads(plan *flow.Plan) map[string]int64 {
 		}
 	}
 	return limits
-}
-
-// writtenTopics returns the topics that some node of the plan writes (outputs, side outputs such
-// as an aggregate's late topic, and dead letters), whichever process runs it.
-func writtenTopics(plan *flow.Plan) map[string]bool {
-	written := map[string]bool{}
-	for _, e := range plan.Edges {
-		if e.Writes() || e.Kind == flow.EdgeDeadLetter {
-			written[strings.TrimPrefix(e.To, "topic.")] = true
-		}
-	}
-	return written
 }
 
 // selectNodes resolves Options.Nodes against the plan.

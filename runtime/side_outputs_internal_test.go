@@ -16,7 +16,7 @@ func TestSideOutputsAreWritten(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	written := writtenTopics(plan)
+	written := plan.WrittenTopics()
 	for topic, want := range map[string]bool{
 		"late_clicks": true, "duplicate_clicks": true, "failed": true, "per_minute": true, "once.out": true,
 		"clicks": false, // what comes from outside the pipeline

@@ -41,15 +41,12 @@ type DeadLetters struct {
 func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetters, error) {
 	d := &DeadLetters{rdb: c, keys: redis.Keys{Prefix: plan.KeyPrefix}, node: node}
 	var deadLetter *flow.Topic
-	var names []string
 	for _, s := range plan.Sources {
-		names = append(names, s.Name)
 		if s.Name == node {
 			d.nodeTyp = "source"
 		}
 	}
 	for _, s := range plan.Stages {
-		names = append(names, s.Name)
 		if s.Name == node {
 			d.nodeTyp, d.input, deadLetter = "stage", s.Input, s.DeadLetter
 			if s.FusedAfter() {
@@ -58,14 +55,12 @@ func OpenDeadLetters(c *redis.Client, plan *flow.Plan, node string) (*DeadLetter
 		}
 	}
 	for _, s := range plan.Sinks {
-		names = append(names, s.Name)
 		if s.Name == node {
 			d.nodeTyp, d.input, deadLetter = "sink", s.Input, s.DeadLetter
 		}
 	}
 	if d.nodeTyp == "" {
-		sort.Strings(names)
-		return nil, fmt.Errorf("pipeline %s has no source, stage or sink %q; it has %s", plan.Name, node, strings.Join(names, ", "))
+		return nil, noNode(plan, node)
 	}
 	if d.retryTo == "" {
 		d.retryTo, d.retryIn = node, d.input

@@ -1,11 +1,13 @@
 // Package admin is the operator's side of flowrun: what an operator (or a program acting as one)
-// does to a pipeline's Redis from outside a running pipeline. The flowrun commands dlq, inspect and
-// tail are built on it, and every command opens Redis through it.
+// does to a pipeline's Redis from outside a running pipeline. The flowrun commands dlq, inspect,
+// reset and tail are built on it, and every command opens Redis through it.
 //
 //   - connect.go: opening Redis (URLs, TLS files) and telling why a connection failed.
 //   - deadletters.go: a node's dead letters: list, show, replay to the node that gave them up, purge.
 //   - inspect.go: what Redis holds for a pipeline: processes, source leases, and per topic
 //     partition and reader the lag, pending entries, scheduled retries and lease holder.
+//   - reset.go: what a pipeline keeps in Redis, found by scanning its key prefix on every master and
+//     recognising the names the runtime writes, and removing it while no process runs the pipeline.
 //   - tail.go: reading a topic's entries, merged across partitions, without a consumer group.
 //
 // It does not run pipelines (package runtime does), print anything (package cmd formats what it
