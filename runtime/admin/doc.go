@@ -4,6 +4,7 @@
 //
 //   - connect.go: opening Redis (URLs, TLS files) and telling why a connection failed.
 //   - deadletters.go: a node's dead letters: list, show, replay to the node that gave them up, purge.
+//   - replay_edits.go: the edits that replay makes to each payload on the way back (dlq replay --set).
 //   - inspect.go: what Redis holds for a pipeline: processes, source leases, and per topic
 //     partition and reader the lag, pending entries, scheduled retries and lease holder.
 //   - tail.go: reading a topic's entries, merged across partitions, without a consumer group.
