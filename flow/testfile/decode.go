@@ -108,6 +108,27 @@ func (d *decoder) declare(what, name string, rng hcl.Range) bool {
 	return true
 }
 
+// declareIn is declare for the blocks that a run may hold as the file does (mock, override_sink):
+// each is declared once in the file, and once in each run, where it replaces the file's.
+func (d *decoder) declareIn(run, what, name string, rng hcl.Range) bool {
+	if run == "" {
+		return d.declare(what, name, rng)
+	}
+	key := what + "\x00run\x00" + run
+	names := d.names[key]
+	if names == nil {
+		names = map[string]hcl.Range{}
+		d.names[key] = names
+	}
+	if prev, ok := names[name]; ok {
+		d.errorf(rng, fmt.Sprintf("Duplicate %s %q", what, name),
+			"A %s %q is already declared in this run at %s; each must be declared once in a run.", what, name, prev)
+		return false
+	}
+	names[name] = rng
+	return true
+}
+
 // decodeFile decodes the top-level blocks, in source order.
 func (d *decoder) decodeFile(body hcl.Body) {
 	top := &flow.BlockSpec{}
@@ -120,11 +141,11 @@ func (d *decoder) decodeFile(body hcl.Body) {
 		case "variables":
 			d.decodeVariables(hb)
 		case "mock":
-			if m := d.decodeMock(hb); m != nil {
+			if m := d.decodeMock(hb, ""); m != nil {
 				d.file.Mocks = append(d.file.Mocks, m)
 			}
 		case "override_sink":
-			if o := d.decodeOverride(hb); o != nil {
+			if o := d.decodeOverride(hb, ""); o != nil {
 				d.file.Overrides = append(d.file.Overrides, o)
 			}
 		case "run":
@@ -156,10 +177,11 @@ func (d *decoder) decodeVariables(hb *hcl.Block) {
 	}
 }
 
-func (d *decoder) decodeMock(hb *hcl.Block) *Mock {
+// decodeMock decodes a mock block of the file (run "") or of the named run.
+func (d *decoder) decodeMock(hb *hcl.Block, run string) *Mock {
 	m := &Mock{Func: hb.Labels[0], Range: hb.DefRange}
 	content := d.content(hb, hb.Body, mockSpec)
-	if !d.declare("mock", m.Func, hb.LabelRanges[0]) {
+	if !d.declareIn(run, "mock", m.Func, hb.LabelRanges[0]) {
 		return nil
 	}
 	for _, rb := range content.Blocks {
@@ -243,10 +265,11 @@ func (d *decoder) messageExpr(e hcl.Expression) *flow.MessageExpr {
 	return m
 }
 
-func (d *decoder) decodeOverride(hb *hcl.Block) *SinkOverride {
+// decodeOverride decodes an override_sink block of the file (run "") or of the named run.
+func (d *decoder) decodeOverride(hb *hcl.Block, run string) *SinkOverride {
 	o := &SinkOverride{Sink: hb.Labels[0], Range: hb.DefRange}
 	content := d.content(hb, hb.Body, overrideSinkSpec)
-	if !d.declare("override_sink", o.Sink, hb.LabelRanges[0]) {
+	if !d.declareIn(run, "override_sink", o.Sink, hb.LabelRanges[0]) {
 		return nil
 	}
 	a, ok := content.Attributes["responses"]
@@ -316,6 +339,14 @@ func (d *decoder) decodeRun(hb *hcl.Block) *Run {
 			}
 		case "step":
 			r.Steps = append(r.Steps, d.decodeStep(b))
+		case "mock":
+			if m := d.decodeMock(b, r.Name); m != nil {
+				r.Mocks = append(r.Mocks, m)
+			}
+		case "override_sink":
+			if o := d.decodeOverride(b, r.Name); o != nil {
+				r.Overrides = append(r.Overrides, o)
+			}
 		}
 	}
 	return r

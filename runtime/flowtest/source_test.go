@@ -4,14 +4,27 @@ import (
 	"context"
 	"testing"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/testfile"
 )
 
 // runSource runs a test file given as text against a pipeline given as text.
+// The functions that the file mocks need not be in the binary, as with flowrun test.
 func runSource(t *testing.T, pipeline, tests string) []*RunResult {
 	t.Helper()
-	plan := compile(t, pipeline)
 	file, diags := testfile.LoadSource("p.flowtest.hcl", []byte(tests))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(pipeline)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	var funcs []string
+	for _, m := range file.AllMocks() {
+		funcs = append(funcs, m.Func)
+	}
+	plan, diags := flow.Compile(cfg, flow.Options{GoFuncs: funcs})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -74,5 +87,106 @@ run "out of order" {
 	}
 	if results[0].Virtual != 10*1e9 {
 		t.Fatalf("the run took %s of virtual time, want 10s (the last message's at)", results[0].Virtual)
+	}
+}
+
+// A mock or override_sink inside a run applies to that run alone, in place of the file's: the runs
+// before and after it get the file's, which go on where they were; a sink that only one run
+// overrides captures without answers in the others.
+func TestRunOwnMocksAndOverrides(t *testing.T) {
+	results := runSource(t, `
+pipeline "m" { key_prefix = "m" }
+retry "once" { max_attempts = 1 }
+topic "in" { partitions = 1 }
+stage "score" {
+  kind  = "go"
+  func  = "acme.score"
+  input = topic.in
+}
+sink "hook" {
+  kind  = "http"
+  input = stage.score
+  url   = "http://127.0.0.1:1/hook"
+  retry = retry.once
+}
+sink "audit" {
+  kind  = "http"
+  input = stage.score
+  url   = "http://127.0.0.1:1/audit"
+  retry = retry.once
+}
+`, `
+mock "acme.score" {
+  result {
+    output = { id = msg.id, by = "file" }
+  }
+}
+override_sink "hook" {
+  responses = [200, 500]
+}
+
+run "the file's" {
+  send {
+    topic    = topic.in
+    messages = [{ id = 1 }]
+  }
+  expect {
+    sink     = sink.hook
+    messages = [{ id = 1, by = "file" }]
+  }
+  expect {
+    sink     = sink.audit
+    messages = [{ id = 1, by = "file" }]
+  }
+}
+
+run "its own" {
+  mock "acme.score" {
+    result {
+      output = { id = msg.id, by = "run" }
+    }
+  }
+  override_sink "hook" {
+    responses = [200]
+  }
+  override_sink "audit" {
+    responses = [503]
+  }
+  send {
+    topic    = topic.in
+    messages = [{ id = 2 }]
+  }
+  expect {
+    sink     = sink.hook
+    messages = [{ id = 2, by = "run" }]
+  }
+  expect_dead_letters {
+    sink     = sink.audit
+    messages = [{ payload = { id = 2, by = "run" }, reason = "503" }]
+  }
+}
+
+run "the file's again" {
+  send {
+    topic    = topic.in
+    messages = [{ id = 3 }]
+  }
+  expect_dead_letters {
+    sink     = sink.hook
+    messages = [{ payload = { id = 3, by = "file" }, reason = "500" }]
+  }
+  expect {
+    sink     = sink.audit
+    messages = [{ id = 3, by = "file" }]
+  }
+}
+`)
+	if len(results) != 3 {
+		t.Fatalf("%d results, want 3:\n%s", len(results), failures(results))
+	}
+	for _, r := range results {
+		if !r.Passed() {
+			t.Errorf("run %q failed:\n%s", r.Run, failures([]*RunResult{r}))
+		}
 	}
 }
