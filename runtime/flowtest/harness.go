@@ -73,6 +73,11 @@ type harness struct {
 		mocks   map[string]*mockFunc
 		answers map[string]*cannedAnswers
 	}
+	// drops are the messages that stateful stages dropped, in order (runtime.Options.Dropped).
+	drops struct {
+		sync.Mutex
+		list []Dropped
+	}
 	// mocked and overridden are the functions and sinks that the file or one of its runs mocks or
 	// overrides: their nodes look up, call by call, what stands in for them now.
 	mocked, overridden map[string]bool
@@ -193,6 +198,9 @@ func (h *harness) reset(ctx context.Context) error {
 	h.clock.OnAdvance(server.SetTime)
 	h.captured = newCaptures()
 	h.finished = map[string]counters{}
+	h.drops.Lock()
+	h.drops.list = nil
+	h.drops.Unlock()
 	h.answers = map[string]*cannedAnswers{}
 	h.feeds, h.streamSources = map[string]*feed{}, map[string]stages.StreamSource{}
 	for _, s := range h.plan.Sources {
@@ -238,6 +246,7 @@ func (h *harness) start(ctx context.Context) error {
 		Activity:       inc.activity,
 		NodeEnv:        h.nodeEnv,
 		WrapSink:       h.wrapSink,
+		Dropped:        h.recordDropped,
 		WrapSource:     func(name string, _ stages.Source) stages.Source { return feedSource{h.feeds[name]} },
 		PipelinePath:   h.file.Path,
 	})

@@ -2,6 +2,7 @@ package flowtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
@@ -187,6 +188,65 @@ run "the file's again" {
 	for _, r := range results {
 		if !r.Passed() {
 			t.Errorf("run %q failed:\n%s", r.Run, failures([]*RunResult{r}))
+		}
+	}
+}
+
+// minutePipeline counts orders per customer and minute, dropping late ones.
+const minutePipeline = `
+pipeline "minutes" { key_prefix = "minutes" }
+topic "orders" {
+  partitions = 1
+  key        = msg.customer
+}
+stage "per_minute" {
+  kind       = "aggregate"
+  group_by   = msg.customer
+  input      = topic.orders
+  event_time = msg.at
+  window {
+    type = "tumbling"
+    size = "1m"
+  }
+  late      = "drop"
+  aggregate = { orders = count() }
+}
+sink "out" {
+  kind  = "stdout"
+  input = stage.per_minute
+}
+`
+
+// When a window's result is missing, the report names the messages that were dropped late, and
+// the watermark that the windows still open wait for.
+func TestAFailureNamesLateMessagesAndTheWatermark(t *testing.T) {
+	results := runSource(t, minutePipeline, `
+run "the second minute never closes" {
+  send {
+    topic    = topic.orders
+    messages = [
+      { customer = "a", id = "o1", at = "2026-01-01T00:00:10Z" },
+      { customer = "a", id = "o2", at = "2026-01-01T00:01:30Z" },
+      { customer = "a", id = "o3", at = "2026-01-01T00:00:20Z" },
+    ]
+  }
+  expect {
+    sink     = sink.out
+    match    = "subset"
+    messages = [{ key = "a", orders = 1, window = { start = "2026-01-01T00:01:00Z", end = "2026-01-01T00:02:00Z" } }]
+  }
+}
+`)
+	if len(results) != 1 || results[0].Passed() || len(results[0].Failures) != 1 {
+		t.Fatalf("want the run to fail once:\n%s", failures(results))
+	}
+	why := strings.Join(results[0].Failures[0].Why, "\n")
+	for _, want := range []string{
+		`stage.per_minute dropped 1 of 3 messages (late or repeated): key=a {"at":"2026-01-01T00:00:20Z","customer":"a","id":"o3"} (late)`,
+		"stage.per_minute partition 0: its watermark is 2026-01-01T00:01:30Z; 1 timer has not fired, the next at 2026-01-01T00:02:00Z",
+	} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the report does not say %q:\n%s", want, why)
 		}
 	}
 }
