@@ -94,35 +94,29 @@ func (d *decoder) content(hb *hcl.Block, body hcl.Body, spec *flow.BlockSpec, ex
 
 // declare records a block's name, or reports where the same name was declared before.
 func (d *decoder) declare(what, name string, rng hcl.Range) bool {
-	names := d.names[what]
-	if names == nil {
-		names = map[string]hcl.Range{}
-		d.names[what] = names
-	}
-	if prev, ok := names[name]; ok {
-		d.errorf(rng, fmt.Sprintf("Duplicate %s %q", what, name),
-			"A %s %q is already declared at %s; each must be declared once in a test file.", what, name, prev)
-		return false
-	}
-	names[name] = rng
-	return true
+	return d.declareIn("", what, name, rng)
 }
 
-// declareIn is declare for the blocks that a run may hold as the file does (mock, override_sink):
-// each is declared once in the file, and once in each run, where it replaces the file's.
+// declareIn is declare in the scope of a run (run "": the file's). The blocks that a run may hold
+// as the file does (mock, override_sink) are declared once in the file and once in each run, where
+// they replace the file's.
 func (d *decoder) declareIn(run, what, name string, rng hcl.Range) bool {
-	if run == "" {
-		return d.declare(what, name, rng)
+	key, scope := what, "in a test file"
+	if run != "" {
+		key, scope = what+"\x00run\x00"+run, "in a run"
 	}
-	key := what + "\x00run\x00" + run
 	names := d.names[key]
 	if names == nil {
 		names = map[string]hcl.Range{}
 		d.names[key] = names
 	}
 	if prev, ok := names[name]; ok {
+		where := fmt.Sprintf("at %s", prev)
+		if run != "" {
+			where = "in this run " + where
+		}
 		d.errorf(rng, fmt.Sprintf("Duplicate %s %q", what, name),
-			"A %s %q is already declared in this run at %s; each must be declared once in a run.", what, name, prev)
+			"A %s %q is already declared %s; each must be declared once %s.", what, name, where, scope)
 		return false
 	}
 	names[name] = rng
