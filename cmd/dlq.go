@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/runtime"
@@ -22,6 +23,8 @@ type dlqFlags struct {
 	ids      []string
 	all      bool
 	asJSON   bool
+	sets     []string // replay --set, as given
+	edits    []admin.PayloadEdit
 }
 
 func newDLQCommand(stdio IO) *cobra.Command {
@@ -38,14 +41,16 @@ func newDLQCommand(stdio IO) *cobra.Command {
 	c.AddCommand(
 		dlqCommand(stdio, "list PATH", "List the dead letters of a stage", false, runDLQList),
 		dlqCommand(stdio, "show PATH", "Show dead letters in full", true, runDLQShow),
-		dlqCommand(stdio, "replay PATH", "Send dead letters back to their stage", true, runDLQReplay),
+		dlqCommand(stdio, "replay PATH", "Send dead letters back to their stage", true, runDLQReplay, replayFlags),
 		dlqCommand(stdio, "purge PATH", "Delete dead letters", true, runDLQPurge),
 	)
 	return c
 }
 
 // dlqCommand builds one dlq subcommand; selects says whether it acts on --id or --all.
-func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error) *cobra.Command {
+// more adds the subcommand's own flags.
+func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags) error,
+	more ...func(c *cobra.Command, f *dlqFlags)) *cobra.Command {
 	f := &dlqFlags{}
 	c := &cobra.Command{
 		Use:   use,
@@ -57,6 +62,9 @@ func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.C
 			}
 			if len(f.ids) > 0 && f.all {
 				return exitError{code: ExitInvalid, message: "--id and --all exclude each other"}
+			}
+			if err := f.parseEdits(stdio); err != nil {
+				return err
 			}
 			plan, err := buildPlan(stdio, &f.pipeline, args[0])
 			if err != nil {
@@ -90,7 +98,42 @@ func dlqCommand(stdio IO, use, short string, selects bool, run func(cmd *cobra.C
 		c.Flags().BoolVar(&f.all, "all", false, "every dead letter of the stage")
 	}
 	c.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
+	for _, add := range more {
+		add(c, f)
+	}
 	return c
+}
+
+// replayFlags adds replay's --set and says what it does.
+func replayFlags(c *cobra.Command, f *dlqFlags) {
+	c.Flags().StringArrayVar(&f.sets, "set", nil, "change each payload on the way back, as msg.FIELD = EXPR "+
+		"(repeatable), e.g. 'msg.amount = tonumber(msg.amount)'")
+	c.Long = "Replay sends dead letters back to the stage that gave them up, and to it alone, through its retry set: " +
+		"the running pipeline (or the next run) processes them again.\n\n" +
+		"--set msg.FIELD = EXPR fixes each payload on the way back, for messages refused for their content. EXPR " +
+		"is an expression over msg with the functions of pipelines, as in a map stage's set; every --set sees the " +
+		"payload as it was dead-lettered, and they are made in order. A dead letter that an expression fails for " +
+		"is not replayed: it stays a dead letter, and the reason is printed (exit 1). The dead letters keep their " +
+		"payload as it was; replayed ones are marked with the time of the replay."
+	c.Example = "  flowrun dlq replay pipeline.hcl --stage enrich --all\n" +
+		"  flowrun dlq replay pipeline.hcl --stage enrich --id 1700000000000-0 --set 'msg.amount = tonumber(msg.amount)'"
+}
+
+// parseEdits compiles the --set edits, or returns an exit-2 error after printing what is wrong.
+func (f *dlqFlags) parseEdits(stdio IO) error {
+	for _, text := range f.sets {
+		e, file, diags := admin.ParsePayloadEdit("--set", text)
+		if diags.HasErrors() {
+			files := map[string]*hcl.File{}
+			if file != nil {
+				files[diags[0].Subject.Filename] = file
+			}
+			printDiagnostics(stdio.Err, diags, files)
+			return exitError{code: ExitInvalid, message: fmt.Sprintf("invalid --set %q", text)}
+		}
+		f.edits = append(f.edits, e)
+	}
+	return nil
 }
 
 // selected returns the dead letters the flags name.
@@ -180,7 +223,7 @@ func runDLQReplay(c *cobra.Command, stdio IO, dl *admin.DeadLetters, f *dlqFlags
 			}
 		}
 	}
-	res, err := dl.Replay(c.Context(), ids)
+	res, err := dl.Replay(c.Context(), ids, f.edits...)
 	if err != nil {
 		return err
 	}

@@ -133,3 +133,97 @@ func TestDeadLetterCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+// replay --set fixes each payload on the way back; a dead letter that the fix fails for stays a
+// dead letter, with the reason, and is not replayed.
+func TestDeadLettersReplayWithSet(t *testing.T) {
+	path, _ := testPipeline(t, `
+retry "once" {
+  max_attempts = 1
+}
+topic "in" {
+  partitions = 2
+  key        = msg.id
+}
+topic "out" { partitions = 1 }
+stage "price" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+  retry  = retry.once
+  set    = { total = msg.amount * 2 }
+}
+`)
+	t.Setenv(EnvRedisURL, redistest.Shared(t).URL())
+	// run runs a command on the pipeline: cmd, then the path, then args.
+	run := func(stdin string, cmd []string, args ...string) (int, string, string) {
+		return runIn(t, stdin, append(append(cmd, path), args...)...)
+	}
+	if code, _, errOut := run(`{"id":1,"amount_text":"12"}`+"\n"+`{"id":2,"amount_text":"twelve"}`+"\n", []string{"produce"}, "in"); code != 0 {
+		t.Fatalf("produce: exit %d\n%s", code, errOut)
+	}
+	if code, _, errOut := run("", []string{"run", "--until-drained"}); code != ExitDeadLettered {
+		t.Fatalf("first run: exit %d, want %d\n%s", code, ExitDeadLettered, errOut)
+	}
+	type deadLetter struct {
+		ID         string `json:"id"`
+		ReplayedAt string `json:"replayed_at"`
+		Envelope   struct {
+			Payload json.RawMessage `json:"payload"`
+		} `json:"envelope"`
+	}
+	list := func() map[string]deadLetter { // by the message's id
+		_, out, _ := run("", []string{"dlq", "list"}, "--stage", "price", "--json")
+		var l []deadLetter
+		if err := json.Unmarshal([]byte(out), &l); err != nil || len(l) != 2 {
+			t.Fatalf("list --json: %v\n%s", err, out)
+		}
+		byID := map[string]deadLetter{}
+		for _, d := range l {
+			var p struct{ ID json.Number }
+			_ = json.Unmarshal(d.Envelope.Payload, &p)
+			byID[p.ID.String()] = d
+		}
+		return byID
+	}
+	before := list()
+
+	// Invalid edits are refused before anything is replayed.
+	for set, want := range map[string]string{
+		"msg.amount == 1":        "does not say which field to set: write msg.FIELD = EXPR",
+		"amount = 1":             "does not say which field to set",
+		"msg.amount = nosuch(1)": `on --set msg.amount line 1`,
+	} {
+		if code, _, errOut := run("", []string{"dlq", "replay"}, "--stage", "price", "--all", "--set", set); code != ExitInvalid || !strings.Contains(errOut, want) {
+			t.Errorf("--set %q: exit %d, want %d with %q\n%s", set, code, ExitInvalid, want, errOut)
+		}
+	}
+
+	code, out, errOut := run("", []string{"dlq", "replay"}, "--stage", "price", "--all",
+		"--set", "msg.amount = tonumber(msg.amount_text)", "--set", "msg.fixed.by = \"replay\"")
+	if code != ExitError || !strings.Contains(out, "replayed 1 dead letter to price") ||
+		!strings.Contains(errOut, before["2"].ID+": not replayed: --set msg.amount = tonumber(msg.amount_text): ") {
+		t.Fatalf("replay --set: exit %d\n%s%s", code, out, errOut)
+	}
+	after := list()
+	if after["1"].ReplayedAt == "" || after["2"].ReplayedAt != "" {
+		t.Fatalf("replayed marks: 1 %q, 2 %q; want only 1 marked", after["1"].ReplayedAt, after["2"].ReplayedAt)
+	}
+	if string(after["1"].Envelope.Payload) != string(before["1"].Envelope.Payload) {
+		t.Fatalf("the dead letter's payload changed: %s, was %s", after["1"].Envelope.Payload, before["1"].Envelope.Payload)
+	}
+
+	if code, _, errOut := run("", []string{"run", "--until-drained"}); code != ExitOK {
+		t.Fatalf("second run: exit %d\n%s", code, errOut)
+	}
+	_, out, _ = run("", []string{"tail"}, "out")
+	lines := parseTail(t, out)
+	if len(lines) != 1 {
+		t.Fatalf("out holds %d messages, want the fixed one:\n%s", len(lines), out)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(lines[0].Payload, &got); err != nil || got["total"] != 24.0 || got["amount"] != 12.0 ||
+		got["amount_text"] != "12" || got["fixed"].(map[string]any)["by"] != "replay" {
+		t.Fatalf("the replayed message: %s", lines[0].Payload)
+	}
+}

@@ -22,7 +22,8 @@ func newEvalCommand(stdio IO) *cobra.Command {
 		Long: "Eval compiles EXPR as a stage compiles a per-message expression (where, key, a map's set: msg and " +
 			"the functions; not var or local) and evaluates it on one message, a JSON object read from --msg FILE " +
 			"or from standard input ({} when standard input is a terminal). It prints the value as JSON, or the " +
-			"located error with its snippet.\n\n" +
+			"located error with its snippet. var and local have no value outside a pipeline: write the value in the " +
+			"expression, or add it to the message and read it as msg.NAME.\n\n" +
 			"Exit status: 0 with the value, 1 when the expression fails on this message (the message a stage " +
 			"would dead-letter), 2 when the expression or the message is invalid.",
 		Example: "  echo '{\"amount\": 120, \"country\": \"de\"}' | flowrun eval 'msg.amount > 100 && upper(msg.country) == \"DE\"'\n" +

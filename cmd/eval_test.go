@@ -54,6 +54,10 @@ func TestEvalErrors(t *testing.T) {
 		{`[1]`, `msg`, 2, []string{"a JSON array, not an object"}},
 		{``, `msg`, 2, []string{"is empty"}},
 		{`{"a": 1}`, `nosuch(msg.a)`, 2, []string{"nosuch"}},
+		// var and local have no value outside a pipeline: the error says so and how to pass one.
+		{`{"amount": 10}`, `msg.amount * var.rate`, 2, []string{"var is not available outside a pipeline", "on EXPR line 1",
+			"var.rate has no value", "Write the value in place of var.rate", "write msg.rate"}},
+		{`{}`, `local.limit`, 2, []string{"local is not available outside a pipeline", "write msg.limit"}},
 	} {
 		code, out, errOut := evalWith(t, c.msg, c.expr)
 		if code != c.code || out != "" {

@@ -68,6 +68,58 @@ func topicArg(plan *flow.Plan, name string) (*flow.Topic, error) {
 	return nil, exitError{code: ExitInvalid, message: msg}
 }
 
+// readTopicArg returns the topic that arg names for a command that reads one: a topic's name, or
+// stage.NAME for what the stage writes, whatever that topic is called (a stage that declares no
+// output and is read as stage.NAME writes to a topic the compiler names). Otherwise it returns an
+// exit-2 error that lists the topics and the stages.
+func readTopicArg(plan *flow.Plan, arg string) (*flow.Topic, error) {
+	stages := stageAddresses(plan)
+	name, isStage := strings.CutPrefix(arg, "stage.")
+	if !isStage {
+		t, err := topicArg(plan, arg)
+		if e, ok := err.(exitError); ok && len(stages) > 0 {
+			e.message += " Or name a stage's output as stage.NAME: the stages are " + strings.Join(stages, ", ") + "."
+			return nil, e
+		}
+		return t, err
+	}
+	s := plan.Stage(name)
+	if s == nil || s.Kind == flow.RepartitionKind {
+		msg := fmt.Sprintf("pipeline %s has no stage %q.", plan.Name, name)
+		if len(stages) == 0 {
+			msg += " It has no stages."
+		} else {
+			msg += flow.DidYouMean(arg, stages) + " The stages are " + strings.Join(stages, ", ") + "."
+		}
+		return nil, exitError{code: ExitInvalid, message: msg}
+	}
+	if s.Output != nil {
+		return s.Output, nil
+	}
+	outputs := s.Outputs()
+	if len(outputs) == 0 {
+		return nil, exitError{code: ExitInvalid, message: fmt.Sprintf("stage %s writes to no topic.", name)}
+	}
+	names := make([]string, len(outputs))
+	for i, t := range outputs {
+		names[i] = t.Name
+	}
+	return nil, exitError{code: ExitInvalid, message: fmt.Sprintf("the %s stage %s writes to several topics, %s: "+
+		"name one of them.", s.Kind, name, quoteList(names))}
+}
+
+// stageAddresses lists the stages the pipeline declares, as stage.NAME, sorted.
+func stageAddresses(plan *flow.Plan) []string {
+	var names []string
+	for _, s := range plan.Stages {
+		if s.Kind != flow.RepartitionKind {
+			names = append(names, "stage."+s.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
 // fusedLink explains that topic t is a link inside a fused chain, which no stream holds; "" when it
 // is not one.
 func fusedLink(plan *flow.Plan, t *flow.Topic) string {

@@ -23,12 +23,14 @@ func newTailCommand(stdio IO) *cobra.Command {
 	var conn redisFlags
 	var opts tailOptions
 	c := &cobra.Command{
-		Use:   "tail PATH TOPIC",
+		Use:   "tail PATH TOPIC|stage.NAME",
 		Short: "Print a topic's messages as JSON lines",
 		Long: "Tail prints the entries of every partition of a topic, one JSON object per line:\n\n" +
 			"  {\"partition\":3,\"id\":\"1700000000000-0\",\"key\":\"c-7\",\"payload\":{...},\"headers\":{...}}\n\n" +
 			"key, headers and traceparent are left out when the entry has none. An entry that cannot be " +
 			"decoded is printed with an \"error\" and its raw \"fields\" instead of a payload.\n\n" +
+			"Name the topic, or a stage as stage.NAME to print what it writes, whatever its output topic is " +
+			"called (a stage without an output that is read as stage.NAME writes to a topic named NAME.out).\n\n" +
 			"Without --follow, tail prints the entries after --from that are in the topic now, merged across " +
 			"partitions in ID order (so roughly in the order they were written), and exits. With --follow it " +
 			"then waits for new entries until interrupted; each partition's entries stay in order.\n\n" +
@@ -43,7 +45,7 @@ func newTailCommand(stdio IO) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			topic, err := topicArg(plan, args[1])
+			topic, err := readTopicArg(plan, args[1])
 			if err != nil {
 				return err
 			}

@@ -211,3 +211,51 @@ func TestProduceTailInspectOnACluster(t *testing.T) {
 		t.Fatalf("orders: %+v", o)
 	}
 }
+
+// A stage's output is named stage.NAME, whether it declares an output topic or writes to the
+// one the compiler makes for a stage that is read as stage.NAME.
+func TestTailStageOutput(t *testing.T) {
+	srv := redistest.Shared(t)
+	path, prefix := testPipeline(t, ordersPipeline+`
+stage "clean" {
+  kind  = "map"
+  input = topic.orders
+  fuse  = false
+  set   = { clean = true }
+}
+
+stage "split" {
+  kind    = "route"
+  input   = stage.clean
+  default = topic.events
+  case {
+    when   = msg.bad == true
+    output = topic.failed
+  }
+}
+`)
+	keys := redis.Keys{Prefix: prefix}
+	rdb := srv.Client(t)
+	url := srv.URL()
+	declared := xadd(t, rdb, keys.Stream("events", 1), "payload", `{"n":1}`)
+	implicit := xadd(t, rdb, keys.Stream("clean.out", 2), "payload", `{"n":2}`)
+	for arg, want := range map[string]string{"stage.enrich": declared, "stage.clean": implicit} {
+		code, out, errOut := runIn(t, "", "tail", "--redis", url, path, arg)
+		if l := parseTail(t, out); code != ExitOK || len(l) != 1 || l[0].ID != want {
+			t.Errorf("tail %s: exit %d, %q, want entry %s\n%s", arg, code, out, want, errOut)
+		}
+	}
+
+	t.Setenv(EnvRedisURL, "")
+	for arg, want := range map[string]string{
+		"stage.clen":  `has no stage "clen". Did you mean "stage.clean"? The stages are stage.clean, stage.enrich, stage.split.`,
+		"stage.split": `the route stage split writes to several topics, "failed", "events": name one of them.`,
+		"evnts": `Did you mean "events"? The topics are "clean.out", "events", "failed", "orders". ` +
+			`Or name a stage's output as stage.NAME: the stages are stage.clean, stage.enrich, stage.split.`,
+	} {
+		code, _, errOut := runIn(t, "", "tail", path, arg)
+		if code != ExitInvalid || !strings.Contains(errOut, want) {
+			t.Errorf("tail %s: exit %d, want %q in\n%s", arg, code, want, errOut)
+		}
+	}
+}

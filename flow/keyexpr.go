@@ -2,6 +2,7 @@ package flow
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/hashicorp/hcl/v2"
@@ -27,12 +28,43 @@ func CompileMessageExpr(name, src string) (*MessageExpr, *hcl.File, hcl.Diagnost
 	if diags.HasErrors() {
 		return nil, file, diags
 	}
+	if diags = pipelineValueRefs(e); diags.HasErrors() {
+		return nil, file, diags
+	}
 	p, more := expr.Compile(e, &expr.Scope{Roots: []string{"msg"}, Functions: expr.Functions(), Source: file.Bytes})
 	diags = append(diags, more...)
 	if diags.HasErrors() {
 		return nil, file, diags
 	}
 	return &MessageExpr{program: p}, file, diags
+}
+
+// pipelineValueRefs reports each var.NAME and local.NAME in e, an expression given outside a
+// pipeline: there is no pipeline to give them values, and "Unknown variable" would leave the user
+// guessing why a name that works in a stage does not work here.
+func pipelineValueRefs(e hcl.Expression) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	for _, t := range e.Variables() {
+		root := t.RootName()
+		if root != "var" && root != "local" {
+			continue
+		}
+		ref, name := root, "value"
+		if len(t) > 1 {
+			if a, ok := t[1].(hcl.TraverseAttr); ok {
+				ref, name = root+"."+a.Name, a.Name
+			}
+		}
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  fmt.Sprintf("%s is not available outside a pipeline", root),
+			Detail: fmt.Sprintf("This expression is evaluated on a message alone, outside a pipeline, so %s has no value: "+
+				"only msg and the functions are available. Write the value in place of %s, or add it to the message "+
+				"(\"%s\": ...) and write msg.%s.", ref, ref, name, name),
+			Subject: t.SourceRange().Ptr(),
+		})
+	}
+	return diags
 }
 
 // CompileHCLMessageExpr compiles an expression over msg that a file holds (a test file's mock

@@ -64,7 +64,7 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 	}()
 	var results []stages.Output
 	var err error
-	dropped := false
+	dropped := "" // why a stateful stage passed the message on nowhere: "late" or "repeated"
 	key := m.msg.Key
 	if h.stateful != nil {
 		results, dropped, err = h.attempt(ctx, m, *scratch)
@@ -88,8 +88,12 @@ func (h *stageHandler) handle(ctx context.Context, m *message, outs []redis.Outp
 		// (FireAtEnd) holds its messages in windows, unless it dropped them (late = "drop"); one
 		// dead-lettered for some of its windows is held in the others.
 		switch {
-		case dropped:
+		case dropped != "":
 			m.outcome = outcomeDropped
+			if h.r.dropped != nil {
+				payload, _ := m.msg.Payload()
+				h.r.dropped(h.node.name, m.msg.Key, payload, dropped)
+			}
 		case h.node.fireAtEnd || h.node.absorbs:
 			m.outcome = outcomeAbsorbed
 		default:
@@ -125,22 +129,28 @@ func passedOn(results []stages.Output) int {
 
 // attempt runs one attempt of a stateful stage with a fresh view of its batch's state, and joins
 // the view's writes to the batch when the attempt succeeds. It reports whether the attempt dropped
-// its message: recorded it late or a duplicate and passed it on nowhere (late = "drop",
-// duplicates = "drop"). An attempt that fails for good at once (a permanent error: the message is
+// its message, and why ("late" or "repeated"; "" when it did not): recorded it late or a duplicate
+// and passed it on nowhere (late = "drop", duplicates = "drop"). An attempt that fails for good at once (a permanent error: the message is
 // dead-lettered) counts its outcomes without its writes, so that a late message dead-lettered
 // counts as late too.
-func (h *stageHandler) attempt(ctx context.Context, m *message, out []stages.Output) ([]stages.Output, bool, error) {
+func (h *stageHandler) attempt(ctx context.Context, m *message, out []stages.Output) ([]stages.Output, string, error) {
 	a := m.state.Attempt(m.watermark)
 	outs, err := h.stateful.Process(ctx, a, &m.msg, out)
 	if err != nil {
 		if stages.IsPermanent(err) {
 			a.Failed()
 		}
-		return outs, false, err
+		return outs, "", err
 	}
 	// A kind that absorbs its messages into its state (a table) may keep one it counted late: it
 	// is absorbed, not dropped.
-	dropped := len(outs) == 0 && a.Recorded() && !h.node.absorbs
+	dropped := ""
+	if len(outs) == 0 && a.Recorded() && !h.node.absorbs {
+		dropped = "repeated"
+		if a.RecordedLate() {
+			dropped = "late"
+		}
+	}
 	a.Join()
 	return outs, dropped, nil
 }

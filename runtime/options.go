@@ -103,6 +103,11 @@ type Options struct {
 	// named name (a test captures what sinks receive). The replacement's optional lifecycle
 	// (stages.Opener, stages.Flusher, io.Closer) is the one that runs.
 	WrapSink func(name string, made stages.Sink) stages.Sink
+	// Dropped, when set, is told of each message that a stateful stage passed on nowhere (counted
+	// dropped: late = "drop", duplicates = "drop"), with why ("late" or "repeated"), as the
+	// attempt that dropped it succeeds: a test names them. A batch processed again (after a crash)
+	// may tell of a message again. It is called from the goroutines that process messages.
+	Dropped func(stage, key string, payload []byte, why string)
 	// NoFusion runs every stage in a hop of its own, as if each set fuse = false (flow.Chain).
 	NoFusion bool
 	// PipelinePath is the pipeline's path as the user gave it, for the commands that the log and the

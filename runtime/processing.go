@@ -31,6 +31,8 @@ type processing struct {
 	redact           func(string) string // flow.Plan.Redact
 	retryInPlaceUpTo time.Duration       // Options.RetryInPlaceUpTo
 	pipelinePath     string              // Options.PipelinePath
+	// dropped is Options.Dropped.
+	dropped func(stage, key string, payload []byte, why string)
 	// stage is the stage of that name that this process runs, or nil (runner.stageNode).
 	stage func(name string) *node
 }

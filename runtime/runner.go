@@ -77,7 +77,7 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	}
 	r.processing = processing{log: r.log, clock: opts.Clock, keys: redis.Keys{Prefix: plan.KeyPrefix},
 		deadLetters: &r.obs.deadLetters, redact: plan.Redact, retryInPlaceUpTo: opts.RetryInPlaceUpTo,
-		pipelinePath: opts.PipelinePath, stage: r.stageNode}
+		pipelinePath: opts.PipelinePath, stage: r.stageNode, dropped: opts.Dropped}
 	r.activity = &Activity{parent: opts.Activity, idle: r.drainKick}
 	r.tracing = newTracing(opts.TracerProvider, opts.SampleRoot, plan.Redact)
 	r.obs.rates.every = opts.SampleInterval // 0: the default

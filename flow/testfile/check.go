@@ -37,7 +37,7 @@ func LoadAndCheck(path string, opts flow.Options) ([]*File, map[string]*hcl.File
 		topts.Values, topts.ValueRanges = t.Variables, t.VariableRanges
 		// A mocked function stands in for the real one, which this binary need not have.
 		topts.GoFuncs = append([]string(nil), opts.GoFuncs...)
-		for _, m := range t.Mocks {
+		for _, m := range t.AllMocks() {
 			topts.GoFuncs = append(topts.GoFuncs, m.Func)
 		}
 		plan, cfg, buildDiags := flow.Build(path, topts)
@@ -71,6 +71,12 @@ func (f *File) Check(plan *flow.Plan) hcl.Diagnostics {
 		c.checkOverride(o)
 	}
 	for _, r := range f.Runs {
+		for _, m := range r.Mocks {
+			c.checkMock(m)
+		}
+		for _, o := range r.Overrides {
+			c.checkOverride(o)
+		}
 		for _, s := range r.Steps {
 			for _, send := range s.Sends {
 				c.checkSend(send)

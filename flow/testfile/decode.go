@@ -94,14 +94,29 @@ func (d *decoder) content(hb *hcl.Block, body hcl.Body, spec *flow.BlockSpec, ex
 
 // declare records a block's name, or reports where the same name was declared before.
 func (d *decoder) declare(what, name string, rng hcl.Range) bool {
-	names := d.names[what]
+	return d.declareIn("", what, name, rng)
+}
+
+// declareIn is declare in the scope of a run (run "": the file's). The blocks that a run may hold
+// as the file does (mock, override_sink) are declared once in the file and once in each run, where
+// they replace the file's.
+func (d *decoder) declareIn(run, what, name string, rng hcl.Range) bool {
+	key, scope := what, "in a test file"
+	if run != "" {
+		key, scope = what+"\x00run\x00"+run, "in a run"
+	}
+	names := d.names[key]
 	if names == nil {
 		names = map[string]hcl.Range{}
-		d.names[what] = names
+		d.names[key] = names
 	}
 	if prev, ok := names[name]; ok {
+		where := fmt.Sprintf("at %s", prev)
+		if run != "" {
+			where = "in this run " + where
+		}
 		d.errorf(rng, fmt.Sprintf("Duplicate %s %q", what, name),
-			"A %s %q is already declared at %s; each must be declared once in a test file.", what, name, prev)
+			"A %s %q is already declared %s; each must be declared once %s.", what, name, where, scope)
 		return false
 	}
 	names[name] = rng
@@ -120,11 +135,11 @@ func (d *decoder) decodeFile(body hcl.Body) {
 		case "variables":
 			d.decodeVariables(hb)
 		case "mock":
-			if m := d.decodeMock(hb); m != nil {
+			if m := d.decodeMock(hb, ""); m != nil {
 				d.file.Mocks = append(d.file.Mocks, m)
 			}
 		case "override_sink":
-			if o := d.decodeOverride(hb); o != nil {
+			if o := d.decodeOverride(hb, ""); o != nil {
 				d.file.Overrides = append(d.file.Overrides, o)
 			}
 		case "run":
@@ -156,10 +171,11 @@ func (d *decoder) decodeVariables(hb *hcl.Block) {
 	}
 }
 
-func (d *decoder) decodeMock(hb *hcl.Block) *Mock {
+// decodeMock decodes a mock block of the file (run "") or of the named run.
+func (d *decoder) decodeMock(hb *hcl.Block, run string) *Mock {
 	m := &Mock{Func: hb.Labels[0], Range: hb.DefRange}
 	content := d.content(hb, hb.Body, mockSpec)
-	if !d.declare("mock", m.Func, hb.LabelRanges[0]) {
+	if !d.declareIn(run, "mock", m.Func, hb.LabelRanges[0]) {
 		return nil
 	}
 	for _, rb := range content.Blocks {
@@ -243,10 +259,11 @@ func (d *decoder) messageExpr(e hcl.Expression) *flow.MessageExpr {
 	return m
 }
 
-func (d *decoder) decodeOverride(hb *hcl.Block) *SinkOverride {
+// decodeOverride decodes an override_sink block of the file (run "") or of the named run.
+func (d *decoder) decodeOverride(hb *hcl.Block, run string) *SinkOverride {
 	o := &SinkOverride{Sink: hb.Labels[0], Range: hb.DefRange}
 	content := d.content(hb, hb.Body, overrideSinkSpec)
-	if !d.declare("override_sink", o.Sink, hb.LabelRanges[0]) {
+	if !d.declareIn(run, "override_sink", o.Sink, hb.LabelRanges[0]) {
 		return nil
 	}
 	a, ok := content.Attributes["responses"]
@@ -316,6 +333,14 @@ func (d *decoder) decodeRun(hb *hcl.Block) *Run {
 			}
 		case "step":
 			r.Steps = append(r.Steps, d.decodeStep(b))
+		case "mock":
+			if m := d.decodeMock(b, r.Name); m != nil {
+				r.Mocks = append(r.Mocks, m)
+			}
+		case "override_sink":
+			if o := d.decodeOverride(b, r.Name); o != nil {
+				r.Overrides = append(r.Overrides, o)
+			}
 		}
 	}
 	return r

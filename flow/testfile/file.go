@@ -1,6 +1,7 @@
 package testfile
 
 import (
+	"slices"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -51,6 +52,15 @@ type File struct {
 // printing diagnostics with source snippets.
 func (f *File) Files() map[string]*hcl.File { return f.files }
 
+// AllMocks returns the file's mocks and its runs' mocks: every function a run may call mocked.
+func (f *File) AllMocks() []*Mock {
+	all := slices.Clone(f.Mocks)
+	for _, r := range f.Runs {
+		all = append(all, r.Mocks...)
+	}
+	return all
+}
+
 // Mock replaces the Go stage function Func in every go stage that calls it. Each call takes the
 // next result; calls after the last result get the last one again.
 type Mock struct {
@@ -94,7 +104,12 @@ type Run struct {
 	Expect            []*Expect
 	ExpectDeadLetters []*ExpectDeadLetters
 	Asserts           []*Assert
-	Range             hcl.Range // the block's header
+	// Mocks and Overrides apply to this run only, in place of the file's for the same function or
+	// sink (as Terraform's overrides in a run block): each starts at its first result or response
+	// when the run starts.
+	Mocks     []*Mock
+	Overrides []*SinkOverride
+	Range     hcl.Range // the block's header
 }
 
 // Step is one phase of a run: crash the pipeline if asked, send, run (for Advance on the virtual

@@ -146,10 +146,12 @@ var runSpec = &flow.BlockSpec{
 	Labels:   []string{"name"},
 	AnyLabel: true,
 	Doc: "A test: its own sends and advance, then its steps in order, then its expectations over the whole run. " +
-		"Runs execute in file order and share Redis, the clock and the running pipeline unless reset is set.",
+		"Runs execute in file order and share Redis, the clock and the running pipeline unless reset is set. " +
+		"A mock or override_sink inside a run applies to that run only, in place of the file's for the same function or sink.",
 	Attributes: []flow.Attribute{
 		{Name: "reset", Type: flow.TypeBool, Default: false, Doc: "Start on an empty Redis, a new clock and a fresh pipeline."},
 		advanceAttribute,
 	},
-	Blocks: append(append([]flow.NestedBlock(nil), stepBlocks...), flow.NestedBlock{Spec: stepSpec}),
+	Blocks: append(append([]flow.NestedBlock(nil), stepBlocks...), flow.NestedBlock{Spec: stepSpec},
+		flow.NestedBlock{Spec: mockSpec}, flow.NestedBlock{Spec: overrideSinkSpec}),
 }

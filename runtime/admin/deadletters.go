@@ -180,8 +180,9 @@ type ReplayResult struct {
 // node's retry set for its partition (for a stage fused after others, the chain's, marked to start
 // at the stage), due now, with its attempts counted afresh. The node's running
 // process picks it up (or the next one to run). Replaying again what was replayed is allowed: the
-// operator decides.
-func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, error) {
+// operator decides. Edits, if any, change each payload on the way back; a dead letter that an edit
+// fails for is skipped with the reason and stays as it is, not replayed.
+func (d *DeadLetters) Replay(ctx context.Context, ids []string, edits ...PayloadEdit) (ReplayResult, error) {
 	res := ReplayResult{Skipped: map[string]string{}}
 	if d.input == nil {
 		return res, fmt.Errorf("source %s: a source's dead letters cannot be replayed, since nothing reads them; "+
@@ -210,9 +211,16 @@ func (d *DeadLetters) Replay(ctx context.Context, ids []string) (ReplayResult, e
 			res.Skipped[id] = fmt.Sprintf("partition %d is not a partition of topic %s", env.Partition, d.input.Name)
 			continue
 		}
+		payload := []byte(env.Payload)
+		if len(edits) > 0 {
+			if payload, err = applyEdits(payload, edits); err != nil {
+				res.Skipped[id] = err.Error()
+				continue
+			}
+		}
 		retry := redis.Retry{
 			Entry: redis.Entry{
-				ID: env.ID, Key: env.Key, Payload: env.Payload, Headers: env.Headers,
+				ID: env.ID, Key: env.Key, Payload: payload, Headers: env.Headers,
 				TraceParent: env.TraceParent, TraceState: env.TraceState,
 			},
 			Due:   now,

@@ -4,6 +4,7 @@
 //
 //   - connect.go: opening Redis (URLs, TLS files) and telling why a connection failed.
 //   - deadletters.go: a node's dead letters: list, show, replay to the node that gave them up, purge.
+//   - replay_edits.go: the edits that replay makes to each payload on the way back (dlq replay --set).
 //   - inspect.go: what Redis holds for a pipeline: processes, source leases, and per topic
 //     partition and reader the lag, pending entries, scheduled retries and lease holder.
 //   - reset.go: what a pipeline keeps in Redis, found by scanning its key prefix on every master and

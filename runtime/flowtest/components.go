@@ -59,10 +59,13 @@ type captureSink struct {
 	name   string // "sink.NAME"
 	store  *captures
 	behind stages.Sink // nil: capture only
+	// behindNow, if set, says whether behind delivers now: an http sink that only some runs
+	// override is capture only in the others.
+	behindNow func() bool
 }
 
 func (s *captureSink) Deliver(ctx context.Context, m *stages.Message, out []stages.Write) ([]stages.Write, error) {
-	if s.behind != nil {
+	if s.behind != nil && (s.behindNow == nil || s.behindNow()) {
 		var err error
 		if out, err = s.behind.Deliver(ctx, m, out); err != nil {
 			return out, err
@@ -101,6 +104,20 @@ func (c *cannedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		Body:          io.NopCloser(bytes.NewBufferString(body)),
 		ContentLength: int64(len(body)), Request: req,
 	}, nil
+}
+
+// sinkAnswers is the HTTP transport of an http sink that the file or one of its runs overrides: each
+// request gets the canned answer of the override that applies when it is made.
+type sinkAnswers struct {
+	h    *harness
+	sink string
+}
+
+func (s sinkAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	if a := s.h.answersOf(s.sink); a != nil {
+		return a.RoundTrip(req)
+	}
+	return noNetwork{}.RoundTrip(req)
 }
 
 // noNetwork is the HTTP transport of everything in a test that has no canned answers: a test sends

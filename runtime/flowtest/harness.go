@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -65,6 +66,21 @@ type harness struct {
 	// answers are the override_sinks' canned answers, by sink: like the service they stand for,
 	// they go on through a crash, and start again with a reset.
 	answers map[string]*cannedAnswers
+	// scope holds what the run that is running now mocks and overrides itself, in place of the
+	// file's. The pipeline's goroutines read it, the harness sets it between runs.
+	scope struct {
+		sync.Mutex
+		mocks   map[string]*mockFunc
+		answers map[string]*cannedAnswers
+	}
+	// drops are the messages that stateful stages dropped, in order (runtime.Options.Dropped).
+	drops struct {
+		sync.Mutex
+		list []Dropped
+	}
+	// mocked and overridden are the functions and sinks that the file or one of its runs mocks or
+	// overrides: their nodes look up, call by call, what stands in for them now.
+	mocked, overridden map[string]bool
 	// feeds are what the runs sent to the producing sources, by source name.
 	feeds map[string]*feed
 	// streamSources are the redis_stream sources, by name: what a run sends them goes into their
@@ -97,8 +113,20 @@ func RunFile(ctx context.Context, file *testfile.File, plan *flow.Plan, opts Opt
 		logTo = io.Discard
 	}
 	h.log = slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.mocked, h.overridden = map[string]bool{}, map[string]bool{}
+	for _, m := range file.AllMocks() {
+		h.mocked[m.Func] = true
+	}
 	for _, m := range file.Mocks {
 		h.mocks[m.Func] = &mockFunc{mock: m}
+	}
+	for _, o := range file.Overrides {
+		h.overridden[o.Sink] = true
+	}
+	for _, r := range file.Runs {
+		for _, o := range r.Overrides {
+			h.overridden[o.Sink] = true
+		}
 	}
 	defer h.stop(ctx)
 
@@ -118,7 +146,9 @@ func RunFile(ctx context.Context, file *testfile.File, plan *flow.Plan, opts Opt
 			}
 		}
 		virtualStart := h.clock.Now()
+		h.enterRun(run)
 		h.execute(ctx, run, res)
+		h.enterRun(nil)
 		res.Wall, res.Virtual = time.Since(start), h.clock.Now().Sub(virtualStart)
 		if selected[i] {
 			results = append(results, res)
@@ -168,6 +198,9 @@ func (h *harness) reset(ctx context.Context) error {
 	h.clock.OnAdvance(server.SetTime)
 	h.captured = newCaptures()
 	h.finished = map[string]counters{}
+	h.drops.Lock()
+	h.drops.list = nil
+	h.drops.Unlock()
 	h.answers = map[string]*cannedAnswers{}
 	h.feeds, h.streamSources = map[string]*feed{}, map[string]stages.StreamSource{}
 	for _, s := range h.plan.Sources {
@@ -213,6 +246,7 @@ func (h *harness) start(ctx context.Context) error {
 		Activity:       inc.activity,
 		NodeEnv:        h.nodeEnv,
 		WrapSink:       h.wrapSink,
+		Dropped:        h.recordDropped,
 		WrapSource:     func(name string, _ stages.Source) stages.Source { return feedSource{h.feeds[name]} },
 		PipelinePath:   h.file.Path,
 	})
@@ -294,17 +328,77 @@ func (h *harness) driveUntilDone(ctx context.Context, inc *incarnation) {
 	}
 }
 
-// nodeEnv gives http sinks with an override_sink their canned answers and go stages their mocks.
-func (h *harness) nodeEnv(typ, name string, env *stages.Env) {
-	if answers, ok := h.answers[name]; ok && typ == "sink" {
-		env.HTTPClient = &http.Client{Transport: answers}
+// enterRun makes run's own mocks and override_sinks stand in, in place of the file's, until the
+// next call (nil: the run is over). Each starts afresh with its run.
+func (h *harness) enterRun(run *testfile.Run) {
+	h.scope.Lock()
+	defer h.scope.Unlock()
+	h.scope.mocks, h.scope.answers = nil, nil
+	if run == nil {
+		return
 	}
-	if typ == "stage" && len(h.mocks) > 0 {
+	for _, m := range run.Mocks {
+		if h.scope.mocks == nil {
+			h.scope.mocks = map[string]*mockFunc{}
+		}
+		h.scope.mocks[m.Func] = &mockFunc{mock: m}
+	}
+	for _, o := range run.Overrides {
+		if h.scope.answers == nil {
+			h.scope.answers = map[string]*cannedAnswers{}
+		}
+		h.scope.answers[o.Sink] = &cannedAnswers{responses: o.Responses}
+	}
+}
+
+// mockOf returns what stands in for the function fn now: the running run's mock, else the file's;
+// nil when neither mocks it.
+func (h *harness) mockOf(fn string) *mockFunc {
+	h.scope.Lock()
+	defer h.scope.Unlock()
+	if m, ok := h.scope.mocks[fn]; ok {
+		return m
+	}
+	return h.mocks[fn]
+}
+
+// answersOf returns the canned answers of the sink now: the running run's override_sink, else the
+// file's; nil when neither overrides it.
+func (h *harness) answersOf(sink string) *cannedAnswers {
+	h.scope.Lock()
+	defer h.scope.Unlock()
+	if a, ok := h.scope.answers[sink]; ok {
+		return a
+	}
+	return h.answers[sink]
+}
+
+// nodeEnv gives http sinks with an override_sink their canned answers and go stages their mocks,
+// looked up at each request and call, since a run may override them for itself.
+func (h *harness) nodeEnv(typ, name string, env *stages.Env) {
+	if typ == "sink" && h.overridden[name] {
+		env.HTTPClient = &http.Client{Transport: sinkAnswers{h: h, sink: name}}
+	}
+	if typ == "stage" && len(h.mocked) > 0 {
 		env.Functions = func(fn string) (stages.Func, bool) {
-			if m, ok := h.mocks[fn]; ok {
-				return m.call, true
+			if !h.mocked[fn] {
+				return stages.Lookup(fn)
 			}
-			return stages.Lookup(fn)
+			real, hasReal := stages.Lookup(fn)
+			return func(ctx context.Context, m stages.Message) ([]stages.Message, error) {
+				if mock := h.mockOf(fn); mock != nil {
+					return mock.call(ctx, m)
+				}
+				if hasReal {
+					return real(ctx, m)
+				}
+				why := "this binary does not have it"
+				if _, stateful := stages.LookupStateful(fn); stateful {
+					why = "it is stateful, and its stage runs the mock, which keeps no state, in every run"
+				}
+				return nil, stages.Permanent(fmt.Errorf("flowrun test: function %q is mocked only in other runs, and %s: "+
+					"mock it in this run too, or for the whole file", fn, why))
+			}, true
 		}
 	}
 }
@@ -319,8 +413,12 @@ func (h *harness) wrapSink(name string, made stages.Sink) stages.Sink {
 			continue
 		}
 		kind, err := stages.SinkKindOf(s)
-		if _, canned := h.answers[name]; canned || err == nil && kind.Streams != nil {
+		switch {
+		case err == nil && kind.Streams != nil:
 			c.behind = made
+		case h.overridden[name]:
+			// Behind the capture only while the file or the running run overrides it.
+			c.behind, c.behindNow = made, func() bool { return h.answersOf(name) != nil }
 		}
 	}
 	return c

@@ -153,6 +153,17 @@ func TestCompareMessages(t *testing.T) {
 			},
 		},
 		{
+			name:    "unordered: a key must match when given",
+			expect:  expect(testfile.MatchUnordered, kmsg("c1", `{"id":1}`), kmsg("c2", `{"id":2}`)),
+			actual:  []Arrived{arr("c2", `{"id":1}`), arr("c2", `{"id":2}`)},
+			summary: "sink.out: 1 of 2 expected messages did not arrive; 1 unexpected arrived",
+			diff: []string{
+				`- key=c1 {"id":1}`,
+				`    closest arrival differs in: the key (expected "c1", got "c2")`,
+				`+ key=c2 {"id":1}`,
+			},
+		},
+		{
 			name: "keyed expectations are paired before keyless ones",
 			// Greedy in written order would give the keyless one c1's message and leave the keyed
 			// one without.

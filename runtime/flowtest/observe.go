@@ -3,11 +3,14 @@ package flowtest
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/flowrun/flowrun/flow/testfile"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -68,6 +71,7 @@ type mark struct {
 	topics      map[string]string // the last entry ID of each topic partition's stream
 	deadLetters map[string]bool   // the dead letters there were, by stream and ID
 	counters    map[string]counters
+	dropped     int // messages dropped so far (harness.dropped)
 }
 
 // counters returns every node's counters so far, the dead incarnations' included.
@@ -84,7 +88,8 @@ func (h *harness) counters() map[string]counters {
 
 // mark takes the mark of a run that begins now.
 func (h *harness) mark(ctx context.Context) (*mark, error) {
-	m := &mark{captured: h.captured.counts(), topics: map[string]string{}, deadLetters: map[string]bool{}, counters: h.counters()}
+	m := &mark{captured: h.captured.counts(), topics: map[string]string{}, deadLetters: map[string]bool{}, counters: h.counters(),
+		dropped: len(h.droppedSince(0))}
 	keys := redis.Keys{Prefix: h.plan.KeyPrefix}
 	for _, t := range h.plan.Topics {
 		for _, stream := range keys.Streams(t.Name, t.Partitions) {
@@ -110,6 +115,8 @@ type seen struct {
 	arrivals    map[string][]Arrived // by "sink.NAME" and "topic.NAME"
 	deadLetters []DeadLetter
 	counters    map[string]counters // by "type.name"
+	dropped     []Dropped
+	waiting     []Waiting
 }
 
 // observe collects what arrived since m.
@@ -161,7 +168,57 @@ func (h *harness) observe(ctx context.Context, m *mark) (*seen, error) {
 	for name, c := range h.counters() {
 		s.counters[name] = c.minus(m.counters[name])
 	}
+	s.dropped = h.droppedSince(m.dropped)
+	if s.waiting, err = h.timersWaiting(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// recordDropped is runtime.Options.Dropped: it keeps what the stateful stages dropped, for the
+// report of a failure.
+func (h *harness) recordDropped(stage, key string, payload []byte, why string) {
+	h.drops.Lock()
+	defer h.drops.Unlock()
+	h.drops.list = append(h.drops.list, Dropped{Node: "stage." + stage, Key: key, Payload: bytes.Clone(payload), Why: why})
+}
+
+// droppedSince returns the messages dropped after the first n.
+func (h *harness) droppedSince(n int) []Dropped {
+	h.drops.Lock()
+	defer h.drops.Unlock()
+	if n >= len(h.drops.list) {
+		return nil
+	}
+	return slices.Clone(h.drops.list[n:])
+}
+
+// timersWaiting reads, for each stateful stage's partition that has timers set, its watermark and next
+// timer: what a window that has not fired waits for.
+func (h *harness) timersWaiting(ctx context.Context) ([]Waiting, error) {
+	var out []Waiting
+	keys := redis.Keys{Prefix: h.plan.KeyPrefix}
+	for _, st := range h.plan.Stages {
+		kind, err := stages.StageKindOf(st)
+		if err != nil || !kind.TraitsFor(st.Config).Stateful {
+			continue
+		}
+		for p := range st.Input.Partitions {
+			info, err := h.live.client.StateStats(ctx, keys.State(st.Input.Name, p, st.Name), keys.Timers(st.Input.Name, p, st.Name))
+			if err != nil {
+				return nil, err
+			}
+			if info.Timers == 0 {
+				continue
+			}
+			w := Waiting{Node: "stage." + st.Name, Partition: p, Timers: info.Timers, NextTimer: time.UnixMilli(info.NextTimer).UTC()}
+			if info.Watermark > 0 {
+				w.Watermark = time.UnixMilli(info.Watermark).UTC()
+			}
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // deadLetters lists every dead letter of every node, oldest first per node.

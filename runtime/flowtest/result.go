@@ -30,6 +30,31 @@ type Facts struct {
 	Arrivals    map[string][]Arrived // what arrived, by Arrived.Where (every sink and topic)
 	DeadLetters []DeadLetter         // every dead letter of the run
 	Nodes       []NodeFacts          // every node of the plan, in plan order
+	// Dropped are the messages that stateful stages passed on nowhere (late or repeated), in the
+	// order they were dropped.
+	Dropped []Dropped
+	// Waiting is what the stateful stages with timers hold at the end: per partition with a timer
+	// set, the watermark and the next timer, which fires when the watermark reaches it (a window's
+	// end plus grace, say).
+	Waiting []Waiting
+}
+
+// Dropped is a message that a stateful stage passed on nowhere.
+type Dropped struct {
+	Node    string // "stage.NAME"
+	Key     string
+	Payload []byte
+	Why     string // "late" or "repeated"
+}
+
+// Waiting is what a stateful stage's partition holds for later: its timers, and the watermark
+// that they wait for.
+type Waiting struct {
+	Node      string // "stage.NAME"
+	Partition int
+	Watermark time.Time // zero: none yet
+	Timers    int64
+	NextTimer time.Time
 }
 
 // NodeFacts are one node's counters during the run.
@@ -39,6 +64,8 @@ type NodeFacts struct {
 	// The outcomes of the messages the node took in (In = Out + Filtered + Dropped + Absorbed +
 	// DeadLettered + InFlight), and its retries.
 	In, Out, Filtered, Dropped, Absorbed, DeadLettered, InFlight, Retries int64
+	// Late counts the messages a stateful stage found late, whatever became of them.
+	Late int64
 	// Condition is where the node's condition is written ("file:line"): a sink's where, or the
 	// block of a stage whose kind is conditional (stages.StageTraits.Conditional: a filter, a
 	// route); "" for others.

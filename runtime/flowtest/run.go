@@ -209,12 +209,12 @@ func (h *harness) check(expects []*testfile.Expect, deadLetters []*testfile.Expe
 
 // facts gathers what happened during the run, for the why of a failure.
 func (h *harness) facts(s *seen, sent []Arrived) Facts {
-	f := Facts{Sent: sent, Arrivals: s.arrivals, DeadLetters: s.deadLetters}
+	f := Facts{Sent: sent, Arrivals: s.arrivals, DeadLetters: s.deadLetters, Dropped: s.dropped, Waiting: s.waiting}
 	add := func(typ, name, kind string, condition string) {
 		c := s.counters[typ+"."+name]
 		f.Nodes = append(f.Nodes, NodeFacts{Name: typ + "." + name, Kind: kind, In: c.in, Out: c.out, Filtered: c.filtered,
 			Dropped: c.dropped, Absorbed: c.absorbed, DeadLettered: c.deadLettered, InFlight: c.inFlight, Retries: c.retries,
-			Condition: condition})
+			Late: c.late, Condition: condition})
 	}
 	for _, src := range h.plan.Sources {
 		add("source", src.Name, src.Kind, "")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/flowrun/flowrun/flow/testfile"
 )
@@ -215,11 +216,19 @@ func (x *explainer) nodeLines() []string {
 		// The other outcomes of what a node took in (NodeSummary): they add up with the above.
 		if n.Dropped > 0 {
 			lost = true
-			lines = append(lines, fmt.Sprintf("%s dropped %d of %d %s (late or repeated)", n.Name, n.Dropped, n.In, plural(int(n.In), "message", "messages")))
+			lines = append(lines, fmt.Sprintf("%s dropped %d of %d %s (late or repeated)%s", n.Name, n.Dropped, n.In,
+				plural(int(n.In), "message", "messages"), x.droppedOf(n.Name)))
+		}
+		if late := n.Late - x.droppedLate(n.Name); late > 0 {
+			// The late messages it did not drop went to its late topic or its dead letters, which
+			// the lines above and the arrivals show.
+			lines = append(lines, fmt.Sprintf("%s found %d more %s late (passed to its late topic or dead-lettered)",
+				n.Name, late, plural(int(late), "message", "messages")))
 		}
 		if n.Absorbed > 0 {
 			lines = append(lines, fmt.Sprintf("%s took %d of %d %s into its windows; its results come when they close", n.Name, n.Absorbed, n.In, plural(int(n.In), "message", "messages")))
 		}
+		lines = append(lines, x.waitingLines(n.Name)...)
 		if n.InFlight > 0 {
 			lost = true
 			lines = append(lines, fmt.Sprintf("%s has %d %s waiting for a retry", n.Name, n.InFlight, plural(int(n.InFlight), "message", "messages")))
@@ -231,6 +240,66 @@ func (x *explainer) nodeLines() []string {
 	lines = append(lines, x.retryLines()...)
 	if !lost && len(x.facts.Nodes) > 0 {
 		lines = append(lines, "no node dropped, filtered or dead-lettered a message during the run")
+	}
+	return lines
+}
+
+// maxNamedDrops bounds how many dropped messages a line names.
+const maxNamedDrops = 3
+
+// droppedOf names the messages that node dropped, with why: ": {...} (late), ...".
+func (x *explainer) droppedOf(node string) string {
+	var named []string
+	more := 0
+	for _, d := range x.facts.Dropped {
+		if d.Node != node {
+			continue
+		}
+		if len(named) == maxNamedDrops {
+			more++
+			continue
+		}
+		text := clip(parseValue(d.Payload).canon, 60)
+		if d.Key != "" {
+			text = "key=" + keyText(d.Key) + " " + text
+		}
+		named = append(named, text+" ("+d.Why+")")
+	}
+	if len(named) == 0 {
+		return ""
+	}
+	if more > 0 {
+		named = append(named, fmt.Sprintf("and %d more", more))
+	}
+	return ": " + strings.Join(named, ", ")
+}
+
+// droppedLate counts the messages that node dropped as late.
+func (x *explainer) droppedLate(node string) int64 {
+	var n int64
+	for _, d := range x.facts.Dropped {
+		if d.Node == node && d.Why == "late" {
+			n++
+		}
+	}
+	return n
+}
+
+// waitingLines say, for each partition of node whose timers have not fired, its watermark and the
+// next timer: a window that did not fire waits for the watermark to reach its end (plus grace).
+func (x *explainer) waitingLines(node string) []string {
+	var lines []string
+	for _, w := range x.facts.Waiting {
+		if w.Node != node {
+			continue
+		}
+		watermark := "it has no watermark yet"
+		if !w.Watermark.IsZero() {
+			watermark = "its watermark is " + w.Watermark.Format(time.RFC3339Nano)
+		}
+		lines = append(lines, fmt.Sprintf("%s partition %d: %s; %d %s not fired, the next at %s, which fires when the watermark "+
+			"reaches it (send a message with a later event time, or advance the clock)", node, w.Partition, watermark,
+			w.Timers, plural(int(w.Timers), "timer has", "timers have"), w.NextTimer.Format(time.RFC3339Nano)))
 	}
 	return lines
 }

@@ -286,6 +286,9 @@ func (a *Attempt) Failed() {
 // Recorded reports whether the attempt recorded an outcome (late, duplicate).
 func (a *Attempt) Recorded() bool { return a.late+a.duplicates > 0 }
 
+// RecordedLate reports whether the attempt recorded its message late.
+func (a *Attempt) RecordedLate() bool { return a.late > 0 }
+
 func (a *Attempt) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if v, ok := a.set[key]; ok {
 		return v, true, nil

@@ -45,3 +45,12 @@ run "refs" {
     condition = length(dead_letters.tga) == 0 # ERROR: Did you mean "tag"?
   }
 }
+
+run "own overrides are checked too" {
+  mock "acme.scor" { # ERROR: No go stage of the pipeline calls "acme.scor", so the mock would never be used. Did you mean "acme.score"?
+    result {}
+  }
+  override_sink "hoko" { # ERROR: There is no sink named "hoko". Did you mean "hook"?
+    responses = [200]
+  }
+}

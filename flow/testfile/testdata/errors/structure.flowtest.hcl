@@ -76,3 +76,19 @@ run "a" {
 }
 
 run "a" {} # ERROR: Duplicate run "a": A run "a" is already declared at
+
+# A run may mock and override what the file does, once each.
+run "own overrides" {
+  mock "acme.score" {
+    result {}
+  }
+  mock "acme.score" { # ERROR: Duplicate mock "acme.score": A mock "acme.score" is already declared in this run at
+    result {}
+  }
+  override_sink "hook" {
+    responses = [503]
+  }
+  override_sink "hook" { # ERROR: Duplicate override_sink "hook": A override_sink "hook" is already declared in this run at
+    responses = [200]
+  }
+}
