@@ -131,33 +131,62 @@ func EncodeEntry(e Entry) ([]any, error) {
 	return v, nil
 }
 
-// marshalStrings encodes a map as a JSON object with sorted keys and no HTML escaping.
+// marshalStrings encodes a map as a JSON object with sorted keys and no HTML escaping. Strings
+// of printable ASCII without quotes or backslashes (header names and values, nearly always) are
+// written as they are; others go through encoding/json.
 func marshalStrings(m map[string]string) ([]byte, error) {
 	keys := make([]string, 0, len(m))
-	for k := range m {
+	size := 2
+	for k, v := range m {
 		keys = append(keys, k)
+		size += len(k) + len(v) + 6
 	}
 	sort.Strings(keys)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	var enc *json.Encoder
+	str := func(s string) error {
+		if plainJSONString(s) {
+			buf.WriteByte('"')
+			buf.WriteString(s)
+			buf.WriteByte('"')
+			return nil
+		}
+		if enc == nil {
+			enc = json.NewEncoder(buf)
+			enc.SetEscapeHTML(false)
+		}
+		if err := enc.Encode(s); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode appends a newline
+		return nil
+	}
 	buf.WriteByte('{')
 	for i, k := range keys {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		if err := enc.Encode(k); err != nil {
+		if err := str(k); err != nil {
 			return nil, err
 		}
-		buf.Truncate(buf.Len() - 1) // Encode appends a newline
 		buf.WriteByte(':')
-		if err := enc.Encode(m[k]); err != nil {
+		if err := str(m[k]); err != nil {
 			return nil, err
 		}
-		buf.Truncate(buf.Len() - 1)
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// plainJSONString reports whether s is JSON text between quotes as it is: printable ASCII, neither
+// a quote nor a backslash.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeEntry decodes a stream message. It returns a *MalformedEntryError when the entry has no

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -328,6 +329,31 @@ func BenchmarkDecodeEntryLimited(b *testing.B) {
 	for b.Loop() {
 		if _, err := decodeEntry(m, 64<<20); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestMarshalStringsIsJSON: headers encode to what encoding/json (without HTML escaping) writes,
+// with sorted keys, whether their strings take the plain path or not.
+func TestMarshalStringsIsJSON(t *testing.T) {
+	for _, m := range []map[string]string{
+		{},
+		{"flowrun-side": "left", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"q": `say "hi"`, "b": `a\b`, "nl": "a\nb", "tab": "\t", "del": "\x7f", "html": "<a&b>"},
+		{"é": "café", "line": "a\u2028b", "bad": "\xff", "": ""},
+	} {
+		got, err := marshalStrings(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(m); err != nil { // encoding/json sorts map keys
+			t.Fatal(err)
+		}
+		if want := strings.TrimSuffix(buf.String(), "\n"); string(got) != want {
+			t.Errorf("marshalStrings(%q) = %s, want %s", m, got, want)
 		}
 	}
 }
