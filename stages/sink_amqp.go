@@ -110,6 +110,8 @@ type amqpSink struct {
 	ch      *amqp.Channel    // in confirm mode
 	returns chan amqp.Return // the channel's basic.returns
 	closed  chan *amqp.Error // why the channel closed
+
+	exchanges map[string]bool // the exchanges found on the broker
 }
 
 func (s *amqpSink) Timeout() time.Duration { return s.timeout }
@@ -141,10 +143,17 @@ func (s *amqpSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 	}
 	pubs := make([]amqpPublication, len(batch))
 	ids := make(map[string]int, len(batch))
+	missing := map[string]string{} // the batch's exchanges that are not on the broker
 	for i := range batch {
 		p, msg, err := s.publication(batch[i])
 		if err != nil {
 			batch[i].Err = err
+			continue
+		}
+		if why := s.missingExchange(p.exchange, missing); why != "" {
+			// Not published: the broker would close the channel, and with it the batch's other
+			// publications.
+			batch[i].Err = Permanent(fmt.Errorf("amqp: no exchange %q on the broker: 404 %s", p.exchange, why))
 			continue
 		}
 		ids[msg.MessageId] = i
@@ -202,7 +211,6 @@ wait:
 		default:
 		}
 	}
-	missing := map[string]bool{} // exchanges found missing, or there
 	for i, p := range pubs {
 		switch {
 		case p.confirm == nil:
@@ -213,7 +221,7 @@ wait:
 				batch[i].Err = Permanent(fmt.Errorf("amqp: the broker returned the message published to exchange %q with routing key %q: %d %s",
 					p.exchange, p.key, r.ReplyCode, r.ReplyText))
 			}
-		case closeErr != nil && closeErr.Code == amqp.NotFound && s.missingExchange(p.exchange, missing):
+		case closeErr != nil && closeErr.Code == amqp.NotFound && s.missingExchange(p.exchange, missing) != "":
 			batch[i].Err = Permanent(fmt.Errorf("amqp: no exchange %q on the broker: %d %s", p.exchange, closeErr.Code, closeErr.Reason))
 		case s.ch.IsClosed():
 			why := "the channel closed"
@@ -228,6 +236,9 @@ wait:
 	}
 	if s.ch.IsClosed() {
 		s.ch = nil // the next batch opens another
+		if closeErr != nil && closeErr.Code == amqp.NotFound {
+			s.exchanges = nil // one was deleted: ask again
+		}
 	}
 }
 
@@ -318,29 +329,36 @@ func (s *amqpSink) open() error {
 	return nil
 }
 
-// missingExchange reports whether the exchange is not on the broker, asking it (a passive
-// declaration, on a channel of its own, which the broker closes when the answer is no); known holds
-// the answers of this batch.
-func (s *amqpSink) missingExchange(exchange string, known map[string]bool) bool {
-	if exchange == "" {
-		return false // the default exchange is always there
+// missingExchange says why the exchange is not on the broker ("" when it is): the sink asks the broker
+// (a passive declaration, on a channel of its own, which the broker closes when the answer is no)
+// once for an exchange that is there, and once a batch for one that is not, whose answers known
+// holds.
+func (s *amqpSink) missingExchange(exchange string, known map[string]string) string {
+	if exchange == "" || s.exchanges[exchange] {
+		return "" // the default exchange is always there
 	}
-	if missing, ok := known[exchange]; ok {
-		return missing
+	if why, ok := known[exchange]; ok {
+		return why
 	}
 	if s.c == nil || s.c.IsClosed() {
-		return false
+		return ""
 	}
 	ch, err := s.c.Channel()
 	if err != nil {
-		return false
+		return ""
 	}
 	err = ch.ExchangeDeclarePassive(exchange, amqp.ExchangeDirect, true, false, false, false, nil)
-	if err == nil {
+	switch {
+	case err == nil:
 		_ = ch.Close()
+		if s.exchanges == nil {
+			s.exchanges = map[string]bool{}
+		}
+		s.exchanges[exchange] = true
+	case amqpCode(err, amqp.NotFound):
+		known[exchange] = err.(*amqp.Error).Reason
 	}
-	known[exchange] = amqpCode(err, amqp.NotFound)
-	return known[exchange]
+	return known[exchange] // "" when not known: the publication tells
 }
 
 // Close closes the connection, once the runtime is done with the sink.

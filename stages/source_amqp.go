@@ -231,8 +231,13 @@ func (s *amqpSource) session(ctx context.Context, out Emitter) (progressed bool,
 	for {
 		select {
 		case <-ctx.Done():
+			s.lastAck(out)
 			return progressed, ctx.Err()
 		case d, ok := <-deliveries:
+			if !ok && ctx.Err() != nil {
+				s.lastAck(out)
+				return progressed, ctx.Err()
+			}
 			if !ok {
 				if e, ok := <-closed; ok && e != nil {
 					return progressed, e
@@ -321,22 +326,37 @@ func (s *amqpSource) acknowledge(ctx context.Context, out Emitter) {
 			s.reportLag(out)
 		}
 		raw, found, err := out.Resume(ctx)
-		if err != nil || !found {
-			continue
+		if err == nil && found {
+			s.ackUpTo(raw)
 		}
-		var pos amqpPosition
-		if json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
-			continue
+	}
+}
+
+// lastAck acknowledges, as the source stops, what Redis has, so that a stop that is not a crash
+// leaves nothing to deliver again.
+func (s *amqpSource) lastAck(out Emitter) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if raw, found, err := out.Resume(ctx); err == nil && found {
+		s.ackUpTo(raw)
+	}
+}
+
+// ackUpTo acknowledges every delivery of the channel up to the position raw, when it is this
+// run's and this channel's.
+func (s *amqpSource) ackUpTo(raw string) {
+	var pos amqpPosition
+	if json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil && pos.Gen == s.gen && pos.Tag > s.acked {
+		// An acknowledgement that fails (the connection away) leaves the messages to be
+		// delivered again, which effectively-once delivery writes once.
+		if s.ch.Ack(pos.Tag, true) == nil {
+			s.acked = pos.Tag
 		}
-		s.mu.Lock()
-		if s.ch != nil && pos.Gen == s.gen && pos.Tag > s.acked {
-			// An acknowledgement that fails (the connection away) leaves the messages to be
-			// delivered again, which effectively-once delivery writes once.
-			if s.ch.Ack(pos.Tag, true) == nil {
-				s.acked = pos.Tag
-			}
-		}
-		s.mu.Unlock()
 	}
 }
 
@@ -369,7 +389,7 @@ func newAMQPConn(raw, name string, env Env) amqpConn {
 	}
 	if u, err := amqp.ParseURI(raw); err == nil && u.Password != "" && strings.Contains(raw, u.Password) {
 		p := u.Password
-		c.shown = strings.ReplaceAll(raw, p, "(password)")
+		c.shown = strings.Replace(raw, ":"+p+"@", ":(password)@", 1)
 		redact := c.redact
 		c.redact = func(s string) string { return redact(strings.ReplaceAll(s, p, "(password)")) }
 	}
