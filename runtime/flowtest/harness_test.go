@@ -340,3 +340,45 @@ sink "big_out" {
 		t.Fatalf("want one passing run, got %+v", results)
 	}
 }
+
+// TestAMQPKindsAreTestedWithoutABroker: flowrun test feeds an amqp source and captures what
+// reaches an amqp sink, as for every source and sink; RabbitMQ (here, nothing listens on port 1)
+// is never dialled.
+func TestAMQPKindsAreTestedWithoutABroker(t *testing.T) {
+	plan := compile(t, `
+pipeline "amqporders" { key_prefix = "amqporders" }
+topic "orders" {
+  partitions = 2
+}
+source "orders_in" {
+  kind        = "amqp"
+  url         = "amqp://app:secret-pw@127.0.0.1:1/"
+  queue       = "flowrun_orders"
+  exchange    = "orders"
+  binding_key = "orders.#"
+  output      = topic.orders
+}
+sink "big_out" {
+  kind        = "amqp"
+  input       = topic.orders
+  url         = "amqp://app:secret-pw@127.0.0.1:1/"
+  exchange    = "big"
+  routing_key = "big.${key}"
+  where       = msg.amount >= 100
+}
+`)
+	file := &testfile.File{
+		Path: "p.flowtest.hcl",
+		Runs: []*testfile.Run{{
+			Name: "big orders",
+			Steps: []*testfile.Step{{Sends: []*testfile.Send{{Source: "orders_in", Messages: []testfile.Message{
+				payloadOf(`{"id":"a","amount":250}`), payloadOf(`{"id":"b","amount":5}`),
+			}}}}},
+			Expect: []*testfile.Expect{{Sink: "big_out", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"id":"a","amount":250}`)}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("want one passing run, got %+v", results)
+	}
+}
