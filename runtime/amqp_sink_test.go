@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -198,19 +197,7 @@ func TestAMQPSinkWaitsOutAnOutage(t *testing.T) {
 	plan := buildSource(t, amqpSinkPipeline("ignored", "at_least_once", amqpVia(proxy.Addr()), fmt.Sprintf("%q", name), fmt.Sprintf(`"%s.out.${key}"`, name)))
 	publishIn(t, plan, 0, first, nil)
 	c := server.open(t)
-	ctx, stop := context.WithCancel(context.Background())
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
-		ended <- err
-	}()
-	var runErr error
-	stopRun := sync.OnceFunc(func() {
-		stop()
-		runErr = <-ended
-	})
-	t.Cleanup(stopRun)
+	run := runInBackground(t, plan, runtime.Options{Redis: c})
 	waitFor(t, "the first part in the queue", func() bool { return amqpDepth(t, amqpURL(), name) == first })
 	proxy.Cut()
 	publishIn(t, plan, first, n, nil)
@@ -225,10 +212,7 @@ func TestAMQPSinkWaitsOutAnOutage(t *testing.T) {
 	}
 	proxy.Restore()
 	waitFor(t, "every message published and acknowledged", func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "rabbit") == n })
-	stopRun()
-	if runErr != nil {
-		t.Fatalf("%v\n%s", runErr, log.String())
-	}
+	stopClean(t, run)
 	got := amqpTake(t, amqpURL(), name)
 	checkEachOnce(t, amqpDistinct(t, got), n)
 	if list := sinkDeadLetters(t, c, plan, "rabbit"); len(list) > 0 {
@@ -292,18 +276,9 @@ func TestAMQPRoundTripCarriesTheTrace(t *testing.T) {
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	plan := buildSource(t, amqpRoundTrip("ignored", "effectively_once", amqpURL(), in, out))
 	c := server.open(t)
-	ctx, stop := context.WithCancel(context.Background())
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), TracerProvider: tp})
-		ended <- err
-	}()
-	waitFor(t, "every message in the out queue", func() bool { return amqpDepth(t, amqpURL(), out) >= n })
-	stop()
-	if err := <-ended; err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
+	run := runInBackground(t, plan, runtime.Options{Redis: c, TracerProvider: tp})
+	waitFor(t, "every message in the out queue", func() bool { return stillRunning(t, run) && amqpDepth(t, amqpURL(), out) >= n })
+	stopClean(t, run)
 	got := amqpTake(t, amqpURL(), out)
 	checkEachOnce(t, amqpDistinct(t, got), n)
 	spans := map[string]string{} // span ID: its trace ID

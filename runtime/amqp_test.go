@@ -174,35 +174,25 @@ func amqpTopic(t *testing.T, c *redis.Client, prefix, name string) map[int]int {
 	seen := map[int]int{}
 	last := map[string]int{}
 	for _, s := range (redis.Keys{Prefix: prefix}).Streams("in", 4) {
-		for after := "0"; ; {
-			recs, err := c.Read(context.Background(), s, after, 0, 0)
-			if err != nil {
-				t.Fatal(err)
+		for _, r := range readAll(t, c, s) {
+			var m struct{ I int }
+			if err := json.Unmarshal(r.Payload, &m); err != nil {
+				t.Fatalf("entry %s: %v", r.ID, err)
 			}
-			if len(recs) == 0 {
-				break
+			if want := fmt.Sprintf("%s.k%d", name, m.I%10); r.Key != want {
+				t.Fatalf("message %d has key %q, want its routing key %q", m.I, r.Key, want)
 			}
-			for _, r := range recs {
-				after = r.ID
-				var m struct{ I int }
-				if err := json.Unmarshal(r.Payload, &m); err != nil {
-					t.Fatalf("entry %s: %v", r.ID, err)
-				}
-				if want := fmt.Sprintf("%s.k%d", name, m.I%10); r.Key != want {
-					t.Fatalf("message %d has key %q, want its routing key %q", m.I, r.Key, want)
-				}
-				if r.Headers["origin"] != "test" {
-					t.Fatalf("message %d has headers %v, want the AMQP header origin: test", m.I, r.Headers)
-				}
-				if m.I%10 == 0 && r.TraceParent != natsTraceparent(m.I) {
-					t.Fatalf("message %d has traceparent %q, want %q", m.I, r.TraceParent, natsTraceparent(m.I))
-				}
-				if prev, ok := last[r.Key]; ok && seen[m.I] == 0 && m.I < prev {
-					t.Fatalf("key %s: message %d after %d", r.Key, m.I, prev)
-				}
-				last[r.Key] = max(last[r.Key], m.I)
-				seen[m.I]++
+			if r.Headers["origin"] != "test" {
+				t.Fatalf("message %d has headers %v, want the AMQP header origin: test", m.I, r.Headers)
 			}
+			if m.I%10 == 0 && r.TraceParent != natsTraceparent(m.I) {
+				t.Fatalf("message %d has traceparent %q, want %q", m.I, r.TraceParent, natsTraceparent(m.I))
+			}
+			if prev, ok := last[r.Key]; ok && seen[m.I] == 0 && m.I < prev {
+				t.Fatalf("key %s: message %d after %d", r.Key, m.I, prev)
+			}
+			last[r.Key] = max(last[r.Key], m.I)
+			seen[m.I]++
 		}
 	}
 	return seen
@@ -222,6 +212,25 @@ func amqpEntries(t *testing.T, c *redis.Client, prefix string) int64 {
 	return total
 }
 
+// stillRunning fails the test if the run has ended by itself.
+func stillRunning(t *testing.T, r *bgRun) bool {
+	t.Helper()
+	select {
+	case <-r.done:
+		t.Fatalf("the run ended: %v\n%s", r.err, r.log.String())
+	default:
+	}
+	return true
+}
+
+// stopClean stops the run and fails the test if it ended with an error.
+func stopClean(t *testing.T, r *bgRun) {
+	t.Helper()
+	if err := r.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, r.log.String())
+	}
+}
+
 // TestAMQPSourceWritesEachMessageOnce: 3000 messages published to the exchange the source binds
 // its queue to, half before the run and half during it, are each in the topic once, keyed by
 // their routing keys and in their order on each, with the headers and trace context they came
@@ -235,27 +244,10 @@ func TestAMQPSourceWritesEachMessageOnce(t *testing.T) {
 	amqpPublish(t, ch, name, 0, n/2, false) // no message_id: at-least-once is enough without a crash
 	c := server.open(t)
 	plan := buildSource(t, amqpSourcePipeline("ignored", "at_least_once", amqpURL(), name))
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
-		ended <- err
-	}()
+	run := runInBackground(t, plan, runtime.Options{Redis: c})
 	amqpPublish(t, ch, name, n/2, n, false)
-	waitFor(t, "every message in the topic", func() bool {
-		select {
-		case err := <-ended:
-			t.Fatalf("the run ended: %v\n%s", err, log.String())
-		default:
-		}
-		return amqpEntries(t, c, plan.KeyPrefix) >= n
-	})
-	stop()
-	if err := <-ended; err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
+	waitFor(t, "every message in the topic", func() bool { return stillRunning(t, run) && amqpEntries(t, c, plan.KeyPrefix) >= n })
+	stopClean(t, run)
 	checkEachOnce(t, amqpTopic(t, c, plan.KeyPrefix, name), n)
 	if d := amqpDepth(t, amqpURL(), name); d != 0 {
 		t.Errorf("the queue holds %d messages after the run: not all were acknowledged", d)
@@ -344,14 +336,7 @@ func TestAMQPSourceWaitsOutAnOutage(t *testing.T) {
 	c := server.open(t)
 	plan := buildSource(t, amqpSourcePipeline("ignored", "effectively_once", amqpVia(proxy.Addr()), name))
 	amqpPublish(t, ch, name, 0, first, true)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
-		ended <- err
-	}()
+	run := runInBackground(t, plan, runtime.Options{Redis: c})
 	waitFor(t, "the first part in the topic", func() bool { return amqpEntries(t, c, plan.KeyPrefix) == first })
 	proxy.Cut()
 	amqpPublish(t, ch, name, first, n, true)
@@ -360,18 +345,8 @@ func TestAMQPSourceWaitsOutAnOutage(t *testing.T) {
 		t.Fatalf("%d entries while the broker was cut off, want %d", got, first)
 	}
 	proxy.Restore()
-	waitFor(t, "every message in the topic", func() bool {
-		select {
-		case err := <-ended:
-			t.Fatalf("the run ended: %v\n%s", err, log.String())
-		default:
-		}
-		return amqpEntries(t, c, plan.KeyPrefix) >= n
-	})
-	stop()
-	if err := <-ended; err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
+	waitFor(t, "every message in the topic", func() bool { return stillRunning(t, run) && amqpEntries(t, c, plan.KeyPrefix) >= n })
+	stopClean(t, run)
 	checkEachOnce(t, amqpTopic(t, c, plan.KeyPrefix, name), n)
 	t.Logf("%d messages before the cut, %d connections refused while the broker was away, each of %d once at the end", first, proxy.Refused(), n)
 }

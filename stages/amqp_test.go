@@ -8,8 +8,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/flowrun/flowrun/flow"
 )
 
 // The amqp kinds without a broker: what validate refuses, the password kept out of output, and
@@ -17,7 +15,7 @@ import (
 
 // TestAMQPValidates checks what validate says of the kinds' attributes.
 func TestAMQPValidates(t *testing.T) {
-	for _, c := range []struct{ block, want string }{
+	checkPlanErrors(t, []struct{ block, want string }{
 		{`source "a" {
   kind   = "amqp"
   url    = "http://127.0.0.1:5672"
@@ -57,16 +55,7 @@ func TestAMQPValidates(t *testing.T) {
   url         = "amqp://h:5672"
   routing_key = value.x
 }`, "value"},
-	} {
-		src := "pipeline \"t\" {}\ntopic \"in\" {}\nsource \"s\" {\n  kind = \"stdin\"\n  output = topic.in\n}\n" + c.block
-		cfg, diags := flow.LoadSource(map[string][]byte{"t.hcl": []byte(src)})
-		if !diags.HasErrors() {
-			_, diags = flow.Compile(cfg, flow.Options{})
-		}
-		if !diags.HasErrors() || !strings.Contains(diags.Error(), c.want) {
-			t.Errorf("%s: %v, want an error with %q", c.block, diags, c.want)
-		}
-	}
+	})
 }
 
 // TestAMQPHidesThePassword: a password in the url is a secret of the plan, and a sink whose

@@ -367,6 +367,19 @@ type Clock interface {
 	NewTicker(d time.Duration) Ticker
 }
 
+// Sleep waits d on the clock, or until ctx ends (it then returns ctx's error): a source's wait
+// before it tries its upstream system again.
+func Sleep(ctx context.Context, clock Clock, d time.Duration) error {
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
 // Ticker is a Clock's ticker.
 type Ticker interface {
 	C() <-chan time.Time

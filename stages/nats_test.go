@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/flowrun/flowrun/flow"
 )
 
 // The nats kinds without a server: what validate refuses, the password kept out of output, and
@@ -17,7 +15,7 @@ import (
 
 // TestNATSValidates checks what validate says of the kinds' attributes.
 func TestNATSValidates(t *testing.T) {
-	for _, c := range []struct{ block, want string }{
+	checkPlanErrors(t, []struct{ block, want string }{
 		{`source "n" {
   kind    = "nats"
   url     = "nats://127.0.0.1:4222"
@@ -52,16 +50,7 @@ func TestNATSValidates(t *testing.T) {
   url     = "nats://h:4222"
   subject = value.x
 }`, "value"},
-	} {
-		src := "pipeline \"t\" {}\ntopic \"in\" {}\nsource \"s\" {\n  kind = \"stdin\"\n  output = topic.in\n}\n" + c.block
-		cfg, diags := flow.LoadSource(map[string][]byte{"t.hcl": []byte(src)})
-		if !diags.HasErrors() {
-			_, diags = flow.Compile(cfg, flow.Options{})
-		}
-		if !diags.HasErrors() || !strings.Contains(diags.Error(), c.want) {
-			t.Errorf("%s: %v, want an error with %q", c.block, diags, c.want)
-		}
-	}
+	})
 }
 
 // TestNATSHidesThePassword: a password in the url is a secret of the plan, and a sink whose

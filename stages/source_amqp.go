@@ -187,12 +187,8 @@ func (s *amqpSource) Produce(ctx context.Context, out Emitter) error {
 			wait = amqpRetryFirst
 		}
 		s.log.Warn("amqp: consuming the queue failed; trying again", "err", s.conn.redact(err.Error()), "in", wait)
-		t := s.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C():
+		if err := Sleep(ctx, s.clock, wait); err != nil {
+			return err
 		}
 		wait = min(2*wait, amqpRetryLongest)
 	}

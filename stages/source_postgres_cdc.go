@@ -252,12 +252,8 @@ func (s *cdcSource) Produce(ctx context.Context, out Emitter) error {
 			wait = cdcRetryFirst
 		}
 		s.log.Warn("postgres_cdc: the database connection failed; trying again", "err", s.redact(err.Error()), "in", wait)
-		t := s.clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C():
+		if err := Sleep(ctx, s.clock, wait); err != nil {
+			return err
 		}
 		wait = min(2*wait, cdcRetryLongest)
 	}

@@ -35,6 +35,22 @@ source "s" {
 	return p
 }
 
+// checkPlanErrors checks that each block, after a pipeline with a stdin source writing to topic
+// "in", makes validate fail with an error containing want.
+func checkPlanErrors(t *testing.T, cases []struct{ block, want string }) {
+	t.Helper()
+	for _, c := range cases {
+		src := "pipeline \"t\" {}\ntopic \"in\" {}\nsource \"s\" {\n  kind = \"stdin\"\n  output = topic.in\n}\n" + c.block
+		cfg, diags := flow.LoadSource(map[string][]byte{"t.hcl": []byte(src)})
+		if !diags.HasErrors() {
+			_, diags = flow.Compile(cfg, flow.Options{})
+		}
+		if !diags.HasErrors() || !strings.Contains(diags.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.block, diags, c.want)
+		}
+	}
+}
+
 func processor(t testing.TB, p *flow.Plan, name string) Processor {
 	t.Helper()
 	proc, err := Compile(p.Stage(name), Env{})
