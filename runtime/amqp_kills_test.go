@@ -169,11 +169,11 @@ func (n *rabbitNode) kill() {
 		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if conn, err := net.Dial("tcp", n.addr()); err != nil {
+		conn, err := net.Dial("tcp", n.addr())
+		if err != nil {
 			return
-		} else {
-			_ = conn.Close()
 		}
+		_ = conn.Close()
 	}
 }
 
@@ -202,7 +202,8 @@ func freePort(t *testing.T) int {
 // routing key's messages are in their order.
 func TestAMQPRoundTripThroughKillsAndARestart(t *testing.T) {
 	kills, n := amqpKillCycles(100000)
-	url, restart := amqpURL(), func() {}
+	var url string
+	var restart func()
 	if node := startRabbitNode(t); node != nil {
 		url = node.url()
 		restart = func() {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,8 +40,14 @@ func amqpVia(addr string) string {
 	if err != nil {
 		panic(err)
 	}
-	u.Host, u.Port = strings.Split(addr, ":")[0], 0
-	fmt.Sscanf(strings.Split(addr, ":")[1], "%d", &u.Port)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		panic(err)
+	}
+	u.Host = host
+	if u.Port, err = strconv.Atoi(port); err != nil {
+		panic(err)
+	}
 	return u.String()
 }
 
@@ -278,7 +286,9 @@ func TestAMQPSourceReportsTheQueueDepth(t *testing.T) {
 	go func() { ended <- src.Produce(ctx, out) }()
 	waitFor(t, "the source to report the queue's depth less what it was delivered", func() bool { return out.lag.Load() == n-500 })
 	stop()
-	<-ended
+	if err := <-ended; err != context.Canceled {
+		t.Errorf("the source ended with %v, want context.Canceled", err)
+	}
 	t.Logf("the source reported a lag of %d of %d messages, holding 500 delivered", out.lag.Load(), n)
 }
 

@@ -201,7 +201,7 @@ func (s *amqpSource) session(ctx context.Context, out Emitter) (progressed bool,
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ch, err := s.declare(conn)
 	if err != nil {
 		return false, err

@@ -157,6 +157,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.runJob(ctx, sc)
 	case kindHTTPIn, kindSQLOut, kindCDC:
 		return h.connectorRun(ctx, sc)
+	case kindAMQPIn, kindAMQPOut:
+		return h.runAMQP(ctx, sc)
 	case kindNexmark:
 		return h.runNexmark(ctx, sc)
 	}
