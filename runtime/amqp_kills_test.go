@@ -255,7 +255,15 @@ func TestAMQPRoundTripThroughKillsAndARestart(t *testing.T) {
 	before := depth()
 	waitFor(t, "progress before the broker's restart", func() bool { return depth()-before >= step/2 })
 	restart()
-	waitFor(t, "every message through the sink", func() bool { return acked(t, c, prefix, "check.out", 4, "rabbit_out") == int64(n) })
+	if !waitProgress(t, "every message through the sink", int64(n), func() int64 { return acked(t, c, prefix, "check.out", 4, "rabbit_out") }) {
+		if d := os.Getenv("FLOWRUN_AMQP_DEBUG"); d != "" {
+			_ = last.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = waitProcess(t, last)
+			_ = os.WriteFile(d, []byte(last.log.String()), 0o644)
+		}
+		l := last.log.String()
+		t.Fatalf("%d entries in topic in; the last process's log ends:\n%s", amqpEntries(t, c, prefix), l[max(0, len(l)-4000):])
+	}
 	stopGracefully(t, last)
 	logs = append(logs, last.log.String())
 	got := amqpTake(t, url, out)

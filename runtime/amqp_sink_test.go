@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/flowrun/flowrun/internal/sqltest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
 )
 
 // The amqp sink's proofs (see amqp_test.go for the broker they use): what it publishes reaches the
@@ -321,4 +324,144 @@ func checkKeyOrder(t testing.TB, got []amqpOut, right func(amqpOut) bool) int {
 		last[m.Key] = m.I
 	}
 	return len(last)
+}
+
+// stallProxy forwards TCP connections to target until stall: from then on, the connections it
+// has stop being read and written, without being closed (a broker that hangs, or blocks its
+// publishers); new connections are forwarded.
+type stallProxy struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	stalled chan struct{} // closed by stall, for the connections made before
+	release chan struct{} // closed when the test ends
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln, stalled: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { _ = ln.Close(); close(p.release) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			stalled := p.stalled
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				defer func() { _ = dst.Close(); _ = src.Close() }()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					select {
+					case <-stalled:
+						<-p.release
+						return
+					default:
+					}
+					if err != nil {
+						return
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return p
+}
+
+// stall stops the connections made so far.
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.stalled)
+	p.stalled = make(chan struct{})
+}
+
+// TestAMQPSinkLeavesAHungConnection: a broker that stops reading (here a proxy that stops
+// forwarding, without closing) holds a publication forever: the sink's watchdog closes the
+// connection past its timeout, the batch fails transiently instead of hanging, and the next batch
+// goes through on a new connection.
+func TestAMQPSinkLeavesAHungConnection(t *testing.T) {
+	name := amqpName(t)
+	amqpQueue(t, amqpURL(), name, nil)
+	proxy := newStallProxy(t, amqpHost())
+	plan := buildSource(t, strings.Replace(amqpSinkPipeline("ignored", "at_least_once", amqpVia(proxy.ln.Addr().String()), `""`, fmt.Sprintf("%q", name)),
+		`timeout     = "2s"`, `timeout     = "1s"`, 1))
+	kind, err := stages.SinkKindOf(plan.Sinks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := kind.New(plan.Sinks[0], stages.Env{Pipeline: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := made.(stages.BatchSink)
+	defer func() { _ = made.(interface{ Close() error }).Close() }()
+	batch := func(n, size int) []stages.Delivery {
+		d := make([]stages.Delivery, n)
+		for i := range d {
+			m := stages.NewMessage("k", fmt.Appendf(nil, `{"i":%d,"pad":%q}`, i, strings.Repeat("x", size)), map[string]string{"origin": "test"})
+			d[i] = stages.Delivery{Message: &m, ID: fmt.Sprintf("%d-0", i)}
+		}
+		return d
+	}
+	deliver := func(d []stages.Delivery) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			sink.DeliverBatch(ctx, d)
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("DeliverBatch hangs on a connection the broker does not read")
+		}
+	}
+	first := batch(10, 10)
+	deliver(first)
+	for _, d := range first {
+		if d.Err != nil {
+			t.Fatalf("before the stall: %v", d.Err)
+		}
+	}
+	proxy.stall()
+	big := batch(2000, 10<<10) // 20 MB: more than the sockets' buffers take
+	deliver(big)
+	failed := 0
+	for _, d := range big {
+		if d.Err != nil {
+			if !stages.IsTransient(d.Err) {
+				t.Fatalf("a publication on the hung connection: %v, want a transient error", d.Err)
+			}
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("every publication on the hung connection succeeded")
+	}
+	again := batch(10, 10)
+	deliver(again)
+	for _, d := range again {
+		if d.Err != nil {
+			t.Fatalf("after the stall, on a new connection: %v", d.Err)
+		}
+	}
+	t.Logf("%d of %d publications on the hung connection failed transiently, such as %v; the next batch went through", failed, len(big), big[len(big)-1].Err)
 }

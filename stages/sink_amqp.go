@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -107,6 +109,7 @@ type amqpSink struct {
 
 	mu      sync.Mutex // over the connection; DeliverBatch is called one batch at a time
 	c       *amqp.Connection
+	raw     atomic.Value     // of net.Conn: c's TCP connection, which the watchdog closes
 	ch      *amqp.Channel    // in confirm mode
 	returns chan amqp.Return // the channel's basic.returns
 	closed  chan *amqp.Error // why the channel closed
@@ -135,6 +138,15 @@ type amqpPublication struct {
 func (s *amqpSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A call on the connection blocks while the broker does not read (one that blocks publishers,
+	// a connection that hangs): past the timeout, the watchdog closes the TCP connection, which
+	// fails what is blocked on it, and the batch is tried again on a new one.
+	watchdog := time.AfterFunc(s.timeout+time.Second, func() {
+		if raw, ok := s.raw.Load().(net.Conn); ok {
+			_ = raw.Close()
+		}
+	})
+	defer watchdog.Stop()
 	if err := s.open(); err != nil {
 		for i := range batch {
 			batch[i].Err = err
@@ -306,11 +318,12 @@ func (s *amqpSink) open() error {
 		return nil
 	}
 	if s.c == nil || s.c.IsClosed() {
-		c, err := s.conn.dial()
+		c, raw, err := s.conn.dial()
 		if err != nil {
 			return Transient(err)
 		}
 		s.c = c
+		s.raw.Store(raw)
 	}
 	ch, err := s.c.Channel()
 	if err == nil {
@@ -319,7 +332,7 @@ func (s *amqpSink) open() error {
 		}
 	}
 	if err != nil {
-		_ = s.c.Close()
+		_ = s.c.CloseDeadline(time.Now().Add(s.timeout))
 		s.c = nil
 		return Transient(errors.New(s.conn.redact("amqp: opening a channel on " + s.conn.shown + ": " + err.Error())))
 	}
@@ -366,7 +379,7 @@ func (s *amqpSink) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil {
-		_ = s.c.Close()
+		_ = s.c.CloseDeadline(time.Now().Add(s.timeout))
 		s.c, s.ch = nil, nil
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,7 +198,7 @@ func (s *amqpSource) Produce(ctx context.Context, out Emitter) error {
 // session connects, sets up the queue (and its binding), and passes its messages on until an
 // error: the connection lost, the consumer cancelled (the queue deleted).
 func (s *amqpSource) session(ctx context.Context, out Emitter) (progressed bool, err error) {
-	conn, err := s.conn.dial()
+	conn, _, err := s.conn.dial()
 	if err != nil {
 		return false, err
 	}
@@ -392,16 +393,24 @@ func newAMQPConn(raw, name string, env Env) amqpConn {
 	return c
 }
 
-// dial connects to the broker, with heartbeats so that a broker gone silent is noticed.
-func (c amqpConn) dial() (*amqp.Connection, error) {
+// dial connects to the broker, with heartbeats so that a broker gone silent is noticed. It returns
+// the TCP connection under it too: closing that ends every call on the connection at once, also
+// one blocked writing to a broker that no longer reads.
+func (c amqpConn) dial() (*amqp.Connection, net.Conn, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(c.name)
+	var raw net.Conn
+	dial := amqp.DefaultDial(10 * time.Second)
 	conn, err := amqp.DialConfig(c.url, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Properties: props,
-		Dial: amqp.DefaultDial(10 * time.Second)})
+		Dial: func(network, addr string) (net.Conn, error) {
+			var err error
+			raw, err = dial(network, addr)
+			return raw, err
+		}})
 	if err != nil {
-		return nil, errors.New(c.redact("amqp: connecting to " + c.shown + ": " + err.Error()))
+		return nil, nil, errors.New(c.redact("amqp: connecting to " + c.shown + ": " + err.Error()))
 	}
-	return conn, nil
+	return conn, raw, nil
 }
 
 // checkAMQPURL checks the url attribute, and declares its password a secret.
