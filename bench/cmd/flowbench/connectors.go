@@ -367,26 +367,12 @@ func (h *harness) runSQLOut(ctx context.Context, sc scenario) (res result) {
 		err := conn.QueryRow(ctx, "SELECT count(*) FROM "+sqlTable).Scan(&n)
 		return n, err
 	}
-	until := func(want int, deadline time.Duration) error {
-		for end := time.Now().Add(deadline); ; time.Sleep(10 * time.Millisecond) {
-			n, err := rows()
-			if err != nil || n >= want {
-				return err
-			}
-			if c.exited() {
-				return fmt.Errorf("the process exited: %s", c.logTail())
-			}
-			if time.Now().After(end) {
-				return fmt.Errorf("%d of %d rows within %s", n, want, deadline)
-			}
-		}
-	}
-	if err := until(warm, time.Minute); err != nil {
+	if err := untilCount(c, rows, "rows", warm, time.Minute); err != nil {
 		return result{failed: "warm-up: " + err.Error()}
 	}
 	cpu0 := h.cpus(c)
 	t0 := time.Now()
-	if err := until(warm+flat, 5*time.Minute); err != nil {
+	if err := untilCount(c, rows, "rows", warm+flat, 5*time.Minute); err != nil {
 		return result{failed: err.Error()}
 	}
 	res = h.measured(c, flat, t0, time.Now(), cpu0)
@@ -395,6 +381,23 @@ func (h *harness) runSQLOut(ctx context.Context, sc scenario) (res result) {
 	}
 	res.note("rows/s")
 	return res
+}
+
+// untilCount polls count until it reaches want, while the system's process c runs, for at most
+// deadline.
+func untilCount(c *child, count func() (int, error), what string, want int, deadline time.Duration) error {
+	for end := time.Now().Add(deadline); ; time.Sleep(10 * time.Millisecond) {
+		n, err := count()
+		if err != nil || n >= want {
+			return err
+		}
+		if c.exited() {
+			return fmt.Errorf("the process exited: %s", c.logTail())
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%d of %d %s within %s", n, want, what, deadline)
+		}
+	}
 }
 
 // benthosSQLConfig is a redis_streams input into Benthos's sql_insert output. Every setting is at

@@ -171,26 +171,12 @@ func (h *harness) runAMQP(ctx context.Context, sc scenario) (res result) {
 		}
 		return int(total), nil
 	}
-	until := func(want int, deadline time.Duration) error {
-		for end := time.Now().Add(deadline); ; time.Sleep(10 * time.Millisecond) {
-			n, err := through()
-			if err != nil || n >= want {
-				return err
-			}
-			if c.exited() {
-				return fmt.Errorf("the process exited: %s", c.logTail())
-			}
-			if time.Now().After(end) {
-				return fmt.Errorf("%d of %d messages within %s", n, want, deadline)
-			}
-		}
-	}
-	if err := until(warm, time.Minute); err != nil {
+	if err := untilCount(c, through, "messages", warm, time.Minute); err != nil {
 		return result{failed: "warm-up: " + err.Error()}
 	}
 	cpu0 := h.cpus(c)
 	t0 := time.Now()
-	if err := until(warm+flat, 5*time.Minute); err != nil {
+	if err := untilCount(c, through, "messages", warm+flat, 5*time.Minute); err != nil {
 		return result{failed: err.Error()}
 	}
 	res = h.measured(c, flat, t0, time.Now(), cpu0)
