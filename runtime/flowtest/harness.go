@@ -384,13 +384,13 @@ func (h *harness) nodeEnv(typ, name string, env *stages.Env) {
 			if !h.mocked[fn] {
 				return stages.Lookup(fn)
 			}
-			real, hasReal := stages.Lookup(fn)
+			registered, hasReal := stages.Lookup(fn)
 			return func(ctx context.Context, m stages.Message) ([]stages.Message, error) {
 				if mock := h.mockOf(fn); mock != nil {
 					return mock.call(ctx, m)
 				}
 				if hasReal {
-					return real(ctx, m)
+					return registered(ctx, m)
 				}
 				why := "this binary does not have it"
 				if _, stateful := stages.LookupStateful(fn); stateful {
