@@ -1,0 +1,282 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
+)
+
+// The kafka sink's attributes (brokers and client_id are the source's).
+const (
+	kafkaSinkFieldTopic   = "topic"
+	kafkaSinkFieldKey     = "key"
+	kafkaSinkFieldTimeout = "timeout"
+)
+
+// kafkaIDHeader is the record header that names the entry a record was produced from (the
+// pipeline, the sink, the input partition and the entry's ID), the same on every delivery of the
+// entry: a consumer that must see each entry once drops a record whose flowrun-id it has seen.
+const kafkaIDHeader = "flowrun-id"
+
+// The kafka sink produces each message to the topic its expression gives, with the idempotent
+// producer and acks=all, and the runtime acknowledges the message's entry only once every in-sync
+// replica has it. A Kafka that is away pauses the sink; a record Kafka refuses (too large, no such
+// topic, invalid) is dead-lettered with Kafka's reason. A delivery the runtime attempts again in
+// the same process waits for the record already produced instead of producing it twice; after a
+// crash, an entry whose record Kafka had and that was not acknowledged in Redis yet is produced
+// again (at least once), with the same flowrun-id header.
+func init() {
+	RegisterSink(SinkKind{
+		Spec: &flow.Kind{
+			Name: "kafka",
+			Doc: "Produces each message to Kafka, to the topic its expression gives, keyed by the message's key (or the key " +
+				"expression's), with the message's headers and trace context as record headers, through the idempotent " +
+				"producer with acks=all. The entry is acknowledged only once Kafka has confirmed the record. Kafka away pauses " +
+				"the sink; a record Kafka refuses (too large, no such topic) is dead-lettered with the reason.",
+			Attributes: []flow.Attribute{
+				{Name: kafkaFieldBrokers, Type: flow.TypeStringList, Required: true,
+					Doc: "The bootstrap brokers, host:port each, such as [\"kafka1:9092\", \"kafka2:9092\"] (an entry may also list several separated by commas)."},
+				{Name: kafkaSinkFieldTopic, Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg", "key"},
+					Doc: "The topic to produce each message to, which must exist unless the brokers create topics, such as " +
+						"\"orders\" or \"orders.${msg.region}\"; key is the message's key."},
+				{Name: kafkaSinkFieldKey, Type: flow.TypeMessageExpr, Roots: []string{"msg", "key"},
+					Doc: "The record key, which picks the partition (Kafka's default partitioner: murmur2 of the key, as the Java " +
+						"client's), such as \"${msg.customer}\"; default: the message's key, so a key's messages stay in order in one " +
+						"partition. A key that is \"\" produces a record without one."},
+				{Name: kafkaFieldClientID, Type: flow.TypeString, Default: "flowrun",
+					Doc: "The client.id the sink's connections give the brokers (their logs and quotas)."},
+				{Name: kafkaSinkFieldTimeout, Type: flow.TypeDuration, Default: 10 * time.Second,
+					Doc: "How long Kafka may take to confirm a batch of records (Kafka's delivery.timeout.ms for each record)."},
+			},
+			Example: `sink "shipped" {
+  kind    = "kafka"
+  input   = stage.shipped
+  brokers = ["127.0.0.1:9092"]
+  topic   = "shipped"
+  key     = "${msg.customer}"
+}`,
+			Check: func(c *flow.KindCheck) {
+				checkKafkaBrokers(c)
+				if c.Config.Duration(kafkaSinkFieldTimeout) <= 0 {
+					c.Errorf(kafkaSinkFieldTimeout, "Invalid timeout", "Give a duration above 0, such as \"10s\".")
+				}
+			},
+		},
+		Traits: SinkTraits{Inline: true}, // a batch at a time, in order: DeliverBatch produces it at once
+		New: func(s *flow.Sink, env Env) (Sink, error) {
+			k := &kafkaSink{
+				brokers: kafkaBrokers(s.Config.Strings(kafkaFieldBrokers)), clientID: s.Config.String(kafkaFieldClientID),
+				topic: s.Config.Expr(kafkaSinkFieldTopic), timeout: s.Config.Duration(kafkaSinkFieldTimeout),
+				idPrefix: env.Pipeline + "/" + s.Name + "/", inflight: map[string]*kafkaProduce{},
+			}
+			if s.Config.Has(kafkaSinkFieldKey) {
+				k.key = s.Config.Expr(kafkaSinkFieldKey)
+			}
+			return k, nil
+		},
+	})
+}
+
+// kafkaSink is a kafka sink. Its client connects with its first delivery.
+type kafkaSink struct {
+	brokers  []string
+	clientID string
+	topic    *expr.Program
+	key      *expr.Program // nil: the message's key
+	timeout  time.Duration
+	idPrefix string // of the flowrun-id header
+
+	mu sync.Mutex
+	cl *kgo.Client
+	// inflight are the records produced and not yet reported delivered to the runtime, by the
+	// entry's partition and ID: a delivery attempted again while its record is still on its way
+	// (or confirmed after the runtime stopped waiting) waits for it rather than producing it twice.
+	inflight map[string]*kafkaProduce
+}
+
+// kafkaProduce is a record on its way to Kafka.
+type kafkaProduce struct {
+	topic string
+	done  chan struct{}
+	err   error // set before done closes
+}
+
+func (s *kafkaSink) Timeout() time.Duration { return s.timeout }
+
+// Deliver is DeliverBatch's for one message (the runtime calls DeliverBatch only).
+func (s *kafkaSink) Deliver(ctx context.Context, m *Message, out []Write) ([]Write, error) {
+	parent, state := TraceFrom(ctx)
+	d := []Delivery{{Message: m, Traceparent: parent, Tracestate: state}}
+	s.DeliverBatch(ctx, d)
+	return out, d[0].Err
+}
+
+// DeliverBatch produces the batch, in order (so each key's order holds in its partition), and waits
+// until Kafka has confirmed every record.
+func (s *kafkaSink) DeliverBatch(ctx context.Context, batch []Delivery) {
+	cl, err := s.client()
+	if err != nil {
+		for i := range batch {
+			batch[i].Err = err
+		}
+		return
+	}
+	produced := make([]*kafkaProduce, len(batch))
+	ids := make([]string, len(batch))
+	for i := range batch {
+		ids[i] = strconv.Itoa(batch[i].Partition) + "/" + batch[i].ID
+		s.mu.Lock()
+		p := s.inflight[ids[i]]
+		s.mu.Unlock()
+		if p != nil {
+			select {
+			case <-p.done:
+				if p.err != nil {
+					p = nil // it failed (such as cancelled before it was sent): produce it again
+				}
+			default:
+			}
+		}
+		if p != nil && batch[i].ID != "" {
+			produced[i] = p
+			continue
+		}
+		rec, err := s.record(batch[i], ids[i])
+		if err != nil {
+			batch[i].Err = err
+			continue
+		}
+		p = &kafkaProduce{topic: rec.Topic, done: make(chan struct{})}
+		if batch[i].ID != "" {
+			s.mu.Lock()
+			s.inflight[ids[i]] = p
+			s.mu.Unlock()
+		}
+		produced[i] = p
+		// The context cancels the record only while that is safe: before it was sent. Once sent,
+		// it is confirmed or fails on its own, and a later attempt at the entry waits for it.
+		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			p.err = err
+			close(p.done)
+		})
+	}
+	for i, p := range produced {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			s.mu.Lock()
+			delete(s.inflight, ids[i])
+			s.mu.Unlock()
+			if p.err != nil {
+				batch[i].Err = s.classify(p.topic, p.err)
+			}
+		case <-ctx.Done():
+			batch[i].Err = Transient(fmt.Errorf("kafka: no acknowledgement from Kafka for the record to %s in time: %w", p.topic, ctx.Err()))
+		}
+	}
+}
+
+// record makes the Kafka record of a delivery: its topic, key, value, headers and trace context.
+func (s *kafkaSink) record(d Delivery, id string) (*kgo.Record, error) {
+	m := d.Message
+	if err := m.Decode(); err != nil {
+		return nil, err
+	}
+	env := &expr.Env{Msg: m.Value, Vars: map[string]any{"key": m.Key}}
+	topic, err := s.topic.EvalString(env)
+	if err != nil {
+		return nil, evalError(err)
+	}
+	if !kafkaTopicName(topic) {
+		return nil, Permanent(fmt.Errorf("kafka: %q is not a topic name a record can be produced to", topic))
+	}
+	key := m.Key
+	if s.key != nil {
+		if key, err = s.key.EvalString(env); err != nil {
+			return nil, evalError(err)
+		}
+	}
+	payload, err := m.Payload()
+	if err != nil {
+		return nil, err
+	}
+	rec := &kgo.Record{Topic: topic, Value: payload}
+	if key != "" {
+		rec.Key = []byte(key)
+	}
+	for k, v := range m.Headers {
+		if k != kafkaIDHeader {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+	}
+	if d.Traceparent != "" {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: natsTraceparent, Value: []byte(d.Traceparent)})
+		if d.Tracestate != "" {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: natsTracestate, Value: []byte(d.Tracestate)})
+		}
+	}
+	if d.ID != "" {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: kafkaIDHeader, Value: []byte(s.idPrefix + id)})
+	}
+	return rec, nil
+}
+
+// client returns the sink's client, making it first.
+func (s *kafkaSink) client() (*kgo.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cl != nil {
+		return s.cl, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ClientID(s.clientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()), // and the idempotent producer, the client's default
+		kgo.RecordDeliveryTimeout(s.timeout), kgo.ProducerLinger(0))
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("kafka: %w", err))
+	}
+	s.cl = cl
+	return cl, nil
+}
+
+// kafkaRefusals are Kafka's errors that say the record itself will never be taken: such a record
+// is dead-lettered. Kafka's other errors (brokers away, leaders moving, not enough replicas) are
+// transient: the client has retried them until the timeout, and the sink pauses.
+var kafkaRefusals = []*kerr.Error{
+	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage,
+	kerr.InvalidTopicException, kerr.UnknownTopicOrPartition, kerr.TopicAuthorizationFailed,
+	kerr.PolicyViolation, kerr.InvalidTimestamp,
+}
+
+// classify says what a failed produce is: permanent when Kafka refused the record, transient
+// otherwise.
+func (s *kafkaSink) classify(topic string, err error) error {
+	for _, r := range kafkaRefusals {
+		if errors.Is(err, r) {
+			return Permanent(fmt.Errorf("kafka: the record to %s was refused: %w", topic, err))
+		}
+	}
+	return Transient(fmt.Errorf("kafka: producing to %s: %w", topic, err))
+}
+
+// Close closes the client, once the runtime is done with the sink: what it still holds is failed,
+// and its entries are delivered again.
+func (s *kafkaSink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cl != nil {
+		s.cl.Close()
+		s.cl = nil
+	}
+	return nil
+}
