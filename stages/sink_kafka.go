@@ -20,6 +20,7 @@ const (
 	kafkaSinkFieldTopic   = "topic"
 	kafkaSinkFieldKey     = "key"
 	kafkaSinkFieldTimeout = "timeout"
+	kafkaSinkFieldMaxSize = "max_message_bytes"
 )
 
 // kafkaIDHeader is the record header that names the entry a record was produced from (the
@@ -54,6 +55,9 @@ func init() {
 						"partition. A key that is \"\" produces a record without one."},
 				{Name: kafkaFieldClientID, Type: flow.TypeString, Default: "flowrun",
 					Doc: "The client.id the sink's connections give the brokers (their logs and quotas)."},
+				{Name: kafkaSinkFieldMaxSize, Type: flow.TypeSize, Default: flow.Size(1000012), Min: flow.Bound(1024), Max: flow.Bound(1 << 30),
+					Doc: "The largest record batch the sink sends, as the brokers' message.max.bytes (default: Kafka's, 1000012 bytes): " +
+						"a record larger than this is refused with MESSAGE_TOO_LARGE before it is sent, and dead-lettered, as the brokers would refuse it."},
 				{Name: kafkaSinkFieldTimeout, Type: flow.TypeDuration, Default: 10 * time.Second,
 					Doc: "How long Kafka may take to confirm a batch of records (Kafka's delivery.timeout.ms for each record)."},
 			},
@@ -76,6 +80,7 @@ func init() {
 			k := &kafkaSink{
 				brokers: kafkaBrokers(s.Config.Strings(kafkaFieldBrokers)), clientID: s.Config.String(kafkaFieldClientID),
 				topic: s.Config.Expr(kafkaSinkFieldTopic), timeout: s.Config.Duration(kafkaSinkFieldTimeout),
+				maxBytes: int32(s.Config.Size(kafkaSinkFieldMaxSize)),
 				idPrefix: env.Pipeline + "/" + s.Name + "/", inflight: map[string]*kafkaProduce{},
 			}
 			if s.Config.Has(kafkaSinkFieldKey) {
@@ -93,6 +98,7 @@ type kafkaSink struct {
 	topic    *expr.Program
 	key      *expr.Program // nil: the message's key
 	timeout  time.Duration
+	maxBytes int32  // the largest record batch
 	idPrefix string // of the flowrun-id header
 
 	mu sync.Mutex
@@ -241,7 +247,7 @@ func (s *kafkaSink) client() (*kgo.Client, error) {
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ClientID(s.clientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // and the idempotent producer, the client's default
-		kgo.RecordDeliveryTimeout(s.timeout), kgo.ProducerLinger(0))
+		kgo.RecordDeliveryTimeout(s.timeout), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytes(s.maxBytes))
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("kafka: %w", err))
 	}
