@@ -1,0 +1,335 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/runtime"
+)
+
+// The kafka sink's proofs, and the round trip through SIGKILLs (see kafka_test.go for kfake).
+
+// kafkaSinkPipeline produces topic "in" (4 partitions, keyed by msg.k) to Kafka, to topic.
+func kafkaSinkPipeline(prefix, delivery, addr, topic, extra string) string {
+	return fmt.Sprintf(`
+pipeline "kafkasink" {
+  key_prefix = %q
+  delivery   = %q
+}
+topic "in" {
+  partitions = 4
+  key        = msg.k
+}
+sink "kout" {
+  kind    = "kafka"
+  input   = topic.in
+  brokers = [%q]
+  topic   = %s
+  timeout = "2s"
+  %s
+}
+`, prefix, delivery, addr, topic, extra)
+}
+
+// kafkaOut is a record the sink produced, as the tests read it back.
+type kafkaOut struct {
+	I         int
+	K         string
+	id        string // its flowrun-id header
+	partition int32
+}
+
+// kafkaOutRecords reads topic back: each record's i, the flowrun-id that names the entry it came
+// from, and checks its key (k<i%10>), its origin header and, on every 10th, the trace it continues.
+func kafkaOutRecords(t *testing.T, addr, topic string) []kafkaOut {
+	t.Helper()
+	var out []kafkaOut
+	for _, r := range kafkaRead(t, addr, topic) {
+		var v kafkaOut
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("%s/%d offset %d: %v: %s", r.Topic, r.Partition, r.Offset, err, r.Value)
+		}
+		h := map[string]string{}
+		for _, rh := range r.Headers {
+			h[rh.Key] = string(rh.Value)
+		}
+		if want := fmt.Sprintf("k%d", v.I%10); string(r.Key) != want || h["origin"] != "test" || h["flowrun-id"] == "" {
+			t.Fatalf("record %d: key %q (want %q), headers %v", v.I, r.Key, want, h)
+		}
+		// The trace the record was published with goes on: its trace ID is the same.
+		if tp := h["traceparent"]; v.I%10 == 0 && (len(tp) != 55 || tp[3:35] != kafkaTraceparent(v.I)[3:35]) {
+			t.Fatalf("record %d has traceparent %q, want one of trace %s", v.I, tp, kafkaTraceparent(v.I)[3:35])
+		}
+		v.id, v.partition = h["flowrun-id"], r.Partition
+		out = append(out, v)
+	}
+	return out
+}
+
+// kafkaOnce counts each i of records, and checks that a record there twice is the same entry
+// produced again (the same flowrun-id: a redelivery after a kill, which the sink produces at least
+// once): it returns how many times each i is there once such repeats are dropped, and how many
+// repeats there were.
+func kafkaOnce(t *testing.T, records []kafkaOut) (seen map[int]int, repeats int) {
+	t.Helper()
+	seen, ids := map[int]int{}, map[string]int{}
+	for _, r := range records {
+		if prev, ok := ids[r.id]; ok {
+			if prev != r.I {
+				t.Fatalf("flowrun-id %s on records %d and %d", r.id, prev, r.I)
+			}
+			repeats++
+			continue
+		}
+		ids[r.id] = r.I
+		seen[r.I]++
+	}
+	return seen, repeats
+}
+
+// TestKafkaSinkDeadLettersOnlyWhatKafkaRefuses: of 1000 messages, every 97th is larger than the
+// sink's max_message_bytes and every 89th goes to a topic that does not exist (kfake creates none):
+// only those are dead-lettered, each with Kafka's reason, and every other message is in the topic
+// once.
+func TestKafkaSinkDeadLettersOnlyWhatKafkaRefuses(t *testing.T) {
+	const n = 1000
+	big := func(i int) bool { return i%97 == 5 }
+	lost := func(i int) bool { return i%89 == 7 && !big(i) }
+	k := startKfake(t, []string{"out:3"})
+	plan := buildSource(t, kafkaSinkPipeline("ignored", "at_least_once", k.addr,
+		`msg.to == "nowhere" ? "nowhere" : "out"`, `max_message_bytes = "2KiB"`))
+	publishIn(t, plan, 0, n, func(i int) string {
+		switch {
+		case big(i):
+			return `,"to":"here","pad":"` + strings.Repeat("x", 3000) + `"`
+		case lost(i):
+			return `,"to":"nowhere"`
+		}
+		return `,"to":"here"`
+	})
+	c := server.open(t)
+	runServiceUntil(t, c, plan, func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "kout") == n })
+	stored, repeats := kafkaOnce(t, kafkaOutRecords(t, k.addr, "out"))
+	failing, bigs := 0, 0
+	for i := 0; i < n; i++ {
+		if big(i) || lost(i) {
+			failing++
+			if stored[i] != 0 {
+				t.Errorf("message %d, refused, is in the topic", i)
+			}
+			delete(stored, i)
+		}
+		if big(i) {
+			bigs++
+		}
+	}
+	if repeats > 0 {
+		t.Errorf("%d records produced twice", repeats)
+	}
+	checkEachOnceOf(t, stored, n-failing)
+	list := sinkDeadLetters(t, c, plan, "kout")
+	if len(list) != failing {
+		t.Fatalf("%d dead letters, want %d", len(list), failing)
+	}
+	var sizes, topics int
+	var examples [2]string
+	for _, d := range list {
+		switch p := string(d.Envelope.Payload); {
+		case strings.Contains(p, `"pad"`) && strings.Contains(d.Envelope.Error, "MESSAGE_TOO_LARGE"):
+			sizes++
+			examples[0] = d.Envelope.Error
+		case strings.Contains(p, `"nowhere"`) && strings.Contains(d.Envelope.Error, "UNKNOWN_TOPIC_OR_PARTITION"):
+			topics++
+			examples[1] = d.Envelope.Error
+		default:
+			t.Errorf("a dead letter of %.60s says %q", p, d.Envelope.Error)
+		}
+	}
+	if sizes != bigs || topics != failing-bigs {
+		t.Errorf("%d dead letters for size, %d for the topic; want %d and %d", sizes, topics, bigs, failing-bigs)
+	}
+	t.Logf("%d messages in the topic, each once; %d dead letters: %d %q, %d %q", n-failing, len(list), sizes, examples[0], topics, examples[1])
+}
+
+// checkEachOnceOf checks that each i of seen is there once, and that there are n of them.
+func checkEachOnceOf(t *testing.T, seen map[int]int, n int) {
+	t.Helper()
+	for i, k := range seen {
+		if k != 1 {
+			t.Errorf("message %d is there %d times", i, k)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct messages, want %d", len(seen), n)
+	}
+}
+
+// TestKafkaSinkWaitsOutAnOutage: once a first part is in the topic, kfake is stopped while the
+// rest is published to the pipeline; the sink pauses, dead-lettering nothing, and once kfake is
+// started again (on its state) produces everything: each message in the topic once.
+func TestKafkaSinkWaitsOutAnOutage(t *testing.T) {
+	const first, n = 500, 3000
+	k := startKfake(t, []string{"out:3"})
+	plan := buildSource(t, kafkaSinkPipeline("ignored", "at_least_once", k.addr, `"out"`, ""))
+	publishIn(t, plan, 0, first, nil)
+	c := server.open(t)
+	ctx, stop := context.WithCancel(context.Background())
+	var log syncBuffer
+	ended := make(chan error, 1)
+	go func() {
+		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
+		ended <- err
+	}()
+	var runErr error
+	stopRun := sync.OnceFunc(func() {
+		stop()
+		runErr = <-ended
+	})
+	t.Cleanup(stopRun)
+	waitFor(t, "the first part acknowledged", func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "kout") == first })
+	k.stop()
+	publishIn(t, plan, first, n, nil)
+	time.Sleep(3 * time.Second) // longer than the sink's timeout (2s): it tries Kafka while it is away
+	if got := acked(t, c, plan.KeyPrefix, "in", 4, "kout"); got != first {
+		t.Fatalf("%d entries acknowledged while Kafka was away", got-first)
+	}
+	if list := sinkDeadLetters(t, c, plan, "kout"); len(list) > 0 {
+		t.Fatalf("%d dead letters while Kafka was away, such as %q", len(list), list[0].Envelope.Error)
+	}
+	k.start()
+	waitFor(t, "every message produced and acknowledged", func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "kout") == n })
+	stopRun()
+	if runErr != nil {
+		t.Fatalf("%v\n%s", runErr, log.String())
+	}
+	seen, repeats := kafkaOnce(t, kafkaOutRecords(t, k.addr, "out"))
+	checkEachOnceOf(t, seen, n)
+	if repeats > 0 {
+		t.Errorf("%d records produced twice", repeats)
+	}
+	if list := sinkDeadLetters(t, c, plan, "kout"); len(list) > 0 {
+		t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
+	}
+	t.Logf("%d messages before kfake stopped, each of %d once at the end, none dead-lettered", first, n)
+}
+
+// kafkaRoundTripScale is how many records the round trip sends.
+func kafkaRoundTripScale() int {
+	if *soakFlag {
+		return 100000
+	}
+	return 4000
+}
+
+// TestKafkaRoundTripThroughKills is the kafka kinds' proof: records produced on ten keys to a
+// topic of 4 partitions go through the source (effectively-once), two stages and the sink to
+// another topic, while two flowrun processes are SIGKILLed mid-stream and kfake is restarted once
+// (stopped and started again on its state) between them; a last process runs until the sink has
+// acknowledged everything. Every record is out, each key's records in their order, with the trace
+// it came in with; an entry the sink produced and a killed process had not acknowledged is
+// produced again (the sink is at least once), with the same flowrun-id: dropping those repeats,
+// each record is out exactly once.
+func TestKafkaRoundTripThroughKills(t *testing.T) {
+	n := kafkaRoundTripScale()
+	k := startKfake(t, []string{"orders:4", "shipped:4"})
+	cl := kafkaClient(t, k.addr)
+	srv := redistest.Shared(t)
+	c := openURLs(t, srv.URL())
+	prefix := fmt.Sprintf("kafkaround-%d", prefixes.Add(1))
+	path := filepath.Join(t.TempDir(), "kafka.hcl")
+	src := fmt.Sprintf(`
+pipeline "kafkaroundtrip" {
+  key_prefix = %[1]q
+  delivery   = "effectively_once"
+}
+topic "in" {
+  partitions = 4
+}
+source "orders" {
+  kind    = "kafka"
+  brokers = [%[2]q]
+  topics  = ["orders"]
+  group   = "flowrun"
+  output  = topic.in
+}
+stage "mark" {
+  kind  = "map"
+  input = topic.in
+  set   = { k = "k${msg.i %% 10}", via = "flowrun" }
+}
+stage "ship" {
+  kind  = "filter"
+  input = stage.mark
+  where = msg.i >= 0
+}
+sink "shipped" {
+  kind    = "kafka"
+  input   = stage.ship
+  brokers = [%[2]q]
+  topic   = "shipped"
+}
+`, prefix, k.addr)
+	writeFile(t, path, src)
+	plan := buildSource(t, src)
+	plan.KeyPrefix = prefix // buildSource gives a plan a prefix of its own: the processes use the file's
+	kafkaProduce(t, cl, "orders", 0, n/2)
+	bin := flowrunBinary(t)
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+	outCount := func() int64 { return acked(t, c, prefix, "ship.out", 4, "shipped") }
+	var logs []string
+	for cycle := 0; cycle < 2; cycle++ {
+		before := outCount()
+		p := startBinary(t, bin, args...)
+		progress := int64(300 + rand.IntN(n/4))
+		waitFor(t, fmt.Sprintf("cycle %d: %d records more out", cycle, progress), func() bool { return outCount()-before >= progress })
+		p.kill(t)
+		logs = append(logs, p.log.String())
+		if cycle == 0 {
+			k.restart()
+			kafkaProduce(t, cl, "orders", n/2, n)
+		}
+	}
+	last := startBinary(t, bin, args...)
+	waitProgress(t, "every record out", int64(n), outCount)
+	waitFor(t, "the group to have committed every offset", func() bool { return kafkaCommitted(t, k.addr, "flowrun", "orders") == int64(n) })
+	last.kill(t)
+	logs = append(logs, last.log.String())
+	records := kafkaOutRecords(t, k.addr, "shipped")
+	seen, repeats := kafkaOnce(t, records)
+	checkEachOnceOf(t, seen, n)
+	// Each key's records in their order, in the partition its key gives, repeats aside.
+	last2, ids := map[string]int{}, map[string]bool{}
+	parts := map[string]int32{}
+	for _, r := range records {
+		if ids[r.id] {
+			continue
+		}
+		ids[r.id] = true
+		if p, ok := parts[r.K]; ok && p != r.partition {
+			t.Fatalf("key %s in partitions %d and %d", r.K, p, r.partition)
+		}
+		parts[r.K] = r.partition
+		if prev, ok := last2[r.K]; ok && r.I < prev {
+			t.Fatalf("key %s: record %d after %d", r.K, r.I, prev)
+		}
+		last2[r.K] = r.I
+	}
+	if list := sinkDeadLetters(t, c, plan, "shipped"); len(list) > 0 {
+		t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
+	}
+	if t.Failed() {
+		for i, l := range logs {
+			t.Logf("process %d:\n%s", i, l)
+		}
+	}
+	t.Logf("%d records through source, two stages and sink, 2 SIGKILLs and kfake restarted: each out once (%d more produced again by the sink after a kill, same flowrun-id), each key in order in one partition; %d leases lost",
+		n, repeats, leaseLosses(logs...))
+}
