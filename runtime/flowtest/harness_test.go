@@ -382,3 +382,44 @@ sink "big_out" {
 		t.Fatalf("want one passing run, got %+v", results)
 	}
 }
+
+// TestKafkaKindsAreTestedWithoutABroker: flowrun test feeds a kafka source and captures what
+// reaches a kafka sink, as for every source and sink; Kafka (here, nothing listens on port 1) is
+// never dialled.
+func TestKafkaKindsAreTestedWithoutABroker(t *testing.T) {
+	plan := compile(t, `
+pipeline "kafkaorders" { key_prefix = "kafkaorders" }
+topic "orders" {
+  partitions = 2
+}
+source "orders_in" {
+  kind    = "kafka"
+  brokers = ["127.0.0.1:1"]
+  topics  = ["orders"]
+  group   = "flowrun_orders"
+  output  = topic.orders
+}
+sink "big_out" {
+  kind    = "kafka"
+  input   = topic.orders
+  brokers = ["127.0.0.1:1"]
+  topic   = "big"
+  key     = "${msg.id}"
+  where   = msg.amount >= 100
+}
+`)
+	file := &testfile.File{
+		Path: "p.flowtest.hcl",
+		Runs: []*testfile.Run{{
+			Name: "big orders",
+			Steps: []*testfile.Step{{Sends: []*testfile.Send{{Source: "orders_in", Messages: []testfile.Message{
+				payloadOf(`{"id":"a","amount":250}`), payloadOf(`{"id":"b","amount":5}`),
+			}}}}},
+			Expect: []*testfile.Expect{{Sink: "big_out", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"id":"a","amount":250}`)}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("want one passing run, got %+v", results)
+	}
+}
