@@ -49,7 +49,7 @@ soak: soak-connectors
 # a 5 s outage (a TCP proxy the test cuts: the machine's servers are never stopped) on PostgreSQL
 # and MariaDB, and postgres_cdc through 50,000 changes, SIGKILLs and Redis restarts. About 2
 # minutes on 2 shared cores; the log goes to bin/soak-connectors.log.
-CONNECTOR_PROOFS := TestHTTPServerSourceSurvivesKills|TestSQLSinkExactlyOnceThroughKills|TestSQLSinkWaitsOutAFiveSecondOutage|TestPostgresCDCThroughKills|TestAMQPSourceThroughKills|TestAMQPRoundTripThroughKillsAndARestart
+CONNECTOR_PROOFS := TestHTTPServerSourceSurvivesKills|TestSQLSinkExactlyOnceThroughKills|TestSQLSinkWaitsOutAFiveSecondOutage|TestPostgresCDCThroughKills|TestAMQPSourceThroughKills|TestAMQPRoundTripThroughKillsAndARestart|TestKafkaSourceThroughKills|TestKafkaSinkThroughKills|TestKafkaRoundTripThroughKills
 soak-connectors:
 	@mkdir -p bin
 	@echo "go test ./runtime -run '$(CONNECTOR_PROOFS)' -soak: the log goes to bin/soak-connectors.log"

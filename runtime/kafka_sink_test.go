@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
 )
@@ -290,12 +293,15 @@ sink "shipped" {
 		p := startBinary(t, bin, args...)
 		progress := int64(300 + rand.IntN(n/4))
 		waitFor(t, fmt.Sprintf("cycle %d: %d records more out", cycle, progress), func() bool { return outCount()-before >= progress })
-		p.kill(t)
-		logs = append(logs, p.log.String())
 		if cycle == 0 {
+			// kfake restarted mid-stream, under the running process, and the rest produced.
 			k.restart()
 			kafkaProduce(t, cl, "orders", n/2, n)
+			before = outCount()
+			waitFor(t, "records out after kfake's restart", func() bool { return outCount()-before >= 100 })
 		}
+		p.kill(t)
+		logs = append(logs, p.log.String())
 	}
 	last := startBinary(t, bin, args...)
 	waitProgress(t, "every record out", int64(n), outCount)
@@ -332,4 +338,140 @@ sink "shipped" {
 	}
 	t.Logf("%d records through source, two stages and sink, 2 SIGKILLs and kfake restarted: each out once (%d more produced again by the sink after a kill, same flowrun-id), each key in order in one partition; %d leases lost",
 		n, repeats, leaseLosses(logs...))
+}
+
+// TestKafkaSinkThroughKills produces a topic's messages to Kafka with flowrun processes that are
+// SIGKILLed after random progress, the runtime delivering again what a killed process had not
+// acknowledged; a last process runs until every entry is acknowledged: each message is in the topic
+// at least once, and a message there twice is the same entry produced again (the same flowrun-id),
+// so that dropping those repeats leaves each once.
+func TestKafkaSinkThroughKills(t *testing.T) {
+	kills, n := kafkaKillCycles()
+	k := startKfake(t, []string{"out:4"})
+	srv := redistest.Shared(t)
+	c := openURLs(t, srv.URL())
+	prefix := fmt.Sprintf("kafkasinkkill-%d", prefixes.Add(1))
+	path := filepath.Join(t.TempDir(), "kafka.hcl")
+	src := kafkaSinkPipeline(prefix, "at_least_once", k.addr, `"out"`, "")
+	writeFile(t, path, src)
+	plan := buildSource(t, src)
+	plan.KeyPrefix = prefix // buildSource gives a plan a prefix of its own: the processes use the file's
+	publishIn(t, plan, 0, n, nil)
+	bin := flowrunBinary(t)
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+	done := func() int64 { return acked(t, c, prefix, "in", 4, "kout") }
+	var logs []string
+	for cycle := 0; cycle < kills; cycle++ {
+		before := done()
+		p := startBinary(t, bin, args...)
+		progress := int64(300 + rand.IntN(2000))
+		waitFor(t, fmt.Sprintf("cycle %d: %d entries more acknowledged", cycle, progress), func() bool {
+			return done()-before >= progress || done() >= int64(n)
+		})
+		p.kill(t)
+		logs = append(logs, p.log.String())
+	}
+	last := startBinary(t, bin, args...)
+	waitFor(t, "every entry acknowledged", func() bool { return done() == int64(n) })
+	last.kill(t)
+	logs = append(logs, last.log.String())
+	seen, repeats := kafkaOnce(t, kafkaOutRecords(t, k.addr, "out"))
+	checkEachOnceOf(t, seen, n)
+	if list := sinkDeadLetters(t, c, plan, "kout"); len(list) > 0 {
+		t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
+	}
+	if t.Failed() {
+		for i, l := range logs {
+			t.Logf("process %d:\n%s", i, l)
+		}
+	}
+	t.Logf("%d messages produced through %d SIGKILLs: each in the topic, %d produced again after a kill (same flowrun-id); %d leases lost",
+		n, kills, repeats, leaseLosses(logs...))
+}
+
+// TestKafkaTraceCrossesKafka: records produced with a traceparent go through the source, a stage
+// and the sink with tracing on; each comes out with a traceparent of the same trace whose span is
+// one of the pipeline's, descended from the span the record came in with.
+func TestKafkaTraceCrossesKafka(t *testing.T) {
+	const n = 200
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	k := startKfake(t, []string{"orders:2", "shipped:2"})
+	kafkaProduce(t, kafkaClient(t, k.addr), "orders", 0, n)
+	plan := buildSource(t, fmt.Sprintf(`
+pipeline "kafkatrace" {}
+topic "in" {
+  partitions = 2
+}
+source "orders" {
+  kind    = "kafka"
+  brokers = [%[1]q]
+  topics  = ["orders"]
+  group   = "flowrun"
+  output  = topic.in
+}
+stage "mark" {
+  kind  = "map"
+  input = topic.in
+  set   = { k = "k${msg.i %% 10}" }
+}
+sink "shipped" {
+  kind    = "kafka"
+  input   = stage.mark
+  brokers = [%[1]q]
+  topic   = "shipped"
+}
+`, k.addr))
+	c := server.open(t)
+	ctx, stop := context.WithCancel(context.Background())
+	var log syncBuffer
+	ended := make(chan error, 1)
+	go func() {
+		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), TracerProvider: tp})
+		ended <- err
+	}()
+	waitFor(t, "every record out", func() bool { return acked(t, c, plan.KeyPrefix, "mark.out", 2, "shipped") == n })
+	stop()
+	if err := <-ended; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	parents := map[string]string{} // span ID: its parent's
+	for _, s := range rec.Ended() {
+		parents[s.SpanContext().SpanID().String()] = s.Parent().SpanID().String()
+	}
+	traced := 0
+	for _, r := range kafkaRead(t, k.addr, "shipped") {
+		var v struct{ I int }
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.I%10 != 0 {
+			continue
+		}
+		var out string
+		for _, h := range r.Headers {
+			if h.Key == "traceparent" {
+				out = string(h.Value)
+			}
+		}
+		in := kafkaTraceparent(v.I)
+		if len(out) != 55 || out[3:35] != in[3:35] || out[36:52] == in[36:52] {
+			t.Fatalf("record %d came in with %s and out with traceparent %q: want another span of its trace", v.I, in, out)
+		}
+		// Up from the span it went out with, through the pipeline's spans, to the one it came in with.
+		span, hops := out[36:52], 0
+		for ; span != in[36:52]; hops++ {
+			parent, ok := parents[span]
+			if !ok || hops > 10 {
+				t.Fatalf("record %d: span %s of its way out is not a descendant of %s, the span it came in with", v.I, out[36:52], in[36:52])
+			}
+			span = parent
+		}
+		traced++
+	}
+	if traced != n/10 {
+		t.Errorf("%d traced records out, want %d", traced, n/10)
+	}
+	t.Logf("%d records came in with a traceparent and went out with a span of the same trace, descended from theirs (%d spans recorded)", traced, len(rec.Ended()))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -18,7 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -370,4 +373,143 @@ func TestKafkaSourceWaitsOutAnOutage(t *testing.T) {
 	}
 	checkEachOnce(t, kafkaTopic(t, c, plan.KeyPrefix), n)
 	t.Logf("%d records before kfake stopped, each of %d once at the end", first, n)
+}
+
+// lagEmitter is an Emitter that takes every message at once and keeps the lags reported: the
+// kafka source run on its own, without a runtime.
+type lagEmitter struct {
+	mu      sync.Mutex
+	emitted int
+	lags    []int64
+}
+
+func (e *lagEmitter) Emit(context.Context, stages.Message, stages.Origin) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.emitted++
+	return nil
+}
+
+func (e *lagEmitter) EmitAll(context.Context, []stages.Message, []stages.Origin) ([]string, error) {
+	return nil, nil
+}
+
+func (e *lagEmitter) Reject(context.Context, error, stages.Message, stages.Origin) error { return nil }
+
+func (e *lagEmitter) Resume(context.Context) (string, bool, error) { return "", false, nil }
+
+func (e *lagEmitter) Record(context.Context, string) error { return nil }
+
+func (e *lagEmitter) ReportLag(n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lags = append(e.lags, n)
+}
+
+// TestKafkaSourceReportsLag runs the kafka source on its own over 3000 records, 100 a poll: the lag
+// it reports after its first poll is what the partitions still hold for it (above zero), and once
+// it has read everything, zero.
+func TestKafkaSourceReportsLag(t *testing.T) {
+	const n = 3000
+	k := startKfake(t, []string{"orders:3"})
+	kafkaProduce(t, kafkaClient(t, k.addr), "orders", 0, n)
+	plan := buildSource(t, strings.Replace(kafkaSourcePipeline("ignored", "at_least_once", k.addr, "orders"),
+		`group   = "flowrun"`, `group   = "flowrun"
+  max_poll_records = 100`, 1))
+	kind, _ := stages.SourceKindOf(plan.Sources[0])
+	src, err := kind.New(plan.Sources[0], stages.Env{Pipeline: "kafkasource"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &lagEmitter{}
+	ctx, stop := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() { ended <- src.Produce(ctx, e) }()
+	read := func() (int, []int64) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.emitted, append([]int64(nil), e.lags...)
+	}
+	waitFor(t, "every record read, and a lag of 0 reported", func() bool {
+		got, lags := read()
+		return got == n && len(lags) > 0 && lags[len(lags)-1] == 0
+	})
+	stop()
+	<-ended
+	_, lags := read()
+	if lags[0] <= 0 || lags[0] >= n {
+		t.Errorf("the lag after the first poll is %d, want between 0 and %d", lags[0], n)
+	}
+	t.Logf("lags reported over %d polls: first %d, last %d", len(lags), lags[0], lags[len(lags)-1])
+}
+
+// kafkaKillCycles is how many processes the kill tests kill, and how many records they send.
+func kafkaKillCycles() (kills, n int) {
+	if *soakFlag {
+		return 8, 100000
+	}
+	return 3, 12000
+}
+
+// TestKafkaSourceThroughKills produces records to a topic while flowrun processes read it into the
+// pipeline's topic with effectively-once delivery, and SIGKILLs each after random progress; a last
+// process runs until everything is there and committed: each record once, keyed by its record key,
+// each key in order.
+func TestKafkaSourceThroughKills(t *testing.T) {
+	kills, n := kafkaKillCycles()
+	k := startKfake(t, []string{"orders:4"})
+	cl := kafkaClient(t, k.addr)
+	srv := redistest.Shared(t)
+	c := openURLs(t, srv.URL())
+	prefix := fmt.Sprintf("kafkakill-%d", prefixes.Add(1))
+	path := filepath.Join(t.TempDir(), "kafka.hcl")
+	writeFile(t, path, kafkaSourcePipeline(prefix, "effectively_once", k.addr, "orders"))
+	entries := func() int64 {
+		var total int64
+		for _, s := range (redis.Keys{Prefix: prefix}).Streams("in", 4) {
+			l, err := c.Universal().XLen(context.Background(), s).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += l
+		}
+		return total
+	}
+	// The producer goes on through the kills, a slice at a time.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for from := 0; from < n; from += 500 {
+			kafkaProduce(t, cl, "orders", from, min(from+500, n))
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	bin := flowrunBinary(t)
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+	var logs []string
+	for cycle := 0; cycle < kills; cycle++ {
+		before := entries()
+		p := startBinary(t, bin, args...)
+		progress := int64(300 + rand.IntN(2000))
+		waitFor(t, fmt.Sprintf("cycle %d: %d entries more", cycle, progress), func() bool {
+			return entries()-before >= progress || entries() >= int64(n)
+		})
+		p.kill(t)
+		logs = append(logs, p.log.String())
+	}
+	<-done
+	last := startBinary(t, bin, args...)
+	waitFor(t, "every record in the topic", func() bool { return entries() >= int64(n) })
+	// What the group delivers again after the last kill must find its entries there and be
+	// dropped: wait for the group to have committed everything.
+	waitFor(t, "the group to have committed every offset", func() bool { return kafkaCommitted(t, k.addr, "flowrun", "orders") == int64(n) })
+	last.kill(t)
+	logs = append(logs, last.log.String())
+	checkEachOnce(t, kafkaTopic(t, c, prefix), n)
+	if t.Failed() {
+		for i, l := range logs {
+			t.Logf("process %d:\n%s", i, l)
+		}
+	}
+	t.Logf("%d records produced while %d processes were SIGKILLed: each once in the topic, each key in order; %d leases lost", n, kills, leaseLosses(logs...))
 }
