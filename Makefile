@@ -47,8 +47,9 @@ soak: soak-connectors
 # The connectors' proofs at issue 24's scale (-soak), also run by make soak: the http_server source
 # with 100,000 events through SIGKILLs, the sql sink's 200,000 rows through 30 SIGKILLs and through
 # a 5 s outage (a TCP proxy the test cuts: the machine's servers are never stopped) on PostgreSQL
-# and MariaDB, and postgres_cdc through 50,000 changes, SIGKILLs and Redis restarts. About 2
-# minutes on 2 shared cores; the log goes to bin/soak-connectors.log.
+# and MariaDB, postgres_cdc through 50,000 changes, SIGKILLs and Redis restarts, the amqp kinds,
+# and the kafka kinds through SIGKILLs with 100,000 records each, the round trip with kfake
+# restarted too. The log goes to bin/soak-connectors.log.
 CONNECTOR_PROOFS := TestHTTPServerSourceSurvivesKills|TestSQLSinkExactlyOnceThroughKills|TestSQLSinkWaitsOutAFiveSecondOutage|TestPostgresCDCThroughKills|TestAMQPSourceThroughKills|TestAMQPRoundTripThroughKillsAndARestart|TestKafkaSourceThroughKills|TestKafkaSinkThroughKills|TestKafkaRoundTripThroughKills
 soak-connectors:
 	@mkdir -p bin

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -184,19 +183,7 @@ func TestKafkaSinkWaitsOutAnOutage(t *testing.T) {
 	plan := buildSource(t, kafkaSinkPipeline("ignored", "at_least_once", k.addr, `"out"`, ""))
 	publishIn(t, plan, 0, first, nil)
 	c := server.open(t)
-	ctx, stop := context.WithCancel(context.Background())
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
-		ended <- err
-	}()
-	var runErr error
-	stopRun := sync.OnceFunc(func() {
-		stop()
-		runErr = <-ended
-	})
-	t.Cleanup(stopRun)
+	run := runInBackground(t, plan, runtime.Options{Redis: c})
 	waitFor(t, "the first part acknowledged", func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "kout") == first })
 	k.stop()
 	publishIn(t, plan, first, n, nil)
@@ -209,9 +196,8 @@ func TestKafkaSinkWaitsOutAnOutage(t *testing.T) {
 	}
 	k.start()
 	waitFor(t, "every message produced and acknowledged", func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "kout") == n })
-	stopRun()
-	if runErr != nil {
-		t.Fatalf("%v\n%s", runErr, log.String())
+	if err := run.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, run.log.String())
 	}
 	seen, repeats := kafkaOnce(t, kafkaOutRecords(t, k.addr, "out"))
 	checkEachOnceOf(t, seen, n)
@@ -285,7 +271,7 @@ sink "shipped" {
 	plan.KeyPrefix = prefix // buildSource gives a plan a prefix of its own: the processes use the file's
 	kafkaProduce(t, cl, "orders", 0, n/2)
 	bin := flowrunBinary(t)
-	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "1s"} // a second: the machine is shared, and a stalled process must not lose its leases
 	outCount := func() int64 { return acked(t, c, prefix, "ship.out", 4, "shipped") }
 	var logs []string
 	for cycle := 0; cycle < 2; cycle++ {
@@ -358,7 +344,7 @@ func TestKafkaSinkThroughKills(t *testing.T) {
 	plan.KeyPrefix = prefix // buildSource gives a plan a prefix of its own: the processes use the file's
 	publishIn(t, plan, 0, n, nil)
 	bin := flowrunBinary(t)
-	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "1s"} // a second: the machine is shared, and a stalled process must not lose its leases
 	done := func() int64 { return acked(t, c, prefix, "in", 4, "kout") }
 	var logs []string
 	for cycle := 0; cycle < kills; cycle++ {
@@ -424,17 +410,10 @@ sink "shipped" {
 }
 `, k.addr))
 	c := server.open(t)
-	ctx, stop := context.WithCancel(context.Background())
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log), TracerProvider: tp})
-		ended <- err
-	}()
+	run := runInBackground(t, plan, runtime.Options{Redis: c, TracerProvider: tp})
 	waitFor(t, "every record out", func() bool { return acked(t, c, plan.KeyPrefix, "mark.out", 2, "shipped") == n })
-	stop()
-	if err := <-ended; err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
+	if err := run.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, run.log.String())
 	}
 	parents := map[string]string{} // span ID: its parent's
 	for _, s := range rec.Ended() {

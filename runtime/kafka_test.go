@@ -281,6 +281,16 @@ func kafkaTopic(t *testing.T, c *redis.Client, prefix string) map[int]int {
 	return seen
 }
 
+// kafkaEntries counts the entries of topic "in" (kafkaTopic checks them).
+func kafkaEntries(t *testing.T, c *redis.Client, prefix string) int {
+	t.Helper()
+	total := 0
+	for _, k := range kafkaTopic(t, c, prefix) {
+		total += k
+	}
+	return total
+}
+
 // TestKafkaSourceWritesEachRecordOnce: 3000 records produced on ten keys to a topic of 3
 // partitions, half before the run and half during it, are each in the pipeline's topic once,
 // keyed by their record keys and in each key's order, with their headers and trace context; and
@@ -292,34 +302,13 @@ func TestKafkaSourceWritesEachRecordOnce(t *testing.T) {
 	kafkaProduce(t, cl, "orders", 0, n/2)
 	c := server.open(t)
 	plan := buildSource(t, kafkaSourcePipeline("ignored", "at_least_once", k.addr, "orders"))
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
-		ended <- err
-	}()
+	run := runInBackground(t, plan, runtime.Options{Redis: c})
 	kafkaProduce(t, cl, "orders", n/2, n)
-	entries := func() int {
-		total := 0
-		for _, k := range kafkaTopic(t, c, plan.KeyPrefix) {
-			total += k
-		}
-		return total
-	}
-	waitFor(t, "every record in the topic", func() bool {
-		select {
-		case err := <-ended:
-			t.Fatalf("the run ended: %v\n%s", err, log.String())
-		default:
-		}
-		return entries() >= n
-	})
+	entries := func() int { return kafkaEntries(t, c, plan.KeyPrefix) }
+	waitFor(t, "every record in the topic", func() bool { return entries() >= n })
 	waitFor(t, "the group to have committed every offset", func() bool { return kafkaCommitted(t, k.addr, "flowrun", "orders") == n })
-	stop()
-	if err := <-ended; err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
+	if err := run.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, run.log.String())
 	}
 	checkEachOnce(t, kafkaTopic(t, c, plan.KeyPrefix), n)
 	t.Logf("%d records, each once in the topic in their keys' order; the group committed offsets summing to %d", n, kafkaCommitted(t, k.addr, "flowrun", "orders"))
@@ -335,21 +324,8 @@ func TestKafkaSourceWaitsOutAnOutage(t *testing.T) {
 	kafkaProduce(t, kafkaClient(t, k.addr), "orders", 0, first)
 	c := server.open(t)
 	plan := buildSource(t, kafkaSourcePipeline("ignored", "effectively_once", k.addr, "orders"))
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var log syncBuffer
-	ended := make(chan error, 1)
-	go func() {
-		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
-		ended <- err
-	}()
-	entries := func() int {
-		total := 0
-		for _, k := range kafkaTopic(t, c, plan.KeyPrefix) {
-			total += k
-		}
-		return total
-	}
+	run := runInBackground(t, plan, runtime.Options{Redis: c})
+	entries := func() int { return kafkaEntries(t, c, plan.KeyPrefix) }
 	waitFor(t, "the first part in the topic", func() bool { return entries() == first })
 	k.stop()
 	time.Sleep(time.Second) // the source polls a broker that is away
@@ -358,18 +334,10 @@ func TestKafkaSourceWaitsOutAnOutage(t *testing.T) {
 	}
 	k.start()
 	kafkaProduce(t, kafkaClient(t, k.addr), "orders", first, n)
-	waitFor(t, "every record in the topic", func() bool {
-		select {
-		case err := <-ended:
-			t.Fatalf("the run ended: %v\n%s", err, log.String())
-		default:
-		}
-		return entries() >= n
-	})
+	waitFor(t, "every record in the topic", func() bool { return entries() >= n })
 	waitFor(t, "the group to have committed every offset", func() bool { return kafkaCommitted(t, k.addr, "flowrun", "orders") == n })
-	stop()
-	if err := <-ended; err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
+	if err := run.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, run.log.String())
 	}
 	checkEachOnce(t, kafkaTopic(t, c, plan.KeyPrefix), n)
 	t.Logf("%d records before kfake stopped, each of %d once at the end", first, n)
@@ -485,7 +453,7 @@ func TestKafkaSourceThroughKills(t *testing.T) {
 		}
 	}()
 	bin := flowrunBinary(t)
-	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "1s"} // a second: the machine is shared, and a stalled process must not lose its leases
 	var logs []string
 	for cycle := 0; cycle < kills; cycle++ {
 		before := entries()

@@ -44,8 +44,7 @@ func init() {
 				"producer with acks=all. The entry is acknowledged only once Kafka has confirmed the record. Kafka away pauses " +
 				"the sink; a record Kafka refuses (too large, no such topic) is dead-lettered with the reason.",
 			Attributes: []flow.Attribute{
-				{Name: kafkaFieldBrokers, Type: flow.TypeStringList, Required: true,
-					Doc: "The bootstrap brokers, host:port each, such as [\"kafka1:9092\", \"kafka2:9092\"] (an entry may also list several separated by commas)."},
+				kafkaBrokersAttribute,
 				{Name: kafkaSinkFieldTopic, Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg", "key"},
 					Doc: "The topic to produce each message to, which must exist unless the brokers create topics, such as " +
 						"\"orders\" or \"orders.${msg.region}\"; key is the message's key."},
@@ -53,8 +52,7 @@ func init() {
 					Doc: "The record key, which picks the partition (Kafka's default partitioner: murmur2 of the key, as the Java " +
 						"client's), such as \"${msg.customer}\"; default: the message's key, so a key's messages stay in order in one " +
 						"partition. A key that is \"\" produces a record without one."},
-				{Name: kafkaFieldClientID, Type: flow.TypeString, Default: "flowrun",
-					Doc: "The client.id the sink's connections give the brokers (their logs and quotas)."},
+				kafkaClientIDAttribute,
 				{Name: kafkaSinkFieldMaxSize, Type: flow.TypeSize, Default: flow.Size(1000012), Min: flow.Bound(1024), Max: flow.Bound(1 << 30),
 					Doc: "The largest record batch the sink sends, as the brokers' message.max.bytes (default: Kafka's, 1000012 bytes): " +
 						"a record larger than this is refused with MESSAGE_TOO_LARGE before it is sent, and dead-lettered, as the brokers would refuse it."},

@@ -53,8 +53,7 @@ func init() {
 				"is committed to the group only once Redis has it, so a crash or an outage loses nothing; a record delivered " +
 				"again is written once with delivery = \"effectively_once\" (its ID is topic/partition/offset). See docs/connectors.md.",
 			Attributes: []flow.Attribute{
-				{Name: kafkaFieldBrokers, Type: flow.TypeStringList, Required: true,
-					Doc: "The bootstrap brokers, host:port each, such as [\"kafka1:9092\", \"kafka2:9092\"] (an entry may also list several separated by commas)."},
+				kafkaBrokersAttribute,
 				{Name: kafkaSourceFieldTopics, Type: flow.TypeStringList, Required: true, Doc: "The topics to read."},
 				{Name: kafkaSourceFieldGroup, Type: flow.TypeString, Required: true,
 					Doc: "The consumer group, which keeps the committed offsets across restarts. The source joins it as a static member " +
@@ -62,8 +61,7 @@ func init() {
 				{Name: kafkaSourceFieldStart, Type: flow.TypeString, Default: "earliest", Enum: []string{"earliest", "latest"},
 					Doc: "Where a group without committed offsets starts on a partition (Kafka's auto.offset.reset): \"earliest\" reads " +
 						"what the partition holds, \"latest\" only what is produced from then on."},
-				{Name: kafkaFieldClientID, Type: flow.TypeString, Default: "flowrun",
-					Doc: "The client.id the source's connections give the brokers (their logs and quotas)."},
+				kafkaClientIDAttribute,
 				{Name: kafkaSourceFieldRecords, Type: flow.TypeInteger, Default: int64(1000), Min: flow.Bound(1),
 					Doc: "The most records taken from a poll at once: fetched and not yet written to Redis."},
 			},
@@ -363,6 +361,14 @@ func (s *kafkaSource) commit(ctx context.Context, cl *kgo.Client, out Emitter) {
 	}
 	s.mu.Unlock()
 }
+
+// The attributes both kafka kinds have.
+var (
+	kafkaBrokersAttribute = flow.Attribute{Name: kafkaFieldBrokers, Type: flow.TypeStringList, Required: true,
+		Doc: "The bootstrap brokers, host:port each, such as [\"kafka1:9092\", \"kafka2:9092\"] (an entry may also list several separated by commas)."}
+	kafkaClientIDAttribute = flow.Attribute{Name: kafkaFieldClientID, Type: flow.TypeString, Default: "flowrun",
+		Doc: "The client.id the connections give the brokers (their logs and quotas)."}
+)
 
 // kafkaBrokers splits the brokers attribute's entries at commas.
 func kafkaBrokers(list []string) []string {
