@@ -453,7 +453,9 @@ func TestKafkaSourceThroughKills(t *testing.T) {
 		}
 	}()
 	bin := flowrunBinary(t)
-	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "1s"} // a second: the machine is shared, and a stalled process must not lose its leases
+	// Leases of a second: on a shared machine a stalled process must not lose its partitions over
+	// and over (until its entries count as poison), which is not what the kills test.
+	args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "1s"}
 	var logs []string
 	for cycle := 0; cycle < kills; cycle++ {
 		before := entries()
