@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -403,7 +404,9 @@ func TestKafkaSourceReportsLag(t *testing.T) {
 		return got == n && len(lags) > 0 && lags[len(lags)-1] == 0
 	})
 	stop()
-	<-ended
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("the source ended with %v, want the context's end", err)
+	}
 	_, lags := read()
 	if lags[0] <= 0 || lags[0] >= n {
 		t.Errorf("the lag after the first poll is %d, want between 0 and %d", lags[0], n)
