@@ -100,6 +100,7 @@ bench-profile: build bench-tools
 bench-tools:
 	$(BENCH_GO) build -o ../bin/flowbench ./cmd/flowbench
 	$(BENCH_GO) build -o ../bin/flowrun-pprof ./cmd/flowrun-pprof
+	$(GO) build -C tools/kfake -o $(CURDIR)/bin/kfake .
 
 # Benthos, the peer of the Benthos scenarios, built once into bin/benthos (never into the
 # repository): the exact version from the Go module proxy (which lists no versions), built in its

@@ -159,6 +159,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.connectorRun(ctx, sc)
 	case kindAMQPIn, kindAMQPOut:
 		return h.runAMQP(ctx, sc)
+	case kindKafkaIn, kindKafkaOut:
+		return h.runKafka(ctx, sc)
 	case kindNexmark:
 		return h.runNexmark(ctx, sc)
 	}
@@ -172,6 +174,9 @@ func (h *harness) unavailable(sc scenario) string {
 	}
 	if sc.trace != "" && h.fwBatch > 0 {
 		return "not with -fw-batch (no tracing in process)"
+	}
+	if why := kafkaUnavailable(sc); why != "" {
+		return why
 	}
 	if sc.impl == implBenthos {
 		return benthosUnavailable(h)
