@@ -22,6 +22,7 @@ import (
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -308,11 +309,22 @@ func TestKafkaSourceWritesEachRecordOnce(t *testing.T) {
 	entries := func() int { return kafkaEntries(t, c, plan.KeyPrefix) }
 	waitFor(t, "every record in the topic", func() bool { return entries() >= n })
 	waitFor(t, "the group to have committed every offset", func() bool { return kafkaCommitted(t, k.addr, "flowrun", "orders") == n })
+	// The lag it reports, once it has read everything: 0, in the snapshot and in inspect.
+	waitFor(t, "inspect to show an upstream lag of 0", func() bool {
+		report, err := admin.Inspect(context.Background(), c, plan, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(report.Sources) == 1 && report.Sources[0].Upstream != nil && report.Sources[0].Upstream.Lag == 0
+	})
+	if src := run.rt.Snapshot().Sources; len(src) != 1 || src[0].UpstreamLag != 0 {
+		t.Errorf("the snapshot's sources: %+v, want an upstream lag of 0", src)
+	}
 	if err := run.stop(); err != nil {
 		t.Fatalf("%v\n%s", err, run.log.String())
 	}
 	checkEachOnce(t, kafkaTopic(t, c, plan.KeyPrefix), n)
-	t.Logf("%d records, each once in the topic in their keys' order; the group committed offsets summing to %d", n, kafkaCommitted(t, k.addr, "flowrun", "orders"))
+	t.Logf("%d records, each once in the topic in their keys' order; the group committed offsets summing to %d; upstream lag 0 in inspect", n, kafkaCommitted(t, k.addr, "flowrun", "orders"))
 }
 
 // TestKafkaSourceWaitsOutAnOutage: once a first part is in the topic, kfake is stopped, and started
