@@ -219,20 +219,7 @@ func (h *harness) runKafka(ctx context.Context, sc scenario) (res result) {
 		return result{failed: err.Error()}
 	}
 	defer stopChild(c, &res)
-	until := func(want int, deadline time.Duration) error {
-		for end := time.Now().Add(deadline); ; time.Sleep(10 * time.Millisecond) {
-			n, err := count()
-			if err == nil && n >= want {
-				return nil
-			}
-			if c.exited() {
-				return fmt.Errorf("the process exited: %s", c.logTail())
-			}
-			if time.Now().After(end) {
-				return fmt.Errorf("%d of %d records within %s (%v)", n, want, deadline, err)
-			}
-		}
-	}
+	until := func(want int, deadline time.Duration) error { return untilCount(c, count, "records", want, deadline) }
 	if err := until(warm, time.Minute); err != nil {
 		return result{failed: "warm-up: " + err.Error()}
 	}
@@ -272,3 +259,4 @@ func benthosKafkaOutConfig(redisAddr, broker, logPath string) string {
 	fmt.Fprintf(&b, "output:\n  kafka_franz:\n    seed_brokers: [ %q ]\n    topic: bench_out\n    key: '${! json(\"key\") }'\n", broker)
 	return b.String()
 }
+
