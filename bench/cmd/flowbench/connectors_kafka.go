@@ -259,4 +259,3 @@ func benthosKafkaOutConfig(redisAddr, broker, logPath string) string {
 	fmt.Fprintf(&b, "output:\n  kafka_franz:\n    seed_brokers: [ %q ]\n    topic: bench_out\n    key: '${! json(\"key\") }'\n", broker)
 	return b.String()
 }
-
