@@ -2,16 +2,21 @@ package stages
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The nats kinds without a server: what validate refuses, the password kept out of output, and
-// the headers' way in. Their proofs against a NATS server are in runtime (nats_test.go).
+// the headers' way in; and the source's upstream lag against the machine's NATS server. Their
+// proofs against a NATS server are in runtime (nats_test.go).
 
 // TestNATSValidates checks what validate says of the kinds' attributes.
 func TestNATSValidates(t *testing.T) {
@@ -102,4 +107,150 @@ func TestNATSHeadersIn(t *testing.T) {
 	if len(headers) != 1 || headers["origin"] != "shop" || parent != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" || state != "k=v" {
 		t.Errorf("headers %v, traceparent %q, tracestate %q", headers, parent, state)
 	}
+}
+
+// lagEmitter is an Emitter for the nats source's lag test: it takes every message, says Redis
+// has them up to the last one emitted only once written is set, and keeps the lags reported.
+type lagEmitter struct {
+	mu      sync.Mutex
+	emitted int
+	last    string // the last position emitted
+	written bool   // whether Resume returns it
+	lags    []int64
+}
+
+func (e *lagEmitter) Emit(_ context.Context, _ Message, at Origin) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.emitted++
+	e.last = at.Position
+	return nil
+}
+func (e *lagEmitter) EmitAll(context.Context, []Message, []Origin) ([]string, error) {
+	panic("not used")
+}
+func (e *lagEmitter) Reject(context.Context, error, Message, Origin) error { panic("not used") }
+func (e *lagEmitter) Record(context.Context, string) error                 { return nil }
+func (e *lagEmitter) Resume(context.Context) (string, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last, e.written && e.last != "", nil
+}
+func (e *lagEmitter) ReportLag(n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lags = append(e.lags, n)
+}
+
+// latest returns the last lag reported and how many were, and how many messages were emitted.
+func (e *lagEmitter) latest() (lag int64, reports, emitted int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.lags) == 0 {
+		return -1, 0, e.emitted
+	}
+	return e.lags[len(e.lags)-1], len(e.lags), e.emitted
+}
+
+// TestNATSSourceReportsItsConsumersPending runs the nats source on the machine's NATS server
+// (FLOWRUN_NATS_URL, default nats://127.0.0.1:4222), in a stream of its own, with an Emitter that
+// holds every message back from Redis, then lets them through: the lag it reports is the durable
+// consumer's NumPending + NumAckPending as JetStream says it: 50, with 10 delivered (max_ack_pending)
+// and 40 not; 70 once 20 more are published; 0 once Redis has everything and the source acknowledged it.
+func TestNATSSourceReportsItsConsumersPending(t *testing.T) {
+	url := os.Getenv("FLOWRUN_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("this test needs a NATS server with JetStream at %s (FLOWRUN_NATS_URL): %v", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream := fmt.Sprintf("FLOWRUN_STAGES_LAG_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := js.Publish(ctx, fmt.Sprintf("%s.k%d", stream, i%3), fmt.Appendf(nil, `{"i":%d}`, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 50)
+
+	p := plan(t, fmt.Sprintf(`
+source "jet" {
+  kind            = "nats"
+  url             = %q
+  stream          = %q
+  durable         = "lag"
+  max_ack_pending = 10
+  output          = topic.in
+}
+`, url, stream))
+	s := p.Sources[len(p.Sources)-1] // plan's first is a stdin source
+	if s.Name != "jet" {
+		t.Fatalf("the plan's last source is %q", s.Name)
+	}
+	k, _ := SourceKindOf(s)
+	src, err := k.New(s, Env{Pipeline: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &lagEmitter{}
+	runCtx, stop := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() { ended <- src.Produce(runCtx, out) }()
+	defer func() { stop(); <-ended }()
+
+	// pending asks JetStream for the consumer's counts; -1 before the source created it.
+	pending := func() (int64, *jetstream.ConsumerInfo) {
+		cons, err := js.Consumer(ctx, stream, "lag")
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return -1, &jetstream.ConsumerInfo{}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(info.NumPending) + int64(info.NumAckPending), info
+	}
+	// settle waits until the source has reported want, after JetStream's counts are want: a
+	// report of the consumer as it then is.
+	settle := func(what string, want int64, emitted int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, info := pending()
+			lag, reports, n := out.latest()
+			if got == want && lag == want && n == emitted {
+				t.Logf("%s: lag %d reported (%d reports); JetStream: NumPending %d, NumAckPending %d", what, lag, reports, info.NumPending, info.NumAckPending)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: lag %d reported (%d reports), %d emitted; JetStream: NumPending %d, NumAckPending %d; want %d and %d emitted",
+					what, lag, reports, n, info.NumPending, info.NumAckPending, want, emitted)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	settle("nothing in Redis", 50, 10)
+	publish(50, 70)
+	settle("20 more published", 70, 10)
+	out.mu.Lock()
+	out.written = true
+	out.mu.Unlock()
+	settle("everything in Redis", 0, 70)
 }

@@ -36,6 +36,10 @@ const (
 // acknowledges those to JetStream: the least that ack_wait must exceed, with a batch's write.
 const natsAckEvery = 100 * time.Millisecond
 
+// natsLagEvery is how often the source asks JetStream for its consumer's pending counts, the
+// upstream lag it reports: one request a second, whatever the rate of messages.
+const natsLagEvery = time.Second
+
 // The nats source emits each message of a JetStream stream (or of its subjects that match subject)
 // keyed by its subject, and acknowledges it to JetStream only after Redis has it: each message's
 // Origin.Position is a counter of the run's, which the runtime records in Redis with the message's
@@ -129,8 +133,9 @@ type natsSource struct {
 	clock      Clock
 
 	mu      sync.Mutex
-	pending []natsInFlight // emitted, not yet acknowledged, in the order emitted
-	emitted uint64         // the counter of the last message emitted
+	pending []natsInFlight     // emitted, not yet acknowledged, in the order emitted
+	emitted uint64             // the counter of the last message emitted
+	cons    jetstream.Consumer // the session's consumer, whose pending counts are the lag; nil before
 }
 
 // natsInFlight is a message emitted and not yet acknowledged to JetStream.
@@ -162,8 +167,9 @@ func (s *natsSource) Produce(ctx context.Context, out Emitter) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.acknowledge(ctx, out) }()
+	go func() { defer wg.Done(); s.reportLag(ctx, out) }()
 	defer wg.Wait()
 	defer cancel()
 
@@ -216,6 +222,12 @@ func (s *natsSource) session(ctx context.Context, js jetstream.JetStream, out Em
 	cancel()
 	if err != nil {
 		return false, err
+	}
+	s.mu.Lock()
+	s.cons = cons
+	s.mu.Unlock()
+	if info := cons.CachedInfo(); info != nil {
+		out.ReportLag(natsLag(info)) // as it was when the session began, until the first tick
 	}
 	// A batch of the pull is what the writer can take at once; no more than may be in flight.
 	it, err := cons.Messages(jetstream.PullMaxMessages(min(s.maxPending, 500)))
@@ -301,6 +313,40 @@ func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// reportLag reports, every natsLagEvery, the consumer's upstream lag (natsLag), as JetStream
+// says it; nothing while JetStream does not answer (the last number stands).
+func (s *natsSource) reportLag(ctx context.Context, out Emitter) {
+	tick := s.clock.NewTicker(natsLagEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+		s.mu.Lock()
+		cons := s.cons
+		s.mu.Unlock()
+		if cons == nil {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
+		info, err := cons.Info(ictx)
+		cancel()
+		if err == nil {
+			out.ReportLag(natsLag(info))
+		}
+	}
+}
+
+// natsLag is a consumer's upstream lag: the stream's messages (of its filter subject) that it has
+// not acknowledged, those not delivered yet (NumPending) and those delivered and not yet in Redis
+// (NumAckPending, which the source acknowledges once Redis has them): what a crash at that moment
+// would leave JetStream to deliver, like a Kafka group's lag from its committed offsets.
+func natsLag(info *jetstream.ConsumerInfo) int64 {
+	return int64(info.NumPending) + int64(info.NumAckPending)
 }
 
 // natsConn is how a nats source or sink connects: the URL, and what hides its password.
