@@ -67,6 +67,8 @@ func (s *natsServer) start() {
 	s.log = &syncBuffer{}
 	s.cmd = exec.Command(bin, "-js", "-sd", s.dir, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	// The kernel kills it should the test binary die (a timeout, an interrupt), as pgtest's.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("this test needs nats-server (apt-get install nats-server): %v", err)
 	}
