@@ -116,6 +116,8 @@ type lagEmitter struct {
 	emitted int
 	last    string // the last position emitted
 	written bool   // whether Resume returns it
+	away    bool   // whether Resume fails, as while Redis is away
+	ids     map[string]int
 	lags    []int64
 }
 
@@ -124,6 +126,10 @@ func (e *lagEmitter) Emit(_ context.Context, _ Message, at Origin) error {
 	defer e.mu.Unlock()
 	e.emitted++
 	e.last = at.Position
+	if e.ids == nil {
+		e.ids = map[string]int{}
+	}
+	e.ids[at.ID]++
 	return nil
 }
 func (e *lagEmitter) EmitAll(context.Context, []Message, []Origin) ([]string, error) {
@@ -134,6 +140,9 @@ func (e *lagEmitter) Record(context.Context, string) error                 { ret
 func (e *lagEmitter) Resume(context.Context) (string, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.away {
+		return "", false, errors.New("redis away")
+	}
 	return e.last, e.written && e.last != "", nil
 }
 func (e *lagEmitter) ReportLag(n int64) {
@@ -152,13 +161,12 @@ func (e *lagEmitter) latest() (lag int64, reports, emitted int) {
 	return e.lags[len(e.lags)-1], len(e.lags), e.emitted
 }
 
-// TestNATSSourceReportsItsConsumersPending runs the nats source on the machine's NATS server
-// (FLOWRUN_NATS_URL, default nats://127.0.0.1:4222), in a stream of its own, with an Emitter that
-// holds every message back from Redis, then lets them through: the lag it reports is the durable
-// consumer's NumPending + NumAckPending as JetStream says it: 50, with 10 delivered (max_ack_pending)
-// and 40 not; 70 once 20 more are published; 0 once Redis has everything and the source acknowledged it.
-func TestNATSSourceReportsItsConsumersPending(t *testing.T) {
-	url := os.Getenv("FLOWRUN_NATS_URL")
+// natsServerJS connects to the machine's NATS server (FLOWRUN_NATS_URL, default
+// nats://127.0.0.1:4222) and makes a stream of the test's own, deleted after, taking the subjects
+// <stream>.>; publish publishes messages [from, to), {"i": i}, on three of them.
+func natsServerJS(t *testing.T, ctx context.Context) (url, stream string, js jetstream.JetStream, publish func(from, to int)) {
+	t.Helper()
+	url = os.Getenv("FLOWRUN_NATS_URL")
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
@@ -166,37 +174,31 @@ func TestNATSSourceReportsItsConsumersPending(t *testing.T) {
 	if err != nil {
 		t.Fatalf("this test needs a NATS server with JetStream at %s (FLOWRUN_NATS_URL): %v", url, err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	t.Cleanup(nc.Close)
+	js, err = jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	stream := fmt.Sprintf("FLOWRUN_STAGES_LAG_%d_%d", os.Getpid(), time.Now().UnixNano())
+	stream = fmt.Sprintf("FLOWRUN_STAGES_%d_%d", os.Getpid(), time.Now().UnixNano())
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{stream + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
-	publish := func(from, to int) {
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	publish = func(from, to int) {
 		for i := from; i < to; i++ {
 			if _, err := js.Publish(ctx, fmt.Sprintf("%s.k%d", stream, i%3), fmt.Appendf(nil, `{"i":%d}`, i)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	publish(0, 50)
-
-	p := plan(t, fmt.Sprintf(`
-source "jet" {
-  kind            = "nats"
-  url             = %q
-  stream          = %q
-  durable         = "lag"
-  max_ack_pending = 10
-  output          = topic.in
+	return url, stream, js, publish
 }
-`, url, stream))
+
+// startNATSSource starts the nats source of block (a source "jet" block of format's, given url
+// and stream) on out, which the test's end stops.
+func startNATSSource(t *testing.T, ctx context.Context, block, url, stream string, out Emitter) {
+	t.Helper()
+	p := plan(t, fmt.Sprintf(block, url, stream))
 	s := p.Sources[len(p.Sources)-1] // plan's first is a stdin source
 	if s.Name != "jet" {
 		t.Fatalf("the plan's last source is %q", s.Name)
@@ -206,11 +208,34 @@ source "jet" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lagEmitter{}
 	runCtx, stop := context.WithCancel(ctx)
 	ended := make(chan error, 1)
 	go func() { ended <- src.Produce(runCtx, out) }()
-	defer func() { stop(); <-ended }()
+	t.Cleanup(func() { stop(); <-ended })
+}
+
+// TestNATSSourceReportsItsConsumersPending runs the nats source on the machine's NATS server
+// (FLOWRUN_NATS_URL, default nats://127.0.0.1:4222), in a stream of its own, with an Emitter that
+// holds every message back from Redis, then lets them through: the lag it reports is the durable
+// consumer's NumPending + NumAckPending as JetStream says it: 50, with 10 delivered (max_ack_pending)
+// and 40 not; 70 once 20 more are published; 0 once Redis has everything and the source acknowledged it.
+func TestNATSSourceReportsItsConsumersPending(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url, stream, js, publish := natsServerJS(t, ctx)
+	publish(0, 50)
+
+	out := &lagEmitter{}
+	startNATSSource(t, ctx, `
+source "jet" {
+  kind            = "nats"
+  url             = %q
+  stream          = %q
+  durable         = "lag"
+  max_ack_pending = 10
+  output          = topic.in
+}
+`, url, stream, out)
 
 	// pending asks JetStream for the consumer's counts; -1 before the source created it.
 	pending := func() (int64, *jetstream.ConsumerInfo) {
@@ -253,4 +278,49 @@ source "jet" {
 	out.written = true
 	out.mu.Unlock()
 	settle("everything in Redis", 0, 70)
+}
+
+// TestNATSSourceExtendsWhileRedisIsAway: while Redis does not answer (the Emitter's Resume fails),
+// the source asks JetStream for more time for the messages it emitted, so that JetStream does not
+// deliver them again: after more than twice ack_wait (2s; five lag reports, one a second), each
+// was emitted once and JetStream has redelivered none.
+func TestNATSSourceExtendsWhileRedisIsAway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url, stream, js, publish := natsServerJS(t, ctx)
+	publish(0, 30)
+	out := &lagEmitter{away: true}
+	startNATSSource(t, ctx, `
+source "jet" {
+  kind     = "nats"
+  url      = %q
+  stream   = %q
+  durable  = "away"
+  ack_wait = "2s"
+  output   = topic.in
+}
+`, url, stream, out)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, reports, _ := out.latest(); reports >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the source did not report its lag five times in 30s")
+		}
+	}
+	cons, err := js.Consumer(ctx, stream, "away")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if info.NumRedelivered != 0 || len(out.ids) != 30 || out.emitted != 30 {
+		t.Errorf("JetStream redelivered %d messages; %d emitted, %d distinct: want none redelivered, each of 30 once",
+			info.NumRedelivered, out.emitted, len(out.ids))
+	}
+	t.Logf("%d messages waiting for Redis through %d lag reports: none redelivered (NumAckPending %d)", out.emitted, len(out.lags), info.NumAckPending)
 }

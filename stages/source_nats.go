@@ -418,8 +418,9 @@ func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, since time.Tim
 
 // acknowledge acknowledges to JetStream, every natsAckEvery, the messages whose entries Redis has:
 // those up to the position the runtime recorded with the last batch written. The messages still
-// waiting for Redis get more time (in progress) once half of ack_wait has passed, so that
-// JetStream does not deliver them again while the source is held back.
+// waiting for Redis, and those a session's gate holds, get more time (in progress) once half of
+// ack_wait has passed, also while Redis does not answer, so that JetStream does not deliver them
+// again while the source is held back.
 func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
 	tick := s.clock.NewTicker(natsAckEvery)
 	defer tick.Stop()
@@ -430,12 +431,9 @@ func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
 		case <-tick.C():
 		}
 		raw, found, err := out.Resume(ctx)
-		if err != nil || !found {
-			continue
-		}
 		var pos natsPosition
-		if json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
-			continue
+		if err != nil || !found || json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
+			pos = natsPosition{} // nothing of this run's written yet, or Redis away: none to acknowledge
 		}
 		now := s.clock.Now()
 		s.mu.Lock()
@@ -447,18 +445,21 @@ func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
 		}
 		s.pending = s.pending[i:]
 		for j := range s.pending {
-			if now.Sub(s.pending[j].since) > s.ackWait/2 {
-				_ = s.pending[j].msg.InProgress()
-				s.pending[j].since = now
-			}
+			s.extend(s.pending[j].msg, &s.pending[j].since, now)
 		}
 		for j := range s.held {
-			if now.Sub(s.held[j].since) > s.ackWait/2 {
-				_ = s.held[j].msg.InProgress()
-				s.held[j].since = now
-			}
+			s.extend(s.held[j].msg, &s.held[j].since, now)
 		}
 		s.mu.Unlock()
+	}
+}
+
+// extend asks JetStream for more time for a message not acknowledged yet, once half of ack_wait
+// has passed since it was delivered or last extended.
+func (s *natsSource) extend(msg jetstream.Msg, since *time.Time, now time.Time) {
+	if now.Sub(*since) > s.ackWait/2 {
+		_ = msg.InProgress()
+		*since = now
 	}
 }
 
