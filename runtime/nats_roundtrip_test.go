@@ -106,6 +106,89 @@ func (s *natsServer) stop() {
 	s.cmd = nil
 }
 
+// natsEach calls each with messages 1 to n of stream, in stream order, and their i.
+func natsEach(t *testing.T, js jetstream.JetStream, stream string, n int, each func(m *jetstream.RawStreamMsg, i int)) {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= uint64(n); seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ I int }
+		if err := json.Unmarshal(m.Data, &v); err != nil {
+			t.Fatal(err)
+		}
+		each(m, v.I)
+	}
+}
+
+// checkSubjectOrder checks that the n messages of stream are, on each subject, in the order of
+// their i, which is the order they were published in; it returns how many subjects there are.
+func checkSubjectOrder(t *testing.T, js jetstream.JetStream, stream string, n int) int {
+	t.Helper()
+	last, disorder := map[string]int{}, 0
+	natsEach(t, js, stream, n, func(m *jetstream.RawStreamMsg, i int) {
+		if prev, ok := last[m.Subject]; ok && i < prev {
+			if disorder++; disorder <= 5 {
+				t.Errorf("on %s, message %d after %d", m.Subject, i, prev)
+			}
+		}
+		last[m.Subject] = i
+	})
+	if disorder > 0 {
+		t.Errorf("%d messages out of their subject's order", disorder)
+	}
+	return len(last)
+}
+
+// natsRoundTripPipeline reads stream in into topic "in" (4 partitions, keyed by the subject),
+// through a map that sets k (k<i%10>) and via, and, with filter, a filter that passes all (stage
+// pass), and publishes to stream out with the nats sink, on out.out.<the subject's last part>. The
+// pipeline block has attrs.
+func natsRoundTripPipeline(attrs, url, in, out string, filter bool) string {
+	last, pass := "mark", ""
+	if filter {
+		last, pass = "pass", `
+stage "pass" {
+  kind  = "filter"
+  input = stage.mark
+  where = msg.i >= 0
+}`
+	}
+	return fmt.Sprintf(`
+pipeline "natsroundtrip" {
+  %[1]s
+}
+topic "in" {
+  partitions = 4
+}
+source "jet" {
+  kind     = "nats"
+  url      = %[2]q
+  stream   = %[3]q
+  durable  = "flowrun"
+  ack_wait = "2s"
+  output   = topic.in
+}
+stage "mark" {
+  kind  = "map"
+  input = topic.in
+  set   = { k = "k${msg.i %% 10}", via = "flowrun" }
+}%[5]s
+sink "jet_out" {
+  kind    = "nats"
+  input   = stage.%[6]s
+  url     = %[2]q
+  subject = "%[4]s.out.${trimprefix(key, "%[3]s.")}"
+  timeout = "2s"
+}
+`, attrs, url, in, out, pass, last)
+}
+
 // natsPublishPaced publishes messages [0, n) to stream as natsPublish does, one at a time and in
 // order, each with a Nats-Msg-Id of its own, never more than backlog ahead of what stored says
 // is out, and counts them in published. A publication that fails (NATS away) is made again until
@@ -182,40 +265,7 @@ func TestNATSRoundTripThroughKillsAndARestart(t *testing.T) {
 	c := openURLs(t, srv.URL())
 	prefix := fmt.Sprintf("natsroundtrip-%d", prefixes.Add(1))
 	path := filepath.Join(t.TempDir(), "roundtrip.hcl")
-	writeFile(t, path, fmt.Sprintf(`
-pipeline "natsroundtrip" {
-  key_prefix = %[1]q
-  delivery   = "effectively_once"
-}
-topic "in" {
-  partitions = 4
-}
-source "jet" {
-  kind     = "nats"
-  url      = %[2]q
-  stream   = %[3]q
-  durable  = "flowrun"
-  ack_wait = "2s"
-  output   = topic.in
-}
-stage "mark" {
-  kind  = "map"
-  input = topic.in
-  set   = { k = "k${msg.i %% 10}", via = "flowrun" }
-}
-stage "pass" {
-  kind  = "filter"
-  input = stage.mark
-  where = msg.i >= 0
-}
-sink "jet_out" {
-  kind    = "nats"
-  input   = stage.pass
-  url     = %[2]q
-  subject = "%[4]s.out.${msg.k}"
-  timeout = "2s"
-}
-`, prefix, ns.url(), in, out))
+	writeFile(t, path, natsRoundTripPipeline(fmt.Sprintf("key_prefix = %q\n  delivery   = \"effectively_once\"", prefix), ns.url(), in, out, true))
 	// stored is how many messages the output stream has; -1 while NATS does not answer.
 	stored := func() int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -296,31 +346,7 @@ sink "jet_out" {
 	checkEachOnce(t, natsStored(t, js, out), n)
 	// Each subject's messages in the order they were published (i ascending: natsPublish publishes
 	// i on subject k<i%10> in order).
-	s, err := js.Stream(context.Background(), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lastOf := map[string]int{}
-	disorder := 0
-	for seq := uint64(1); seq <= uint64(n); seq++ {
-		m, err := s.GetMsg(context.Background(), seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct{ I int }
-		if err := json.Unmarshal(m.Data, &v); err != nil {
-			t.Fatal(err)
-		}
-		if prev, ok := lastOf[m.Subject]; ok && v.I < prev {
-			if disorder++; disorder <= 5 {
-				t.Errorf("on %s, message %d after %d", m.Subject, v.I, prev)
-			}
-		}
-		lastOf[m.Subject] = v.I
-	}
-	if disorder > 0 {
-		t.Errorf("%d messages out of their subject's order", disorder)
-	}
+	subjects := checkSubjectOrder(t, js, out, n)
 	if t.Failed() {
 		for i, l := range logs {
 			t.Logf("process %d:\n%s", i, l)
@@ -329,5 +355,5 @@ sink "jet_out" {
 	all := strings.Join(logs, "")
 	t.Logf("%d messages through 2 SIGKILLs and a restart of NATS (at %d messages out): each once in the topic and in the output stream, in order on each of %d subjects; "+
 		"the source held its messages back %d times and released them %d times; %d leases lost",
-		n, before, len(lastOf), strings.Count(all, "nats: holding the messages back"), strings.Count(all, "nats: passing on the messages held back, in stream order"), leaseLosses(logs...))
+		n, before, subjects, strings.Count(all, "nats: holding the messages back"), strings.Count(all, "nats: passing on the messages held back, in stream order"), leaseLosses(logs...))
 }

@@ -2,12 +2,12 @@ package runtime_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -28,7 +28,7 @@ func TestNATSTraceCrossesTheRoundTrip(t *testing.T) {
 	natsStream(t, js, in, nil)
 	natsStream(t, js, out, nil)
 	for i := range n {
-		m := nats.NewMsg(fmt.Sprintf("%s.k%d", in, i%4))
+		m := nats.NewMsg(fmt.Sprintf("%s.k%d", in, i%10))
 		m.Data = fmt.Appendf(nil, `{"i":%d}`, i)
 		m.Header.Set("traceparent", natsTraceparent(i))
 		m.Header.Set("tracestate", fmt.Sprintf("shop=%d", i))
@@ -36,30 +36,7 @@ func TestNATSTraceCrossesTheRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	plan := buildSource(t, fmt.Sprintf(`
-pipeline "natstrace" {}
-topic "in" {
-  partitions = 2
-}
-source "jet" {
-  kind    = "nats"
-  url     = %[1]q
-  stream  = %[2]q
-  durable = "flowrun"
-  output  = topic.in
-}
-stage "mark" {
-  kind  = "map"
-  input = topic.in
-  set   = { k = "k${msg.i %% 4}" }
-}
-sink "jet_out" {
-  kind    = "nats"
-  input   = stage.mark
-  url     = %[1]q
-  subject = "%[3]s.out.${msg.k}"
-}
-`, natsURL(), in, out))
+	plan := buildSource(t, natsRoundTripPipeline("", natsURL(), in, out, false))
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
@@ -78,7 +55,7 @@ sink "jet_out" {
 			t.Fatalf("the run ended: %v\n%s", err, log.String())
 		default:
 		}
-		return acked(t, c, plan.KeyPrefix, "mark.out", 2, "jet_out") == n
+		return acked(t, c, plan.KeyPrefix, "mark.out", 4, "jet_out") == n
 	})
 	stop()
 	if err := <-ended; err != nil {
@@ -89,30 +66,18 @@ sink "jet_out" {
 	for _, s := range rec.Ended() {
 		spans[s.SpanContext().SpanID()] = s
 	}
-	s, err := js.Stream(context.Background(), out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var example string
-	for seq := uint64(1); seq <= n; seq++ {
-		m, err := s.GetMsg(context.Background(), seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct{ I int }
-		if err := json.Unmarshal(m.Data, &v); err != nil {
-			t.Fatal(err)
-		}
-		sent := natsTraceparent(v.I)
+	natsEach(t, js, out, n, func(m *jetstream.RawStreamMsg, i int) {
+		sent := natsTraceparent(i)
 		got := m.Header.Get("traceparent")
 		sentTrace, sentSpan := traceParts(t, sent)
 		gotTrace, gotSpan := traceParts(t, got)
 		if gotTrace != sentTrace || gotSpan == sentSpan {
-			t.Errorf("message %d published with %s came out with %q: want trace %s and another span", v.I, sent, got, sentTrace)
-			continue
+			t.Errorf("message %d published with %s came out with %q: want trace %s and another span", i, sent, got, sentTrace)
+			return
 		}
-		if ts := m.Header.Get("tracestate"); ts != fmt.Sprintf("shop=%d", v.I) {
-			t.Errorf("message %d came out with tracestate %q, want shop=%d", v.I, ts, v.I)
+		if ts := m.Header.Get("tracestate"); ts != fmt.Sprintf("shop=%d", i) {
+			t.Errorf("message %d came out with tracestate %q, want shop=%d", i, ts, i)
 		}
 		// From the span it came out with, up through flowrun's spans, to the publisher's.
 		var chain []string
@@ -126,17 +91,17 @@ sink "jet_out" {
 				break
 			}
 			if sp.SpanContext().TraceID().String() != sentTrace {
-				t.Errorf("message %d: span %q is in trace %s", v.I, sp.Name(), sp.SpanContext().TraceID())
+				t.Errorf("message %d: span %q is in trace %s", i, sp.Name(), sp.SpanContext().TraceID())
 			}
 			chain = append(chain, sp.Name())
 			id = sp.Parent().SpanID()
 		}
 		if len(chain) == 0 || id.String() != sentSpan {
-			t.Errorf("message %d: from its span up through flowrun's spans %v to span %s, want to the publisher's %s", v.I, chain, id, sentSpan)
-			continue
+			t.Errorf("message %d: from its span up through flowrun's spans %v to span %s, want to the publisher's %s", i, chain, id, sentSpan)
+			return
 		}
 		example = fmt.Sprintf("published with %s, came out with %s; its span's parents: %s, then the publisher's span", sent, got, strings.Join(chain, " <- "))
-	}
+	})
 	t.Logf("%d messages, each out with a child of its trace: %s", n, example)
 }
 

@@ -172,8 +172,8 @@ func (s *natsSource) Produce(ctx context.Context, out Emitter) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); s.acknowledge(ctx, out) }()
-	go func() { defer wg.Done(); s.reportLag(ctx, out) }()
+	go func() { defer wg.Done(); s.every(ctx, natsAckEvery, func() { s.acknowledge(ctx, out) }) }()
+	go func() { defer wg.Done(); s.every(ctx, natsLagEvery, func() { s.reportLag(ctx, out) }) }()
 	defer wg.Wait()
 	defer cancel()
 
@@ -416,42 +416,33 @@ func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, since time.Tim
 	return out.Emit(ctx, m, at)
 }
 
-// acknowledge acknowledges to JetStream, every natsAckEvery, the messages whose entries Redis has:
+// acknowledge acknowledges to JetStream (every natsAckEvery) the messages whose entries Redis has:
 // those up to the position the runtime recorded with the last batch written. The messages still
 // waiting for Redis, and those a session's gate holds, get more time (in progress) once half of
 // ack_wait has passed, also while Redis does not answer, so that JetStream does not deliver them
 // again while the source is held back.
 func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
-	tick := s.clock.NewTicker(natsAckEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C():
-		}
-		raw, found, err := out.Resume(ctx)
-		var pos natsPosition
-		if err != nil || !found || json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
-			pos = natsPosition{} // nothing of this run's written yet, or Redis away: none to acknowledge
-		}
-		now := s.clock.Now()
-		s.mu.Lock()
-		i := 0
-		for ; i < len(s.pending) && s.pending[i].n <= pos.N; i++ {
-			// An acknowledgement that fails (the connection away) leaves the message to be
-			// delivered again, which effectively-once delivery writes once.
-			_ = s.pending[i].msg.Ack()
-		}
-		s.pending = s.pending[i:]
-		for j := range s.pending {
-			s.extend(s.pending[j].msg, &s.pending[j].since, now)
-		}
-		for j := range s.held {
-			s.extend(s.held[j].msg, &s.held[j].since, now)
-		}
-		s.mu.Unlock()
+	raw, found, err := out.Resume(ctx)
+	var pos natsPosition
+	if err != nil || !found || json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
+		pos = natsPosition{} // nothing of this run's written yet, or Redis away: none to acknowledge
 	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	i := 0
+	for ; i < len(s.pending) && s.pending[i].n <= pos.N; i++ {
+		// An acknowledgement that fails (the connection away) leaves the message to be
+		// delivered again, which effectively-once delivery writes once.
+		_ = s.pending[i].msg.Ack()
+	}
+	s.pending = s.pending[i:]
+	for j := range s.pending {
+		s.extend(s.pending[j].msg, &s.pending[j].since, now)
+	}
+	for j := range s.held {
+		s.extend(s.held[j].msg, &s.held[j].since, now)
+	}
+	s.mu.Unlock()
 }
 
 // extend asks JetStream for more time for a message not acknowledged yet, once half of ack_wait
@@ -463,10 +454,26 @@ func (s *natsSource) extend(msg jetstream.Msg, since *time.Time, now time.Time) 
 	}
 }
 
-// reportLag reports, every natsLagEvery, the consumer's upstream lag (natsLag), as JetStream
+// reportLag reports (every natsLagEvery) the consumer's upstream lag (natsLag), as JetStream
 // says it; nothing while JetStream does not answer (the last number stands).
 func (s *natsSource) reportLag(ctx context.Context, out Emitter) {
-	tick := s.clock.NewTicker(natsLagEvery)
+	s.mu.Lock()
+	cons := s.cons
+	s.mu.Unlock()
+	if cons == nil {
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
+	info, err := cons.Info(ictx)
+	cancel()
+	if err == nil {
+		out.ReportLag(natsLag(info))
+	}
+}
+
+// every calls f every d until ctx ends.
+func (s *natsSource) every(ctx context.Context, d time.Duration, f func()) {
+	tick := s.clock.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -474,18 +481,7 @@ func (s *natsSource) reportLag(ctx context.Context, out Emitter) {
 			return
 		case <-tick.C():
 		}
-		s.mu.Lock()
-		cons := s.cons
-		s.mu.Unlock()
-		if cons == nil {
-			continue
-		}
-		ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
-		info, err := cons.Info(ictx)
-		cancel()
-		if err == nil {
-			out.ReportLag(natsLag(info))
-		}
+		f()
 	}
 }
 
