@@ -97,11 +97,11 @@ func (s *natsServer) stop() {
 	done := make(chan error, 1)
 	go func() { done <- s.cmd.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		s.t.Logf("nats-server stopped (%v: its status on SIGTERM)", err)
 	case <-time.After(time.Minute):
 		_ = s.cmd.Process.Kill()
-		<-done
-		s.t.Errorf("nats-server did not stop on SIGTERM in a minute: %s", s.log.String())
+		s.t.Errorf("nats-server did not stop on SIGTERM in a minute (killed: %v): %s", <-done, s.log.String())
 	}
 	s.cmd = nil
 }

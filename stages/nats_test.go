@@ -211,7 +211,12 @@ func startNATSSource(t *testing.T, ctx context.Context, block, url, stream strin
 	runCtx, stop := context.WithCancel(ctx)
 	ended := make(chan error, 1)
 	go func() { ended <- src.Produce(runCtx, out) }()
-	t.Cleanup(func() { stop(); <-ended })
+	t.Cleanup(func() {
+		stop()
+		if err := <-ended; !errors.Is(err, context.Canceled) {
+			t.Errorf("the source ended with %v, want the context's end", err)
+		}
+	})
 }
 
 // TestNATSSourceReportsItsConsumersPending runs the nats source on the machine's NATS server
