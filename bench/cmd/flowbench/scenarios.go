@@ -159,6 +159,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.connectorRun(ctx, sc)
 	case kindAMQPIn, kindAMQPOut:
 		return h.runAMQP(ctx, sc)
+	case kindNATSIn, kindNATSOut:
+		return h.natsRun(ctx, sc)
 	case kindNexmark:
 		return h.runNexmark(ctx, sc)
 	}
