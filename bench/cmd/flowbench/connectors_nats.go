@@ -246,28 +246,15 @@ func (h *harness) runNATSOut(ctx context.Context, sc scenario, srv *benchNATS) (
 	return h.timeFlat(c, warm, flat, stored, "messages/s from Redis into a JetStream stream, each acknowledged by JetStream")
 }
 
-// timeFlat waits until count reaches warm, then times the flat part until it reaches warm+flat.
+// timeFlat waits until count reaches warm, then times the flat part until it reaches warm+flat
+// (untilCount), and notes note.
 func (h *harness) timeFlat(c *child, warm, flat int, count func() (int, error), note string) result {
-	until := func(want int, deadline time.Duration) error {
-		for end := time.Now().Add(deadline); ; time.Sleep(10 * time.Millisecond) {
-			n, err := count()
-			if err != nil || n >= want {
-				return err
-			}
-			if c.exited() {
-				return fmt.Errorf("the process exited: %s", c.logTail())
-			}
-			if time.Now().After(end) {
-				return fmt.Errorf("%d of %d messages within %s", n, want, deadline)
-			}
-		}
-	}
-	if err := until(warm, time.Minute); err != nil {
+	if err := untilCount(c, count, "messages", warm, time.Minute); err != nil {
 		return result{failed: "warm-up: " + err.Error()}
 	}
 	cpu0 := h.cpus(c)
 	t0 := time.Now()
-	if err := until(warm+flat, 5*time.Minute); err != nil {
+	if err := untilCount(c, count, "messages", warm+flat, 5*time.Minute); err != nil {
 		return result{failed: err.Error()}
 	}
 	res := h.measured(c, flat, t0, time.Now(), cpu0)
