@@ -252,53 +252,12 @@ func TestNATSRoundTripKeepsSubjectOrder(t *testing.T) {
 	natsStream(t, js, in, nil)
 	natsStream(t, js, out, nil)
 	natsPublish(t, js, in, 0, n)
-	plan := buildSource(t, fmt.Sprintf(`
-pipeline "natsroundtrip" {}
-topic "in" {
-  partitions = 4
-}
-source "jet" {
-  kind    = "nats"
-  url     = %[1]q
-  stream  = %[2]q
-  durable = "flowrun"
-  output  = topic.in
-}
-stage "mark" {
-  kind  = "map"
-  input = topic.in
-  set   = { k = "k${msg.i %% 10}", via = "flowrun" }
-}
-sink "jet_out" {
-  kind    = "nats"
-  input   = stage.mark
-  url     = %[1]q
-  subject = "%[3]s.out.${trimprefix(key, "%[2]s.")}"
-}
-`, natsURL(), in, out))
+	plan := buildSource(t, natsRoundTripPipeline("", natsURL(), in, out, false))
 	c := server.open(t)
 	runServiceUntil(t, c, plan, func() bool { return acked(t, c, plan.KeyPrefix, "mark.out", 4, "jet_out") == n })
 	// natsStored checks the subjects (out.out.k<i%10>: the key's last part), the trace context
 	// and the distinct Nats-Msg-Ids; here the order of each subject's messages.
 	checkEachOnce(t, natsStored(t, js, out), n)
-	s, err := js.Stream(context.Background(), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := map[string]int{}
-	for seq := uint64(1); seq <= n; seq++ {
-		m, err := s.GetMsg(context.Background(), seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct{ I int }
-		if err := json.Unmarshal(m.Data, &v); err != nil {
-			t.Fatal(err)
-		}
-		if prev, ok := last[m.Subject]; ok && v.I < prev {
-			t.Fatalf("on %s, message %d after %d", m.Subject, v.I, prev)
-		}
-		last[m.Subject] = v.I
-	}
-	t.Logf("%d messages through source, stage and sink: each once, in order on each of %d subjects, traceparent kept", n, len(last))
+	subjects := checkSubjectOrder(t, js, out, n)
+	t.Logf("%d messages through source, stage and sink: each once, in order on each of %d subjects, traceparent kept", n, subjects)
 }

@@ -5,12 +5,14 @@
 package stages
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +37,10 @@ const (
 // natsAckEvery is how often the source reads, from Redis, how far its messages are written, and
 // acknowledges those to JetStream: the least that ack_wait must exceed, with a batch's write.
 const natsAckEvery = 100 * time.Millisecond
+
+// natsLagEvery is how often the source asks JetStream for its consumer's pending counts, the
+// upstream lag it reports: one request a second, whatever the rate of messages.
+const natsLagEvery = time.Second
 
 // The nats source emits each message of a JetStream stream (or of its subjects that match subject)
 // keyed by its subject, and acknowledges it to JetStream only after Redis has it: each message's
@@ -129,13 +135,16 @@ type natsSource struct {
 	clock      Clock
 
 	mu      sync.Mutex
-	pending []natsInFlight // emitted, not yet acknowledged, in the order emitted
-	emitted uint64         // the counter of the last message emitted
+	pending []natsInFlight     // emitted, not yet acknowledged, in the order emitted
+	held    []natsHeld         // received and held back by a session's gate (natsGate)
+	emitted uint64             // the counter of the last message emitted
+	cons    jetstream.Consumer // the session's consumer, whose pending counts are the lag; nil before
 }
 
 // natsInFlight is a message emitted and not yet acknowledged to JetStream.
 type natsInFlight struct {
 	n     uint64 // its position's counter
+	seq   uint64 // its stream sequence
 	msg   jetstream.Msg
 	since time.Time // when it was delivered, or when the source last asked JetStream for more time
 }
@@ -162,8 +171,9 @@ func (s *natsSource) Produce(ctx context.Context, out Emitter) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.acknowledge(ctx, out) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); s.every(ctx, natsAckEvery, func() { s.acknowledge(ctx, out) }) }()
+	go func() { defer wg.Done(); s.every(ctx, natsLagEvery, func() { s.reportLag(ctx, out) }) }()
 	defer wg.Wait()
 	defer cancel()
 
@@ -173,7 +183,7 @@ func (s *natsSource) Produce(ctx context.Context, out Emitter) error {
 	}
 	wait := natsRetryFirst
 	for {
-		progressed, err := s.session(ctx, js, out)
+		progressed, err := s.session(ctx, nc, js, out)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -205,9 +215,16 @@ type natsEmitError struct{ err error }
 
 func (e natsEmitError) Error() string { return e.err.Error() }
 
-// session sets up the durable consumer and passes its messages on until an error. NATS's own
-// reconnection heals a short outage under it; a longer one, or a deleted consumer, ends it.
-func (s *natsSource) session(ctx context.Context, js jetstream.JetStream, out Emitter) (progressed bool, err error) {
+// session sets up the durable consumer and passes its messages on until an error, or until the
+// connection is lost (NATS restarting, a network cut): then the next session, on the connection
+// back, starts with a consumer whose state says what to wait for.
+//
+// Each subject's order is kept across a crash and an outage: JetStream delivers again what a
+// consumer left unacknowledged only after ack_wait, by when it has delivered later messages. So
+// a session that finds messages delivered before it and not acknowledged (a killed process's, or
+// those lost in flight when the connection went) holds every message it receives until JetStream
+// has delivered those again, then passes them all on in stream order (see natsGate).
+func (s *natsSource) session(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, out Emitter) (progressed bool, err error) {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	cons, err := js.CreateOrUpdateConsumer(sctx, s.stream, jetstream.ConsumerConfig{
 		Durable: s.durable, FilterSubject: s.subject, AckPolicy: jetstream.AckExplicitPolicy,
@@ -217,29 +234,165 @@ func (s *natsSource) session(ctx context.Context, js jetstream.JetStream, out Em
 	if err != nil {
 		return false, err
 	}
+	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer nc.RemoveStatusListener(status)
+	if !nc.IsConnected() {
+		return false, errors.New("nats: disconnected")
+	}
+	info := cons.CachedInfo()
+	s.mu.Lock()
+	s.cons = cons
+	ours := len(s.pending) // after the info: acknowledgements only make it fewer
+	s.mu.Unlock()
+	out.ReportLag(natsLag(info)) // as it was when the session began, until the first tick
+	var gate *natsGate
+	if info.NumAckPending > ours {
+		gate = &natsGate{until: s.clock.Now().Add(natsGateLongest * s.ackWait)}
+		s.log.Info("nats: holding the messages back until JetStream delivers again those left unacknowledged, to keep each subject's order",
+			"unacknowledged", info.NumAckPending-ours, "ack_wait", s.ackWait)
+	}
+
 	// A batch of the pull is what the writer can take at once; no more than may be in flight.
 	it, err := cons.Messages(jetstream.PullMaxMessages(min(s.maxPending, 500)))
 	if err != nil {
 		return false, err
 	}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
 	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop) // Next has no context: stopping ends it
+	stop := context.AfterFunc(rctx, it.Stop) // Next has no context: stopping ends it
 	defer stop()
+	msgs, ended := make(chan jetstream.Msg), make(chan error, 1)
+	go func() {
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-rctx.Done():
+				return
+			}
+		}
+	}()
+	tick := s.clock.NewTicker(natsLagEvery)
+	defer tick.Stop()
 	for {
-		msg, err := it.Next()
-		if err != nil {
+		select {
+		case <-ctx.Done():
+			return progressed, ctx.Err()
+		case err := <-ended:
 			return progressed, err
+		case st := <-status:
+			return progressed, fmt.Errorf("nats: the connection is %s", strings.ToLower(st.String()))
+		case msg := <-msgs:
+			if gate != nil {
+				s.hold(msg)
+				continue
+			}
+			if err := s.pass(ctx, msg, s.clock.Now(), out); err != nil {
+				return progressed, natsEmitError{err}
+			}
+			progressed = true
+		case <-tick.C():
+			if gate == nil || !s.gateOpens(ctx, cons, gate) {
+				continue
+			}
+			gate = nil
+			if err := s.release(ctx, out); err != nil {
+				return progressed, natsEmitError{err}
+			}
+			progressed = true
 		}
-		if err := s.pass(ctx, msg, out); err != nil {
-			return progressed, natsEmitError{err}
-		}
-		progressed = true
 	}
+}
+
+// natsGateLongest is how many times ack_wait a session holds its messages back at most, waiting
+// for JetStream to deliver again what was left unacknowledged (natsGate).
+const natsGateLongest = 3
+
+// natsGate is a session's holding back of the messages it receives (natsSource.held), until
+// JetStream has delivered again every message that was delivered before the session and not
+// acknowledged: those of a process killed, or lost in flight in an outage. Every second it asks
+// for the consumer's info, and opens once nothing delivered is unaccounted for (gateOpens).
+type natsGate struct {
+	until   time.Time // when it opens regardless, with a warning
+	highest uint64    // the highest stream sequence the session has received
+}
+
+// natsHeld is a message held back by the gate.
+type natsHeld struct {
+	msg   jetstream.Msg
+	seq   uint64    // its stream sequence
+	since time.Time // when delivered, or last given more time (in progress)
+}
+
+// hold keeps a message back, in the gate, until it opens; the acknowledging goroutine asks
+// JetStream for more time for it meanwhile, as for a message waiting for Redis.
+func (s *natsSource) hold(msg jetstream.Msg) {
+	var seq uint64
+	if meta, err := msg.Metadata(); err == nil {
+		seq = meta.Sequence.Stream
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = append(s.held, natsHeld{msg: msg, seq: seq, since: s.clock.Now()})
+}
+
+// gateOpens reports whether JetStream has delivered again everything that the gate waits for:
+// nothing new is on its way (the consumer's last delivered stream sequence is one the session
+// has), and every message delivered and not acknowledged is one the source has, emitted and
+// waiting for Redis or held. Both counts are the info's, against the source's after it
+// (acknowledgements since only make the source's fewer), so the gate never opens early.
+func (s *natsSource) gateOpens(ctx context.Context, cons jetstream.Consumer, g *natsGate) bool {
+	if s.clock.Now().After(g.until) {
+		s.log.Warn("nats: messages left unacknowledged were not delivered again in time; passing on the messages held back, whose subjects' order may not hold",
+			"waited", natsGateLongest*s.ackWait)
+		return true
+	}
+	ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
+	info, err := cons.Info(ictx)
+	cancel()
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	have := make(map[uint64]bool, len(s.pending)+len(s.held)) // a message redelivered is in both
+	for _, p := range s.pending {
+		have[p.seq] = true
+	}
+	for _, h := range s.held {
+		have[h.seq] = true
+		g.highest = max(g.highest, h.seq)
+	}
+	return info.Delivered.Stream <= g.highest && info.NumAckPending <= len(have)
+}
+
+// release passes on the messages the gate held, in stream order, each once.
+func (s *natsSource) release(ctx context.Context, out Emitter) error {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	slices.SortStableFunc(held, func(a, b natsHeld) int { return cmp.Compare(a.seq, b.seq) })
+	s.log.Info("nats: passing on the messages held back, in stream order", "messages", len(held))
+	for i, h := range held {
+		if i > 0 && h.seq == held[i-1].seq {
+			continue // delivered twice while held: JetStream takes one acknowledgement for both
+		}
+		if err := s.pass(ctx, h.msg, h.since, out); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pass emits one message, keyed by its subject, with its headers and trace context, and notes it
 // for acknowledgement once Redis has it.
-func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, out Emitter) error {
+func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, since time.Time, out Emitter) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return err // a message of a consumer is always a JetStream one
@@ -247,7 +400,7 @@ func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, out Emitter) e
 	s.mu.Lock()
 	s.emitted++
 	n := s.emitted
-	s.pending = append(s.pending, natsInFlight{n: n, msg: msg, since: s.clock.Now()})
+	s.pending = append(s.pending, natsInFlight{n: n, seq: meta.Sequence.Stream, msg: msg, since: since})
 	s.mu.Unlock()
 	pos, _ := json.Marshal(natsPosition{Run: s.run, N: n}) // strings and numbers only
 	at := Origin{ID: meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10), Position: string(pos)}
@@ -263,12 +416,64 @@ func (s *natsSource) pass(ctx context.Context, msg jetstream.Msg, out Emitter) e
 	return out.Emit(ctx, m, at)
 }
 
-// acknowledge acknowledges to JetStream, every natsAckEvery, the messages whose entries Redis has:
+// acknowledge acknowledges to JetStream (every natsAckEvery) the messages whose entries Redis has:
 // those up to the position the runtime recorded with the last batch written. The messages still
-// waiting for Redis get more time (in progress) once half of ack_wait has passed, so that
-// JetStream does not deliver them again while the source is held back.
+// waiting for Redis, and those a session's gate holds, get more time (in progress) once half of
+// ack_wait has passed, also while Redis does not answer, so that JetStream does not deliver them
+// again while the source is held back.
 func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
-	tick := s.clock.NewTicker(natsAckEvery)
+	raw, found, err := out.Resume(ctx)
+	var pos natsPosition
+	if err != nil || !found || json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
+		pos = natsPosition{} // nothing of this run's written yet, or Redis away: none to acknowledge
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	i := 0
+	for ; i < len(s.pending) && s.pending[i].n <= pos.N; i++ {
+		// An acknowledgement that fails (the connection away) leaves the message to be
+		// delivered again, which effectively-once delivery writes once.
+		_ = s.pending[i].msg.Ack()
+	}
+	s.pending = s.pending[i:]
+	for j := range s.pending {
+		s.extend(s.pending[j].msg, &s.pending[j].since, now)
+	}
+	for j := range s.held {
+		s.extend(s.held[j].msg, &s.held[j].since, now)
+	}
+	s.mu.Unlock()
+}
+
+// extend asks JetStream for more time for a message not acknowledged yet, once half of ack_wait
+// has passed since it was delivered or last extended.
+func (s *natsSource) extend(msg jetstream.Msg, since *time.Time, now time.Time) {
+	if now.Sub(*since) > s.ackWait/2 {
+		_ = msg.InProgress()
+		*since = now
+	}
+}
+
+// reportLag reports (every natsLagEvery) the consumer's upstream lag (natsLag), as JetStream
+// says it; nothing while JetStream does not answer (the last number stands).
+func (s *natsSource) reportLag(ctx context.Context, out Emitter) {
+	s.mu.Lock()
+	cons := s.cons
+	s.mu.Unlock()
+	if cons == nil {
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
+	info, err := cons.Info(ictx)
+	cancel()
+	if err == nil {
+		out.ReportLag(natsLag(info))
+	}
+}
+
+// every calls f every d until ctx ends.
+func (s *natsSource) every(ctx context.Context, d time.Duration, f func()) {
+	tick := s.clock.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -276,31 +481,16 @@ func (s *natsSource) acknowledge(ctx context.Context, out Emitter) {
 			return
 		case <-tick.C():
 		}
-		raw, found, err := out.Resume(ctx)
-		if err != nil || !found {
-			continue
-		}
-		var pos natsPosition
-		if json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
-			continue
-		}
-		now := s.clock.Now()
-		s.mu.Lock()
-		i := 0
-		for ; i < len(s.pending) && s.pending[i].n <= pos.N; i++ {
-			// An acknowledgement that fails (the connection away) leaves the message to be
-			// delivered again, which effectively-once delivery writes once.
-			_ = s.pending[i].msg.Ack()
-		}
-		s.pending = s.pending[i:]
-		for j := range s.pending {
-			if now.Sub(s.pending[j].since) > s.ackWait/2 {
-				_ = s.pending[j].msg.InProgress()
-				s.pending[j].since = now
-			}
-		}
-		s.mu.Unlock()
+		f()
 	}
+}
+
+// natsLag is a consumer's upstream lag: the stream's messages (of its filter subject) that it has
+// not acknowledged, those not delivered yet (NumPending) and those delivered and not yet in Redis
+// (NumAckPending, which the source acknowledges once Redis has them): what a crash at that moment
+// would leave JetStream to deliver, like a Kafka group's lag from its committed offsets.
+func natsLag(info *jetstream.ConsumerInfo) int64 {
+	return int64(info.NumPending) + int64(info.NumAckPending)
 }
 
 // natsConn is how a nats source or sink connects: the URL, and what hides its password.
@@ -309,12 +499,16 @@ type natsConn struct {
 	name   string // the connection's name, which the server shows (nats server report connections)
 	shown  string // the URL without its password
 	redact func(string) string
+	log    *slog.Logger // says when the connection is lost and when it is back
 }
 
 func newNATSConn(raw, name string, env Env) natsConn {
-	c := natsConn{url: raw, name: name, shown: raw, redact: env.Redact}
+	c := natsConn{url: raw, name: name, shown: raw, redact: env.Redact, log: env.Logger}
 	if c.redact == nil {
 		c.redact = func(s string) string { return s }
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		if p, ok := u.User.Password(); ok && p != "" {
@@ -329,10 +523,23 @@ func newNATSConn(raw, name string, env Env) natsConn {
 // connect connects to the server, or keeps trying in the background when it is away (the first
 // calls then fail as they would during any outage): a connection reconnects without end.
 // Publications are not buffered while it reconnects, so that a sink learns at once that NATS is
-// away, and pauses.
+// away, and pauses. The log says when the connection is lost, and when it is back.
 func (c natsConn) connect() (*nats.Conn, error) {
 	nc, err := nats.Connect(c.url, nats.Name(c.name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1))
+		nats.ReconnectWait(500*time.Millisecond), nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed by flowrun: not lost
+			}
+			why := "the server closed it"
+			if err != nil {
+				why = c.redact(err.Error())
+			}
+			c.log.Warn("nats: disconnected; reconnecting", "connection", c.name, "url", c.shown, "err", why)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.log.Info("nats: reconnected", "connection", c.name, "server", c.redact(nc.ConnectedUrlRedacted()))
+		}))
 	if err != nil {
 		return nil, errors.New(c.redact("nats: " + err.Error()))
 	}

@@ -99,6 +99,7 @@ type harness struct {
 	// The connectors' databases (connectors.go), made at first use, and what removes them.
 	sqlDB    string
 	pg       *privatePostgres
+	nats     *benchNATS // connectors_nats.go
 	cleanups []func()
 }
 

@@ -161,6 +161,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.runAMQP(ctx, sc)
 	case kindKafkaIn, kindKafkaOut:
 		return h.runKafka(ctx, sc)
+	case kindNATSIn, kindNATSOut:
+		return h.natsRun(ctx, sc)
 	case kindNexmark:
 		return h.runNexmark(ctx, sc)
 	}
