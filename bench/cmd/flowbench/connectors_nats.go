@@ -26,7 +26,7 @@ import (
 //     (messages/s, until the stream holds every one).
 
 const (
-	kindNATSIn kind = iota + 400
+	kindNATSIn kind = iota + 500
 	kindNATSOut
 	natsInStream     = "FBIN"
 	natsOutStream    = "FBOUT"
