@@ -31,9 +31,10 @@ var (
 )
 
 // TestGeneratedPipelines is the proof by drawing (internal/modeltest): random pipelines of
-// filters, maps, routes, dedupes, aggregates, patterns and lookups, over declared and inserted
-// topics of random partitions and keys, with tumbling, hopping and session windows and aggregates
-// of aggregates, and a table whose updates (versions, deletes) are written before the run,
+// filters, maps, routes, rate limits, dedupes, aggregates, joins, patterns and lookups (latest, or
+// as of an event time, with stateful stages after them), over declared and inserted topics of
+// random partitions and keys, with tumbling, hopping and session windows and aggregates of
+// aggregates, and a table whose updates (versions, deletes) are written before the run,
 // run on random data whose disorder stays within every grace, with a random batch size, fused or
 // not, at-least-once or effectively-once. What every sink receives must equal what the reference
 // model computes, with nothing late, and nothing dead-lettered but what the model dead-letters (a

@@ -1,5 +1,6 @@
 // Package modeltest proves stateful results by drawing: from a seed it draws a random pipeline
-// (chains and fan-outs of filter, map, route, dedupe, aggregate, pattern and lookup stages, joined
+// (chains and fan-outs of filter, map, route, rate_limit, dedupe, aggregate, join, pattern and
+// lookup stages, lookups latest or as_of an event time, joined
 // by stage references and by declared topics of random partitions and keys, with tumbling, hopping
 // and session windows, aggregates of aggregates, topics that several stages write, and a table
 // whose updates the test writes before the run), random input data whose disorder stays within

@@ -224,7 +224,7 @@ func (g *generator) reader(s stream, depth int) {
 	}
 	g.stagesLeft--
 	st := &Stage{Name: g.name("st"), Input: s.ref}
-	kinds := []string{"filter", "filter", "map", "map", "route", "dedupe", "dedupe", "aggregate", "aggregate", "aggregate", "lookup"}
+	kinds := []string{"filter", "filter", "map", "map", "route", "dedupe", "dedupe", "aggregate", "aggregate", "aggregate", "lookup", "rate_limit"}
 	if s.level > 0 {
 		kinds = []string{"filter", "map", "aggregate", "aggregate"}
 	}
@@ -283,6 +283,12 @@ func (g *generator) reader(s stream, depth int) {
 	case "join":
 		g.join(st)
 		g.sink(Ref{Stage: st})
+	case "rate_limit":
+		// A limit that binds for a moment (a few hundred events of a key at up to 5,000 a
+		// second): messages wait, in place, and none is lost or reordered.
+		st.Key = []*Expr{nil, field("user"), field("region")}[g.r.IntN(3)]
+		st.Rate, st.Burst = 500+g.r.IntN(4500), 1+g.r.IntN(100)
+		g.passOn(st, 0, depth)
 	case "lookup":
 		g.lookup(st)
 		held := g.held

@@ -126,6 +126,11 @@ func (d *Draw) HCL(f Files) string {
 				w("    %s = %s\n", f.Name, f.Expr.HCL)
 			}
 			w("  }\n")
+		case "rate_limit":
+			if s.Key != nil {
+				w("  key   = %s\n", s.Key.HCL)
+			}
+			w("  rate  = %d\n  per   = \"1s\"\n  burst = %d\n", s.Rate, s.Burst)
 		case "lookup":
 			w("  table   = table.%s\n  key     = %s\n  as      = %q\n  missing = %q\n", s.Table.Name, s.Key.HCL, s.As, s.Missing)
 			if s.AsOf != nil {

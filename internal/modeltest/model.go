@@ -131,6 +131,8 @@ func (m *model) stage(s *Stage) map[*Topic][]item {
 	out := map[*Topic][]item{}
 	in := m.read(s.Input)
 	switch s.Kind {
+	case "rate_limit": // it delays, and passes every message on as it came
+		out[s.Output] = in
 	case "filter":
 		for _, it := range in {
 			if s.Where.Eval(it.msg).(bool) {

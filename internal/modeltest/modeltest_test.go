@@ -19,6 +19,11 @@ func TestDrawsCompile(t *testing.T) {
 		for _, s := range d.Pipeline.Stages {
 			if s.Kind == "lookup" {
 				drawn["missing = "+s.Missing]++
+			}
+			if s.Kind == "rate_limit" {
+				drawn["a rate_limit"]++
+			}
+			if s.Kind == "lookup" {
 				if s.AsOf != nil {
 					drawn["a lookup as_of"]++
 					if asOfFeedsState(d.Pipeline, s) {
@@ -57,7 +62,7 @@ func TestDrawsCompile(t *testing.T) {
 		}
 	}
 	for _, what := range []string{"missing = null", "missing = drop", "missing = dead_letter",
-		"a lookup as_of", "a stateful stage after a lookup as_of",
+		"a lookup as_of", "a stateful stage after a lookup as_of", "a rate_limit",
 		"a topic keyed by the messages' keys", "a table keyed like its topic", "a table keyed otherwise"} {
 		if drawn[what] == 0 {
 			t.Errorf("no draw of 300 has %s", what)

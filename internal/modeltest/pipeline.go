@@ -120,6 +120,9 @@ type Stage struct {
 	As      string // lookup: the field the row lands at
 	Missing string // lookup: "null", "drop" or "dead_letter"
 	AsOf    *Expr  // lookup of a Versioned table: the row as of this event time; nil: the latest
+
+	// rate_limit, with Key (nil: one limit for every message): Rate messages per second, Burst at once.
+	Rate, Burst int
 }
 
 // Step is one step of a pattern's sequence.
