@@ -388,6 +388,9 @@ func TestMQTTSourceWritesEachMessageOnce(t *testing.T) {
 	}
 	go mqttPublish(t, pub, base, n/2, n, false)
 	runServiceUntil(t, c, plan, func() bool { return entries() >= n })
+	if got := entries(); got != n {
+		t.Errorf("the first run wrote %d entries, want %d", got, n)
+	}
 	// A second run: what the first acknowledged, the broker does not deliver again; a marker
 	// message published now is the next thing the source writes.
 	pub.publish(&paho.Publish{Topic: base + "/k0", Payload: []byte(`{"i":0,"marker":true}`),

@@ -298,6 +298,9 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 		return false, err
 	}
 	defer func() {
+		if ctx.Err() != nil {
+			s.ackBeforeLeaving(out)
+		}
 		_ = client.Disconnect(&paho.Disconnect{ReasonCode: 0}) // the session stays, for its expiry
 		<-client.Done()
 		s.forget(client)
@@ -333,7 +336,6 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 	for {
 		select {
 		case <-ctx.Done():
-			s.ackBeforeLeaving(out)
 			return progressed, ctx.Err()
 		case <-client.Done():
 			errMu.Lock()
@@ -412,15 +414,15 @@ func (s *mqttSource) acknowledge(ctx context.Context, out Emitter) {
 
 // ackWritten marks acknowledged the messages up to the position the runtime recorded with the
 // last batch written; their client sends the PUBACKs, in the order the messages came, within
-// mqttSendAcksEvery. It reports whether it marked any.
-func (s *mqttSource) ackWritten(ctx context.Context, out Emitter) bool {
+// mqttSendAcksEvery.
+func (s *mqttSource) ackWritten(ctx context.Context, out Emitter) {
 	raw, found, err := out.Resume(ctx)
 	if err != nil || !found {
-		return false
+		return
 	}
 	var pos mqttPosition
 	if json.Unmarshal([]byte(raw), &pos) != nil || pos.Run != s.run {
-		return false
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -432,18 +434,15 @@ func (s *mqttSource) ackWritten(ctx context.Context, out Emitter) bool {
 	}
 	clear(s.pending[:i])
 	s.pending = s.pending[i:]
-	return i > 0
 }
 
 // ackBeforeLeaving acknowledges, when the run stops, what Redis has, and gives the client the
-// time to send those PUBACKs before it disconnects: else the broker delivers them again to the
-// next run.
+// time to send the PUBACKs marked (now or by the last ackWritten) before it disconnects: else the
+// broker delivers those messages again to the next run.
 func (s *mqttSource) ackBeforeLeaving(out Emitter) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if !s.ackWritten(ctx, out) {
-		return
-	}
+	s.ackWritten(ctx, out)
 	t := s.clock.NewTimer(3 * mqttSendAcksEvery) // paho sends marked acknowledgements every mqttSendAcksEvery
 	defer t.Stop()
 	select {
