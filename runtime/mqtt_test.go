@@ -16,6 +16,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/flowrun/flowrun/runtime"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -151,10 +152,29 @@ type mqttClient struct {
 func newMQTTClient(t *testing.T, addr, clientID string, onMsg func(*paho.Publish), filters ...string) *mqttClient {
 	t.Helper()
 	c := &mqttClient{t: t, addr: strings.TrimPrefix(strings.TrimPrefix(addr, "tcp://"), "mqtt://"), clientID: clientID, onMsg: onMsg, filters: filters}
-	if _, err := c.connected(); err != nil {
+	client, err := c.connected()
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.close)
+	if onMsg != nil {
+		// A reader connects again as soon as its connection ends (a broker restarting).
+		go func() {
+			for {
+				<-client.Done()
+				c.mu.Lock()
+				closed := c.closed
+				c.mu.Unlock()
+				if closed {
+					return
+				}
+				if client, err = c.connected(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
 	return c
 }
 
@@ -403,4 +423,61 @@ func TestMQTTSourceWritesEachMessageOnce(t *testing.T) {
 	seen[0] = 1
 	checkEachOnce(t, seen, n)
 	t.Logf("%d messages, each once in the topic, in order on each MQTT topic; a second run wrote only the marker", n)
+}
+
+// TestMQTTSourceWaitsOutABrokerRestart reads from a private Mosquitto that is stopped once a
+// first part is in the topic, and started again (its persistence keeps the source's session):
+// the source tries to connect meanwhile, and once the broker is back, the messages published
+// then (queued in the session while the source waits to try again) arrive too; the publisher
+// gives IDs, so with effectively-once delivery each of 3000 is in the topic once, though what was
+// in flight at the stop is delivered again.
+func TestMQTTSourceWaitsOutABrokerRestart(t *testing.T) {
+	const first, n = 1000, 3000
+	broker := startMQTTBroker(t, "")
+	base, clientID := mqttName(t), mqttName(t)
+	c := server.open(t)
+	plan := buildSource(t, mqttSourcePipeline("ignored", "effectively_once", broker.url(), base, clientID))
+	pub := newMQTTClient(t, broker.addr, mqttName(t), nil)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var log syncBuffer
+	ended := make(chan error, 1)
+	go func() {
+		_, err := runtime.Run(ctx, plan, runtime.Options{Redis: c, Logger: newLogger(&log)})
+		ended <- err
+	}()
+	entries := func() int {
+		select {
+		case err := <-ended:
+			t.Fatalf("the run ended: %v\n%s", err, log.String())
+		default:
+		}
+		total := 0
+		for _, k := range mqttTopic(t, c, plan.KeyPrefix, base) {
+			total += k
+		}
+		return total
+	}
+	// The source's session is there once it has subscribed: then publish.
+	waitFor(t, "the source to subscribe", func() bool {
+		pub.publish(&paho.Publish{Topic: base + "/k0", Payload: []byte(`{"i":0}`), Properties: &paho.PublishProperties{User: paho.UserProperties{
+			{Key: "origin", Value: "test"}, {Key: "message_id", Value: "0"}, {Key: "traceparent", Value: mqttTraceparent(0)}}}})
+		return entries() > 0
+	})
+	mqttPublish(t, pub, base, 1, first, true)
+	waitFor(t, "the first part in the topic", func() bool { return entries() == first })
+	broker.stop()
+	waitFor(t, "the source to find the broker away", func() bool {
+		return strings.Count(log.String(), "mqtt: the connection to the broker failed") >= 2
+	})
+	broker.start()
+	mqttPublish(t, pub, base, first, n, true)
+	waitFor(t, "every message in the topic", func() bool { return entries() >= n })
+	stop()
+	if err := <-ended; err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	checkEachOnce(t, mqttTopic(t, c, plan.KeyPrefix, base), n)
+	t.Logf("%d messages before the broker stopped, %d attempts to connect while it was away, each of %d once at the end",
+		first, strings.Count(log.String(), "mqtt: the connection to the broker failed"), n)
 }

@@ -124,6 +124,17 @@ func (s *mqttSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 		}
 		return
 	}
+	// A connection lost fails what waits for a PUBACK at once (paho would wait for the timeout,
+	// the messages being in its session).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-client.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	pubs := make([]*paho.Publish, len(batch))
 	var topics []string
 	byTopic := map[string][]int{}
@@ -210,6 +221,11 @@ func (s *mqttSink) publish(ctx context.Context, client *paho.Client, p *paho.Pub
 	case errors.Is(err, paho.ErrInvalidArguments):
 		return Permanent(fmt.Errorf("mqtt: publishing on %s: %w", p.Topic, err))
 	case err != nil:
+		select {
+		case <-client.Done():
+			err = errors.New("the connection was lost before the broker's PUBACK")
+		default:
+		}
 		s.drop(client)
 		return Transient(errors.New(s.conn.redact(fmt.Sprintf("mqtt: publishing on %s to %s: %v", p.Topic, s.conn.shown, err))))
 	}

@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/flowrun/flowrun/flow"
@@ -505,9 +504,6 @@ func (c mqttConn) dial(ctx context.Context) (*mqttNetConn, error) {
 	if c.tls != nil {
 		td := tls.Dialer{NetDialer: &d, Config: c.tls}
 		conn, err = td.DialContext(ctx, "tcp", c.addr)
-		if err == nil {
-			conn = packets.NewThreadSafeConn(conn) // paho writes from several goroutines
-		}
 	} else {
 		conn, err = d.DialContext(ctx, "tcp", c.addr)
 	}
@@ -530,8 +526,11 @@ func (c mqttConn) connectPacket(clientID string, cleanStart bool, props *paho.Co
 }
 
 // mqttNetConn is a connection to the broker that says when it is lost: closed, or a read failed.
+// It is a sync.Locker, which paho takes to write a packet whole: it writes from several
+// goroutines, a packet in several writes.
 type mqttNetConn struct {
 	net.Conn
+	sync.Mutex
 	once sync.Once
 	lost chan struct{}
 }
