@@ -1,0 +1,159 @@
+package runtime_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+// The mqtt kinds' round trip (see mqtt_test.go for the brokers): messages published to a private
+// Mosquitto come in through the source, go through two stages and out through the sink to the
+// same broker, while the flowrun processes are SIGKILLed twice and the broker is stopped and
+// started again once.
+
+// mqttRoundTripSize is how many messages the round trip sends: 100,000 with -soak.
+func mqttRoundTripSize() int {
+	if *soakFlag {
+		return 100000
+	}
+	return 5000
+}
+
+// mqttRoundTripPipeline reads <base>/in/# into topic "in", through a map and a filter, and
+// publishes on <base>/out/k<i%10>.
+func mqttRoundTripPipeline(prefix, delivery, url, base, clientID string) string {
+	return fmt.Sprintf(`
+pipeline "mqttroundtrip" {
+  key_prefix = %[1]q
+  delivery   = %[2]q
+}
+topic "in" {
+  partitions = 4
+}
+source "mq_in" {
+  kind      = "mqtt"
+  url       = %[3]q
+  topics    = ["%[4]s/in/#"]
+  client_id = %[5]q
+  output    = topic.in
+}
+stage "mark" {
+  kind  = "map"
+  input = topic.in
+  set   = { k = "k${msg.i %% 10}", via = "flowrun" }
+}
+stage "keep" {
+  kind  = "filter"
+  input = stage.mark
+  where = msg.via == "flowrun"
+}
+sink "mq_out" {
+  kind  = "mqtt"
+  input = stage.keep
+  url   = %[3]q
+  topic = "%[4]s/out/${trimprefix(key, "%[4]s/in/")}"
+}
+`, prefix, delivery, url, base, clientID)
+}
+
+// TestMQTTRoundTripThroughKills sends messages through the source, two stages and the sink, back
+// to the broker, while the flowrun process is SIGKILLed twice and the broker is restarted once
+// (stopped and started: its persistence keeps the sessions and their queued messages):
+//
+//   - ids: the publisher gives each message a message_id and delivery is effectively-once: each
+//     message is in the source's topic once, though the broker delivers again what a killed
+//     process had not acknowledged; out of the sink each arrives at least once, and once by its
+//     message_id (the sink publishes again what it had published without its entry being
+//     acknowledged, with the same message_id).
+//   - no_ids: no message_id, at-least-once: each message is in the topic and arrives at least once.
+//
+// Each MQTT topic's messages arrive in order (of their first arrival), with their user
+// properties and traceparent.
+func TestMQTTRoundTripThroughKills(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ids      bool
+		delivery string
+	}{{"ids", true, "effectively_once"}, {"no_ids", false, "at_least_once"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := mqttRoundTripSize()
+			broker := startMQTTBroker(t, "")
+			base, clientID := mqttName(t), mqttName(t)
+			srv := redistest.Shared(t)
+			c := openURLs(t, srv.URL())
+			prefix := fmt.Sprintf("mqttroundtrip-%d", prefixes.Add(1))
+			path := filepath.Join(t.TempDir(), "mqtt.hcl")
+			writeFile(t, path, mqttRoundTripPipeline(prefix, tc.delivery, broker.url(), base, clientID))
+			// The source's session exists before the first publication (its first run would make it).
+			newMQTTClient(t, broker.addr, clientID, func(*paho.Publish) {}, base+"/in/#").close()
+			read := newMQTTReader(t, broker.addr, base+"/out/#")
+			pub := newMQTTClient(t, broker.addr, mqttName(t), nil)
+			arrived := func() int {
+				seen, _ := read.check(t, base)
+				return len(seen)
+			}
+			var published atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for from := 0; from < n; from += 500 {
+					mqttPublish(t, pub, base+"/in", from, min(from+500, n), tc.ids)
+					published.Store(int64(min(from+500, n)))
+					time.Sleep(10 * time.Millisecond) // a steady stream, through the kills
+				}
+			}()
+			bin := flowrunBinary(t)
+			args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
+			var logs []string
+			step := func(what string) {
+				before := arrived()
+				progress := n/10 + rand.IntN(n/10)
+				waitFor(t, fmt.Sprintf("%s: %d messages more out", what, progress), func() bool {
+					return arrived()-before >= progress || arrived() >= n
+				})
+			}
+			p := startBinary(t, bin, args...)
+			step("the first process")
+			p.kill(t)
+			logs = append(logs, p.log.String())
+			p = startBinary(t, bin, args...)
+			step("the second process")
+			broker.stop()
+			broker.start()
+			step("the second process, after the broker's restart")
+			p.kill(t)
+			logs = append(logs, p.log.String())
+			<-done
+			last := startBinary(t, bin, args...)
+			waitFor(t, "every message out", func() bool { return arrived() >= n })
+			last.kill(t)
+			logs = append(logs, last.log.String())
+			inTopic := mqttTopic(t, c, prefix, base+"/in")
+			seen, ids := read.check(t, base)
+			twiceOut := checkEachAtLeastOnce(t, seen, n)
+			var twiceIn int
+			if tc.ids {
+				checkEachOnce(t, inTopic, n)
+				if ids != n {
+					t.Errorf("%d distinct message_ids out, want %d", ids, n)
+				}
+			} else {
+				twiceIn = checkEachAtLeastOnce(t, inTopic, n)
+			}
+			if t.Failed() {
+				for i, l := range logs {
+					t.Logf("process %d:\n%s", i, l)
+				}
+			}
+			t.Logf("%d messages (%s, %s) through 2 SIGKILLs and a broker restart: %d in the topic more than once, %d out more than once, %d distinct message_ids out; %d leases lost",
+				n, tc.name, tc.delivery, twiceIn, twiceOut, ids, leaseLosses(logs...))
+		})
+	}
+}
