@@ -423,3 +423,43 @@ sink "big_out" {
 		t.Fatalf("want one passing run, got %+v", results)
 	}
 }
+
+// TestMQTTKindsAreTestedWithoutABroker: flowrun test feeds an mqtt source and captures what
+// reaches an mqtt sink, as for every source and sink; the broker (here, nothing listens on port
+// 1) is never dialled.
+func TestMQTTKindsAreTestedWithoutABroker(t *testing.T) {
+	plan := compile(t, `
+pipeline "mqttreadings" { key_prefix = "mqttreadings" }
+topic "readings" {
+  partitions = 2
+}
+source "readings_in" {
+  kind      = "mqtt"
+  url       = "tcp://app:secret-pw@127.0.0.1:1"
+  topics    = ["sensors/+/temperature"]
+  client_id = "flowrun-readings"
+  output    = topic.readings
+}
+sink "hot_out" {
+  kind  = "mqtt"
+  input = topic.readings
+  url   = "tcp://app:secret-pw@127.0.0.1:1"
+  topic = "alerts/${msg.site}"
+  where = msg.celsius >= 30
+}
+`)
+	file := &testfile.File{
+		Path: "p.flowtest.hcl",
+		Runs: []*testfile.Run{{
+			Name: "hot readings",
+			Steps: []*testfile.Step{{Sends: []*testfile.Send{{Source: "readings_in", Messages: []testfile.Message{
+				payloadOf(`{"site":"a","celsius":31}`), payloadOf(`{"site":"b","celsius":12}`),
+			}}}}},
+			Expect: []*testfile.Expect{{Sink: "hot_out", HasMessages: true, Messages: []testfile.Message{payloadOf(`{"site":"a","celsius":31}`)}}},
+		}},
+	}
+	results := RunFile(context.Background(), file, plan, harnessOptions(t))
+	if len(results) != 1 || !results[0].Passed() {
+		t.Fatalf("want one passing run, got %+v", results)
+	}
+}
