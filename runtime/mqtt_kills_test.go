@@ -112,36 +112,38 @@ func TestMQTTRoundTripThroughKills(t *testing.T) {
 			bin := flowrunBinary(t)
 			args := []string{"run", path, "--redis", srv.URL(), "--lease-ttl", "300ms"}
 			var logs []string
-			step := func(what string) {
-				before := arrived()
-				progress := n/10 + rand.IntN(n/10)
-				waitFor(t, fmt.Sprintf("%s: %d messages more out", what, progress), func() bool {
-					return arrived()-before >= progress || arrived() >= n
-				})
+			// waitOut waits until enough messages are out, failing with the process's log when
+			// none more came out in a minute.
+			waitOut := func(what string, enough int, p *process) {
+				t.Helper()
+				for at, since := arrived(), time.Now(); at < enough; {
+					if time.Since(since) > time.Minute {
+						t.Fatalf("%s: %d of %d messages out, none more in a minute; the process's log:\n%s", what, at, enough, p.log.String())
+					}
+					time.Sleep(100 * time.Millisecond) // polling the reader
+					if a := arrived(); a > at {
+						at, since = a, time.Now()
+					}
+				}
+			}
+			step := func(what string, p *process) {
+				t.Helper()
+				waitOut(what, min(n, arrived()+n/10+rand.IntN(n/10)), p)
 			}
 			p := startBinary(t, bin, args...)
-			step("the first process")
+			step("the first process", p)
 			p.kill(t)
 			logs = append(logs, p.log.String())
 			p = startBinary(t, bin, args...)
-			step("the second process")
+			step("the second process", p)
 			broker.stop()
 			broker.start()
-			step("the second process, after the broker's restart")
+			step("the second process, after the broker's restart", p)
 			p.kill(t)
 			logs = append(logs, p.log.String())
 			<-done
 			last := startBinary(t, bin, args...)
-			// Every message out: a minute at most without progress.
-			for at, since := arrived(), time.Now(); at < n; at = arrived() {
-				if time.Since(since) > time.Minute {
-					t.Fatalf("%d of %d messages out, none more in a minute\n%s", at, n, last.log.String())
-				}
-				if a := arrived(); a > at {
-					since = time.Now()
-				}
-				time.Sleep(100 * time.Millisecond) // polling the reader
-			}
+			waitOut("the last process", n, last)
 			last.kill(t)
 			logs = append(logs, last.log.String())
 			inTopic := mqttTopic(t, c, prefix, base+"/in")
