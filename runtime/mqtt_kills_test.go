@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,7 +119,15 @@ func TestMQTTRoundTripThroughKills(t *testing.T) {
 				t.Helper()
 				for at, since := arrived(), time.Now(); at < enough; {
 					if time.Since(since) > time.Minute {
-						t.Fatalf("%s: %d of %d messages out, none more in a minute; the process's log:\n%s", what, at, enough, p.log.String())
+						in := 0
+						for _, k := range mqttTopic(t, c, prefix, base+"/in") {
+							in += k
+						}
+						_ = p.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines, in its log
+						_ = waitProcess(t, p)
+						t.Fatalf("%s: %d of %d messages out, none more in a minute; %d entries in topic in, %d acknowledged by mark, %d by keep, %d by mq_out; the process's log:\n%s",
+							what, at, enough, in, acked(t, c, prefix, "in", 4, "mark"), acked(t, c, prefix, "mark.out", 4, "keep"),
+							acked(t, c, prefix, "keep.out", 4, "mq_out"), p.log.String())
 					}
 					time.Sleep(100 * time.Millisecond) // polling the reader
 					if a := arrived(); a > at {
