@@ -308,34 +308,19 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 		s.log.Warn("mqtt: the broker kept no session for the client (it expired, or the broker lost it): what was published meanwhile is lost")
 	}
 	s.connected = true
-	sub := &paho.Subscribe{}
-	for _, f := range s.topics {
-		// Retain handling 1: a retained message comes with a new subscription, not again with
-		// every reconnection's.
-		sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: s.qos, RetainHandling: 1})
-	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	sa, err := client.Subscribe(sctx, sub)
-	cancel()
-	if sa != nil {
-		for i, code := range sa.Reasons {
-			switch {
-			case i >= len(s.topics):
-			case code >= 0x80:
-				return false, mqttRefusal{fmt.Sprintf("mqtt: %s refused the subscription to %s: %s (reason code 0x%02X)",
-					s.conn.shown, s.topics[i], mqttReason(code, ""), code)}
-			case code < s.qos:
-				s.log.Warn("mqtt: the broker granted a lower QoS than asked: messages may be lost", "topic_filter", s.topics[i], "qos", code)
-			}
-		}
-	}
-	if err != nil {
-		return false, err
-	}
+	// Subscribing while the messages come: with a session present, the broker sends again what
+	// was not acknowledged as soon as it has connected, before the SUBACK, which waits behind them.
+	subscribed := make(chan error, 1)
+	go func() { subscribed <- s.subscribe(ctx, client) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return progressed, ctx.Err()
+		case err := <-subscribed:
+			if err != nil {
+				return progressed, err
+			}
+			subscribed = nil
 		case <-client.Done():
 			errMu.Lock()
 			err := lastErr
@@ -351,6 +336,36 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 			progressed = true
 		}
 	}
+}
+
+// subscribe subscribes to the topic filters (again, with a session present: the configuration
+// may have changed).
+func (s *mqttSource) subscribe(ctx context.Context, client *paho.Client) error {
+	sub := &paho.Subscribe{}
+	for _, f := range s.topics {
+		// Retain handling 1: a retained message comes with a new subscription, not again with
+		// every reconnection's.
+		sub.Subscriptions = append(sub.Subscriptions, paho.SubscribeOptions{Topic: f, QoS: s.qos, RetainHandling: 1})
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sa, err := client.Subscribe(ctx, sub)
+	if sa != nil {
+		for i, code := range sa.Reasons {
+			switch {
+			case i >= len(s.topics):
+			case code >= 0x80:
+				return mqttRefusal{fmt.Sprintf("mqtt: %s refused the subscription to %s: %s (reason code 0x%02X)",
+					s.conn.shown, s.topics[i], mqttReason(code, ""), code)}
+			case code < s.qos:
+				s.log.Warn("mqtt: the broker granted a lower QoS than asked: messages may be lost", "topic_filter", s.topics[i], "qos", code)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mqtt: subscribing: %w", err)
+	}
+	return nil
 }
 
 // forget drops the messages in flight on a connection that ended: the broker delivers them again
