@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/flowrun/flowrun/internal/redistest"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // The mqtt kinds' round trip (see mqtt_test.go for the brokers): messages published to a private
@@ -123,6 +125,15 @@ func TestMQTTRoundTripThroughKills(t *testing.T) {
 						for _, k := range mqttTopic(t, c, prefix, base+"/in") {
 							in += k
 						}
+						var outLen, pending int64
+						for _, st := range (redis.Keys{Prefix: prefix}).Streams("keep.out", 4) {
+							l, _ := c.Universal().XLen(context.Background(), st).Result()
+							outLen += l
+							if pi, err := c.Universal().XPending(context.Background(), st, "mq_out").Result(); err == nil {
+								pending += pi.Count
+							}
+						}
+						t.Logf("keep.out holds %d entries, %d pending for mq_out", outLen, pending)
 						_ = p.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines, in its log
 						_ = waitProcess(t, p)
 						t.Fatalf("%s: %d of %d messages out, none more in a minute; %d entries in topic in, %d acknowledged by mark, %d by keep, %d by mq_out; the process's log:\n%s",
