@@ -121,10 +121,11 @@ func TestMQTTRoundTripThroughKills(t *testing.T) {
 				t.Helper()
 				for at, since := arrived(), time.Now(); at < enough; {
 					if time.Since(since) > time.Minute {
-						in := 0
-						for _, k := range mqttTopic(t, c, prefix, base+"/in") {
+						in, inSeen := 0, mqttTopic(t, c, prefix, base+"/in")
+						for _, k := range inSeen {
 							in += k
 						}
+						t.Logf("topic in holds %d distinct messages", len(inSeen))
 						var outLen, pending int64
 						for _, st := range (redis.Keys{Prefix: prefix}).Streams("keep.out", 4) {
 							l, _ := c.Universal().XLen(context.Background(), st).Result()
