@@ -127,7 +127,7 @@ func init() {
 				qos: byte(c.Int(mqttFieldQoS)), clientID: c.String(mqttFieldClientID),
 				expiry:     uint32(c.Duration(mqttSourceFieldExpiry) / time.Second),
 				idProperty: c.String(mqttFieldIDProperty), receiveMax: uint16(c.Int(mqttSourceFieldReceiveMax)),
-				run: NewRunID(), log: env.Logger, clock: env.Clock,
+				log: env.Logger, clock: env.Clock,
 			}
 			if src.log == nil {
 				src.log = slog.New(slog.DiscardHandler)
@@ -182,6 +182,11 @@ const (
 )
 
 func (s *mqttSource) Produce(ctx context.Context, out Emitter) error {
+	// A run of its own each time the runtime runs the source (again after a lost lease): a
+	// position recorded by an earlier run acknowledges nothing of this one.
+	s.mu.Lock()
+	s.run, s.pending, s.connected = NewRunID(), nil, false
+	s.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
