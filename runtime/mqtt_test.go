@@ -241,7 +241,8 @@ func (c *mqttClient) dial() (*paho.Client, error) {
 func (c *mqttClient) publish(p *paho.Publish) {
 	c.t.Helper()
 	p.QoS = 1
-	for attempt := 0; ; attempt++ {
+	deadline := time.Now().Add(time.Minute)
+	for {
 		client, err := c.connected()
 		if err != nil {
 			c.t.Error(err)
@@ -253,10 +254,11 @@ func (c *mqttClient) publish(p *paho.Publish) {
 		if err == nil {
 			return
 		}
-		if attempt > 1000 {
+		if time.Now().After(deadline) {
 			c.t.Errorf("publishing on %s: %v", p.Topic, err)
 			return
 		}
+		time.Sleep(20 * time.Millisecond) // the broker restarting: try again
 	}
 }
 
