@@ -49,9 +49,9 @@ soak: soak-connectors
 # a 5 s outage (a TCP proxy the test cuts: the machine's servers are never stopped) on PostgreSQL
 # and MariaDB, postgres_cdc through 50,000 changes, SIGKILLs and Redis restarts, and issue 25's
 # proofs: the amqp and kafka kinds through SIGKILLs with 100,000 messages each, and round trips of
-# 100,000 messages from AMQP, Kafka, MQTT and NATS JetStream through two stages and back, through two
-# SIGKILLs and a restart of a broker of the test's own (kfake for Kafka, a Mosquitto process for MQTT). A few minutes on 2 shared
-# cores; the log goes to bin/soak-connectors.log.
+# 100,000 messages from AMQP, Kafka, MQTT and NATS JetStream through two stages and back, through
+# two SIGKILLs and a restart of a broker of the test's own (kfake for Kafka, a Mosquitto process
+# for MQTT). A few minutes on 2 shared cores; the log goes to bin/soak-connectors.log.
 CONNECTOR_PROOFS := TestHTTPServerSourceSurvivesKills|TestSQLSinkExactlyOnceThroughKills|TestSQLSinkWaitsOutAFiveSecondOutage|TestPostgresCDCThroughKills|TestAMQPSourceThroughKills|TestAMQPRoundTripThroughKillsAndARestart|TestKafkaSourceThroughKills|TestKafkaSinkThroughKills|TestKafkaRoundTripThroughKills|TestNATSRoundTripThroughKillsAndARestart|TestMQTTRoundTripThroughKills
 soak-connectors:
 	@mkdir -p bin
