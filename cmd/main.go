@@ -148,6 +148,7 @@ func newRootCommand(stdio IO) *cobra.Command {
 		newRunCommand(stdio),
 		newDLQCommand(stdio),
 		newResetCommand(stdio), newInitCommand(stdio),
+		newBuildCommand(stdio),
 	)
 	return root
 }
