@@ -213,12 +213,15 @@ func (s funcState) SetTimer(ctx context.Context, name string, at time.Time) erro
 	return s.State.SetTimer(ctx, name, at)
 }
 
-// JSON returns a message with key and a JSON object payload, decoded as the runtime decodes it
-// (numbers as json.Number). It fails the test when the payload is not a JSON object.
+// JSON returns a message with key and a JSON object payload as the runtime hands it to a sink or a
+// stage kind: not decoded yet, so that a kind that reads m.Value without calling m.Decode first
+// fails here as it would in a pipeline. (Process decodes it for a function, as the runtime does.)
+// It fails the test when the payload is not a JSON object.
 func JSON(t testing.TB, key, payload string) stages.Message {
 	t.Helper()
 	m := stages.NewMessage(key, []byte(payload), nil)
-	if err := m.Decode(); err != nil {
+	check := m // decoding a copy leaves m undecoded
+	if err := check.Decode(); err != nil {
 		t.Fatalf("stagetest.JSON(%q): %v", payload, err)
 	}
 	return m
