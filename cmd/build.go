@@ -1,6 +1,8 @@
 package cmd
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flowrun/internal/builder"
@@ -52,6 +54,9 @@ func newBuildCommand(stdio IO) *cobra.Command {
 				Packages: pkgs, Flowrun: fr, Output: output, KeepWork: keep, Log: stdio.Err,
 				LDFlags: "-X github.com/flowrun/flowrun/cmd.Version=" + Version,
 			})
+			if errors.As(err, new(builder.InputError)) {
+				return exitError{code: ExitInvalid, message: err.Error()}
+			}
 			if err != nil {
 				return exitError{code: ExitError, message: err.Error()}
 			}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -115,6 +116,14 @@ func RunningFlowrun() (Flowrun, error) {
 		"(or with uncommitted changes): name the checkout with --flowrun PATH or %s", EnvSource)
 }
 
+// InputError is a mistake in what the build was given (a --with, -o, --flowrun), found before
+// the go command runs: the command line is to be fixed, not the environment.
+type InputError struct{ msg string }
+
+func (e InputError) Error() string { return e.msg }
+
+func inputErrorf(format string, args ...any) error { return InputError{fmt.Sprintf(format, args...)} }
+
 // Options is one build.
 type Options struct {
 	Packages []Package
@@ -126,22 +135,23 @@ type Options struct {
 	KeepWork bool // leave the temporary module in place (its directory is logged)
 }
 
-// Build writes the main module and builds the binary. Its errors say what failed; a failure of
-// the go command includes the go command's output (the compiler's errors).
+// Build writes the main module and builds the binary. Its errors say what failed: an InputError
+// for a mistake in o; a failure of the go command with the go command's output (the compiler's
+// errors).
 func Build(ctx context.Context, o Options) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return errors.New("flowrun build needs the Go toolchain: no go command on PATH (install Go from https://go.dev/dl/)")
 	}
 	if len(o.Packages) == 0 {
-		return errors.New("no packages to build with: give one or more --with MODULE[@VERSION|=PATH]")
+		return inputErrorf("no packages to build with: give one or more --with MODULE[@VERSION|=PATH]")
 	}
 	output, err := filepath.Abs(o.Output)
 	if err != nil {
 		return err
 	}
 	if fi, err := os.Stat(output); err == nil && fi.IsDir() {
-		return fmt.Errorf("-o %s: is a directory; name the binary to write", o.Output)
+		return inputErrorf("-o %s: is a directory; name the binary to write", o.Output)
 	}
 	work, err := os.MkdirTemp("", "flowrun-build-")
 	if err != nil {
@@ -167,7 +177,11 @@ func Build(ctx context.Context, o Options) error {
 		c.Dir, c.Env = work, env
 		out, err := c.CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("go %s failed (%v):\n%s", args[0]+" "+args[1], err, strings.TrimRight(string(out), "\n"))
+			name := args[0] // build, get, or mod tidy
+			if name == "mod" {
+				name += " " + args[1]
+			}
+			return fmt.Errorf("go %s failed (%v):\n%s", name, err, strings.TrimRight(locate(string(out), work), "\n"))
 		}
 		return nil
 	}
@@ -214,10 +228,10 @@ func writeModule(dir string, o Options) error {
 	case o.Flowrun.Dir != "":
 		dir, modPath, err := localModule(o.Flowrun.Dir)
 		if err != nil {
-			return fmt.Errorf("the flowrun checkout %s: %w", o.Flowrun.Dir, err)
+			return inputErrorf("the flowrun checkout %s: %v", o.Flowrun.Dir, err)
 		}
 		if modPath != FlowrunModule {
-			return fmt.Errorf("the flowrun checkout %s: its go.mod is module %s, not %s", o.Flowrun.Dir, modPath, FlowrunModule)
+			return inputErrorf("the flowrun checkout %s: its go.mod is module %s, not %s", o.Flowrun.Dir, modPath, FlowrunModule)
 		}
 		if err := replace(FlowrunModule, dir); err != nil {
 			return err
@@ -227,7 +241,7 @@ func writeModule(dir string, o Options) error {
 			return err
 		}
 	default:
-		return errors.New("no flowrun version or checkout to build with")
+		return inputErrorf("no flowrun version or checkout to build with")
 	}
 	replaced := map[string]string{} // module path → directory
 	for _, p := range o.Packages {
@@ -236,17 +250,17 @@ func writeModule(dir string, o Options) error {
 		}
 		dir, modPath, err := localModule(p.Dir)
 		if err != nil {
-			return fmt.Errorf("--with %s=%s: %w", p.Path, p.Dir, err)
+			return inputErrorf("--with %s=%s: %v", p.Path, p.Dir, err)
 		}
 		if p.Path != modPath && !strings.HasPrefix(p.Path, modPath+"/") {
-			return fmt.Errorf("--with %s=%s: the module there is %s, which does not contain package %s", p.Path, p.Dir, modPath, p.Path)
+			return inputErrorf("--with %s=%s: the module there is %s, which does not contain package %s", p.Path, p.Dir, modPath, p.Path)
 		}
 		if modPath == FlowrunModule {
-			return fmt.Errorf("--with %s=%s: that is flowrun itself; name a checkout with --flowrun", p.Path, p.Dir)
+			return inputErrorf("--with %s=%s: that is flowrun itself; name a checkout with --flowrun", p.Path, p.Dir)
 		}
 		if prev, ok := replaced[modPath]; ok {
 			if prev != dir {
-				return fmt.Errorf("--with %s=%s: module %s is already taken from %s", p.Path, p.Dir, modPath, prev)
+				return inputErrorf("--with %s=%s: module %s is already taken from %s", p.Path, p.Dir, modPath, prev)
 			}
 			continue
 		}
@@ -277,9 +291,9 @@ func localModule(dir string) (abs, modPath string, err error) {
 	data, err := os.ReadFile(filepath.Join(abs, "go.mod"))
 	if errors.Is(err, os.ErrNotExist) {
 		if _, statErr := os.Stat(abs); statErr != nil {
-			return "", "", fmt.Errorf("no such directory")
+			return "", "", errors.New("no such directory")
 		}
-		return "", "", fmt.Errorf("not a Go module: %s has no go.mod (create one with go mod init MODULE)", abs)
+		return "", "", fmt.Errorf("not a Go module: %s has no go.mod", abs)
 	}
 	if err != nil {
 		return "", "", err
@@ -289,6 +303,17 @@ func localModule(dir string) (abs, modPath string, err error) {
 		return "", "", fmt.Errorf("%s has no module line", filepath.Join(abs, "go.mod"))
 	}
 	return abs, modPath, nil
+}
+
+// relativeFile is a file that the go command names relative to the directory it ran in.
+var relativeFile = regexp.MustCompile(`(?m)^((?:\.\./)+[^:\s]+\.go):`)
+
+// locate makes absolute the files that the go command's output names relative to the temporary
+// module (../../home/me/acme/broken.go:3:13), so that they make sense where flowrun build ran.
+func locate(out, work string) string {
+	return relativeFile.ReplaceAllStringFunc(out, func(m string) string {
+		return filepath.Join(work, strings.TrimSuffix(m, ":")) + ":"
+	})
 }
 
 // mainGo is the built binary's main package.
