@@ -131,7 +131,7 @@ type Options struct {
 	Output   string   // the binary to write
 	LDFlags  string   // passed to go build -ldflags (the version, for flowrun version)
 	Env      []string // the go command's environment; nil: the process's
-	Log      io.Writer
+	Log      io.Writer // the go commands run, as they start; nil: not said
 	KeepWork bool // leave the temporary module in place (its directory is logged)
 }
 
@@ -139,6 +139,9 @@ type Options struct {
 // for a mistake in o; a failure of the go command with the go command's output (the compiler's
 // errors).
 func Build(ctx context.Context, o Options) error {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return errors.New("flowrun build needs the Go toolchain: no go command on PATH (install Go from https://go.dev/dl/)")
