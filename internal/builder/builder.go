@@ -128,11 +128,11 @@ func inputErrorf(format string, args ...any) error { return InputError{fmt.Sprin
 type Options struct {
 	Packages []Package
 	Flowrun  Flowrun
-	Output   string   // the binary to write
-	LDFlags  string   // passed to go build -ldflags (the version, for flowrun version)
-	Env      []string // the go command's environment; nil: the process's
+	Output   string    // the binary to write
+	LDFlags  string    // passed to go build -ldflags (the version, for flowrun version)
+	Env      []string  // the go command's environment; nil: the process's
 	Log      io.Writer // the go commands run, as they start; nil: not said
-	KeepWork bool // leave the temporary module in place (its directory is logged)
+	KeepWork bool      // leave the temporary module in place (its directory is logged)
 }
 
 // Build writes the main module and builds the binary. Its errors say what failed: an InputError
