@@ -161,9 +161,9 @@ func Build(ctx context.Context, o Options) error {
 		return err
 	}
 	if o.KeepWork {
-		fmt.Fprintf(o.Log, "the main module is in %s\n", work)
+		_, _ = fmt.Fprintf(o.Log, "the main module is in %s\n", work)
 	} else {
-		defer os.RemoveAll(work)
+		defer func() { _ = os.RemoveAll(work) }() // a temporary directory left behind harms nothing
 	}
 	if err := writeModule(work, o); err != nil {
 		return err
@@ -175,7 +175,7 @@ func Build(ctx context.Context, o Options) error {
 	// The module is built alone: a go.work above the temporary directory must not take part.
 	env = append(env, "GOWORK=off")
 	goCmd := func(args ...string) error {
-		fmt.Fprintf(o.Log, "go %s\n", strings.Join(args, " "))
+		_, _ = fmt.Fprintf(o.Log, "go %s\n", strings.Join(args, " "))
 		c := exec.CommandContext(ctx, goBin, args...)
 		c.Dir, c.Env = work, env
 		out, err := c.CombinedOutput()
