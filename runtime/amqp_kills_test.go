@@ -127,21 +127,22 @@ func startRabbitNode(t *testing.T) *rabbitNode {
 // start starts the node on its data, and waits for it to take connections.
 func (n *rabbitNode) start(t *testing.T) error {
 	t.Helper()
-	n.cmd = exec.Command("/usr/lib/rabbitmq/bin/rabbitmq-server")
-	n.cmd.Env = append(os.Environ(), "RABBITMQ_NODENAME="+n.name, "RABBITMQ_NODE_PORT="+strconv.Itoa(n.port),
+	cmd := exec.Command("/usr/lib/rabbitmq/bin/rabbitmq-server")
+	n.cmd = cmd
+	cmd.Env = append(os.Environ(), "RABBITMQ_NODENAME="+n.name, "RABBITMQ_NODE_PORT="+strconv.Itoa(n.port),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(freePort(t)), "RABBITMQ_CONFIG_FILE="+filepath.Join(n.dir, "rabbitmq.conf"),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(n.dir, "mnesia"), "RABBITMQ_LOG_BASE="+filepath.Join(n.dir, "log"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(n.dir, "enabled_plugins"), "RABBITMQ_PID_FILE="+filepath.Join(n.dir, "pid"))
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	log, err := os.Create(filepath.Join(n.dir, "out.log"))
 	if err != nil {
 		return err
 	}
-	n.cmd.Stdout, n.cmd.Stderr = log, log
-	if err := n.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
 		return err
 	}
-	go func() { _ = n.cmd.Wait(); _ = log.Close() }()
+	go func() { _ = cmd.Wait(); _ = log.Close() }() // this start's process: a restart makes another
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if conn, err := net.Dial("tcp", n.addr()); err == nil {

@@ -98,13 +98,13 @@ func kafkaOnce(t *testing.T, records []kafkaOut) (seen map[int]int, repeats int)
 }
 
 // TestKafkaSinkDeadLettersOnlyWhatKafkaRefuses: of 1000 messages, every 97th is larger than the
-// sink's max_message_bytes and every 89th goes to a topic that does not exist (kfake creates none):
-// only those are dead-lettered, each with Kafka's reason, and every other message is in the topic
-// once.
+// sink's max_message_bytes and every 331st goes to a topic that does not exist (kfake creates none;
+// each such refusal comes after the client's own retries, seconds apart): only those are
+// dead-lettered, each with Kafka's reason, and every other message is in the topic once.
 func TestKafkaSinkDeadLettersOnlyWhatKafkaRefuses(t *testing.T) {
 	const n = 1000
 	big := func(i int) bool { return i%97 == 5 }
-	lost := func(i int) bool { return i%89 == 7 && !big(i) }
+	lost := func(i int) bool { return i%331 == 7 && !big(i) }
 	k := startKfake(t, []string{"out:3"})
 	plan := buildSource(t, kafkaSinkPipeline("ignored", "at_least_once", k.addr,
 		`msg.to == "nowhere" ? "nowhere" : "out"`, `max_message_bytes = "2KiB"`))

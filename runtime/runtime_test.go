@@ -359,7 +359,13 @@ func acked(t *testing.T, c *redis.Client, prefix, topic string, partitions int, 
 // waitFor polls a condition until it holds; the deadline only keeps a broken test from hanging.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	waitForWithin(t, what, time.Minute, cond)
+}
+
+// waitForWithin is waitFor with a deadline of its own.
+func waitForWithin(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

@@ -139,6 +139,16 @@ type natsSource struct {
 	held    []natsHeld         // received and held back by a session's gate (natsGate)
 	emitted uint64             // the counter of the last message emitted
 	cons    jetstream.Consumer // the session's consumer, whose pending counts are the lag; nil before
+	// infoMu serializes the consumer's Info calls (the session's gate and the lag's reports):
+	// jetstream keeps the last info in the consumer without a lock of its own.
+	infoMu sync.Mutex
+}
+
+// consumerInfo asks JetStream for the consumer's state.
+func (s *natsSource) consumerInfo(ctx context.Context, cons jetstream.Consumer) (*jetstream.ConsumerInfo, error) {
+	s.infoMu.Lock()
+	defer s.infoMu.Unlock()
+	return cons.Info(ctx)
 }
 
 // natsInFlight is a message emitted and not yet acknowledged to JetStream.
@@ -353,7 +363,7 @@ func (s *natsSource) gateOpens(ctx context.Context, cons jetstream.Consumer, g *
 		return true
 	}
 	ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
-	info, err := cons.Info(ictx)
+	info, err := s.consumerInfo(ictx, cons)
 	cancel()
 	if err != nil {
 		return false
@@ -464,7 +474,7 @@ func (s *natsSource) reportLag(ctx context.Context, out Emitter) {
 		return
 	}
 	ictx, cancel := context.WithTimeout(ctx, natsLagEvery)
-	info, err := cons.Info(ictx)
+	info, err := s.consumerInfo(ictx, cons)
 	cancel()
 	if err == nil {
 		out.ReportLag(natsLag(info))
