@@ -13,8 +13,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // The kafka sink's proofs, and the round trip through SIGKILLs (see kafka_test.go for kfake).
@@ -161,6 +164,66 @@ func TestKafkaSinkDeadLettersOnlyWhatKafkaRefuses(t *testing.T) {
 	t.Logf("%d messages in the topic, each once; %d dead letters: %d %q, %d %q", n-failing, len(list), sizes, examples[0], topics, examples[1])
 }
 
+// TestKafkaSinkDoesNotProduceAgainWhatKafkaHas is what a process that died leaves behind: entries
+// pending for it, the records of some of them in Kafka already (produced, and not acknowledged in
+// Redis when it died), the others not. With effectively-once delivery the process that takes the
+// entries over reads the topic back and produces only those whose records are not there: every
+// message is in the topic once. At least once, the sink would produce them all again.
+func TestKafkaSinkDoesNotProduceAgainWhatKafkaHas(t *testing.T) {
+	const n = 400
+	k := startKfake(t, []string{"out:3"})
+	cl := kafkaClient(t, k.addr)
+	plan := buildSource(t, kafkaSinkPipeline("ignored", "effectively_once", k.addr, `"out"`, ""))
+	publishIn(t, plan, 0, n, nil)
+	c := server.open(t)
+	ctx := context.Background()
+	had := 0
+	for p := 0; p < 4; p++ {
+		stream := redis.Keys{Prefix: plan.KeyPrefix}.Stream("in", p)
+		if err := c.EnsureGroupAt(ctx, stream, "kout", "0"); err != nil {
+			t.Fatal(err)
+		}
+		// A dead process's: 40 entries read, and the records of those not traced produced.
+		b, err := c.ReadGroup(ctx, redis.ReadArgs{Stream: stream, Group: "kout", Consumer: "dead", Count: 40, Block: -1})
+		if err != nil || len(b.Entries) != 40 {
+			t.Fatalf("reading as the dead process: %d entries, %v", len(b.Entries), err)
+		}
+		for _, e := range b.Entries {
+			var v kafkaOut
+			if err := json.Unmarshal(e.Payload, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.I%10 == 0 {
+				continue // it died before it produced this one
+			}
+			r := &kgo.Record{Topic: "out", Key: []byte(v.K), Value: e.Payload, Headers: []kgo.RecordHeader{
+				{Key: "origin", Value: []byte("test")}, {Key: "flowrun-id", Value: fmt.Appendf(nil, "kafkasink/kout/%d/%s", p, e.ID)}}}
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			had++
+		}
+	}
+	b := runInBackground(t, plan, runtime.Options{Redis: c, ProcessID: "b"},
+		func(rt *runtime.Runtime) { runtime.SetClaimIdle(rt, 100*time.Millisecond) })
+	waitFor(t, "every entry acknowledged", func() bool { return acked(t, c, plan.KeyPrefix, "in", 4, "kout") == n })
+	if err := b.stop(); err != nil {
+		t.Fatalf("%v\n%s", err, b.log.String())
+	}
+	seen, repeats := kafkaOnce(t, kafkaOutRecords(t, k.addr, "out"))
+	checkEachOnceOf(t, seen, n)
+	if !b.logged("took over pending entries") {
+		t.Errorf("the dead process's entries were not taken over:\n%s", b.log.String())
+	}
+	if repeats > 0 {
+		t.Errorf("%d of the %d records Kafka had were produced again", repeats, had)
+	}
+	if list := sinkDeadLetters(t, c, plan, "kout"); len(list) > 0 {
+		t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
+	}
+	t.Logf("%d messages each once in the topic; %d of them were there before the run", n, had)
+}
+
 // checkEachOnceOf checks that each i of seen is there once, and that there are n of them.
 func checkEachOnceOf(t *testing.T, seen map[int]int, n int) {
 	t.Helper()
@@ -223,9 +286,8 @@ func kafkaRoundTripScale() int {
 // another topic, while two flowrun processes are SIGKILLed mid-stream and kfake is restarted once
 // (stopped and started again on its state) between them; a last process runs until the sink has
 // acknowledged everything. Every record is out, each key's records in their order, with the trace
-// it came in with; an entry the sink produced and a killed process had not acknowledged is
-// produced again (the sink is at least once), with the same flowrun-id: dropping those repeats,
-// each record is out exactly once.
+// it came in with, exactly once: the pipeline is effectively-once, and the sink reads back what a
+// killed process produced and had not acknowledged rather than producing it again.
 func TestKafkaRoundTripThroughKills(t *testing.T) {
 	n := kafkaRoundTripScale()
 	k := startKfake(t, []string{"orders:4", "shipped:4"})
@@ -300,7 +362,10 @@ sink "shipped" {
 	records := kafkaOutRecords(t, k.addr, "shipped")
 	seen, repeats := kafkaOnce(t, records)
 	checkEachOnceOf(t, seen, n)
-	// Each key's records in their order, in the partition its key gives, repeats aside.
+	if repeats > 0 {
+		t.Errorf("%d records produced twice (the same flowrun-id)", repeats)
+	}
+	// Each key's records in their order, in the partition its key gives.
 	last2, ids := map[string]int{}, map[string]bool{}
 	parts := map[string]int32{}
 	for _, r := range records {
@@ -325,23 +390,29 @@ sink "shipped" {
 			t.Logf("process %d:\n%s", i, l)
 		}
 	}
-	t.Logf("%d records through source, two stages and sink, 2 SIGKILLs and kfake restarted: each out once (%d more produced again by the sink after a kill, same flowrun-id), each key in order in one partition; %d leases lost",
-		n, repeats, leaseLosses(logs...))
+	t.Logf("%d records through source, two stages and sink, 2 SIGKILLs and kfake restarted: each out once, each key in order in one partition; %d leases lost; %d entries the sink found in Kafka already",
+		n, leaseLosses(logs...), strings.Count(strings.Join(logs, ""), "kafka: found in Kafka already"))
 }
 
 // TestKafkaSinkThroughKills produces a topic's messages to Kafka with flowrun processes that are
 // SIGKILLed after random progress, the runtime delivering again what a killed process had not
-// acknowledged; a last process runs until every entry is acknowledged: each message is in the topic
-// at least once, and a message there twice is the same entry produced again (the same flowrun-id),
-// so that dropping those repeats leaves each once.
+// acknowledged; a last process runs until every entry is acknowledged. With effectively-once
+// delivery each message is in the topic exactly once; at least once, each is there at least once,
+// and a message there twice is the same entry produced again (the same flowrun-id).
 func TestKafkaSinkThroughKills(t *testing.T) {
+	for _, delivery := range []string{"effectively_once", "at_least_once"} {
+		t.Run(delivery, func(t *testing.T) { kafkaSinkThroughKills(t, delivery) })
+	}
+}
+
+func kafkaSinkThroughKills(t *testing.T, delivery string) {
 	kills, n := kafkaKillCycles()
 	k := startKfake(t, []string{"out:4"})
 	srv := redistest.Shared(t)
 	c := openURLs(t, srv.URL())
 	prefix := fmt.Sprintf("kafkasinkkill-%d", prefixes.Add(1))
 	path := filepath.Join(t.TempDir(), "kafka.hcl")
-	src := kafkaSinkPipeline(prefix, "at_least_once", k.addr, `"out"`, "")
+	src := kafkaSinkPipeline(prefix, delivery, k.addr, `"out"`, "")
 	writeFile(t, path, src)
 	plan := buildSource(t, src)
 	plan.KeyPrefix = prefix // buildSource gives a plan a prefix of its own: the processes use the file's
@@ -368,6 +439,9 @@ func TestKafkaSinkThroughKills(t *testing.T) {
 	logs = append(logs, last.log.String())
 	seen, repeats := kafkaOnce(t, kafkaOutRecords(t, k.addr, "out"))
 	checkEachOnceOf(t, seen, n)
+	if delivery == "effectively_once" && repeats > 0 {
+		t.Errorf("%d records produced twice (the same flowrun-id)", repeats)
+	}
 	if list := sinkDeadLetters(t, c, plan, "kout"); len(list) > 0 {
 		t.Errorf("%d dead letters, such as %q", len(list), list[0].Envelope.Error)
 	}
@@ -376,8 +450,8 @@ func TestKafkaSinkThroughKills(t *testing.T) {
 			t.Logf("process %d:\n%s", i, l)
 		}
 	}
-	t.Logf("%d messages produced through %d SIGKILLs: each in the topic, %d produced again after a kill (same flowrun-id); %d leases lost",
-		n, kills, repeats, leaseLosses(logs...))
+	t.Logf("%s: %d messages produced through %d SIGKILLs: each in the topic, %d produced again after a kill (same flowrun-id), %d times the sink found records in Kafka already; %d leases lost",
+		delivery, n, kills, repeats, strings.Count(strings.Join(logs, ""), "kafka: found in Kafka already"), leaseLosses(logs...))
 }
 
 // TestKafkaTraceCrossesKafka: records produced with a traceparent go through the source, a stage

@@ -39,6 +39,9 @@ type message struct {
 	trace      traceContext // the trace context the message arrived with
 	out        traceContext // the trace context its outputs carry: its processing span's
 	deliveries int64        // from a reclaim; 0 when unknown
+	// redelivered: the entry was delivered before, to this process or to one that died with it
+	// (redis.Batch.Redelivered), so that an effect outside Redis may have happened already.
+	redelivered bool
 	// attempts were already made at this message: by earlier deliveries, or before it waited in
 	// the retry set (retry, which it leaves once handled).
 	attempts     int

@@ -102,7 +102,8 @@ func (h *sinkHandler) deliverSome(ctx context.Context, of []*message) {
 	for i, m := range of {
 		// The trace context the entry came with: the attempt's span, a child of it, starts once
 		// the batch's results are taken.
-		batch[i] = stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition, Traceparent: m.trace.parent, Tracestate: m.trace.state}
+		batch[i] = stages.Delivery{Message: &m.msg, ID: m.id, Partition: m.partition, Traceparent: m.trace.parent, Tracestate: m.trace.state,
+			Redelivered: m.redelivered || m.attempts > 0}
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.node.timeout)
 	defer cancel()
@@ -152,7 +153,8 @@ func (h *sinkHandler) deliverOne(ctx context.Context, m *message) error {
 	if m.out.parent != "" {
 		ctx = stages.ContextWithTrace(ctx, m.out.parent, m.out.state)
 	}
-	batch := []stages.Delivery{{Message: &m.msg, ID: m.id, Partition: m.partition, Traceparent: m.out.parent, Tracestate: m.out.state}}
+	batch := []stages.Delivery{{Message: &m.msg, ID: m.id, Partition: m.partition, Traceparent: m.out.parent, Tracestate: m.out.state,
+		Redelivered: m.redelivered || m.attempts > 0}}
 	h.batch.DeliverBatch(ctx, batch)
 	if batch[0].Err == nil {
 		m.outcome = outcomeDelivered

@@ -244,14 +244,15 @@ func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
 	backing := make([]message, 0, len(b.Entries)+len(due))
 	for _, e := range b.Entries {
 		backing = append(backing, message{
-			id:         e.ID,
-			partition:  w.u.partition,
-			inKey:      e.Key,
-			inPayload:  e.Payload,
-			msg:        w.entryMessage(e, true),
-			trace:      traceOf(e),
-			deliveries: e.Deliveries,
-			attempts:   max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
+			id:          e.ID,
+			partition:   w.u.partition,
+			inKey:       e.Key,
+			inPayload:   e.Payload,
+			msg:         w.entryMessage(e, true),
+			trace:       traceOf(e),
+			deliveries:  e.Deliveries,
+			redelivered: b.Redelivered,
+			attempts:    max(0, int(e.Deliveries)-1), // each earlier delivery was an attempt
 		})
 	}
 	for i := range due {

@@ -57,6 +57,10 @@ type Delivery struct {
 	ID string
 	// Partition is the input partition the entry was read from.
 	Partition int
+	// Redelivered: the entry may have been delivered before, by an attempt that failed or by a
+	// process that died before it acknowledged the entry. A sink that delivers effectively once to
+	// a system without deduplication of its own checks, for these only, whether it wrote them.
+	Redelivered bool
 	// Traceparent and Tracestate are the message's W3C trace context, for a sink that passes it
 	// on (Deliver's is TraceFrom its context); empty when the message is not traced.
 	Traceparent, Tracestate string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -32,9 +33,12 @@ const kafkaIDHeader = "flowrun-id"
 // producer and acks=all, and the runtime acknowledges the message's entry only once every in-sync
 // replica has it. A Kafka that is away pauses the sink; a record Kafka refuses (too large, no such
 // topic, invalid) is dead-lettered with Kafka's reason. A delivery the runtime attempts again in
-// the same process waits for the record already produced instead of producing it twice; after a
-// crash, an entry whose record Kafka had and that was not acknowledged in Redis yet is produced
-// again (at least once), with the same flowrun-id header.
+// the same process waits for the record already produced instead of producing it twice.
+//
+// After a crash, an entry whose record Kafka had and that was not acknowledged in Redis yet comes
+// again. With at-least-once delivery it is produced again, with the same flowrun-id header. With
+// effectively-once delivery the sink first reads back what the topic holds since the entry was made
+// (kafka_readback.go) and produces only the entries whose records are not there.
 func init() {
 	RegisterSink(SinkKind{
 		Spec: &flow.Kind{
@@ -42,7 +46,9 @@ func init() {
 			Doc: "Produces each message to Kafka, to the topic its expression gives, keyed by the message's key (or the key " +
 				"expression's), with the message's headers and trace context as record headers, through the idempotent " +
 				"producer with acks=all. The entry is acknowledged only once Kafka has confirmed the record. Kafka away pauses " +
-				"the sink; a record Kafka refuses (too large, no such topic) is dead-lettered with the reason.",
+				"the sink; a record Kafka refuses (too large, no such topic) is dead-lettered with the reason. With delivery = " +
+				"\"effectively_once\", an entry delivered again after a crash is produced only when a read-back of the topic " +
+				"does not find its record (by its flowrun-id header). See docs/connectors.md.",
 			Attributes: []flow.Attribute{
 				kafkaBrokersAttribute,
 				{Name: kafkaSinkFieldTopic, Type: flow.TypeMessageExpr, Required: true, Roots: []string{"msg", "key"},
@@ -81,6 +87,9 @@ func init() {
 				maxBytes: int32(s.Config.Size(kafkaSinkFieldMaxSize)),
 				idPrefix: env.Pipeline + "/" + s.Name + "/", inflight: map[string]*kafkaProduce{},
 			}
+			if s.Delivery == flow.EffectivelyOnce {
+				k.readBack, k.log = &kafkaReadBack{scans: map[string]*kafkaScan{}}, env.Logger
+			}
 			if s.Config.Has(kafkaSinkFieldKey) {
 				k.key = s.Config.Expr(kafkaSinkFieldKey)
 			}
@@ -98,6 +107,10 @@ type kafkaSink struct {
 	timeout  time.Duration
 	maxBytes int32  // the largest record batch
 	idPrefix string // of the flowrun-id header
+	// readBack finds the records of redelivered entries that are in Kafka already; nil with
+	// at-least-once delivery.
+	readBack *kafkaReadBack
+	log      *slog.Logger
 
 	mu sync.Mutex
 	cl *kgo.Client
@@ -125,7 +138,8 @@ func (s *kafkaSink) Deliver(ctx context.Context, m *Message, out []Write) ([]Wri
 }
 
 // DeliverBatch produces the batch, in order (so each key's order holds in its partition), and waits
-// until Kafka has confirmed every record.
+// until Kafka has confirmed every record. With effectively-once delivery, the records of
+// redelivered entries that Kafka has already are not produced again.
 func (s *kafkaSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 	cl, err := s.client()
 	if err != nil {
@@ -135,31 +149,37 @@ func (s *kafkaSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 		return
 	}
 	produced := make([]*kafkaProduce, len(batch))
+	records := make([]*kgo.Record, len(batch))
 	ids := make([]string, len(batch))
+	var redelivered []int
 	for i := range batch {
 		ids[i] = strconv.Itoa(batch[i].Partition) + "/" + batch[i].ID
-		s.mu.Lock()
-		p := s.inflight[ids[i]]
-		s.mu.Unlock()
-		if p != nil {
-			select {
-			case <-p.done:
-				if p.err != nil {
-					p = nil // it failed (such as cancelled before it was sent): produce it again
-				}
-			default:
-			}
-		}
-		if p != nil && batch[i].ID != "" {
+		if p := s.waiting(ids[i]); p != nil && batch[i].ID != "" {
 			produced[i] = p
 			continue
 		}
-		rec, err := s.record(batch[i], ids[i])
-		if err != nil {
+		if records[i], err = s.record(batch[i], ids[i]); err != nil {
 			batch[i].Err = err
 			continue
 		}
-		p = &kafkaProduce{topic: rec.Topic, done: make(chan struct{})}
+		if s.readBack != nil && batch[i].Redelivered && batch[i].ID != "" {
+			redelivered = append(redelivered, i)
+		}
+	}
+	if len(redelivered) == 0 {
+		s.readBack.expire(time.Now()) // the crash is behind: what was read back is no longer needed
+	} else if err := s.skipWritten(ctx, cl, batch, records, redelivered); err != nil {
+		for i := range records {
+			if records[i] != nil {
+				records[i], batch[i].Err = nil, err // nothing is produced before the check is done
+			}
+		}
+	}
+	for i, rec := range records {
+		if rec == nil {
+			continue
+		}
+		p := &kafkaProduce{topic: rec.Topic, done: make(chan struct{})}
 		if batch[i].ID != "" {
 			s.mu.Lock()
 			s.inflight[ids[i]] = p
@@ -189,6 +209,52 @@ func (s *kafkaSink) DeliverBatch(ctx context.Context, batch []Delivery) {
 			batch[i].Err = Transient(fmt.Errorf("kafka: no acknowledgement from Kafka for the record to %s in time: %w", p.topic, ctx.Err()))
 		}
 	}
+}
+
+// waiting returns the record of an entry that an earlier attempt produced and that is on its way
+// or was confirmed after that attempt stopped waiting; nil when there is none, or when it failed
+// (such as cancelled before it was sent), so that it is produced again.
+func (s *kafkaSink) waiting(id string) *kafkaProduce {
+	s.mu.Lock()
+	p := s.inflight[id]
+	s.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				return nil
+			}
+		default:
+		}
+	}
+	return p
+}
+
+// skipWritten reads back the topics of the redelivered entries' records and drops the records that
+// Kafka has already: those entries are delivered.
+func (s *kafkaSink) skipWritten(ctx context.Context, cl *kgo.Client, batch []Delivery, records []*kgo.Record, redelivered []int) error {
+	since := map[string]int64{} // by topic: the earliest entry's time
+	want := map[string]string{} // the entries' flowrun-ids, to their records' topics
+	for _, i := range redelivered {
+		ms, _, _ := parseEntryID(batch[i].ID) // an ID of another form reads the topic from its start
+		if t, ok := since[records[i].Topic]; !ok || ms < t {
+			since[records[i].Topic] = ms
+		}
+		want[string(kafkaHeader(records[i], kafkaIDHeader))] = records[i].Topic
+	}
+	written, err := s.readBack.written(ctx, cl, s.brokers, s.idPrefix, since, want)
+	if err != nil {
+		return Transient(fmt.Errorf("kafka: reading back what Kafka holds of entries delivered before: %w", err))
+	}
+	for _, i := range redelivered {
+		if written[string(kafkaHeader(records[i], kafkaIDHeader))] {
+			records[i] = nil
+		}
+	}
+	if len(written) > 0 && s.log != nil {
+		s.log.Info("kafka: found in Kafka already, not produced again", "records", len(written), "redelivered", len(redelivered))
+	}
+	return nil
 }
 
 // record makes the Kafka record of a delivery: its topic, key, value, headers and trace context.

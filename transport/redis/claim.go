@@ -102,6 +102,7 @@ func (c *Client) Reclaim(ctx context.Context, a ReclaimArgs) (ReclaimResult, err
 		}
 	}
 	res.Next = cursor
+	res.Redelivered = true
 	return res, nil
 }
 

@@ -118,8 +118,8 @@ func TestReclaimDeliveriesAmongOwnPending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Entries) != 10 {
-			t.Fatalf("reclaimed %d, want 10", len(res.Entries))
+		if len(res.Entries) != 10 || !res.Redelivered {
+			t.Fatalf("reclaimed %d, want 10 marked as delivered before (%v)", len(res.Entries), res.Redelivered)
 		}
 		for _, e := range res.Entries {
 			if e.Deliveries != 2 {

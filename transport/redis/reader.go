@@ -29,6 +29,10 @@ type Batch struct {
 	// Deleted are IDs whose entries were trimmed or deleted from the stream while pending:
 	// their contents are gone.
 	Deleted []string
+	// Redelivered: the entries were delivered before (a consumer's own pending entries read
+	// again, or entries taken over from another consumer), so what processed them then may have
+	// had its effects outside Redis already.
+	Redelivered bool
 }
 
 // Len returns the number of IDs in the batch.
@@ -120,7 +124,9 @@ func (c *Client) ReadPending(ctx context.Context, a ReadArgs, after string) (Bat
 	if after == "" {
 		after = "0"
 	}
-	return c.readGroup(ctx, a, after, -1)
+	b, err := c.readGroup(ctx, a, after, -1)
+	b.Redelivered = true
+	return b, err
 }
 
 func (c *Client) readGroup(ctx context.Context, a ReadArgs, id string, block time.Duration) (Batch, error) {

@@ -153,6 +153,9 @@ func TestReadPendingRecoversOwnEntries(t *testing.T) {
 			if b.Len() == 0 {
 				break
 			}
+			if !b.Redelivered {
+				t.Fatal("entries read again are not marked as delivered before")
+			}
 			for _, e := range b.Entries {
 				got = append(got, e.ID)
 			}
