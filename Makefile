@@ -52,7 +52,7 @@ soak: soak-connectors
 # 100,000 messages from AMQP, Kafka, MQTT and NATS JetStream through two stages and back, through
 # two SIGKILLs and a restart of a broker of the test's own (kfake for Kafka, a Mosquitto process
 # for MQTT). A few minutes on 2 shared cores; the log goes to bin/soak-connectors.log.
-CONNECTOR_PROOFS := TestHTTPServerSourceSurvivesKills|TestSQLSinkExactlyOnceThroughKills|TestSQLSinkWaitsOutAFiveSecondOutage|TestPostgresCDCThroughKills|TestAMQPSourceThroughKills|TestAMQPRoundTripThroughKillsAndARestart|TestKafkaSourceThroughKills|TestKafkaSinkThroughKills|TestKafkaRoundTripThroughKills|TestNATSRoundTripThroughKillsAndARestart|TestMQTTRoundTripThroughKills
+CONNECTOR_PROOFS := TestHTTPServerSourceSurvivesKills|TestSQLSinkExactlyOnceThroughKills|TestSQLSinkWaitsOutAFiveSecondOutage|TestPostgresCDCThroughKills|TestAMQPSourceThroughKills|TestAMQPRoundTripThroughKillsAndARestart|TestAMQPWithRabbitmqadmin|TestKafkaSourceThroughKills|TestKafkaSinkThroughKills|TestKafkaRoundTripThroughKills|TestNATSRoundTripThroughKillsAndARestart|TestMQTTRoundTripThroughKills
 soak-connectors:
 	@mkdir -p bin
 	@echo "go test ./runtime -run '$(CONNECTOR_PROOFS)' -soak: the log goes to bin/soak-connectors.log"

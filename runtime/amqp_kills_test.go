@@ -94,12 +94,17 @@ func TestAMQPSourceThroughKills(t *testing.T) {
 type rabbitNode struct {
 	dir, name string
 	port      int
+	mgmtPort  int // the management plugin's HTTP port; 0 when it is off
 	cmd       *exec.Cmd
 }
 
 // startRabbitNode starts a node of the test's own, or returns nil (and says why) when
 // rabbitmq-server cannot run here; it is killed when the test ends.
-func startRabbitNode(t *testing.T) *rabbitNode {
+func startRabbitNode(t *testing.T) *rabbitNode { return startRabbitNodeWith(t, false) }
+
+// startRabbitNodeWith is startRabbitNode, with the management plugin (which rabbitmqadmin talks
+// to) on a free loopback port when management is set.
+func startRabbitNodeWith(t *testing.T, management bool) *rabbitNode {
 	t.Helper()
 	bin := "/usr/lib/rabbitmq/bin/rabbitmq-server" // not /usr/sbin's wrapper, which runs it as the rabbitmq user
 	if _, err := os.Stat(bin); err != nil {
@@ -111,8 +116,14 @@ func startRabbitNode(t *testing.T) *rabbitNode {
 		t.Fatal(err)
 	}
 	n := &rabbitNode{dir: dir, name: fmt.Sprintf("flowrun%d_%d@localhost", os.Getpid(), prefixes.Add(1)), port: freePort(t)}
-	writeFile(t, filepath.Join(dir, "rabbitmq.conf"), fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\n", n.port))
-	writeFile(t, filepath.Join(dir, "enabled_plugins"), "[].\n")
+	conf, plugins := fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\n", n.port), "[].\n"
+	if management {
+		n.mgmtPort = freePort(t)
+		conf += fmt.Sprintf("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\n", n.mgmtPort)
+		plugins = "[rabbitmq_management].\n"
+	}
+	writeFile(t, filepath.Join(dir, "rabbitmq.conf"), conf)
+	writeFile(t, filepath.Join(dir, "enabled_plugins"), plugins)
 	t.Cleanup(func() {
 		n.kill()
 		_ = os.RemoveAll(dir)
@@ -195,8 +206,9 @@ func freePort(t *testing.T) int {
 // TestAMQPRoundTripThroughKillsAndARestart is the amqp kinds' round trip: messages published to
 // a queue (with message_ids) go through the source, two stages and the sink to another queue,
 // with effectively-once delivery, while two flowrun processes are SIGKILLed mid-stream and the
-// broker is restarted once (a RabbitMQ node of the test's own, SIGKILLed and started again on its
-// data; or, where rabbitmq-server cannot run, the machine's broker cut off by a proxy and let back).
+// broker is restarted once (with -soak, a RabbitMQ node of the test's own, SIGKILLed and started
+// again on its data; in make test, and where rabbitmq-server cannot run, the machine's broker cut
+// off by a proxy and let back: a node of its own takes a minute to boot twice under -race).
 // Every message reaches the out queue; its copies (published again after a kill or the restart,
 // before the broker confirmed them) carry one message_id, which a consumer that drops repeats (an
 // amqp source with effectively-once) takes once: so counted, each message is there once, and each
@@ -205,7 +217,11 @@ func TestAMQPRoundTripThroughKillsAndARestart(t *testing.T) {
 	kills, n := amqpKillCycles(100000)
 	var url string
 	var restart func()
-	if node := startRabbitNode(t); node != nil {
+	var node *rabbitNode
+	if *soakFlag {
+		node = startRabbitNode(t)
+	}
+	if node != nil {
 		url = node.url()
 		restart = func() {
 			node.kill()

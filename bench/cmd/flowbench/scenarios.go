@@ -163,6 +163,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.runKafka(ctx, sc)
 	case kindNATSIn, kindNATSOut:
 		return h.natsRun(ctx, sc)
+	case kindMQTTIn, kindMQTTOut:
+		return h.mqttRun(ctx, sc)
 	case kindNexmark:
 		return h.runNexmark(ctx, sc)
 	}
