@@ -2,8 +2,11 @@
 
 GO      ?= go
 BIN     := bin/flowrun
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
+# What flowrun version prints: git describe's name of the checkout and its commit. Outside a git
+# checkout both are empty, and the binary falls back to what go build recorded (or "dev").
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION) -X github.com/flowrun/flowrun/cmd.Commit=$(COMMIT)
 # The example that make run runs, and its variables.
 EXAMPLE   ?= examples/pipelines/fanout
 RUN_FLAGS ?= --var events=40 --var signups_file=bin/signups.jsonl

@@ -1,0 +1,71 @@
+package cmd
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+// flowrun version prints what make build stamps with -ldflags -X.
+func TestVersionPrintsTheStampedVersionAndCommit(t *testing.T) {
+	defer func(v, c string) { Version, Commit = v, c }(Version, Commit)
+	Version, Commit = "v0.1.0-3-g1a2b3c4-dirty", "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
+	code, out, errOut := run(t, "version")
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	if lines[0] != "flowrun v0.1.0-3-g1a2b3c4-dirty" || !strings.HasPrefix(lines[1], "commit: 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b") {
+		t.Fatalf("flowrun version printed:\n%s", out)
+	}
+}
+
+// Without -ldflags, the version and commit come from what the go command recorded.
+func TestBuildOfFallsBackToTheBuildInfo(t *testing.T) {
+	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}
+	for name, tc := range map[string]struct {
+		version, commit string
+		info            *debug.BuildInfo
+		want            build
+	}{
+		"stamped": {"v0.1.0", "feed", &debug.BuildInfo{GoVersion: "go1.25.1", Main: debug.Module{Path: flowrunModule, Version: "v0.0.9"}, Settings: vcs},
+			build{Version: "v0.1.0", Commit: "feed", Modified: true, GoVersion: "go1.25.1"}},
+		"go build in a checkout": {"", "", &debug.BuildInfo{Main: debug.Module{Path: flowrunModule, Version: "v0.1.1-0.20261206040000-abc123+dirty"}, Settings: vcs},
+			build{Version: "v0.1.1-0.20261206040000-abc123+dirty", Commit: "abc123", Modified: true}},
+		"go install module@version": {"", "", &debug.BuildInfo{Main: debug.Module{Path: flowrunModule, Version: "v0.1.0"}},
+			build{Version: "v0.1.0", Commit: "unknown"}},
+		"flowrun build": {"", "", &debug.BuildInfo{Main: debug.Module{Path: "flowrun-custom", Version: "(devel)"}, Deps: []*debug.Module{{Path: flowrunModule, Version: "v0.1.0"}}},
+			build{Version: "v0.1.0", Commit: "unknown"}},
+		"no vcs, devel": {"", "", &debug.BuildInfo{Main: debug.Module{Path: flowrunModule, Version: "(devel)"}},
+			build{Version: "dev", Commit: "unknown"}},
+		"no build info": {"", "", nil, build{Version: "dev", Commit: "unknown"}},
+	} {
+		if got := buildOf(tc.version, tc.commit, tc.info); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", name, got, tc.want)
+		}
+	}
+}
+
+// make build stamps the binary: built with the Makefile's own rule, it prints the version and commit
+// given (the link takes a few seconds once the packages are in the build cache).
+func TestMakeBuildStampsTheVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("no make command")
+	}
+	bin := filepath.Join(t.TempDir(), "flowrun")
+	const version, commit = "v9.8.7-test", "0123456789abcdef0123456789abcdef01234567"
+	cmd := exec.Command(makeBin, "-s", "-C", "..", "build", "BIN="+bin, "VERSION="+version, "COMMIT="+commit)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "flowrun "+version+"\ncommit: "+commit+"\n") {
+		t.Fatalf("flowrun version: %v\n%s", err, out)
+	}
+}
