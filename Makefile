@@ -18,8 +18,10 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flowrun
 
-# Run the example pipeline as a job, on an embedded Redis unless FLOWRUN_REDIS_URL names one.
+# Run the example pipeline as a job, on an embedded Redis unless FLOWRUN_REDIS_URL names one. It
+# says first which example it runs (the pipeline's own name, in the log, is another).
 run: build
+	@echo "make run: the example $(EXAMPLE) with $(RUN_FLAGS) (EXAMPLE=examples/pipelines/NAME runs another)"
 	./$(BIN) run --until-drained $(RUN_FLAGS) $(EXAMPLE)
 
 # Every test, with the race detector. The tests start their own redis-server processes on free
