@@ -14,7 +14,7 @@ import (
 //	          -X github.com/flowrun/flowrun/cmd.Commit=$(git rev-parse HEAD)"
 //
 // Left empty (a plain go build or go install), they are read from what the go command recorded
-// in the binary: the module's version and the checkout's commit (see buildOf).
+// in the binary: the module's version and the checkout's commit (see versionOf).
 var (
 	Version string
 	Commit  string
@@ -23,26 +23,26 @@ var (
 // flowrunModule is flowrun's module path, which a binary made by flowrun build has as a dependency.
 const flowrunModule = "github.com/flowrun/flowrun"
 
-// build is what flowrun version says of the binary.
-type build struct {
+// versionInfo is what flowrun version says of the binary.
+type versionInfo struct {
 	Version   string // a tag such as v0.1.0, git describe's v0.1.0-3-g1a2b3c4-dirty, or "dev"
 	Commit    string // the full commit hash, or "unknown"
 	Modified  bool   // built from a checkout with uncommitted changes, as the go command recorded
 	GoVersion string // the Go toolchain that built it, when recorded
 }
 
-// currentBuild is this binary's build.
-func currentBuild() build {
+// currentVersion is this binary's version and commit.
+func currentVersion() versionInfo {
 	info, _ := debug.ReadBuildInfo()
-	return buildOf(Version, Commit, info)
+	return versionOf(Version, Commit, info)
 }
 
-// buildOf resolves the build from the values set with -ldflags -X, which win, then from the
-// binary's build info (nil when there is none): flowrun's module version (the main module's, or
-// the dependency's in a binary made by flowrun build) and the vcs settings that go build records
-// in a checkout.
-func buildOf(version, commit string, info *debug.BuildInfo) build {
-	b := build{Version: version, Commit: commit}
+// versionOf resolves the version and commit from the values set with -ldflags -X, which win,
+// then from the binary's build info (nil when there is none): flowrun's module version (the main
+// module's, or the dependency's in a binary made by flowrun build) and the vcs settings that go
+// build records in a checkout.
+func versionOf(version, commit string, info *debug.BuildInfo) versionInfo {
+	b := versionInfo{Version: version, Commit: commit}
 	if info != nil {
 		b.GoVersion = info.GoVersion
 		mod := &info.Main
@@ -82,7 +82,7 @@ func newVersionCommand(stdio IO) *cobra.Command {
 		Short: "Print the version and commit of flowrun and the Go stage functions built in",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			b := currentBuild()
+			b := currentVersion()
 			p := &printer{w: stdio.Out}
 			p.printf("flowrun %s\n", b.Version)
 			if b.Modified {
@@ -106,6 +106,6 @@ func newVersionCommand(stdio IO) *cobra.Command {
 
 // versionLDFlags are the go build -ldflags that give a binary made by flowrun build the version and
 // commit of the flowrun that made it (whose module it compiles in).
-func versionLDFlags(b build) string {
+func versionLDFlags(b versionInfo) string {
 	return "-X " + flowrunModule + "/cmd.Version=" + b.Version + " -X " + flowrunModule + "/cmd.Commit=" + b.Commit
 }

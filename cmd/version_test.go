@@ -22,26 +22,26 @@ func TestVersionPrintsTheStampedVersionAndCommit(t *testing.T) {
 }
 
 // Without -ldflags, the version and commit come from what the go command recorded.
-func TestBuildOfFallsBackToTheBuildInfo(t *testing.T) {
+func TestVersionOfFallsBackToTheBuildInfo(t *testing.T) {
 	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}
 	for name, tc := range map[string]struct {
 		version, commit string
 		info            *debug.BuildInfo
-		want            build
+		want            versionInfo
 	}{
 		"stamped": {"v0.1.0", "feed", &debug.BuildInfo{GoVersion: "go1.25.1", Main: debug.Module{Path: flowrunModule, Version: "v0.0.9"}, Settings: vcs},
-			build{Version: "v0.1.0", Commit: "feed", Modified: true, GoVersion: "go1.25.1"}},
+			versionInfo{Version: "v0.1.0", Commit: "feed", Modified: true, GoVersion: "go1.25.1"}},
 		"go build in a checkout": {"", "", &debug.BuildInfo{Main: debug.Module{Path: flowrunModule, Version: "v0.1.1-0.20261206040000-abc123+dirty"}, Settings: vcs},
-			build{Version: "v0.1.1-0.20261206040000-abc123+dirty", Commit: "abc123", Modified: true}},
+			versionInfo{Version: "v0.1.1-0.20261206040000-abc123+dirty", Commit: "abc123", Modified: true}},
 		"go install module@version": {"", "", &debug.BuildInfo{Main: debug.Module{Path: flowrunModule, Version: "v0.1.0"}},
-			build{Version: "v0.1.0", Commit: "unknown"}},
+			versionInfo{Version: "v0.1.0", Commit: "unknown"}},
 		"flowrun build": {"", "", &debug.BuildInfo{Main: debug.Module{Path: "flowrun-custom", Version: "(devel)"}, Deps: []*debug.Module{{Path: flowrunModule, Version: "v0.1.0"}}},
-			build{Version: "v0.1.0", Commit: "unknown"}},
+			versionInfo{Version: "v0.1.0", Commit: "unknown"}},
 		"no vcs, devel": {"", "", &debug.BuildInfo{Main: debug.Module{Path: flowrunModule, Version: "(devel)"}},
-			build{Version: "dev", Commit: "unknown"}},
-		"no build info": {"", "", nil, build{Version: "dev", Commit: "unknown"}},
+			versionInfo{Version: "dev", Commit: "unknown"}},
+		"no build info": {"", "", nil, versionInfo{Version: "dev", Commit: "unknown"}},
 	} {
-		if got := buildOf(tc.version, tc.commit, tc.info); got != tc.want {
+		if got := versionOf(tc.version, tc.commit, tc.info); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", name, got, tc.want)
 		}
 	}
@@ -56,7 +56,7 @@ func TestMakeBuildStampsTheVersion(t *testing.T) {
 	}
 	const version, commit = "v9.8.7-test", "0123456789abcdef0123456789abcdef01234567"
 	out, err := exec.Command(makeBin, "-s", "-n", "-C", "..", "build", "VERSION="+version, "COMMIT="+commit).CombinedOutput()
-	want := `-ldflags "` + versionLDFlags(build{Version: version, Commit: commit}) + `"`
+	want := `-ldflags "` + versionLDFlags(versionInfo{Version: version, Commit: commit}) + `"`
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Fatalf("make -n build: %v, want %s in:\n%s", err, want, out)
 	}
