@@ -2,8 +2,11 @@
 
 GO      ?= go
 BIN     := bin/flowrun
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION)
+# What flowrun version prints: git describe's name of the checkout and its commit. Outside a git
+# checkout both are empty, and the binary falls back to what go build recorded (or "dev").
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/flowrun/flowrun/cmd.Version=$(VERSION) -X github.com/flowrun/flowrun/cmd.Commit=$(COMMIT)
 # The example that make run runs, and its variables.
 EXAMPLE   ?= examples/pipelines/fanout
 RUN_FLAGS ?= --var events=40 --var signups_file=bin/signups.jsonl
@@ -15,8 +18,10 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flowrun
 
-# Run the example pipeline as a job, on an embedded Redis unless FLOWRUN_REDIS_URL names one.
+# Run the example pipeline as a job, on an embedded Redis unless FLOWRUN_REDIS_URL names one. It
+# says first which example it runs (the pipeline's own name, in the log, is another).
 run: build
+	@echo "make run: the example $(EXAMPLE) with $(RUN_FLAGS) (EXAMPLE=examples/pipelines/NAME runs another)"
 	./$(BIN) run --until-drained $(RUN_FLAGS) $(EXAMPLE)
 
 # Every test, with the race detector. The tests start their own redis-server processes on free

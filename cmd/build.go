@@ -52,7 +52,7 @@ func newBuildCommand(stdio IO) *cobra.Command {
 			}
 			err := builder.Build(c.Context(), builder.Options{
 				Packages: pkgs, Flowrun: fr, Output: output, KeepWork: keep, Log: stdio.Err,
-				LDFlags: "-X github.com/flowrun/flowrun/cmd.Version=" + Version,
+				LDFlags: versionLDFlags(currentVersion()),
 			})
 			if errors.As(err, new(builder.InputError)) {
 				return exitError{code: ExitInvalid, message: err.Error()}

@@ -33,6 +33,9 @@ func TestBuildWithALocalPlugin(t *testing.T) {
 	if code, out, errOut := run(t, "validate", pipeline); code != ExitInvalid || !strings.Contains(out+errOut, `"acme.score"`) {
 		t.Fatalf("validate without acme: exit %d, want 2\n%s%s", code, out, errOut)
 	}
+	// The binary made says the version and commit of the flowrun that made it (-ldflags -X).
+	defer func(v, c string) { Version, Commit = v, c }(Version, Commit)
+	Version, Commit = "v0.0.0-buildtest", "cafe0000cafe0000cafe0000cafe0000cafe0000"
 	start := time.Now()
 	code, out, errOut := run(t, "build", "--with", "example.com/acme="+acme, "--flowrun", repo)
 	if code != ExitOK || !strings.Contains(out, "wrote flowrun") || !strings.Contains(errOut, "go build") {
@@ -43,7 +46,8 @@ func TestBuildWithALocalPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil || !strings.Contains(string(out), "[acme.score acme.velocity]") {
+	if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil || !strings.Contains(string(out), "[acme.score acme.velocity]") ||
+		!strings.HasPrefix(string(out), "flowrun v0.0.0-buildtest\ncommit: cafe0000cafe0000cafe0000cafe0000cafe0000\n") {
 		t.Fatalf("built flowrun version: %v\n%s", err, out)
 	}
 	if out, err := exec.Command(bin, "validate", pipeline).CombinedOutput(); err != nil || !strings.Contains(string(out), "is valid") {

@@ -232,13 +232,6 @@ func TestSchemaMatchesTheCheckedInFile(t *testing.T) {
 	}
 }
 
-func TestVersion(t *testing.T) {
-	code, out, _ := run(t, "version")
-	if code != ExitOK || !strings.HasPrefix(out, "flowrun ") {
-		t.Fatalf("exit %d, out %q", code, out)
-	}
-}
-
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"validate"}, {"nonsense"}, {"validate", "--bogus", "x"}} {
 		if code, _, errOut := run(t, args...); code != ExitInvalid || !strings.Contains(errOut, "Error:") {

@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -319,6 +320,58 @@ func TestTLSFlags(t *testing.T) {
 	t.Setenv(EnvRedisURL, "")
 	if code, _, errOut := runIn(t, "", "run", path, "--until-drained", "--redis-ca", srv.TLSCAFile()); code != ExitInvalid || !strings.Contains(errOut, "--redis-ca is for TLS connections") {
 		t.Errorf("--redis-ca without --redis: exit %d: %s", code, errOut)
+	}
+}
+
+// TLS to a Redis Cluster whose nodes require a client certificate (and speak TLS on the cluster
+// bus): a job seeded with every node's rediss:// URL writes to partitions on every node, inspect
+// seeded with one node finds the others over TLS, and without a client certificate the run is
+// refused with what to give.
+func TestTLSOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, redistest.WithTLSClientAuth())
+	path, prefix := testPipeline(t, `
+topic "t" { partitions = 6 }
+source "gen" {
+  kind     = "generate"
+  count    = 30
+  output   = topic.t
+  template = { n = index }
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.t
+}
+`)
+	cert, key := cl.TLSClientFiles()
+	tlsFlags := []string{"--redis-ca", cl.TLSCAFile(), "--redis-cert", cert, "--redis-key", key}
+	code, out, errOut := runIn(t, "", append([]string{"run", path, "--until-drained", "--redis", strings.Join(cl.TLSURLs(), ",")}, tlsFlags...)...)
+	if code != ExitOK || strings.Count(out, "\n") != 30 {
+		t.Fatalf("a job over TLS on a cluster: exit %d, %d lines\n%s", code, strings.Count(out, "\n"), errOut)
+	}
+	for _, node := range cl.Nodes() {
+		keys, err := node.Client(t).Keys(context.Background(), prefix+":{t:*").Result()
+		if err != nil || len(keys) == 0 {
+			t.Errorf("node %s holds none of the topic's partitions (%v): the job did not reach it", node.Addr(), err)
+		}
+	}
+	code, out, errOut = runIn(t, "", append([]string{"inspect", path, "--json", "--redis", cl.TLSURLs()[0]}, tlsFlags...)...)
+	var report struct {
+		Topics []struct {
+			Length     int
+			Partitions []struct{ Length int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &report); code != ExitOK || err != nil || len(report.Topics) != 1 || report.Topics[0].Length != 30 {
+		t.Fatalf("inspect over TLS seeded with one node: exit %d (%v), want a topic of 30\n%s%s", code, err, out, errOut)
+	}
+	for p, part := range report.Topics[0].Partitions {
+		if part.Length == 0 {
+			t.Errorf("inspect read nothing of partition %d", p)
+		}
+	}
+	code, out, errOut = runIn(t, "", "run", path, "--until-drained", "--redis", strings.Join(cl.TLSURLs(), ","), "--redis-ca", cl.TLSCAFile())
+	if msg := oneErrorLine(t, "no client certificate", errOut); code != ExitError || out != "" || !strings.Contains(msg, "requires a client certificate") {
+		t.Errorf("no client certificate: exit %d, stdout %q: %s", code, out, msg)
 	}
 }
 

@@ -98,7 +98,7 @@ func newRunCommand(stdio IO) *cobra.Command {
 
 			tel, err := telemetry.Setup(c.Context(), telemetry.Config{
 				Trace: traceExporter, TraceFile: traceFile, Console: stdio.Err, Metrics: httpAddr != "",
-				Pipeline: plan.Name, Version: Version,
+				Pipeline: plan.Name, Version: currentVersion().Version,
 			})
 			if err != nil {
 				return exitError{code: ExitInvalid, message: err.Error()}

@@ -215,12 +215,16 @@ func (o *ownership) takeShares(ctx context.Context, members []int) {
 		holdings[i], shares[i] = o.balance(units, max(members[i+1], 1))
 		wants = append(wants, want{units, shares[i] - holdings[i]})
 	}
-	taken := o.acquire(ctx, wants)
+	taken, allTried := o.acquire(ctx, wants)
 	leases, fair := 0, true
 	for i := range o.balanced {
 		held := holdings[i] + taken[i+1]
 		leases += held
-		fair = fair && held >= shares[i]
+		// Short of its share only because other processes hold the rest (4 partitions among 3
+		// processes: shares of 2, and one holds 0 or 1) is fair too: it takes units as they
+		// are given up. Otherwise a process could never be ready when the processes do not
+		// divide the partitions.
+		fair = fair && (held >= shares[i] || allTried)
 	}
 	o.leases, o.fair = leases, fair
 }
@@ -253,11 +257,13 @@ type want struct {
 }
 
 // acquire takes the units that wants ask for and starts their workers; it returns how many it
-// took of each. Each round asks for every lease still wanted in one round trip (a process starting
-// takes all its partitions at once), and the next round tries the following units in place of
-// those that other processes hold. Called with o.mu held.
-func (o *ownership) acquire(ctx context.Context, wants []want) []int {
-	taken := make([]int, len(wants))
+// took of each, and whether Redis answered for every unit it tried (so that a want it could not
+// meet found every other unit held by another process). Each round asks for every lease still
+// wanted in one round trip (a process starting takes all its partitions at once), and the next
+// round tries the following units in place of those that other processes hold. Called with o.mu
+// held.
+func (o *ownership) acquire(ctx context.Context, wants []want) (taken []int, allTried bool) {
+	taken = make([]int, len(wants))
 	next := make([]int, len(wants))
 	for {
 		var try []*unit
@@ -271,7 +277,7 @@ func (o *ownership) acquire(ctx context.Context, wants []want) []int {
 			}
 		}
 		if len(try) == 0 {
-			return taken
+			return taken, true
 		}
 		keys := make([]string, len(try))
 		for i, u := range try {
@@ -282,7 +288,7 @@ func (o *ownership) acquire(ctx context.Context, wants []want) []int {
 			if ctx.Err() == nil {
 				o.r.redisFailed("taking leases", err)
 			}
-			return taken
+			return taken, false
 		}
 		failed := false
 		for i, res := range results {
@@ -302,7 +308,7 @@ func (o *ownership) acquire(ctx context.Context, wants []want) []int {
 			}
 		}
 		if failed {
-			return taken // Redis is failing: the next step tries again
+			return taken, false // Redis is failing: the next step tries again
 		}
 	}
 }

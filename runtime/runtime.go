@@ -75,7 +75,8 @@ func (rt *Runtime) Snapshot() Snapshot {
 }
 
 // Ready reports whether the pipeline is working: Redis answered the last poll, recently, and this
-// process holds its share of the partitions.
+// process holds its share of the partitions, or as many as it could take (the others hold the
+// rest: with more processes than partitions, some hold none and are ready to take over).
 func (rt *Runtime) Ready() error {
 	s := rt.Snapshot()
 	switch {

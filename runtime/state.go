@@ -31,7 +31,8 @@ type Snapshot struct {
 	Polled  time.Time
 	PollErr error
 	// Leases counts the partition leases this process holds; Balanced says that it holds its fair
-	// share (or more, while it gives units up).
+	// share (or more, while it gives units up), or less only because other processes hold the
+	// rest: no partition it lacks is free.
 	Leases   int
 	Balanced bool
 	// RedisFailingSince is when calls to Redis began to fail, while they fail; zero otherwise.

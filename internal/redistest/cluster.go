@@ -2,7 +2,9 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -21,7 +23,8 @@ const slotCount = 16384
 // Cluster is a local Redis Cluster of masters without replicas, each a Server on its own free
 // loopback port (and its own free cluster-bus port).
 type Cluster struct {
-	nodes []*Server
+	nodes  []*Server
+	tlsDir string // the certificates the nodes share, with WithTLS
 }
 
 // StartCluster starts a Redis Cluster with the given number of masters (at least 1), assigns the
@@ -42,7 +45,25 @@ func startCluster(masters int, opts ...Option) (*Cluster, error) {
 		return nil, fmt.Errorf("a cluster needs at least 1 master, got %d", masters)
 	}
 	opts = append([]Option{func(c *config) { c.cluster = true }}, opts...)
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
 	c := &Cluster{}
+	if cfg.tls {
+		// One CA for every node: the nodes trust each other on the bus, and a client trusts them all.
+		dir, err := os.MkdirTemp("", "redistest-tls-")
+		if err != nil {
+			return nil, fmt.Errorf("creating the TLS directory: %w", err)
+		}
+		c.tlsDir = dir
+		files, err := writeTLSFiles(dir)
+		if err != nil {
+			c.shutdown()
+			return nil, fmt.Errorf("generating TLS certificates: %w", err)
+		}
+		opts = append(opts, func(c *config) { c.tlsFiles = files })
+	}
 	for range masters {
 		s, err := startServer(opts...)
 		if err != nil {
@@ -181,8 +202,35 @@ func (c *Cluster) Client(t testing.TB) *goredis.ClusterClient {
 	return cc
 }
 
+// TLSURLs returns the rediss:// URL of every master (nil without WithTLS).
+func (c *Cluster) TLSURLs() []string {
+	if c.tlsDir == "" {
+		return nil
+	}
+	out := make([]string, len(c.nodes))
+	for i, s := range c.nodes {
+		out[i] = s.TLSURL()
+	}
+	return out
+}
+
+// TLSConfig returns a client TLS configuration that trusts the nodes' CA (nil without WithTLS);
+// with WithTLSClientAuth it presents the harness's client certificate.
+func (c *Cluster) TLSConfig() *tls.Config { return c.nodes[0].TLSConfig() }
+
+// TLSCAFile returns the PEM file of the CA that signed every node's certificate ("" without
+// WithTLS).
+func (c *Cluster) TLSCAFile() string { return c.nodes[0].TLSCAFile() }
+
+// TLSClientFiles returns the PEM files of a client certificate and its key signed by the nodes'
+// CA ("", "" without WithTLS).
+func (c *Cluster) TLSClientFiles() (cert, key string) { return c.nodes[0].TLSClientFiles() }
+
 func (c *Cluster) shutdown() {
 	for _, s := range c.nodes {
 		s.shutdown()
+	}
+	if c.tlsDir != "" {
+		_ = os.RemoveAll(c.tlsDir)
 	}
 }

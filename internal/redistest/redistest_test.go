@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -239,5 +241,54 @@ func TestTLSClientAuth(t *testing.T) {
 	// The plain port asks for nothing.
 	if err := s.Client(t).Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A cluster with WithTLSClientAuth: one CA for every node, the bus over TLS (the cluster forms
+// only if the nodes' handshakes with each other succeed), and a TLS client that follows the slots
+// to every node's TLS port.
+func TestTLSCluster(t *testing.T) {
+	ctx := context.Background()
+	c := StartCluster(t, 3, WithTLSClientAuth())
+	urls := c.TLSURLs()
+	if len(urls) != 3 || c.TLSConfig() == nil || c.TLSCAFile() == "" {
+		t.Fatalf("TLSURLs = %v", urls)
+	}
+	addrs := make([]string, len(urls))
+	for i, u := range urls {
+		addrs[i] = strings.TrimPrefix(u, "rediss://")
+	}
+	for _, s := range c.Nodes() {
+		info, err := s.Client(t).ConfigGet(ctx, "tls-cluster").Result()
+		if err != nil || info["tls-cluster"] != "yes" {
+			t.Fatalf("%s: tls-cluster = %v (%v)", s.Addr(), info, err)
+		}
+	}
+	// Seeded with one node only, the client finds the others through CLUSTER SLOTS, which must
+	// answer a TLS connection with the TLS ports.
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs[:1], TLSConfig: c.TLSConfig(), MaxRetries: -1})
+	defer func() { _ = cc.Close() }()
+	for i := range 100 {
+		if err := cc.Set(ctx, fmt.Sprintf("key-%d", i), i, 0).Err(); err != nil {
+			t.Fatalf("SET over TLS: %v", err)
+		}
+	}
+	var masters []string
+	var mu sync.Mutex
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+		mu.Lock()
+		masters = append(masters, m.Options().Addr)
+		mu.Unlock()
+		return nil
+	})
+	sort.Strings(masters)
+	sort.Strings(addrs)
+	if err != nil || strings.Join(masters, ",") != strings.Join(addrs, ",") {
+		t.Fatalf("the TLS client's masters are %v, want the TLS addresses %v (%v)", masters, addrs, err)
+	}
+	for _, node := range c.Nodes() {
+		if n, err := node.Client(t).DBSize(ctx).Result(); err != nil || n == 0 {
+			t.Errorf("node %s holds %d keys (%v)", node.Addr(), n, err)
+		}
 	}
 }

@@ -45,7 +45,10 @@ type config struct {
 	tls     bool
 	// tlsClientAuth makes the TLS port require a client certificate.
 	tlsClientAuth bool
-	args          []string
+	// tlsFiles are the certificates of a cluster's nodes, which share one CA; nil: the server
+	// generates its own.
+	tlsFiles *tlsFiles
+	args     []string
 }
 
 // WithAOF turns on the append-only file with `appendfsync always`, so that every acknowledged
@@ -109,7 +112,9 @@ func startServer(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
 	s := &Server{bin: bin, dir: dir, cfg: cfg, ownsDir: true}
-	if cfg.tls {
+	if cfg.tls && cfg.tlsFiles != nil {
+		s.tls = cfg.tlsFiles
+	} else if cfg.tls {
 		if s.tls, err = writeTLSFiles(dir); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("generating TLS certificates: %w", err)
@@ -205,6 +210,11 @@ func (s *Server) args() []string {
 			"--tls-ca-cert-file", s.tls.ca,
 			"--tls-auth-clients", map[bool]string{false: "no", true: "yes"}[s.cfg.tlsClientAuth],
 		)
+		if s.cfg.cluster {
+			// The cluster bus speaks TLS too, and CLUSTER SLOTS answers a TLS client with the
+			// nodes' TLS ports (a plain one, such as the harness's, with their plain ports).
+			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes")
+		}
 	}
 	return append(args, s.cfg.args...)
 }

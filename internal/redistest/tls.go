@@ -18,7 +18,8 @@ import (
 )
 
 // WithTLS also serves TLS on a second free port, with a certificate for 127.0.0.1 signed by a
-// throw-away CA that the harness generates. Clients connect to TLSURL and trust TLSConfig's CA
+// throw-away CA that the harness generates. On a cluster (StartCluster) the nodes share the CA and
+// also speak TLS to each other on the cluster bus (--tls-cluster yes). Clients connect to TLSURL and trust TLSConfig's CA
 // (or the PEM file TLSCAFile); the plain port stays open for the harness and for admin clients.
 // The CA also signs a client certificate (TLSClientFiles), which the server checks when
 // WithTLSClientAuth asks it to.
@@ -120,7 +121,8 @@ func writeTLSFiles(dir string) (*tlsFiles, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// A cluster node presents it on the bus as a client too.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {
