@@ -180,6 +180,9 @@
     return shown + ' msg/s';
   }
 
+  // LOCATION is where a diagnostic says it happened: path:line,column-line,column followed by ': '.
+  const LOCATION = /^\S+:\d+(,\d+)?(-\d+(,\d+)?)?: /;
+
   function shorten(s, n) {
     return s.length > n ? s.slice(0, n - 1) + '…' : s;
   }
@@ -476,7 +479,9 @@
         }
       }
       const last = n.last_dead_letters && n.last_dead_letters[0];
-      f.last_dead_letter.textContent = last ? shorten('last: ' + last.reason, 34) : '';
+      // The box has room for the start of the reason: without where in the pipeline it happened
+      // (path:line,column: ), which the title and the card show.
+      f.last_dead_letter.textContent = last ? shorten('last: ' + last.reason.replace(LOCATION, ''), 34) : '';
       const h = n.history;
       for (const key of ['rate', 'lag']) {
         const series = h ? h[key] : null;
@@ -671,7 +676,7 @@
         for (const d of last) {
           const li = html('li', {}, f.reasons);
           html('time', {datetime: d.at}, li, new Date(d.at).toISOString().slice(11, 19) + ' ');
-          li.append(d.reason);
+          html('span', {class: 'reason'}, li, d.reason);
         }
         f.reasons.dataset.shown = shown;
       }

@@ -336,3 +336,49 @@ func TestTheGraphShowsUpstreamLag(t *testing.T) {
 		}
 	}
 }
+
+// TestTheGraphShowsHistoryAndLastDeadLetters: a node's history (its rate, and its input's lag with
+// null where it was not known) and its last dead letters, newest first, are in /api/graph, with
+// what the history covers; a topic has neither.
+func TestTheGraphShowsHistoryAndLastDeadLetters(t *testing.T) {
+	plan, _, diags := flow.Build(filepath.Join("..", "..", "examples", "pipelines", "revenue"), flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	b := busy{plan: plan,
+		snap: runtime.Snapshot{Taken: t0, Nodes: []runtime.NodeSummary{{Name: "orders_once", Type: "stage", Kind: "dedupe", In: 3, DeadLettered: 2,
+			LastDeadLetters: []runtime.RecentDeadLetter{{At: t0, Reason: "second"}, {At: t0.Add(-time.Second), Reason: "first"}}}}},
+		hist: runtime.History{Step: 10 * time.Second, Times: []time.Time{t0.Add(-10 * time.Second), t0},
+			Nodes: map[string]runtime.NodeHistory{"orders_once": {Rate: []float64{1.5, 0.25}, Lag: []int64{-1, 7}}}}}
+	_, body := get(t, web.NewHandler(b, nil), "/api/graph")
+	var g struct {
+		History json.RawMessage `json:"history"`
+		Nodes   []struct {
+			ID              string          `json:"id"`
+			History         json.RawMessage `json:"history"`
+			LastDeadLetters json.RawMessage `json:"last_dead_letters"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(body), &g); err != nil {
+		t.Fatalf("/api/graph: %v\n%s", err, body)
+	}
+	if want := `{"step_seconds":10,"points":2,"since":"2026-01-02T03:03:55Z","until":"2026-01-02T03:04:05Z"}`; string(g.History) != want {
+		t.Errorf("history %s, want %s", g.History, want)
+	}
+	for _, n := range g.Nodes {
+		history, last := string(n.History), string(n.LastDeadLetters)
+		if n.ID == "stage.orders_once" {
+			if want := `{"rate":[1.5,0.25],"lag":[null,7]}`; history != want {
+				t.Errorf("%s: history %s, want %s", n.ID, history, want)
+			}
+			if want := `[{"at":"2026-01-02T03:04:05Z","reason":"second"},{"at":"2026-01-02T03:04:04Z","reason":"first"}]`; last != want {
+				t.Errorf("%s: last dead letters %s, want %s", n.ID, last, want)
+			}
+			continue
+		}
+		if last != "" || (strings.HasPrefix(n.ID, "topic.") && history != "") {
+			t.Errorf("%s: history %s, last dead letters %s", n.ID, history, last)
+		}
+	}
+}
