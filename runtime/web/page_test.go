@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -217,6 +218,9 @@ func browser(t *testing.T) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
+		path, err = exec.LookPath("chromium-browser")
+	}
+	if err != nil {
 		if os.Getenv("FLOWRUN_REQUIRE_TOOLS") != "" {
 			t.Fatal("Chromium is not installed: apt-get install chromium chromium-driver")
 		}
@@ -360,8 +364,8 @@ func TestPageFitsTheWindow(t *testing.T) {
 	}
 }
 
-// TestPageZoomsAndPans: the buttons, the keys and the wheel move the graph's view, and fit shows the
-// whole graph again.
+// TestPageZoomsAndPans: the buttons, the keys, a drag and the wheel move the graph's view, and fit
+// shows the whole graph again.
 func TestPageZoomsAndPans(t *testing.T) {
 	ctx := browser(t)
 	site := httptest.NewServer(web.NewHandler(newBusy(thirtyNodes(t)), nil))
@@ -395,6 +399,19 @@ func TestPageZoomsAndPans(t *testing.T) {
 	}
 	if after := viewBox(); after[0] <= before[0] || after[2] != before[2] {
 		t.Errorf("the right arrow: view %v, was %v; want it moved right", after, before)
+	}
+	before = viewBox()
+	for _, step := range []chromedp.Action[chromedp.Void]{
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMousePressed, 700, 400, chromedp.ButtonLeft),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 600, 350, chromedp.ButtonLeft),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseReleased, 600, 350, chromedp.ButtonLeft),
+	} {
+		if err := chromedp.Do(ctx, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := viewBox(); after[0] <= before[0] || after[1] <= before[1] || after[2] != before[2] {
+		t.Errorf("a drag up and left: view %v, was %v; want it moved right and down", after, before)
 	}
 	if err := chromedp.Do(ctx, chromedp.KeyEvent("0")); err != nil {
 		t.Fatal(err)
