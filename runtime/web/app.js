@@ -284,35 +284,51 @@
     const sparkWidth = (n.width - 36) / 2;
     for (const [key, caption, x] of [['rate', 'in/s', 12], ['lag', 'lag', 24 + sparkWidth]]) {
       make('rect', {class: 'spark-area', x, y: n.height - 30, width: sparkWidth, height: 20, rx: 2}, g);
-      fields[key + '_caption'] = text(g, {class: 'spark-caption', x: x + 3, y: n.height - 21}, caption);
+      const at = `translate(${x},${n.height - 28})`;
+      fields[key + '_fill'] = make('path', {class: 'spark-fill ' + key, d: '', transform: at}, g);
       fields[key + '_history'] = make('path', {class: 'spark ' + key, d: '', 'data-field': key + '_history',
-        transform: `translate(${x},${n.height - 28})`, 'data-width': sparkWidth}, g);
+        transform: at, 'data-width': sparkWidth}, g);
+      // Over the line, with a halo (style.css) that keeps it readable.
+      fields[key + '_caption'] = text(g, {class: 'spark-caption', x: x + 3, y: n.height - 21}, caption);
     }
     return {g, fields, title, about};
   }
 
-  // sparkPath draws a series (oldest first; null where unknown) in a box of width by height, the
-  // newest point at the right and the box's width for 15 minutes, scaled to the series' largest
-  // value.
-  function sparkPath(series, slots, width, height) {
+  // sparkPaths draws a series (oldest first; null where unknown) in a box of width by height, the
+  // newest point at the right and the box's width for 15 minutes, scaled so that the series' largest
+  // value is a little below the top: the line, and the area under it.
+  function sparkPaths(series, slots, width, height) {
     if (!series || series.length === 0) {
-      return '';
+      return {line: '', area: ''};
     }
-    const top = Math.max(1, ...series.filter(v => v !== null));
+    const top = Math.max(1, ...series.filter(v => v !== null)) * 1.2;
     const step = width / Math.max(1, slots - 1);
-    let d = '';
-    let pen = false;
+    let line = '', area = '';
+    let segment = [];
+    const close = () => {
+      if (segment.length > 0) {
+        const [first, last] = [segment[0], segment[segment.length - 1]];
+        area += 'M' + segment.map(([x, y]) => x + ',' + y).join('L') + `L${last[0]},${height}L${first[0]},${height}Z`;
+        line += 'M' + segment.map(([x, y]) => x + ',' + y).join('L');
+      }
+      segment = [];
+    };
     series.forEach((v, i) => {
       if (v === null) {
-        pen = false;
+        close();
         return;
       }
-      const x = width - (series.length - 1 - i) * step;
-      const y = height - (v / top) * height;
-      d += (pen ? 'L' : 'M') + x.toFixed(1) + ',' + y.toFixed(1);
-      pen = true;
+      segment.push([(width - (series.length - 1 - i) * step).toFixed(1), (height - (v / top) * height).toFixed(1)]);
     });
-    return d;
+    close();
+    return {line, area};
+  }
+
+  // showSpark draws a series in a sparkline's two paths.
+  function showSpark(f, key, series, width, height) {
+    const {line, area} = sparkPaths(series, historySlots, width, height);
+    f[key + '_history'].setAttribute('d', line);
+    f[key + '_fill'].setAttribute('d', area);
   }
 
   // reasonsAbout lists a node's latest dead letters for its title.
@@ -485,7 +501,7 @@
       const h = n.history;
       for (const key of ['rate', 'lag']) {
         const series = h ? h[key] : null;
-        f[key + '_history'].setAttribute('d', sparkPath(series, historySlots, Number(f[key + '_history'].dataset.width), 16));
+        showSpark(f, key, series, Number(f[key + '_history'].dataset.width), 18);
         const now = series && series.length ? series[series.length - 1] : null;
         f[key + '_caption'].textContent = (key === 'rate' ? 'in/s ' + (now === null ? '' : rate(now).replace(' msg/s', '')) : 'lag ' + (now === null ? '' : count(now)));
       }
@@ -608,8 +624,9 @@
         fields[key + '_caption'] = html('figcaption', {}, fig, caption);
         const box = make('svg', {viewBox: '0 0 100 28', preserveAspectRatio: 'none', role: 'img', 'aria-label': caption}, fig);
         make('rect', {class: 'spark-area', x: 0, y: 0, width: 100, height: 28}, box);
+        fields[key + '_fill'] = make('path', {class: 'spark-fill ' + key, d: ''}, box);
         fields[key + '_history'] = make('path', {class: 'spark ' + key, d: '', 'vector-effect': 'non-scaling-stroke',
-          transform: 'translate(0,2)', 'data-card-field': key + '_history'}, box);
+          'data-card-field': key + '_history'}, box);
       }
       fields.reasons = html('ol', {class: 'reasons', 'data-card-field': 'reasons'}, card);
       fields.no_reasons = html('p', {class: 'none'}, card, 'no dead letters');
@@ -629,7 +646,7 @@
         f.entries.textContent = lengths.length ? count(lengths.reduce((s, p) => s + p.length, 0)) : '–';
         const shown = lengths.map(p => `p${p.partition} ${count(p.length)}`);
         if (f.lengths.dataset.shown !== shown.join()) {
-          f.lengths.replaceChildren(...shown.map(p => html('span', {class: 'partition'}, null, p)));
+          f.lengths.replaceChildren(...shown.flatMap((p, i) => [i > 0 ? ' · ' : '', html('span', {class: 'partition'}, null, p)]));
           f.lengths.dataset.shown = shown.join();
         }
         continue;
@@ -664,7 +681,7 @@
       const h = n.history;
       for (const key of ['rate', 'lag']) {
         const series = h ? h[key] : null;
-        f[key + '_history'].setAttribute('d', sparkPath(series, historySlots, 100, 24));
+        showSpark(f, key, series, 100, 28);
         const now = series && series.length ? series[series.length - 1] : null;
         const caption = key === 'rate' ? 'in/s, 15 min' : 'input lag, 15 min';
         f[key + '_caption'].textContent = now === null ? caption : caption + ': ' + (key === 'rate' ? rate(now) : count(now));
