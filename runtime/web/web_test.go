@@ -382,3 +382,74 @@ func TestTheGraphShowsHistoryAndLastDeadLetters(t *testing.T) {
 		}
 	}
 }
+
+// TestTheLayoutFitsAScreen lays out every example and a pipeline of 30 nodes: each drawing, scaled
+// to a 1280x800 screen, keeps at least half its size (a long pipeline is cut into bands rather
+// than drawn on one row), no two boxes overlap, and no edge that runs along a lane crosses a box.
+func TestTheLayoutFitsAScreen(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join("..", "..", "examples", "pipelines", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := map[string]*flow.Plan{"thirty": thirtyNodes(t)}
+	for _, dir := range dirs {
+		if plan, _, diags := flow.Build(dir, flow.Options{GoFuncs: stages.Names()}); !diags.HasErrors() && plan != nil {
+			plans[filepath.Base(dir)] = plan
+		}
+	}
+	if len(plans) < 10 {
+		t.Fatalf("only %d pipelines to lay out", len(plans))
+	}
+	type rect struct{ x0, y0, x1, y1 int }
+	for name, plan := range plans {
+		_, body := get(t, web.NewHandler(still{plan: plan}, nil), "/api/graph")
+		var g struct {
+			Layout struct{ Width, Height int }
+			Nodes  []struct {
+				ID                  string
+				X, Y, Width, Height int
+			}
+			Edges []struct {
+				From, To string
+				Points   [][2]int
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &g); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if scale := min(1250/float64(g.Layout.Width), 700/float64(g.Layout.Height)); scale < 0.5 {
+			t.Errorf("%s: the drawing is %dx%d, scaled by %.2f to fit a screen", name, g.Layout.Width, g.Layout.Height, scale)
+		}
+		boxes := map[string]rect{}
+		for _, n := range g.Nodes {
+			boxes[n.ID] = rect{n.X, n.Y, n.X + n.Width, n.Y + n.Height}
+			if n.X < 0 || n.Y < 0 || n.X+n.Width > g.Layout.Width || n.Y+n.Height > g.Layout.Height {
+				t.Errorf("%s: %s at %+v is outside the drawing", name, n.ID, boxes[n.ID])
+			}
+		}
+		for a, ra := range boxes {
+			for b, rb := range boxes {
+				if a < b && ra.x0 < rb.x1 && rb.x0 < ra.x1 && ra.y0 < rb.y1 && rb.y0 < ra.y1 {
+					t.Errorf("%s: %s %+v and %s %+v overlap", name, a, ra, b, rb)
+				}
+			}
+		}
+		for _, e := range g.Edges {
+			if len(e.Points) == 2 {
+				continue // between neighbouring layers of a band: a curve through the gap between them
+			}
+			for i := 1; i < len(e.Points); i++ {
+				p, q := e.Points[i-1], e.Points[i]
+				seg := rect{min(p[0], q[0]), min(p[1], q[1]), max(p[0], q[0]), max(p[1], q[1])}
+				for id, r := range boxes {
+					// Strictly inside: a segment may end on its own box's side.
+					if seg.x0 < r.x1 && r.x0 < seg.x1 && seg.y0 < r.y1 && r.y0 < seg.y1 ||
+						seg.x0 == seg.x1 && r.x0 < seg.x0 && seg.x0 < r.x1 && seg.y0 < r.y1 && r.y0 < seg.y1 ||
+						seg.y0 == seg.y1 && r.y0 < seg.y0 && seg.y0 < r.y1 && seg.x0 < r.x1 && r.x0 < seg.x1 {
+						t.Errorf("%s: edge %s -> %s crosses %s from %v to %v", name, e.From, e.To, id, p, q)
+					}
+				}
+			}
+		}
+	}
+}
