@@ -24,14 +24,22 @@ const (
 	// one node are logged one by one in each.
 	deadLetterLogEvery = 10 * time.Second
 	deadLetterLogBurst = 5
-	// deadLetterReasons is how many distinct reasons per node the summary keeps.
+	// deadLetterReasons is how many distinct reasons per node the summary keeps, and
+	// recentDeadLetters how many of the latest dead letters the live page shows.
 	deadLetterReasons = 3
+	recentDeadLetters = 5
 )
 
 // DeadLetterReason is a reason why a node dead-lettered messages, and how many.
 type DeadLetterReason struct {
 	Reason string `json:"reason"`
 	Count  int64  `json:"count"`
+}
+
+// RecentDeadLetter is one of the latest dead letters of a node: when it was made, and why.
+type RecentDeadLetter struct {
+	At     time.Time
+	Reason string
 }
 
 // deadLetterLog rate-limits the dead-letter warnings and keeps the first reasons of each node.
@@ -47,6 +55,7 @@ type deadLetterTally struct {
 	logged     int       // logged one by one since then
 	suppressed int64     // counted, not logged, since then
 	reasons    []DeadLetterReason
+	recent     []RecentDeadLetter // the latest, oldest first
 }
 
 // record logs a dead letter of node n, or counts it for the interval's summary line. path is the
@@ -66,6 +75,7 @@ func (l *deadLetterLog) record(log *slog.Logger, n *node, env *Envelope, reason,
 		summary = t.restart(now)
 	}
 	t.addReason(reason)
+	t.addRecent(RecentDeadLetter{At: now, Reason: reason})
 	individual := t.logged < deadLetterLogBurst
 	if individual {
 		t.logged++
@@ -112,6 +122,21 @@ func (l *deadLetterLog) reasons(node string) []DeadLetterReason {
 	return nil
 }
 
+// latest returns a node's latest dead letters, newest first.
+func (l *deadLetterLog) latest(node string) []RecentDeadLetter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.nodes[node]
+	if t == nil {
+		return nil
+	}
+	out := make([]RecentDeadLetter, len(t.recent))
+	for i, d := range t.recent {
+		out[len(out)-1-i] = d
+	}
+	return out
+}
+
 // restart begins a new interval at now, and returns the summary line of the one that ends, if it
 // has one.
 func (t *deadLetterTally) restart(now time.Time) *suppressedLine {
@@ -133,6 +158,13 @@ func (t *deadLetterTally) addReason(reason string) {
 	if len(t.reasons) < deadLetterReasons {
 		t.reasons = append(t.reasons, DeadLetterReason{Reason: reason, Count: 1})
 	}
+}
+
+func (t *deadLetterTally) addRecent(d RecentDeadLetter) {
+	if len(t.recent) == recentDeadLetters {
+		t.recent = append(t.recent[:0], t.recent[1:]...)
+	}
+	t.recent = append(t.recent, d)
 }
 
 // suppressedLine counts the dead letters of a node that an interval did not log one by one.

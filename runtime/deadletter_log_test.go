@@ -85,6 +85,19 @@ func TestDeadLetterLogLimitsEachNode(t *testing.T) {
 	if got := l.reasons("out"); !reflect.DeepEqual(got, []DeadLetterReason{{"refused", 1}}) {
 		t.Errorf("out's reasons %v", got)
 	}
+	// The latest five of check, newest first: the five recorded at 23s, not the one at 22s.
+	wantLatest := []RecentDeadLetter{{at(23 * time.Second), "reason 9"}, {at(23 * time.Second), "reason 9"},
+		{at(23 * time.Second), "reason 9"}, {at(23 * time.Second), "reason 9"}, {at(23 * time.Second), "reason 9"}}
+	if got := l.latest("check"); !reflect.DeepEqual(got, wantLatest) {
+		t.Errorf("check's latest dead letters %v, want %v", got, wantLatest)
+	}
+	l.record(log, out, &Envelope{}, "gone", path, at(30*time.Second))
+	if got, want := l.latest("out"), []RecentDeadLetter{{at(30 * time.Second), "gone"}, {at(time.Second), "refused"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("out's latest dead letters %v, want %v", got, want)
+	}
+	if got := l.latest("nobody"); got != nil {
+		t.Errorf("a node without dead letters has latest %v", got)
+	}
 }
 
 func TestDeadLetterCommandQuotesThePath(t *testing.T) {

@@ -11,13 +11,15 @@ import (
 )
 
 // observations is what a run keeps to tell its operators what happens beyond the counters: the
-// dead-letter log with its reasons, and the samples that rates are computed from.
+// dead-letter log with its reasons, the samples that rates are computed from, and the history that
+// the live page draws (history.go).
 type observations struct {
 	deadLetters deadLetterLog
 	rates       rateSamples
+	history     history
 }
 
-// observeLoop samples the counters for the rates and logs the dead-letter summaries that are due,
+// observeLoop samples the counters for the rates and the history, and logs the dead-letter summaries that are due,
 // on a timer of its own: neither depends on who reads them, or how often.
 func (r *poller) observeLoop(ctx context.Context) {
 	every := r.obs.rates.interval()
@@ -25,7 +27,13 @@ func (r *poller) observeLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for {
 		now := r.clock.Now()
-		r.obs.rates.add(now, sampleCounts(r.nodes))
+		counts := sampleCounts(r.nodes)
+		r.obs.rates.add(now, counts)
+		in := make(map[string]int64, len(counts))
+		for i, c := range counts {
+			in[r.nodes[i].name] = c.in
+		}
+		r.obs.history.add(now, in, r.inputLags())
 		r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, now, false)
 		select {
 		case <-ctx.Done():

@@ -156,6 +156,20 @@ sink "out" {
 	if !price.hasClass("has-dead-letters") || !price.field("dead_letters").hasClass("hot") || !price.field("dead_lettered").hasClass("hot") {
 		t.Errorf("price's dead letters are not highlighted: %+v", price)
 	}
+	// Its last dead letters: the start of the latest in its box (without its location in the
+	// pipeline), all three (of at most five) in full in its card.
+	if last := price.field("last_dead_letter").text; !strings.HasPrefix(last, `last: invalid value for "v" param`) {
+		t.Errorf("price's box shows its last dead letter as %q", last)
+	}
+	var reasons []string
+	for _, e := range dom.card(t, "stage.price").inside {
+		if e.tag == "span" && e.hasClass("reason") {
+			reasons = append(reasons, e.text)
+		}
+	}
+	if len(reasons) != 3 || !strings.Contains(reasons[0], "n/a") {
+		t.Errorf("price's card lists the dead letters %q, want three, of amount n/a", reasons)
+	}
 	out := nodes["sink.out"]
 	if in, dead := out.field("in").text, out.field("dead_letters"); in != "7" || dead.text != "0" || dead.hasClass("hot") || out.hasClass("has-dead-letters") {
 		t.Errorf("out shows in %q, dead letters %+v", in, dead)
@@ -437,6 +451,26 @@ func (d dom) node(t *testing.T, id string) domNode {
 		}
 	}
 	t.Fatalf("the page draws no node %s:\n%s", id, d.raw)
+	return domNode{}
+}
+
+// card returns a node's card in the list below the graph: its element, and the elements up to the
+// next card.
+func (d dom) card(t *testing.T, id string) domNode {
+	t.Helper()
+	for i, e := range d.elements {
+		if e.tag == "article" && e.attrs["data-card"] == id {
+			n := domNode{domElement: e}
+			for _, in := range d.elements[i+1:] {
+				if in.tag == "article" {
+					break
+				}
+				n.inside = append(n.inside, in)
+			}
+			return n
+		}
+	}
+	t.Fatalf("the page has no card of %s:\n%s", id, d.raw)
 	return domNode{}
 }
 

@@ -77,6 +77,10 @@ type NodeSummary struct {
 	// They are tallied as the dead letters are made and logged, so a batch processed again tallies
 	// its reasons again.
 	Reasons []DeadLetterReason
+	// LastDeadLetters are the latest five dead letters the node made in this process, newest
+	// first, with their reasons: the live page shows them. Like Reasons, they are recorded as the
+	// dead letters are made.
+	LastDeadLetters []RecentDeadLetter
 }
 
 // DeadLettered is the number of messages the run sent to dead-letter streams.
@@ -100,8 +104,9 @@ func nodeSummaries(nodes []*node, deadLetters *deadLetterLog) []NodeSummary {
 			Written: c.written, FailedAttempts: n.stats.failedAttempts.Load(), Retries: n.stats.retries.Load(),
 			Late: c.late, Duplicates: c.duplicates,
 			HeldBack: time.Duration(n.stats.heldBack.Load()), Reasons: deadLetters.reasons(n.name),
-			CatchingUp: n.catchingUp(),
-			Delayed:    time.Duration(n.stats.delayed.Load()), Delaying: int(n.stats.delaying.Load()),
+			LastDeadLetters: deadLetters.latest(n.name),
+			CatchingUp:      n.catchingUp(),
+			Delayed:         time.Duration(n.stats.delayed.Load()), Delaying: int(n.stats.delaying.Load()),
 		}
 		if by := n.stats.heldBy.Load(); by != nil && n.stats.holding.Load() > 0 {
 			ns.HeldBackBy = *by

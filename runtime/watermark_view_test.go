@@ -259,7 +259,8 @@ func TestWatermarkLagMetric(t *testing.T) {
 
 // TestPageShowsWatermarks loads the live page in headless Chromium: each stateful stage shows the
 // least of its partitions' watermarks (the time of day in UTC, on the clock's day) and its lag behind
-// the clock, and lists every partition's in its title; a stage that keeps no state shows none.
+// the clock, in its box and its card, and lists every partition's in its title; a stage that keeps
+// no state shows none.
 func TestPageShowsWatermarks(t *testing.T) {
 	chromium := findChromium(t)
 	m := startMarks(t)
@@ -280,6 +281,12 @@ func TestPageShowsWatermarks(t *testing.T) {
 		wantLag := pageDuration(now.Sub(time.UnixMilli(least)))
 		if at, lag := n.field("watermark").text, n.field("watermark_lag").text; at != wantAt || lag != wantLag {
 			t.Errorf("stage.%s shows watermark %q, lag %q; want %q, %q", stage, at, lag, wantAt, wantLag)
+		}
+		// Its card (the page on a phone) shows the same.
+		card := dom.card(t, "stage."+stage)
+		if at, lag := card.all("data-card-field", "watermark"), card.all("data-card-field", "watermark_lag"); len(at) != 1 || len(lag) != 1 ||
+			at[0].text != wantAt || lag[0].text != wantLag {
+			t.Errorf("stage.%s's card shows watermark %+v, lag %+v; want %q, %q", stage, at, lag, wantAt, wantLag)
 		}
 		var title []domElement
 		for _, e := range n.inside {
@@ -303,6 +310,9 @@ func TestPageShowsWatermarks(t *testing.T) {
 	}
 	if shown := dom.node(t, "stage.shown"); len(shown.all("data-field", "watermark")) != 0 {
 		t.Errorf("the map stage shows a watermark: %+v", shown)
+	}
+	if shown := dom.card(t, "stage.shown"); len(shown.all("data-card-field", "watermark")) != 0 {
+		t.Errorf("the map stage's card shows a watermark: %+v", shown)
 	}
 }
 

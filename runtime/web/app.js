@@ -1,6 +1,7 @@
 // The live page of a flowrun pipeline. It draws the graph that api/graph describes, each node where
-// the server placed it, and refreshes the numbers every second. It computes no layout and loads
-// nothing but api/graph.
+// the server placed it, scaled to fit the window (zoom and pan move the view), and below it a card
+// per node with the same figures (on a phone, the cards alone). It refreshes the numbers every
+// second, computes no layout, loads nothing but api/graph and changes nothing.
 'use strict';
 
 (function () {
@@ -14,6 +15,136 @@
   let shape = '';
   let nodeViews = new Map();
   let edgeViews = [];
+  // The sparklines' width is 15 minutes: this many points of the server's history.
+  let historySlots = 90;
+
+  // What the graph's view shows, in the drawing's units: the whole drawing (full) until the user
+  // zooms or pans, then the part chosen. The view always has the window's proportions.
+  let full = null;
+  let view = null;
+  let zoomed = false;
+  const MAX_ZOOM = 8;
+
+  function showView() {
+    svg.setAttribute('viewBox', `${view.x} ${view.y} ${view.w} ${view.h}`);
+  }
+
+  // fit shows the whole drawing, centred, as large as the window allows.
+  function fit() {
+    if (!full) {
+      return;
+    }
+    const r = svg.getBoundingClientRect();
+    const aspect = r.width > 0 && r.height > 0 ? r.width / r.height : full.w / full.h;
+    let w = full.w, h = full.h;
+    if (w / h < aspect) {
+      w = h * aspect;
+    } else {
+      h = w / aspect;
+    }
+    view = {x: (full.w - w) / 2, y: (full.h - h) / 2, w, h};
+    zoomed = false;
+    showView();
+  }
+
+  // zoomBy scales the view by factor (above 1 zooms in) around a point of the drawing, by default
+  // the view's centre; never further out than the whole drawing, nor in past MAX_ZOOM times it.
+  function zoomBy(factor, cx, cy) {
+    if (!view) {
+      return;
+    }
+    const widest = Math.max(full.w, full.h * view.w / view.h);
+    const w = Math.min(widest, Math.max(widest / MAX_ZOOM, view.w / factor));
+    if (w >= widest) {
+      fit();
+      return;
+    }
+    const f = w / view.w;
+    cx = cx === undefined ? view.x + view.w / 2 : cx;
+    cy = cy === undefined ? view.y + view.h / 2 : cy;
+    view = {x: cx - (cx - view.x) * f, y: cy - (cy - view.y) * f, w, h: view.h * f};
+    zoomed = true;
+    showView();
+  }
+
+  // panBy moves the view by a distance in the drawing's units.
+  function panBy(dx, dy) {
+    if (!view) {
+      return;
+    }
+    view.x += dx;
+    view.y += dy;
+    zoomed = true;
+    showView();
+  }
+
+  // unitsPerPixel is how many of the drawing's units a pixel of the window shows.
+  function unitsPerPixel() {
+    const r = svg.getBoundingClientRect();
+    return r.width > 0 ? view.w / r.width : 1;
+  }
+
+  function pointAt(clientX, clientY) {
+    const r = svg.getBoundingClientRect();
+    const k = unitsPerPixel();
+    return [view.x + (clientX - r.left) * k, view.y + (clientY - r.top) * k];
+  }
+
+  document.getElementById('zoom-in').addEventListener('click', () => zoomBy(1.5));
+  document.getElementById('zoom-out').addEventListener('click', () => zoomBy(1 / 1.5));
+  document.getElementById('zoom-fit').addEventListener('click', fit);
+  svg.addEventListener('wheel', e => {
+    if (!view) {
+      return;
+    }
+    e.preventDefault();
+    const [cx, cy] = pointAt(e.clientX, e.clientY);
+    zoomBy(Math.exp(-e.deltaY * (e.deltaMode === 1 ? 0.05 : 0.002)), cx, cy);
+  }, {passive: false});
+  let drag = null;
+  svg.addEventListener('pointerdown', e => {
+    if (!view || e.button !== 0) {
+      return;
+    }
+    drag = {x: e.clientX, y: e.clientY, id: e.pointerId};
+    svg.setPointerCapture(e.pointerId);
+    svg.classList.add('dragging');
+  });
+  svg.addEventListener('pointermove', e => {
+    if (!drag || e.pointerId !== drag.id) {
+      return;
+    }
+    const k = unitsPerPixel();
+    panBy((drag.x - e.clientX) * k, (drag.y - e.clientY) * k);
+    drag.x = e.clientX;
+    drag.y = e.clientY;
+  });
+  const endDrag = () => {
+    drag = null;
+    svg.classList.remove('dragging');
+  };
+  svg.addEventListener('pointerup', endDrag);
+  svg.addEventListener('pointercancel', endDrag);
+  svg.addEventListener('keydown', e => {
+    if (!view) {
+      return;
+    }
+    const step = 0.1;
+    const keys = {
+      '+': () => zoomBy(1.5), '=': () => zoomBy(1.5), '-': () => zoomBy(1 / 1.5), '0': fit,
+      ArrowLeft: () => panBy(-view.w * step, 0), ArrowRight: () => panBy(view.w * step, 0),
+      ArrowUp: () => panBy(0, -view.h * step), ArrowDown: () => panBy(0, view.h * step),
+    };
+    if (keys[e.key]) {
+      e.preventDefault();
+      keys[e.key]();
+    }
+  });
+  window.addEventListener('resize', () => {
+    if (!zoomed) {
+      fit();
+    }
+  });
 
   function make(name, attrs, parent) {
     const el = document.createElementNS(NS, name);
@@ -48,6 +179,9 @@
     const shown = v === 0 ? '0' : v < 10 ? v.toFixed(1) : numbers.format(Math.round(v));
     return shown + ' msg/s';
   }
+
+  // LOCATION is where a diagnostic says it happened: path:line,column-line,column followed by ': '.
+  const LOCATION = /^\S+:\d+(,\d+)?(-\d+(,\d+)?)?: /;
 
   function shorten(s, n) {
     return s.length > n ? s.slice(0, n - 1) + '…' : s;
@@ -92,11 +226,12 @@
       }
       return {g, fields, title, about};
     }
+    // Two columns: the second, whose captions are longer (dead-lettered), a little wider.
     COUNTERS.forEach(([key, caption], i) => {
-      const x = 12 + (i % 2) * 118;
+      const x = i % 2 === 0 ? 12 : 114;
       const y = 62 + Math.floor(i / 2) * 18;
       text(g, {class: 'caption', x, y}, caption);
-      fields[key] = text(g, {class: 'value', x: x + 108, y, 'text-anchor': 'end', 'data-field': key}, '–');
+      fields[key] = text(g, {class: 'value', x: i % 2 === 0 ? 100 : n.width - 12, y, 'text-anchor': 'end', 'data-field': key}, '–');
     });
     if (n.type === 'source' && n.kind === 'redis_stream') {
       // What the source has not read yet of the stream it reads.
@@ -142,7 +277,66 @@
       text(g, {class: 'caption', x: 12, y}, 'dead-letter stream');
       fields.dead_letters = text(g, {class: 'value dlq', x: n.width - 12, y, 'text-anchor': 'end', 'data-field': 'dead_letters'}, '–');
     }
+    // The latest dead letter's reason (the title and the node's card list the last five), then
+    // the sparklines of the last 15 minutes: messages in per second, and the input's lag.
+    const y = n.height - 40;
+    fields.last_dead_letter = text(g, {class: 'last-dead-letter', x: 12, y, 'data-field': 'last_dead_letter'}, '');
+    const sparkWidth = (n.width - 36) / 2;
+    for (const [key, caption, x] of [['rate', 'in/s', 12], ['lag', 'lag', 24 + sparkWidth]]) {
+      make('rect', {class: 'spark-area', x, y: n.height - 30, width: sparkWidth, height: 20, rx: 2}, g);
+      const at = `translate(${x},${n.height - 28})`;
+      fields[key + '_fill'] = make('path', {class: 'spark-fill ' + key, d: '', transform: at}, g);
+      fields[key + '_history'] = make('path', {class: 'spark ' + key, d: '', 'data-field': key + '_history',
+        transform: at, 'data-width': sparkWidth}, g);
+      // Over the line, with a halo (style.css) that keeps it readable.
+      fields[key + '_caption'] = text(g, {class: 'spark-caption', x: x + 3, y: n.height - 21}, caption);
+    }
     return {g, fields, title, about};
+  }
+
+  // sparkPaths draws a series (oldest first; null where unknown) in a box of width by height, the
+  // newest point at the right and the box's width for 15 minutes, scaled so that the series' largest
+  // value is a little below the top: the line, and the area under it.
+  function sparkPaths(series, slots, width, height) {
+    if (!series || series.length === 0) {
+      return {line: '', area: ''};
+    }
+    const top = Math.max(1, ...series.filter(v => v !== null)) * 1.2;
+    const step = width / Math.max(1, slots - 1);
+    let line = '', area = '';
+    let segment = [];
+    const close = () => {
+      if (segment.length > 0) {
+        const [first, last] = [segment[0], segment[segment.length - 1]];
+        area += 'M' + segment.map(([x, y]) => x + ',' + y).join('L') + `L${last[0]},${height}L${first[0]},${height}Z`;
+        line += 'M' + segment.map(([x, y]) => x + ',' + y).join('L');
+      }
+      segment = [];
+    };
+    series.forEach((v, i) => {
+      if (v === null) {
+        close();
+        return;
+      }
+      segment.push([(width - (series.length - 1 - i) * step).toFixed(1), (height - (v / top) * height).toFixed(1)]);
+    });
+    close();
+    return {line, area};
+  }
+
+  // showSpark draws a series in a sparkline's two paths.
+  function showSpark(f, key, series, width, height) {
+    const {line, area} = sparkPaths(series, historySlots, width, height);
+    f[key + '_history'].setAttribute('d', line);
+    f[key + '_fill'].setAttribute('d', area);
+  }
+
+  // reasonsAbout lists a node's latest dead letters for its title.
+  function reasonsAbout(last) {
+    if (!last || last.length === 0) {
+      return '';
+    }
+    return '\nlast dead letters (newest first):' + last.map(d => `\n  ${new Date(d.at).toISOString()}  ${d.reason}`).join('');
   }
 
   // eventTime shows an event time in UTC: the time of day when it is on the clock's day (taken),
@@ -160,7 +354,7 @@
 
   // showWatermark writes a stateful stage's watermark: in its box the least of its partitions', in
   // its title every partition's.
-  function showWatermark(view, w, taken) {
+  function showWatermark(view, w, taken, last) {
     const f = view.fields;
     f.watermark.textContent = w && w.least ? eventTime(w.least, taken) : '–';
     f.watermark_lag.textContent = w && w.least ? lag(w.lag_seconds) : '–';
@@ -169,6 +363,7 @@
       about += `\nwatermark in each partition of topic ${w.topic} (UTC), and its lag:` + w.partitions.map(p =>
         `\n  p${p.partition}  ` + (p.watermark ? new Date(p.watermark).toISOString() + ', lag ' + lag(p.lag_seconds) : 'none yet')).join('');
     }
+    about += reasonsAbout(last);
     if (view.title.textContent !== about) {
       view.title.textContent = about;
     }
@@ -244,9 +439,13 @@
 
   function draw(graph) {
     svg.replaceChildren();
-    svg.setAttribute('viewBox', `0 0 ${graph.layout.width} ${graph.layout.height}`);
-    svg.setAttribute('width', graph.layout.width);
-    svg.setAttribute('height', graph.layout.height);
+    const refit = !full || !zoomed;
+    full = {w: graph.layout.width, h: graph.layout.height};
+    if (refit) {
+      fit();
+    } else {
+      showView();
+    }
     const defs = make('defs', {}, svg);
     for (const [id, cls] of [['arrow', 'arrowhead'], ['arrow-dead', 'arrowhead dead'], ['arrow-side', 'arrowhead side']]) {
       const m = make('marker', {id, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto'}, defs);
@@ -258,9 +457,13 @@
     nodeViews = new Map(graph.nodes.map(n => [n.id, drawNode(n, nodes)]));
     const ids = edgeIds(graph.edges);
     edgeViews = graph.edges.map((e, i) => drawEdge(e, ids[i], lines, labels));
+    drawCards(graph);
   }
 
   function update(graph) {
+    if (graph.history && graph.history.step_seconds > 0) {
+      historySlots = Math.round(900 / graph.history.step_seconds);
+    }
     for (const n of graph.nodes) {
       const view = nodeViews.get(n.id);
       const f = view.fields;
@@ -284,7 +487,23 @@
         for (const [key] of STATE_COUNTERS) {
           f[key].textContent = count(c ? c[key] : null);
         }
-        showWatermark(view, n.watermark, graph.taken);
+        showWatermark(view, n.watermark, graph.taken, n.last_dead_letters);
+      } else {
+        const about = view.about + reasonsAbout(n.last_dead_letters);
+        if (view.title.textContent !== about) {
+          view.title.textContent = about;
+        }
+      }
+      const last = n.last_dead_letters && n.last_dead_letters[0];
+      // The box has room for the start of the reason: without where in the pipeline it happened
+      // (path:line,column: ), which the title and the card show.
+      f.last_dead_letter.textContent = last ? shorten('last: ' + last.reason.replace(LOCATION, ''), 34) : '';
+      const h = n.history;
+      for (const key of ['rate', 'lag']) {
+        const series = h ? h[key] : null;
+        showSpark(f, key, series, Number(f[key + '_history'].dataset.width), 18);
+        const now = series && series.length ? series[series.length - 1] : null;
+        f[key + '_caption'].textContent = (key === 'rate' ? 'in/s ' + (now === null ? '' : rate(now).replace(' msg/s', '')) : 'lag ' + (now === null ? '' : count(now)));
       }
       if (f.produced) {
         const p = n.progress;
@@ -321,6 +540,7 @@
       view.g.classList.toggle('has-dead-letters', n.dead_letters > 0 || (!!c && c.dead_lettered > 0));
       view.g.classList.toggle('elsewhere', !c);
     }
+    updateCards(graph);
     graph.edges.forEach((e, i) => {
       const f = edgeViews[i].fields;
       f.rate.textContent = rate(e.rate);
@@ -331,6 +551,156 @@
       }
       edgeViews[i].g.classList.toggle('moving', e.rate > 0);
     });
+  }
+
+  // The cards: per node, the same figures as in the graph, the reads edges' lag and pending
+  // entries, the watermark, the sparklines and the last five dead letters in full. On a phone they
+  // are all there is.
+  const cards = document.getElementById('cards');
+  let cardViews = new Map();
+
+  function html(tag, attrs, parent, content) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      el.setAttribute(k, v);
+    }
+    if (content !== undefined) {
+      el.textContent = content;
+    }
+    if (parent) {
+      parent.appendChild(el);
+    }
+    return el;
+  }
+
+  function drawCards(graph) {
+    cards.replaceChildren();
+    cardViews = new Map();
+    // In the order of the flow: by layer, then from the top.
+    const ordered = [...graph.nodes].sort((a, b) => a.layer - b.layer || a.y - b.y);
+    for (const n of ordered) {
+      const card = html('article', {class: 'card ' + n.type, 'data-card': n.id}, cards);
+      html('h3', {}, card, n.name);
+      const fields = {};
+      fields.detail = html('p', {class: 'detail'}, card, n.type === 'topic' ? 'topic · ' + n.detail : n.detail);
+      const dl = html('dl', {}, card);
+      // A figure in one of two columns, or (wide) across both.
+      const figure = (key, caption, wide) => {
+        const row = html('div', wide ? {class: 'wide'} : {}, dl);
+        html('dt', {}, row, caption);
+        fields[key] = html('dd', {'data-card-field': key}, row, '–');
+      };
+      if (n.type === 'topic') {
+        figure('entries', 'entries');
+        figure('partitions', 'partitions');
+        fields.partitions.textContent = numbers.format(n.partitions);
+        fields.lengths = html('p', {class: 'line', 'data-card-field': 'lengths'}, card);
+        cardViews.set(n.id, {card, fields});
+        continue;
+      }
+      for (const [key, caption] of COUNTERS) {
+        figure(key, caption);
+      }
+      if (n.stateful) {
+        for (const [key, caption] of STATE_COUNTERS) {
+          figure(key, caption);
+        }
+        figure('watermark', 'watermark (UTC)', true);
+        figure('watermark_lag', 'watermark lag', true);
+      }
+      if (n.type === 'source') {
+        figure('produced', n.kind === 'redis_stream' ? 'stream lag' : 'produced', true);
+      } else {
+        figure('dead_letters', 'dead-letter stream', true);
+      }
+      fields.inputs = graph.edges.filter(e => e.to === n.id && e.kind === 'reads').map(e => {
+        const line = html('p', {class: 'line'}, card);
+        html('span', {class: 'caption'}, line, 'from ' + e.from + ': ');
+        return {edge: e.from + '>' + e.to, el: html('span', {'data-card-field': 'input'}, line, '–')};
+      });
+      const sparks = html('div', {class: 'sparks'}, card);
+      for (const [key, caption] of [['rate', 'in/s, 15 min'], ['lag', 'input lag, 15 min']]) {
+        const fig = html('figure', {}, sparks);
+        fields[key + '_caption'] = html('figcaption', {}, fig, caption);
+        const box = make('svg', {viewBox: '0 0 100 28', preserveAspectRatio: 'none', role: 'img', 'aria-label': caption}, fig);
+        make('rect', {class: 'spark-area', x: 0, y: 0, width: 100, height: 28}, box);
+        fields[key + '_fill'] = make('path', {class: 'spark-fill ' + key, d: ''}, box);
+        fields[key + '_history'] = make('path', {class: 'spark ' + key, d: '', 'vector-effect': 'non-scaling-stroke',
+          'data-card-field': key + '_history'}, box);
+      }
+      fields.reasons = html('ol', {class: 'reasons', 'data-card-field': 'reasons'}, card);
+      fields.no_reasons = html('p', {class: 'none'}, card, 'no dead letters');
+      cardViews.set(n.id, {card, fields});
+    }
+  }
+
+  function updateCards(graph) {
+    const edges = new Map();
+    const ids = edgeIds(graph.edges);
+    graph.edges.forEach((e, i) => edges.set(ids[i], e));
+    for (const n of graph.nodes) {
+      const view = cardViews.get(n.id);
+      const f = view.fields;
+      if (n.type === 'topic') {
+        const lengths = n.partition_lengths || [];
+        f.entries.textContent = lengths.length ? count(lengths.reduce((s, p) => s + p.length, 0)) : '–';
+        const shown = lengths.map(p => `p${p.partition} ${count(p.length)}`);
+        if (f.lengths.dataset.shown !== shown.join()) {
+          f.lengths.replaceChildren(...shown.flatMap((p, i) => [i > 0 ? ' · ' : '', html('span', {class: 'partition'}, null, p)]));
+          f.lengths.dataset.shown = shown.join();
+        }
+        continue;
+      }
+      const g = nodeViews.get(n.id);
+      const c = n.counters;
+      for (const [key] of COUNTERS) {
+        f[key].textContent = count(c ? c[key] : null);
+      }
+      f.dead_lettered.classList.toggle('hot', !!c && c.dead_lettered > 0);
+      if (n.stateful) {
+        for (const [key] of STATE_COUNTERS) {
+          f[key].textContent = count(c ? c[key] : null);
+        }
+        f.watermark.textContent = g.fields.watermark.textContent;
+        f.watermark_lag.textContent = g.fields.watermark_lag.textContent;
+      }
+      if (f.produced) {
+        f.produced.textContent = g.fields.produced ? g.fields.produced.textContent : g.fields.stream_lag.textContent;
+      }
+      if (f.dead_letters) {
+        f.dead_letters.textContent = count(n.dead_letters);
+        f.dead_letters.classList.toggle('hot', n.dead_letters > 0);
+      }
+      for (const input of f.inputs) {
+        const e = edges.get(input.edge);
+        input.el.textContent = !e ? '–' : rate(e.rate) + (e.lag === null ? '' : ` · lag ${count(e.lag)} · pending ${count(e.pending)}`);
+        input.el.classList.toggle('behind', !!e && e.lag > 0);
+      }
+      f.detail.textContent = g.fields.detail.textContent;
+      f.detail.classList.toggle('waiting', g.fields.detail.classList.contains('waiting'));
+      const h = n.history;
+      for (const key of ['rate', 'lag']) {
+        const series = h ? h[key] : null;
+        showSpark(f, key, series, 100, 28);
+        const now = series && series.length ? series[series.length - 1] : null;
+        const caption = key === 'rate' ? 'in/s, 15 min' : 'input lag, 15 min';
+        f[key + '_caption'].textContent = now === null ? caption : caption + ': ' + (key === 'rate' ? rate(now) : count(now));
+      }
+      const last = n.last_dead_letters || [];
+      const shown = JSON.stringify(last);
+      if (f.reasons.dataset.shown !== shown) {
+        f.reasons.replaceChildren();
+        for (const d of last) {
+          const li = html('li', {}, f.reasons);
+          html('time', {datetime: d.at}, li, new Date(d.at).toISOString().slice(11, 19) + ' ');
+          html('span', {class: 'reason'}, li, d.reason);
+        }
+        f.reasons.dataset.shown = shown;
+      }
+      f.no_reasons.hidden = last.length > 0;
+      view.card.classList.toggle('has-dead-letters', g.g.classList.contains('has-dead-letters'));
+      view.card.classList.toggle('elsewhere', !c);
+    }
   }
 
   function status(graph) {

@@ -28,9 +28,12 @@ type graphJSON struct {
 	NotReady          string     `json:"not_ready,omitempty"` // why not, when not ready
 	Leases            int        `json:"leases"`
 	Rates             rateWindow `json:"rates"`
-	Layout            layoutSize `json:"layout"`
-	Nodes             []nodeJSON `json:"nodes"`
-	Edges             []edgeJSON `json:"edges"`
+	// History says what the nodes' history covers: a point every StepSeconds, Points of them
+	// (none before the process has run for a step, or when the pipeline keeps none).
+	History historyJSON `json:"history"`
+	Layout  layoutSize  `json:"layout"`
+	Nodes   []nodeJSON  `json:"nodes"`
+	Edges   []edgeJSON  `json:"edges"`
 }
 
 // rateWindow is the interval that the edges' rates are measured over: between two of the samples
@@ -40,6 +43,26 @@ type rateWindow struct {
 	Since   *time.Time `json:"since"`
 	Until   *time.Time `json:"until"`
 	Seconds float64    `json:"seconds"`
+}
+
+type historyJSON struct {
+	StepSeconds float64    `json:"step_seconds"`
+	Points      int        `json:"points"`
+	Since       *time.Time `json:"since"`
+	Until       *time.Time `json:"until"`
+}
+
+// nodeHistoryJSON is a node's history: the messages it took in per second over each step, and its
+// input's lag as of each point (null where it was not known).
+type nodeHistoryJSON struct {
+	Rate []float64 `json:"rate"`
+	Lag  []*int64  `json:"lag"`
+}
+
+// deadLetterJSON is one of a node's latest dead letters.
+type deadLetterJSON struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 type layoutSize struct {
@@ -70,6 +93,11 @@ type nodeJSON struct {
 	Counters        *countersJSON `json:"counters,omitempty"`
 	DeadLetters     *int64        `json:"dead_letters,omitempty"`
 	DeadLetterTopic string        `json:"dead_letter_topic,omitempty"`
+	// LastDeadLetters are the latest five dead letters that this process made of the node's
+	// messages, newest first, with their reasons.
+	LastDeadLetters []deadLetterJSON `json:"last_dead_letters,omitempty"`
+	// History is the last 15 minutes of the node's rate and input lag, as this process saw them.
+	History *nodeHistoryJSON `json:"history,omitempty"`
 	// Progress is a producing source's (generate, file, stdin).
 	Progress *progressJSON `json:"progress,omitempty"`
 	// Stream is a redis_stream source's input, as of the last poll, when this process runs it.
@@ -220,6 +248,11 @@ func nodeRate(r runtime.NodeRate, count string) float64 {
 	return 0
 }
 
+// historian is a Pipeline that keeps a history of its nodes (*runtime.Runtime does).
+type historian interface {
+	History() runtime.History
+}
+
 // graphHandler serves /api/graph.
 type graphHandler struct {
 	rt       Pipeline
@@ -236,7 +269,11 @@ func newGraphHandler(rt Pipeline) *graphHandler {
 func (g *graphHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	s := g.rt.Snapshot()
 	ready := g.rt.Ready()
-	body, err := json.Marshal(g.describe(s, ready))
+	var hist runtime.History
+	if keeper, ok := g.rt.(historian); ok {
+		hist = keeper.History()
+	}
+	body, err := json.Marshal(g.describe(s, ready, hist))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -248,8 +285,8 @@ func (g *graphHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(body)
 }
 
-// describe combines the graph's shape with a snapshot.
-func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
+// describe combines the graph's shape with a snapshot and the nodes' history.
+func (g *graphHandler) describe(s runtime.Snapshot, ready error, h runtime.History) graphJSON {
 	counters := map[string]runtime.NodeSummary{}
 	for _, n := range s.Nodes {
 		counters[n.Name] = n
@@ -302,6 +339,10 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 	if !rates.Since.IsZero() {
 		out.Rates = rateWindow{Since: &rates.Since, Until: &rates.Until, Seconds: rates.Seconds()}
 	}
+	out.History = historyJSON{StepSeconds: h.Step.Seconds(), Points: len(h.Times)}
+	if len(h.Times) > 0 {
+		out.History.Since, out.History.Until = &h.Times[0], &h.Times[len(h.Times)-1]
+	}
 
 	for _, vn := range g.view.nodes {
 		n := nodeJSON{
@@ -321,6 +362,12 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 			}
 			n.HeldBackBy, n.HeldBackSeconds = c.HeldBackBy, c.HeldBack.Seconds()
 			n.Delaying, n.DelayedSeconds = c.Delaying, c.Delayed.Seconds()
+			for _, d := range c.LastDeadLetters {
+				n.LastDeadLetters = append(n.LastDeadLetters, deadLetterJSON{At: d.At, Reason: g.plan.Redact(d.Reason)})
+			}
+		}
+		if nh, ok := h.Nodes[vn.name]; ok && vn.typ != "topic" {
+			n.History = historyOf(nh)
 		}
 		if d, ok := s.DeadLetters[vn.name]; ok && vn.typ != "topic" {
 			n.DeadLetters = &d
@@ -380,6 +427,20 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error) graphJSON {
 			e.Lag, e.Pending, e.Retries, e.Partitions = &none, &none, &none, []partitionJSON{}
 		}
 		out.Edges = append(out.Edges, e)
+	}
+	return out
+}
+
+// historyOf gives a node's history, a lag that was not known as null.
+func historyOf(nh runtime.NodeHistory) *nodeHistoryJSON {
+	out := &nodeHistoryJSON{Rate: make([]float64, len(nh.Rate)), Lag: make([]*int64, len(nh.Lag))}
+	for i, r := range nh.Rate {
+		out.Rate[i] = math.Round(r*1000) / 1000
+	}
+	for i := range nh.Lag {
+		if nh.Lag[i] >= 0 {
+			out.Lag[i] = &nh.Lag[i]
+		}
 	}
 	return out
 }

@@ -15,6 +15,12 @@ type graphView struct {
 	nodes         []*viewNode
 	edges         []*viewEdge
 	width, height int
+
+	// layers are the nodes by layer, in order; perBand is how many layers each band holds, and
+	// bandTop and bandBottom where each band's boxes begin and end (its lanes are below).
+	layers              [][]*viewNode
+	perBand             int
+	bandTop, bandBottom []int
 }
 
 type viewNode struct {
@@ -55,13 +61,14 @@ var sideCounters = map[string]string{"late": countLate, "duplicates": countDupli
 // The drawing's measures, in pixels. The page lays out a node's lines inside the box it is given:
 // a title and a detail line, then three rows of counters and a dead-letter line for sources, stages
 // and sinks (with a line of dropped, absorbed, late and duplicate counts and one of the watermark
-// before it for stateful stages), or rows of four partitions for topics.
+// before it for stateful stages), the latest dead letter's reason and two sparklines (the rate and
+// the input's lag); or rows of four partitions for topics.
 const (
 	drawMargin      = 24
-	drawNodeWidth   = 250
-	drawLayerGap    = 140 // room for the edges' labels between layers
-	drawRowGap      = 28
-	drawNodeHeight  = 128
+	drawNodeWidth   = 240
+	drawLayerGap    = 110 // room for the edges' labels between layers
+	drawRowGap      = 20
+	drawNodeHeight  = 174
 	drawStateLine   = 18 // a stateful stage's line of counts, and its line of the watermark
 	drawTopicTop    = 48 // a topic's title and detail
 	drawTopicRow    = 18
@@ -69,6 +76,16 @@ const (
 	drawMaxCells    = 32 // more partitions are summed up in one line
 	drawLaneGap     = 40 // between the lanes of edges that skip layers
 	drawLaneTurn    = 14 // how far from a box such an edge turns to its lane
+	drawBandGap     = 40 // between a band's last lane and the next band
+)
+
+// The drawing is made to fit a landscape screen: the page scales it to the window, and a long
+// pipeline drawn on one row would be scaled down until nothing could be read. Its layers are cut
+// into bands, one below the other, as many as make the drawing largest once scaled to fitWidth by
+// fitHeight (about what a 1280x800 window leaves for it).
+const (
+	fitWidth  = 1260
+	fitHeight = 700
 )
 
 // newGraphView lays out the plan's graph (flow's Plan.Graph, which flowrun graph draws too).
@@ -127,7 +144,6 @@ func newGraphView(p *flow.Plan) graphView {
 
 	v.assignLayers(byID)
 	v.place(byID)
-	v.route(byID)
 	return v
 }
 
@@ -199,7 +215,8 @@ func (v *graphView) assignLayers(byID map[string]*viewNode) {
 }
 
 // place orders the nodes within each layer to keep edges short and uncrossed (by the mean position
-// of their neighbours in the layers before, then after), and gives each node its box.
+// of their neighbours in the layers before, then after), cuts the layers into bands, and gives each
+// node its box and each edge its line.
 func (v *graphView) place(byID map[string]*viewNode) {
 	var layers [][]*viewNode
 	for _, n := range v.nodes {
@@ -257,8 +274,26 @@ func (v *graphView) place(byID map[string]*viewNode) {
 		sweep(l, false)
 	}
 
-	tallest := 0
+	v.layers = layers
+	best, bestScale := 1, 0.0
+	for bands := 1; bands <= len(layers); bands++ {
+		v.arrange(byID, bands)
+		scale := min(1, float64(fitWidth)/float64(v.width), float64(fitHeight)/float64(v.height))
+		if scale > bestScale+0.001 {
+			best, bestScale = bands, scale
+		}
+	}
+	v.arrange(byID, best)
+}
+
+// arrange places the layers in bands of perLayer layers each, left to right, one band below the
+// other, and routes the edges.
+func (v *graphView) arrange(byID map[string]*viewNode, bands int) {
+	layers := v.layers
+	perBand := (len(layers) + bands - 1) / max(1, bands)
+	v.perBand = max(1, perBand)
 	heights := make([]int, len(layers))
+	tallest := make([]int, bands) // of each band
 	for l, layer := range layers {
 		for i, n := range layer {
 			if i > 0 {
@@ -266,38 +301,75 @@ func (v *graphView) place(byID map[string]*viewNode) {
 			}
 			heights[l] += n.height
 		}
-		tallest = max(tallest, heights[l])
+		tallest[l/v.perBand] = max(tallest[l/v.perBand], heights[l])
+	}
+	// Each band's lanes: the edges that do not go to the next layer of their own band run along a
+	// lane below the band of their source.
+	lanes := make([]int, bands)
+	for _, e := range v.edges {
+		if a, b := byID[e.from], byID[e.to]; !v.adjacent(a, b) {
+			lanes[a.layer/v.perBand]++
+		}
+	}
+	v.bandTop = make([]int, bands)
+	y := drawMargin
+	for b := range bands {
+		v.bandTop[b] = y
+		y += tallest[b]
+		if lanes[b] > 0 {
+			y += lanes[b] * drawLaneGap
+		}
+		if b < bands-1 {
+			y += drawBandGap
+		}
+	}
+	v.height = y + drawMargin
+	v.bandBottom = make([]int, bands)
+	for b := range bands {
+		v.bandBottom[b] = v.bandTop[b] + tallest[b]
 	}
 	for l, layer := range layers {
-		y := drawMargin + (tallest-heights[l])/2
+		b := l / v.perBand
+		y := v.bandTop[b] + (tallest[b]-heights[l])/2
 		for _, n := range layer {
-			n.x, n.y = drawMargin+l*(drawNodeWidth+drawLayerGap), y
+			n.x, n.y = drawMargin+(l%v.perBand)*(drawNodeWidth+drawLayerGap), y
 			y += n.height + drawRowGap
 		}
 	}
-	v.width = 2*drawMargin + len(layers)*drawNodeWidth + max(0, len(layers)-1)*drawLayerGap
-	v.height = 2*drawMargin + tallest
+	columns := min(len(layers), v.perBand)
+	v.width = 2*drawMargin + columns*drawNodeWidth + max(0, columns-1)*drawLayerGap
+	v.route(byID)
 }
 
-// route draws each edge. One between neighbouring layers goes straight from the right side of its
-// source's box to the left side of its target's. One that skips layers (or goes back, in a
-// dead-letter loop) would cross the boxes between: it leaves into the gap after its source, runs
-// along a lane of its own below every box, and comes up in the gap before its target.
+// adjacent says whether an edge from a to b goes to the next layer in the same band.
+func (v *graphView) adjacent(a, b *viewNode) bool {
+	return b.layer == a.layer+1 && b.layer/v.perBand == a.layer/v.perBand
+}
+
+// route draws each edge. One to the next layer of its band goes straight from the right side of its
+// source's box to the left side of its target's. Any other (one that skips layers, goes on to the
+// next band, or goes back in a dead-letter loop) would cross boxes: it leaves into the gap after
+// its source, runs along a lane of its own below its source's band, and goes up or down the gap
+// before its target, where there are no boxes.
 func (v *graphView) route(byID map[string]*viewNode) {
-	lane := v.height - drawMargin + drawLaneGap/2
+	next := make([]int, len(v.bandTop)) // each band's next lane
+	for b := range next {
+		next[b] = v.bandBottom[b] + drawLaneGap/2
+	}
 	for _, e := range v.edges {
 		a, b := byID[e.from], byID[e.to]
 		start := [2]int{a.x + a.width, a.y + a.height/2}
 		end := [2]int{b.x, b.y + b.height/2}
-		if b.layer == a.layer+1 {
+		if v.adjacent(a, b) {
 			e.points = [][2]int{start, end}
 			e.labelAt = [2]int{(start[0] + end[0]) / 2, (start[1] + end[1]) / 2}
 			continue
 		}
+		band := a.layer / v.perBand
+		lane := next[band]
+		next[band] += drawLaneGap
 		out, in := start[0]+drawLaneTurn, end[0]-drawLaneTurn
 		e.points = [][2]int{start, {out, start[1]}, {out, lane}, {in, lane}, {in, end[1]}, end}
 		e.labelAt = [2]int{(out + in) / 2, lane}
-		lane += drawLaneGap
 	}
-	v.height = max(v.height, lane-drawLaneGap/2+drawMargin)
 }

@@ -5,11 +5,12 @@
 //
 //   - web.go: NewHandler, its routes and the page's static files.
 //   - graph.go: the /api/graph document, the graph's shape combined with a runtime Snapshot.
-//   - layout.go: where the page draws each node and edge. The nodes, edges and labels come from
-//     flow's Plan.Graph, the same view that flowrun graph renders as DOT and Mermaid.
+//   - layout.go: where the page draws each node and edge, in bands of layers that fit a landscape
+//     screen. The nodes, edges and labels come from flow's Plan.Graph, the same view that flowrun
+//     graph renders as DOT and Mermaid.
 //
-// It only reads: it works from the runtime's public Snapshot, Ready and Plan, changes nothing in the
-// pipeline or in Redis, and knows nothing of workers, leases or transport types.
+// It only reads: it works from the runtime's public Snapshot, Ready, Plan and History, changes
+// nothing in the pipeline or in Redis, and knows nothing of workers, leases or transport types.
 package web
 
 import (
@@ -20,7 +21,8 @@ import (
 	"github.com/flowrun/flowrun/runtime"
 )
 
-// Pipeline is what the handler reads of a running pipeline; *runtime.Runtime is one.
+// Pipeline is what the handler reads of a running pipeline; *runtime.Runtime is one. One that also
+// has a History method (as *runtime.Runtime has) gives the page its sparklines.
 type Pipeline interface {
 	// Plan is the compiled pipeline being run.
 	Plan() *flow.Plan
@@ -37,7 +39,8 @@ type Pipeline interface {
 //   - /metrics is served by metrics (a Prometheus handler, say); when metrics is nil it answers 404;
 //   - /api/graph is the plan (as Plan.Describe gives it, sensitive values redacted) with what each
 //     node and edge is doing now, and where to draw each node;
-//   - / is a page that draws the graph from /api/graph every second.
+//   - / is a page that draws the graph from /api/graph every second, fitted to the window, with a
+//     card per node below it (on a phone, the cards alone).
 //
 // The handler only reads: it changes nothing in the pipeline or in Redis. Counters and rates are this
 // process's; lag, pending entries and dead-letter lengths are read from Redis and so cover every

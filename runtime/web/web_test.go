@@ -336,3 +336,120 @@ func TestTheGraphShowsUpstreamLag(t *testing.T) {
 		}
 	}
 }
+
+// TestTheGraphShowsHistoryAndLastDeadLetters: a node's history (its rate, and its input's lag with
+// null where it was not known) and its last dead letters, newest first, are in /api/graph, with
+// what the history covers; a topic has neither.
+func TestTheGraphShowsHistoryAndLastDeadLetters(t *testing.T) {
+	plan, _, diags := flow.Build(filepath.Join("..", "..", "examples", "pipelines", "revenue"), flow.Options{GoFuncs: stages.Names()})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	b := busy{plan: plan,
+		snap: runtime.Snapshot{Taken: t0, Nodes: []runtime.NodeSummary{{Name: "orders_once", Type: "stage", Kind: "dedupe", In: 3, DeadLettered: 2,
+			LastDeadLetters: []runtime.RecentDeadLetter{{At: t0, Reason: "second"}, {At: t0.Add(-time.Second), Reason: "first"}}}}},
+		hist: runtime.History{Step: 10 * time.Second, Times: []time.Time{t0.Add(-10 * time.Second), t0},
+			Nodes: map[string]runtime.NodeHistory{"orders_once": {Rate: []float64{1.5, 0.25}, Lag: []int64{-1, 7}}}}}
+	_, body := get(t, web.NewHandler(b, nil), "/api/graph")
+	var g struct {
+		History json.RawMessage `json:"history"`
+		Nodes   []struct {
+			ID              string          `json:"id"`
+			History         json.RawMessage `json:"history"`
+			LastDeadLetters json.RawMessage `json:"last_dead_letters"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(body), &g); err != nil {
+		t.Fatalf("/api/graph: %v\n%s", err, body)
+	}
+	if want := `{"step_seconds":10,"points":2,"since":"2026-01-02T03:03:55Z","until":"2026-01-02T03:04:05Z"}`; string(g.History) != want {
+		t.Errorf("history %s, want %s", g.History, want)
+	}
+	for _, n := range g.Nodes {
+		history, last := string(n.History), string(n.LastDeadLetters)
+		if n.ID == "stage.orders_once" {
+			if want := `{"rate":[1.5,0.25],"lag":[null,7]}`; history != want {
+				t.Errorf("%s: history %s, want %s", n.ID, history, want)
+			}
+			if want := `[{"at":"2026-01-02T03:04:05Z","reason":"second"},{"at":"2026-01-02T03:04:04Z","reason":"first"}]`; last != want {
+				t.Errorf("%s: last dead letters %s, want %s", n.ID, last, want)
+			}
+			continue
+		}
+		if last != "" || (strings.HasPrefix(n.ID, "topic.") && history != "") {
+			t.Errorf("%s: history %s, last dead letters %s", n.ID, history, last)
+		}
+	}
+}
+
+// TestTheLayoutFitsAScreen lays out every example and a pipeline of 30 nodes: each drawing, scaled
+// to a 1280x800 screen, keeps at least half its size (a long pipeline is cut into bands rather
+// than drawn on one row), no two boxes overlap, and no edge that runs along a lane crosses a box.
+func TestTheLayoutFitsAScreen(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join("..", "..", "examples", "pipelines", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := map[string]*flow.Plan{"thirty": thirtyNodes(t)}
+	for _, dir := range dirs {
+		if plan, _, diags := flow.Build(dir, flow.Options{GoFuncs: stages.Names()}); !diags.HasErrors() && plan != nil {
+			plans[filepath.Base(dir)] = plan
+		}
+	}
+	if len(plans) < 10 {
+		t.Fatalf("only %d pipelines to lay out", len(plans))
+	}
+	type rect struct{ x0, y0, x1, y1 int }
+	for name, plan := range plans {
+		_, body := get(t, web.NewHandler(still{plan: plan}, nil), "/api/graph")
+		var g struct {
+			Layout struct{ Width, Height int }
+			Nodes  []struct {
+				ID                  string
+				X, Y, Width, Height int
+			}
+			Edges []struct {
+				From, To string
+				Points   [][2]int
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &g); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if scale := min(1250/float64(g.Layout.Width), 700/float64(g.Layout.Height)); scale < 0.5 {
+			t.Errorf("%s: the drawing is %dx%d, scaled by %.2f to fit a screen", name, g.Layout.Width, g.Layout.Height, scale)
+		}
+		boxes := map[string]rect{}
+		for _, n := range g.Nodes {
+			boxes[n.ID] = rect{n.X, n.Y, n.X + n.Width, n.Y + n.Height}
+			if n.X < 0 || n.Y < 0 || n.X+n.Width > g.Layout.Width || n.Y+n.Height > g.Layout.Height {
+				t.Errorf("%s: %s at %+v is outside the drawing", name, n.ID, boxes[n.ID])
+			}
+		}
+		for a, ra := range boxes {
+			for b, rb := range boxes {
+				if a < b && ra.x0 < rb.x1 && rb.x0 < ra.x1 && ra.y0 < rb.y1 && rb.y0 < ra.y1 {
+					t.Errorf("%s: %s %+v and %s %+v overlap", name, a, ra, b, rb)
+				}
+			}
+		}
+		for _, e := range g.Edges {
+			if len(e.Points) == 2 {
+				continue // between neighbouring layers of a band: a curve through the gap between them
+			}
+			for i := 1; i < len(e.Points); i++ {
+				p, q := e.Points[i-1], e.Points[i]
+				seg := rect{min(p[0], q[0]), min(p[1], q[1]), max(p[0], q[0]), max(p[1], q[1])}
+				for id, r := range boxes {
+					// Strictly inside: a segment may end on its own box's side.
+					if seg.x0 < r.x1 && r.x0 < seg.x1 && seg.y0 < r.y1 && r.y0 < seg.y1 ||
+						seg.x0 == seg.x1 && r.x0 < seg.x0 && seg.x0 < r.x1 && seg.y0 < r.y1 && r.y0 < seg.y1 ||
+						seg.y0 == seg.y1 && r.y0 < seg.y0 && seg.y0 < r.y1 && seg.x0 < r.x1 && r.x0 < seg.x1 {
+						t.Errorf("%s: edge %s -> %s crosses %s from %v to %v", name, e.From, e.To, id, p, q)
+					}
+				}
+			}
+		}
+	}
+}
