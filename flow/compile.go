@@ -89,6 +89,9 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 	c.insertRepartitions()
 	c.collectTopics()
 	c.checkGraph(blocks)
+	if !c.unresolved {
+		c.checkMessageShapes(blocks)
+	}
 	if !c.unresolved && !c.diags.HasErrors() {
 		c.wireWatermarks(blocks)
 	}
