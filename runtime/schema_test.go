@@ -84,9 +84,9 @@ func TestSchemaDeadLettersInvalidMessages(t *testing.T) {
 
 	input := strings.Join([]string{
 		`{"user_id": "u1", "amount": 10, "note": "ok"}`,
-		`{"user_id": "u2", "amount": "10", "note": "ok"}`, // amount is a string
+		`{"user_id": "u2", "amount": "10", "note": "ok"}`,     // amount is a string
 		`{"user_id": "u3", "amount": 3.5, "note": "toolong"}`, // its label is too long
-		`{"amount": 1, "note": "ok"}`, // no user_id
+		`{"amount": 1, "note": "ok"}`,                         // no user_id
 		`{"user_id": "u5", "amount": 7, "note": "fine"}`,
 	}, "\n")
 	j := runJob(t, c, plan, runtime.Options{Stdin: strings.NewReader(input)})
