@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 func TestSchemaInfer(t *testing.T) {
@@ -120,6 +121,34 @@ sink "out" {
 	code, _, errOut := run(t, "validate", filepath.Join(dir, "p.hcl"))
 	if code != ExitInvalid || !strings.Contains(errOut, "p.hcl line 16") ||
 		!strings.Contains(errOut, `msg has no field "userid" in the schema of topic "orders". Did you mean "user_id"?`) {
+		t.Errorf("exit %d:\n%s", code, errOut)
+	}
+}
+
+// produce refuses a line that does not satisfy the topic's schema, saying where, and publishes the
+// others.
+func TestProduceRefusesWhatTheSchemaDoesNot(t *testing.T) {
+	url := redistest.Shared(t).URL()
+	path, _ := testPipeline(t, `
+topic "orders" {
+  key    = msg.customer_id
+  schema = jsonencode({ type = "object", required = ["customer_id"], properties = { customer_id = { type = "string" }, seq = { type = "integer" } } })
+}
+
+source "in" {
+  kind   = "stdin"
+  output = topic.orders
+}
+
+sink "out" {
+  kind  = "stdout"
+  input = topic.orders
+}
+`)
+	in := `{"customer_id":"a","seq":1}` + "\n" + `{"customer_id":"b","seq":"2"}` + "\n" + `{"customer_id":"c","seq":3}` + "\n"
+	code, _, errOut := runIn(t, in, "produce", "--redis", url, path, "orders")
+	if code != ExitError || !strings.Contains(errOut, "stdin:2: topic orders: schema: /properties/seq/type: at /seq: got string, want integer") ||
+		!strings.Contains(errOut, "published 2 messages") {
 		t.Errorf("exit %d:\n%s", code, errOut)
 	}
 }
