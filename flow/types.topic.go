@@ -46,7 +46,8 @@ var topicSpec = &BlockSpec{
 				"it is dead-lettered by the node that wrote it, with the schema path and the message location of the " +
 				"failure, and is not retried. validate checks the expressions that read the topic against it: a " +
 				"field the schema does not declare (when it declares properties and no additionalProperties) and " +
-				"a comparison its types cannot make are errors.",
+				"a comparison its types cannot make are errors. flowrun schema infer proposes one from sample JSON lines; " +
+				"see Schemas in docs/language.md.",
 		},
 	},
 	Blocks: []NestedBlock{{Spec: retentionSpec, Max: 1}},
