@@ -134,6 +134,26 @@ func TestSchemaDeadLettersInvalidMessages(t *testing.T) {
 		t.Errorf("the stage's dead letters say\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
+	// A dead letter replayed to the stage must satisfy the schema of its input topic, which its
+	// expressions rely on: an edit that breaks it is refused, and the dead letter stays.
+	dl, err := admin.OpenDeadLetters(c, plan, "label")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dl.List(context.Background())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("%d dead letters of label (%v)", len(list), err)
+	}
+	edit, _, diags := admin.ParsePayloadEdit("--set", `msg.amount = "3.5"`)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	res, err := dl.Replay(context.Background(), []string{list[0].ID}, edit)
+	if err != nil || len(res.Replayed) != 0 ||
+		res.Skipped[list[0].ID] != "topic orders: schema: /properties/amount/type: at /amount: got string, want number" {
+		t.Errorf("replayed %v, skipped %v (%v): want it skipped for the schema", res.Replayed, res.Skipped, err)
+	}
+
 	// flowrun produce and the applications that embed flowrun publish through the Publisher: it
 	// refuses such a message, for good.
 	pub, err := runtime.NewPublisher(c, plan)
