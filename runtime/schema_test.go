@@ -167,3 +167,55 @@ func TestSchemaDeadLettersInvalidMessages(t *testing.T) {
 		t.Errorf("publishing an invalid message: %v, want a permanent schema error at /user_id", err)
 	}
 }
+
+// A window's result that its output topic's schema refuses is dead-lettered by the aggregate,
+// with the reason, not dropped; the others arrive.
+func TestSchemaDeadLettersAWindowResult(t *testing.T) {
+	src := `
+pipeline "counts" {}
+topic "orders" { key = msg.customer }
+topic "counts" {
+  schema = jsonencode({ properties = { orders = { type = "integer", maximum = 2 } } })
+}
+source "in" {
+  kind   = "stdin"
+  output = topic.orders
+}
+stage "per_minute" {
+  kind       = "aggregate"
+  input      = topic.orders
+  output     = topic.counts
+  group_by   = msg.customer
+  event_time = msg.at
+  window {
+    type = "tumbling"
+    size = "1m"
+  }
+  aggregate = { orders = count() }
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.counts
+}
+`
+	plan := buildSource(t, src)
+	c := server.open(t)
+	input := strings.Join([]string{
+		`{"customer": "a", "at": 1000}`, `{"customer": "a", "at": 2000}`, `{"customer": "a", "at": 3000}`,
+		`{"customer": "b", "at": 1000}`,
+	}, "\n")
+	j := runJob(t, c, plan, runtime.Options{Stdin: strings.NewReader(input)})
+	if lines := strings.Split(strings.TrimSpace(j.stdout), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"b"`) {
+		t.Errorf("delivered:\n%s\nwant b's window only", j.stdout)
+	}
+	dl, err := admin.OpenDeadLetters(c, plan, "per_minute")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dl.List(context.Background())
+	if err != nil || len(list) != 1 ||
+		list[0].Envelope.Error != "topic counts: schema: /properties/orders/maximum: at /orders: maximum: got 3, want 2" ||
+		!strings.Contains(string(list[0].Envelope.Payload), `"orders":3`) {
+		t.Fatalf("dead letters %+v (%v): want a's window", list, err)
+	}
+}
