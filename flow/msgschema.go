@@ -128,6 +128,40 @@ func pointer(tokens []string) string {
 // text comes from: a file, whose directory relative $refs are resolved against, or "" for a schema
 // given inline.
 func CompileMessageSchema(topic, text, location string) (*MessageSchema, error) {
+	return compileMessageSchema(topic, text, location, nil)
+}
+
+// compileMessageSchema is CompileMessageSchema with the schemas already compiled, by location and
+// text: topics of one schema share it, which lets a stage that passes a message on unchanged from
+// one to another skip checking it again (SameAs).
+func compileMessageSchema(topic, text, location string, compiled map[string]*jsonschema.Schema) (*MessageSchema, error) {
+	id := location + "\x00" + text
+	sch, ok := compiled[id]
+	if !ok {
+		var err error
+		if sch, err = compileJSONSchema(topic, text, location); err != nil {
+			return nil, err
+		}
+		if compiled != nil {
+			compiled[id] = sch
+		}
+	}
+	if location == "" {
+		location = "topic " + topic + "'s schema"
+	}
+	s := &MessageSchema{Location: location, topic: topic, compiled: sch}
+	s.shape = shapeOf(sch, fmt.Sprintf("the schema of topic %q", topic), 0)
+	return s, nil
+}
+
+// SameAs reports whether two topics have the same schema: a message that satisfies one satisfies
+// the other.
+func (s *MessageSchema) SameAs(o *MessageSchema) bool {
+	return s != nil && o != nil && s.compiled == o.compiled
+}
+
+// compileJSONSchema compiles a schema's text.
+func compileJSONSchema(topic, text, location string) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
 		var syntax *json.SyntaxError
@@ -148,16 +182,7 @@ func CompileMessageSchema(topic, text, location string) (*MessageSchema, error) 
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, err
 	}
-	compiled, err := c.Compile(url)
-	if err != nil {
-		return nil, err
-	}
-	if location == "" {
-		location = "topic " + topic + "'s schema"
-	}
-	s := &MessageSchema{Location: location, topic: topic, compiled: compiled}
-	s.shape = shapeOf(compiled, fmt.Sprintf("the schema of topic %q", topic), 0)
-	return s, nil
+	return c.Compile(url)
 }
 
 // lineColumn returns the 1-based line and column of a byte offset into text.
@@ -174,7 +199,10 @@ func lineColumn(text string, offset int64) (int, int) {
 // at the attribute.
 func (c *compiler) compileTopicSchema(t *Topic, a *hcl.Attribute, text string) {
 	location := c.schemaFile(a.Expr)
-	s, err := CompileMessageSchema(t.Name, text, location)
+	if c.schemas == nil {
+		c.schemas = map[string]*jsonschema.Schema{}
+	}
+	s, err := compileMessageSchema(t.Name, text, location, c.schemas)
 	if err != nil {
 		where := "The schema"
 		if location != "" {

@@ -242,3 +242,44 @@ func BenchmarkSchemaValidate(b *testing.B) {
 		}
 	}
 }
+
+// Topics of one schema share it, so that a message passed on unchanged from one to the other is not
+// checked again; another schema is another.
+func TestSchemaSharedByTopics(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{"a.json": userSchema, "b.json": `{"type": "object"}`} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := compileSource(t, `
+pipeline "s" {}
+topic "t1" { schema = file("`+dir+`/a.json") }
+topic "t2" { schema = file("`+dir+`/a.json") }
+topic "t3" { schema = file("`+dir+`/b.json") }
+source "in" {
+  kind   = "stdin"
+  output = topic.t1
+}
+stage "f" {
+  kind   = "filter"
+  input  = topic.t1
+  output = topic.t2
+  where  = msg.amount > 1
+}
+stage "g" {
+  kind   = "filter"
+  input  = topic.t2
+  output = topic.t3
+  where  = msg.amount > 2
+}
+sink "out" {
+  kind  = "stdout"
+  input = topic.t3
+}
+`, Options{})
+	t1, t2, t3 := plan.Topic("t1").Schema, plan.Topic("t2").Schema, plan.Topic("t3").Schema
+	if !t1.SameAs(t2) || t1.SameAs(t3) {
+		t.Errorf("t1 same as t2: %v (want true), as t3: %v (want false)", t1.SameAs(t2), t1.SameAs(t3))
+	}
+}

@@ -242,9 +242,9 @@ func (m *message) keptKey(n *node, t *flow.Topic, msg *stages.Message) bool {
 
 // validated reports whether msg, an output of input m at node n, is known to satisfy topic t's
 // schema without checking it again: it is the input's payload unchanged, and the input topic has the
-// same schema, which its writer checked (a filter between two topics of one schema).
+// same schema, which its writer checked (a filter between two topics of one schema file).
 func (m *message) validated(n *node, t *flow.Topic, msg *stages.Message) bool {
-	if t.Schema == nil || n.input == nil || n.input.Schema != t.Schema {
+	if t.Schema == nil || n.input == nil || !n.input.Schema.SameAs(t.Schema) {
 		return t.Schema == nil
 	}
 	raw := msg.Unchanged()
