@@ -289,14 +289,15 @@ func shapeOf(s *jsonschema.Schema, origin string, depth int) *expr.Shape {
 			sh.Fields[name] = f
 		}
 	}
-	open := len(s.PatternProperties) > 0
+	// Closed: no other field than those declared. additionalProperties false says so; without it,
+	// declaring properties does (see above), unless patternProperties, unevaluatedProperties or
+	// allOf may let others in. additionalProperties true or a schema lets any other in.
+	patterns := len(s.PatternProperties) > 0
 	switch ap := s.AdditionalProperties.(type) {
 	case bool:
-		sh.Closed = !ap && !open
-	case *jsonschema.Schema:
-		open = true
+		sh.Closed = !ap && !patterns
 	case nil:
-		sh.Closed = len(s.Properties) > 0 && !open && s.UnevaluatedProperties == nil && len(s.AllOf) == 0
+		sh.Closed = len(s.Properties) > 0 && !patterns && s.UnevaluatedProperties == nil && len(s.AllOf) == 0
 	}
 	if s.Items2020 != nil {
 		sh.Items = shapeOf(s.Items2020, origin, depth+1)
