@@ -38,9 +38,11 @@ func (c *compiler) checkMessageShapes(stageBlocks map[*Stage]*Block) {
 	for _, s := range c.plan.Stages {
 		shapes.stages[s.Name] = s
 	}
-	for s, b := range stageBlocks {
-		if in := shapes.of(s.Input); in != nil {
-			c.checkShapedBlock(stageSpec, b, in)
+	for _, s := range c.plan.Stages { // in the plan's order, not the map's: diagnostics in a stable order
+		if b := stageBlocks[s]; b != nil {
+			if in := shapes.of(s.Input); in != nil {
+				c.checkShapedBlock(stageSpec, b, in)
+			}
 		}
 	}
 	for i, s := range c.plan.Sinks {
