@@ -35,7 +35,7 @@ func newProduceCommand(stdio IO) *cobra.Command {
 			"The key is computed by the topic's own key expression when it has one; otherwise by --key, an " +
 			"expression over msg such as msg.customer_id; otherwise the message has no key and the messages " +
 			"go to the partitions in turn. The topic's key expression wins over --key.\n\n" +
-			"A line that is not a JSON object, or whose key cannot be computed, is reported as stdin:LINE on " +
+			"A line that is not a JSON object, does not satisfy the topic's schema, or whose key cannot be computed, is reported as stdin:LINE on " +
 			"standard error and skipped; the other lines are published. Blank lines are ignored.\n\n" +
 			"Produce needs a real Redis (--redis or " + EnvRedisURL + "): an embedded one would lose the " +
 			"messages when produce exits.\n\n" +

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/zclconf/go-cty/cty"
 )
 
@@ -43,6 +44,8 @@ type compiler struct {
 	// unresolved is set when a reference failed: the graph is then incomplete, and checks of its
 	// shape would report consequences of that error rather than mistakes of their own.
 	unresolved bool
+	// schemas are the topics' compiled schemas, by location and text (msgschema.go).
+	schemas map[string]*jsonschema.Schema
 }
 
 // Compile evaluates a loaded pipeline into a Plan and checks it as a whole: references, types,
@@ -89,6 +92,9 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 	c.insertRepartitions()
 	c.collectTopics()
 	c.checkGraph(blocks)
+	if !c.unresolved {
+		c.checkMessageShapes(blocks)
+	}
 	if !c.unresolved && !c.diags.HasErrors() {
 		c.wireWatermarks(blocks)
 	}

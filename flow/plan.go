@@ -47,6 +47,8 @@ type Topic struct {
 	Retention Retention
 	// MaxLag caps each partition's backlog (entries its slowest reader has not processed); 0: no cap.
 	MaxLag int64
+	// Schema is the JSON Schema every message written to the topic satisfies; nil: any message.
+	Schema *MessageSchema
 	// Implicit marks a topic that no block declares: the output of a stage that is read as stage.NAME.
 	Implicit bool
 	// Stage is the stage whose implicit output this is; empty for declared topics.

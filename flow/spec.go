@@ -126,6 +126,12 @@ type Kind struct {
 	OwnOutputs func(config Attrs) []KindOutput
 	// OutputsDoc says in words where such a kind writes: "the outputs of its case blocks and its default".
 	OutputsDoc string
+	// PassesOn, for a stateless stage kind whose outputs are its input messages with changes that its
+	// attributes show (filter, map), returns what its outputs look like given what its inputs look
+	// like (in is never nil). Without it nothing is known of its outputs. It lets validate check the
+	// expressions that read such a stage's output against the schema of the topic it reads
+	// (msgschema.go).
+	PassesOn func(in *expr.Shape, config Attrs) *expr.Shape
 	// Check, when set, runs once the kind's attributes are decoded: it reports mistakes that span
 	// attributes and settles defaults that depend on the plan.
 	Check func(c *KindCheck)

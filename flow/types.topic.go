@@ -39,6 +39,16 @@ var topicSpec = &BlockSpec{
 				"that a slow consumer holds its producers back instead of filling Redis's memory. Dead " +
 				"letters are never held back. Without it the backlog is unbounded.",
 		},
+		{
+			Name: "schema", Type: TypeString,
+			Doc: "A JSON Schema (draft 2020-12) that every message written to the topic must satisfy, usually " +
+				`file("${path.pipeline}/order.schema.json"). Every writer validates: a message that does not satisfy ` +
+				"it is dead-lettered by the node that wrote it, with the schema path and the message location of the " +
+				"failure, and is not retried. validate checks the expressions that read the topic against it: a " +
+				"field the schema does not declare (when it declares properties and no additionalProperties) and " +
+				"a comparison its types cannot make are errors. flowrun schema infer proposes one from sample JSON lines; " +
+				"see Schemas in docs/language.md.",
+		},
 	},
 	Blocks: []NestedBlock{{Spec: retentionSpec, Max: 1}},
 }
@@ -53,6 +63,9 @@ func (c *compiler) compileTopics() {
 			Key:        attrs.Expr("key"),
 			MaxLag:     attrs.Int("max_lag"),
 			Range:      b.DeclRange,
+		}
+		if attrs.Has("schema") {
+			c.compileTopicSchema(t, b.Attributes["schema"], attrs.String("schema"))
 		}
 		if t.Partitions < 1 {
 			t.Partitions = 1 // the error is reported; keep compiling with a sane value

@@ -201,6 +201,11 @@ var stageOutputs = sync.Pool{New: func() any { s := make([]stages.Output, 0, 4);
 // fallback is the partition of an unkeyed message. Effectively-once nodes mark the output so that
 // writing it again after a crash writes nothing.
 func (r *processing) topicOutput(n *node, m *message, t *flow.Topic, msg *stages.Message, i, fallback int) (redis.Output, error) {
+	if !m.validated(n, t, msg) {
+		if err := validate(t, msg); err != nil {
+			return redis.Output{}, err
+		}
+	}
 	var key string
 	var p int
 	var err error
@@ -233,6 +238,17 @@ func (m *message) keptKey(n *node, t *flow.Topic, msg *stages.Message) bool {
 		return false
 	}
 	return t.Key.String() == n.input.Key.String()
+}
+
+// validated reports whether msg, an output of input m at node n, is known to satisfy topic t's
+// schema without checking it again: it is the input's payload unchanged, and the input topic has the
+// same schema, which its writer checked (a filter between two topics of one schema file).
+func (m *message) validated(n *node, t *flow.Topic, msg *stages.Message) bool {
+	if t.Schema == nil || n.input == nil || !n.input.Schema.SameAs(t.Schema) {
+		return t.Schema == nil
+	}
+	raw := msg.Unchanged()
+	return len(raw) > 0 && len(raw) == len(m.inPayload) && &raw[0] == &m.inPayload[0]
 }
 
 // streamKey returns the stream of a topic's partition.

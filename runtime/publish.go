@@ -103,8 +103,9 @@ func (w *publishWaiter) Released(*backpressure.Gate, time.Duration) {}
 
 // Publish queues a message for a topic of the plan. The topic's key expression, if any, computes the
 // key; otherwise m.Key is the key, and a message without one goes to the partitions in turn. An error
-// about the message (its key expression fails on it, its payload is not a JSON object, it is larger
-// than the pipeline's max_message_size) is permanent: stages.IsPermanent reports it.
+// about the message (it does not satisfy the topic's schema: a *flow.SchemaError; its key expression
+// fails on it, its payload is not a JSON object, it is larger than the pipeline's max_message_size)
+// is permanent: stages.IsPermanent reports it.
 func (p *Publisher) Publish(ctx context.Context, topic string, m stages.Message) error {
 	t, err := p.topic(topic)
 	if err != nil {
@@ -208,6 +209,9 @@ func (p *Publisher) output(t *flow.Topic, m *stages.Message, trace traceContext)
 	spread := 0
 	if t.Partitions > 1 {
 		spread = p.spread.next("") // a counter every publishing goroutine shares: only when it matters
+	}
+	if err := validate(t, m); err != nil {
+		return redis.Output{}, err
 	}
 	key, partition, err := route(t, m, spread)
 	if err != nil {

@@ -15,14 +15,17 @@ import (
 
 // BenchmarkPublish publishes 200-byte messages from parallel goroutines: flowbench's publish
 // scenario in process, for profiles (go test -run '^$' -bench Publish -cpuprofile ...), on a topic
-// of one partition (as flowbench's) and on one of eight.
+// of one partition (as flowbench's) and on one of eight, and on one partition of a topic with a
+// schema, which each message is decoded and checked against.
 func BenchmarkPublish(b *testing.B) {
 	for _, partitions := range []int{1, 8} {
-		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) { benchmarkPublish(b, partitions) })
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) { benchmarkPublish(b, partitions, "") })
 	}
+	schema := `jsonencode({ type = "object", required = ["p"], properties = { p = { type = "string", maxLength = 200 } } })`
+	b.Run("partitions=1/schema", func(b *testing.B) { benchmarkPublish(b, 1, schema) })
 }
 
-func benchmarkPublish(b *testing.B, partitions int) {
+func benchmarkPublish(b *testing.B, partitions int, schema string) {
 	ctx := context.Background()
 	c, err := redis.Open(ctx, redis.Options{URLs: []string{redistest.Shared(b).URL()}})
 	if err != nil {
@@ -31,12 +34,15 @@ func benchmarkPublish(b *testing.B, partitions int) {
 	defer c.Close()
 	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(fmt.Sprintf(`
 pipeline "publish-bench" {}
-topic "in" { partitions = %d }
+topic "in" {
+  partitions = %d
+  %s
+}
 sink "out" {
   kind  = "stdout"
   input = topic.in
 }
-`, partitions))})
+`, partitions, map[bool]string{true: "schema = " + schema}[schema != ""]))})
 	plan, more := flow.Compile(cfg, flow.Options{})
 	if diags = append(diags, more...); diags.HasErrors() {
 		b.Fatal(diags)

@@ -17,6 +17,35 @@ import (
 // ID (sourceSpread). A message whose payload is null (a table's delete: it has no fields for the
 // key expression to read) keeps the key it comes with, when it has one.
 
+// validate checks a message against the schema of topic t, the one check of every message written
+// to a topic (a stage's output, a source's message, the Publisher's): a message that does not
+// satisfy it fails for good, with a *flow.SchemaError that says where. A topic without a schema
+// costs nothing, and neither does a table's delete (a null payload, which has no fields).
+func validate(t *flow.Topic, m *stages.Message) error {
+	if t.Schema == nil || m.IsNull() {
+		return nil
+	}
+	if err := m.Decode(); err != nil {
+		return err
+	}
+	err := t.Schema.Validate(m.Value)
+	if err != nil && m.Unchanged() == nil {
+		// Fields that a stage set may hold Go values that the validator does not know (a Go
+		// function's int32 or struct): the message is what its JSON says, so that decides.
+		payload, perr := m.Payload()
+		if perr != nil {
+			return perr
+		}
+		if v, derr := stages.DecodePayload(payload); derr == nil {
+			err = t.Schema.Validate(v)
+		}
+	}
+	if err != nil {
+		return stages.Permanent(err)
+	}
+	return nil
+}
+
 // route computes the key and partition of m on topic t. fallback is the partition for a message
 // without a key.
 func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partition int, err error) {

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime/state"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -79,6 +80,14 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 				var out redis.Output
 				if err == nil {
 					out, err = w.r.topicOutput(n, origin, o.Topic, &o.Message, i, w.u.partition)
+				}
+				var invalid *flow.SchemaError
+				if errors.As(err, &invalid) {
+					// A result that its topic's schema refuses is kept, as a dead letter.
+					origin.msg = o.Message
+					outs = append(outs, w.r.deadLetterMessage(n, origin, err, 1, w.r.clock.Now()))
+					deadLetters++
+					continue
 				}
 				if err != nil {
 					n.log.Error("a timer's output cannot be written; it is dropped", "timer", t.Name, "err", err)

@@ -27,6 +27,8 @@ func init() {
   output = topic.big_orders
   where  = msg.amount > 100 && msg.country == "DE"
 }`,
+			// It passes on the messages it reads, unchanged.
+			PassesOn: func(in *expr.Shape, _ flow.Attrs) *expr.Shape { return in },
 		},
 		Traits: StageTraits{Inline: true, KeepsKey: true, Conditional: true},
 		New: func(s *flow.Stage, _ Env) (Processor, error) {

@@ -2,6 +2,8 @@ package stages
 
 import (
 	"context"
+	"fmt"
+	"maps"
 
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/flow/expr"
@@ -33,6 +35,7 @@ func init() {
   }
   drop = ["internal_note"]
 }`,
+			PassesOn: mapPassesOn,
 			Check: func(c *flow.KindCheck) {
 				if !c.Has(mapFieldSet) && !c.Has(mapFieldDrop) {
 					c.Warnf("", "Map stage changes nothing", "Give it set, drop or both; as it is, it passes messages on unchanged.")
@@ -44,6 +47,31 @@ func init() {
 			return &mapStage{out: s.Output, set: s.Config.Fields(mapFieldSet), drop: s.Config.Strings(mapFieldDrop)}, nil
 		},
 	})
+}
+
+// mapPassesOn describes a map's outputs: its input's fields, those that set computes (of the kind
+// their expressions are known to have, if any) and without those that drop removes.
+func mapPassesOn(in *expr.Shape, config flow.Attrs) *expr.Shape {
+	out := *in
+	out.Fields = maps.Clone(in.Fields)
+	if out.Fields == nil {
+		out.Fields = map[string]*expr.Shape{}
+	}
+	for _, f := range config.Fields(mapFieldSet) {
+		s := f.Expr.Shape()
+		if s == nil {
+			s = &expr.Shape{}
+		}
+		if s.Origin == "" {
+			s = &expr.Shape{Kinds: s.Kinds, Fields: s.Fields, Closed: s.Closed, Items: s.Items,
+				Origin: fmt.Sprintf("the map's set (%s = %s)", f.Name, f.Expr)}
+		}
+		out.Fields[f.Name] = s
+	}
+	for _, name := range config.Strings(mapFieldDrop) {
+		delete(out.Fields, name)
+	}
+	return &out
 }
 
 // mapStage sets fields from expressions, then drops fields.

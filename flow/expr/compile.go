@@ -32,6 +32,9 @@ type Scope struct {
 	// parsed from. When set, Program.String and EvalError.Expr quote the
 	// exact source text instead of a reconstruction.
 	Source []byte
+	// Msg, when set, is what is known of the messages msg reads (their topic's schema): Compile
+	// then reports fields they cannot have and operations their kinds cannot take (shape.go).
+	Msg *Shape
 }
 
 // Env is what one evaluation sees. An Env may be reused across messages
@@ -74,6 +77,8 @@ type node struct {
 
 	isConst bool
 	val     Value // the folded value when isConst
+
+	shape *Shape // what Scope.Msg says of the value a traversal of msg reads; nil elsewhere
 }
 
 // styp is the static type of a node: a Kind when known, or tAny.

@@ -53,6 +53,13 @@ var opKinds = map[*hclsyntax.Operation]opKind{
 // constant that does not convert, or a sub-expression whose static type
 // does not (a comparison used as a number, a list used as a bool).
 func (c *compiler) checkOperand(n *node, want cty.Type, side string, context hcl.Range) {
+	wantKind := Bool
+	if want == cty.Number {
+		wantKind = Number
+	}
+	if c.checkShapedOperand(n, wantKind, side, context) {
+		return
+	}
 	if n.isConst {
 		if n.val.k == Null {
 			return // HCL lets null through the conversion; the operation then fails
@@ -135,6 +142,7 @@ func (c *compiler) binary(e *hclsyntax.BinaryOpExpr) *node {
 	l, r := c.expr(e.LHS), c.expr(e.RHS)
 	switch op {
 	case opEq, opNe:
+		c.checkShapedEquality(l, r, e.SrcRange)
 		n.typ = tBool
 		n.eval = equality(l, r, op == opNe)
 	case opAnd, opOr:

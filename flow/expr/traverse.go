@@ -80,6 +80,11 @@ func (c *compiler) scopeTraversal(e *hclsyntax.ScopeTraversalExpr) *node {
 	switch root {
 	case "msg":
 		c.readsMsg(steps)
+		if c.scope.Msg != nil {
+			if n.shape = c.shapeTraversal(steps); n.shape != nil {
+				n.typ, _ = n.shape.only()
+			}
+		}
 		if len(steps) == 1 && steps[0].attr {
 			// The most common shape, msg.field, without the loop.
 			s := &steps[0]

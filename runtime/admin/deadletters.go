@@ -178,10 +178,11 @@ type ReplayResult struct {
 
 // Replay sends dead letters back to the node that gave them up, and to it alone: each goes into the
 // node's retry set for its partition (for a stage fused after others, the chain's, marked to start
-// at the stage), due now, with its attempts counted afresh. The node's running
-// process picks it up (or the next one to run). Replaying again what was replayed is allowed: the
-// operator decides. Edits, if any, change each payload on the way back; a dead letter that an edit
-// fails for is skipped with the reason and stays as it is, not replayed.
+// at the stage), due now, with its attempts counted afresh. The node's running process picks it up
+// (or the next one to run). Replaying again what was replayed is allowed: the operator decides.
+// Edits, if any, change each payload on the way back; a dead letter that an edit fails for, or whose
+// payload does not satisfy the schema of the node's input topic (which the node's expressions rely
+// on), is skipped with the reason and stays as it is, not replayed.
 func (d *DeadLetters) Replay(ctx context.Context, ids []string, edits ...PayloadEdit) (ReplayResult, error) {
 	res := ReplayResult{Skipped: map[string]string{}}
 	if d.input == nil {
@@ -218,6 +219,10 @@ func (d *DeadLetters) Replay(ctx context.Context, ids []string, edits ...Payload
 				continue
 			}
 		}
+		if err := satisfies(d.input, payload); err != nil {
+			res.Skipped[id] = err.Error()
+			continue
+		}
 		retry := redis.Retry{
 			Entry: redis.Entry{
 				ID: env.ID, Key: env.Key, Payload: payload, Headers: env.Headers,
@@ -238,6 +243,18 @@ func (d *DeadLetters) Replay(ctx context.Context, ids []string, edits ...Payload
 		res.Replayed = append(res.Replayed, id)
 	}
 	return res, nil
+}
+
+// satisfies checks a payload replayed to a node against its input topic's schema, if it has one.
+func satisfies(t *flow.Topic, payload []byte) error {
+	if t.Schema == nil {
+		return nil
+	}
+	v, err := stages.DecodePayload(payload)
+	if err != nil {
+		return err
+	}
+	return t.Schema.Validate(v)
 }
 
 // Purge deletes dead letters: the given ones, or with all, every one of the node.

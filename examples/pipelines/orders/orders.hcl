@@ -29,10 +29,14 @@ source "shop" {
   output = topic.orders
 }
 
-# Keyed by order, so that the events of one order are processed in the order they happened.
+# Keyed by order, so that the events of one order are processed in the order they happened. Its
+# schema says what an event holds: the source dead-letters an event that does not satisfy it, with
+# the reason, and validate checks the stages' expressions against it (a misspelt msg.customer_id
+# is an error there, with a suggestion, instead of a dead letter for every event).
 topic "orders" {
   partitions = 4
   key        = msg.order_id
+  schema     = file("${path.pipeline}/order.schema.json")
 
   retention {
     max_age = "7d"

@@ -77,3 +77,28 @@ run "an event of an order placed is worded but not sent" {
     error_message = "the sink's where filters the order.placed event"
   }
 }
+
+run "an event that the topic's schema refuses is dead-lettered by the source" {
+  # Without a customer, or with an order id that is not a number, an event is not an order event:
+  # the source leaves it out of the topic, so neither consumer sees it, and says why.
+  send {
+    source = source.shop
+    messages = [
+      { type = "order.paid", order_id = "3004", amount = "5" },
+      { type = "order.paid", order_id = "30x5", customer = "dan", amount = "5" },
+      { type = "order.paid", order_id = "3006", customer = "erin", amount = "5" },
+    ]
+  }
+  expect_dead_letters {
+    source = source.shop
+    count  = 2
+    messages = [
+      { payload = { type = "order.paid", order_id = "3004", amount = "5" }, reason = "topic orders: schema: /required: at /: missing property 'customer'", attempts = 1 },
+      { payload = { type = "order.paid", order_id = "30x5", customer = "dan", amount = "5" }, reason = "topic orders: schema: /properties/order_id/pattern: at /order_id:", attempts = 1 },
+    ]
+  }
+  expect {
+    sink     = sink.notify
+    messages = [{ key = "3006", payload = { type = "order.paid", order_id = "3006", customer = "erin", channel = "email", to = "erin", text = "Your order 3006 is paid." } }]
+  }
+}
