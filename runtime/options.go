@@ -83,7 +83,9 @@ type Options struct {
 	// Logger receives the runtime's log. Default slog.Default().
 	Logger *slog.Logger
 	// ProcessID names this process as a consumer and lease owner. Default: host name, process ID and
-	// a random suffix, unique per start.
+	// a random suffix, unique per start. It must be unique per start: entries pending for this ID
+	// that the process takes back (a lease it lost and took again) do not count as deliveries, so a
+	// process restarted under the same ID would hide a message that kills it from the poison check.
 	ProcessID string
 	// Rand draws the jitter of retry and backoff delays. Default: a generator with a random seed. A
 	// test seeds it, so that a failing run can be replayed. The runtime draws from it under a lock.

@@ -127,6 +127,7 @@ func (a *Access) Consume(who, stream, group string) {
 	a.add(who, stream, 1, "xreadgroup", "group", group, "consumer", "count", "1", "block", "1", "streams", stream, ">")
 	a.add(who, stream, 1, "xautoclaim", stream, group, "consumer", "1", "0-0", "count", "1")
 	a.add(who, stream, 1, "xpending", stream, group, "-", "+", "1", "consumer")
+	a.add(who, stream, 1, "xclaim", stream, group, "consumer", "0", "0-1", "retrycount", "1", "justid")
 	a.script(who, deleteIdleConsumerScript, true, stream)
 	a.add(who, stream, 2, "xgroup", "delconsumer", stream, group, "consumer")
 }

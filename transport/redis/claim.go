@@ -50,6 +50,9 @@ type ReclaimResult struct {
 // fetches the delivery counts of the claimed entries with one XPENDING range call per page
 // (XAUTOCLAIM does not return them): reclaim runs on a timer, never on the steady-state path.
 //
+// Entries that were pending for the claiming consumer itself keep their delivery counts
+// (keepOwnCounts): taking back what it had is no new delivery.
+//
 // The deleted IDs need Redis 7 (XAUTOCLAIM's third reply element). miniredis does not report
 // them: there, a pending entry whose stream entry is gone is skipped silently, and stays pending.
 func (c *Client) Reclaim(ctx context.Context, a ReclaimArgs) (ReclaimResult, error) {
@@ -68,6 +71,10 @@ func (c *Client) Reclaim(ctx context.Context, a ReclaimArgs) (ReclaimResult, err
 	cursor := a.Start
 	if cursor == "" {
 		cursor = "0-0"
+	}
+	own, err := c.ownPending(ctx, a.Stream, a.Group, a.Consumer, a.MinIdle, a.PageSize*int64(a.MaxPages))
+	if err != nil {
+		return ReclaimResult{}, err
 	}
 	var res ReclaimResult
 	for page := 0; page < a.MaxPages; page++ {
@@ -89,6 +96,9 @@ func (c *Client) Reclaim(ctx context.Context, a ReclaimArgs) (ReclaimResult, err
 		b.Deleted = append(b.Deleted, deleted...)
 		if len(b.Entries) > 0 {
 			if err := c.fillDeliveries(ctx, a, b.Entries); err != nil {
+				return res, err
+			}
+			if err := c.keepOwnCounts(ctx, a.Stream, a.Group, a.Consumer, b.Entries, own); err != nil {
 				return res, err
 			}
 		}
@@ -142,6 +152,46 @@ func (c *Client) fillDeliveries(ctx context.Context, a ReclaimArgs, entries []En
 			return err
 		}
 		start = last.next().String()
+	}
+	return nil
+}
+
+// ownPending returns the delivery counts, by ID, of up to count entries pending for consumer itself
+// and idle for at least minIdle: those that a reclaim by consumer takes back.
+func (c *Client) ownPending(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int64) (map[string]int64, error) {
+	pend, err := c.rdb.XPendingExt(ctx, &goredis.XPendingExtArgs{
+		Stream: stream, Group: group, Idle: minIdle, Start: "-", End: "+", Count: count, Consumer: consumer,
+	}).Result()
+	if err != nil {
+		return nil, wrap(classify(err), "reading the pending entries of "+consumer+" in group "+group+" on", stream)
+	}
+	own := make(map[string]int64, len(pend))
+	for _, p := range pend {
+		own[p.ID] = p.RetryCount
+	}
+	return own, nil
+}
+
+// keepOwnCounts sets the delivery counts of entries that consumer had pending before it read or
+// claimed them again back to what they were before (before: by ID), in Redis and in entries. A
+// delivery count is how many times an entry was handed to a consumer: a consumer taking back what
+// it had (a process that lost a partition's lease and took it again, or read its own pending
+// entries again after a commit failed) hands nothing to anyone. Without this, a live process whose
+// leases come and go on a loaded machine would see its entries reach the poison limit.
+func (c *Client) keepOwnCounts(ctx context.Context, stream, group, consumer string, entries []Entry, before map[string]int64) error {
+	byCount := map[int64][]any{}
+	for i := range entries {
+		if n, ok := before[entries[i].ID]; ok && entries[i].Deliveries != n {
+			entries[i].Deliveries = n
+			byCount[n] = append(byCount[n], entries[i].ID)
+		}
+	}
+	for n, ids := range byCount {
+		// XCLAIM with JUSTID does not count a delivery; RETRYCOUNT sets the count.
+		args := append(append([]any{"XCLAIM", stream, group, consumer, 0}, ids...), "RETRYCOUNT", n, "JUSTID")
+		if err := c.rdb.Do(ctx, args...).Err(); err != nil {
+			return wrap(classify(err), "keeping the delivery counts of group "+group+" on", stream)
+		}
 	}
 	return nil
 }

@@ -214,3 +214,70 @@ func TestDeleteIdleConsumerKeepsPending(t *testing.T) {
 		}
 	})
 }
+
+// TestTakingBackOwnEntriesIsNoDelivery: a consumer that reads its own pending entries again
+// (ReadPending) or claims them back (Reclaim, as a process does that took a lost lease again)
+// leaves their delivery counts as they were; another consumer's claim counts one more.
+func TestTakingBackOwnEntriesIsNoDelivery(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		in := k.Stream("in", 0)
+		if err := c.EnsureGroup(ctx, in, "stage"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			addRaw(t, c, in, "payload", fmt.Sprint(i))
+		}
+		if _, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w1", Block: -1}); err != nil {
+			t.Fatal(err)
+		}
+		counts := func() []int64 {
+			t.Helper()
+			pend, err := c.Universal().XPendingExt(ctx, &goredis.XPendingExtArgs{Stream: in, Group: "stage", Start: "-", End: "+", Count: 10}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n []int64
+			for _, p := range pend {
+				n = append(n, p.RetryCount)
+			}
+			return n
+		}
+		for i := range 3 {
+			b, err := c.ReadPending(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w1", Count: 10}, "")
+			if err != nil || len(b.Entries) != 3 || b.Entries[0].Deliveries != 1 {
+				t.Fatalf("read again: %d entries, deliveries %v, %v", len(b.Entries), b.Entries, err)
+			}
+			ageEntries(t, c, in, "stage", "w1", time.Duration(i+1)*time.Second, streamIDs(t, c, in)...) // later each time on miniredis's clock
+			res, err := c.Reclaim(ctx, ReclaimArgs{Stream: in, Group: "stage", Consumer: "w1", MinIdle: time.Millisecond})
+			if err != nil || len(res.Entries) != 3 || res.Entries[0].Deliveries != 1 {
+				t.Fatalf("claimed back: %d entries (%+v), %v; counts %v", len(res.Entries), res.Entries, err, counts())
+			}
+		}
+		if got := fmt.Sprint(counts()); got != "[1 1 1]" {
+			t.Fatalf("after three reads and claims of its own entries, delivery counts %s, want [1 1 1]", got)
+		}
+		ageEntries(t, c, in, "stage", "w1", time.Minute, streamIDs(t, c, in)...)
+		res, err := c.Reclaim(ctx, ReclaimArgs{Stream: in, Group: "stage", Consumer: "w2", MinIdle: 30 * time.Second})
+		if err != nil || len(res.Entries) != 3 || res.Entries[0].Deliveries != 2 {
+			t.Fatalf("another consumer's claim: %d entries, %v", len(res.Entries), err)
+		}
+		if got := fmt.Sprint(counts()); got != "[2 2 2]" {
+			t.Fatalf("after another consumer's claim, delivery counts %s, want [2 2 2]", got)
+		}
+	})
+}
+
+// streamIDs returns the IDs of the stream's entries.
+func streamIDs(t *testing.T, c *Client, stream string) []string {
+	t.Helper()
+	msgs, err := c.Universal().XRange(ctxT(t), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range msgs {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}

@@ -113,7 +113,8 @@ func (c *Client) ReadGroup(ctx context.Context, a ReadArgs) (Batch, error) {
 // ReadPending re-reads the consumer's own pending entries with IDs greater than after (""
 // means from the start), up to a.Count of them, without waiting. It is the recovery step of a
 // consumer that restarts under the same name, run once at start-up and paged by passing the
-// last ID returned: an empty batch means the end. Do not call it on every loop: each re-read
+// last ID returned: an empty batch means the end. The entries keep the delivery counts they had
+// (Entry.Deliveries; keepOwnCounts): reading them again is no new delivery. Do not call it on every loop: each re-read
 // resets the entries' idle time, so a stuck entry would never become old enough for Reclaim.
 // Entries deleted from the stream while pending come back in Batch.Deleted.
 func (c *Client) ReadPending(ctx context.Context, a ReadArgs, after string) (Batch, error) {
@@ -125,8 +126,22 @@ func (c *Client) ReadPending(ctx context.Context, a ReadArgs, after string) (Bat
 		after = "0"
 	}
 	b, err := c.readGroup(ctx, a, after, -1)
+	if err != nil || len(b.Entries) == 0 {
+		b.Redelivered = true
+		return b, err
+	}
 	b.Redelivered = true
-	return b, err
+	// Reading them again counted a delivery of each: take it back (keepOwnCounts).
+	counts := make(map[string]int64, len(b.Entries))
+	if err := c.fillDeliveries(ctx, ReclaimArgs{Stream: a.Stream, Group: a.Group, Consumer: a.Consumer}, b.Entries); err != nil {
+		return b, err
+	}
+	for i := range b.Entries {
+		if n := b.Entries[i].Deliveries; n > 1 {
+			counts[b.Entries[i].ID] = n - 1
+		}
+	}
+	return b, c.keepOwnCounts(ctx, a.Stream, a.Group, a.Consumer, b.Entries, counts)
 }
 
 func (c *Client) readGroup(ctx context.Context, a ReadArgs, id string, block time.Duration) (Batch, error) {
