@@ -70,7 +70,8 @@ func (w *worker) run(ctx context.Context) error {
 	started := sync.OnceFunc(func() { w.r.activity.add(-1) }) // see ownership.startWorkerLocked
 	defer started()
 	n := w.u.node
-	defer n.reads.join()()
+	leave := n.reads.join()
+	defer leave()
 	if !w.ensureGroup(ctx) {
 		return nil
 	}
