@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,22 @@ func TestJobEndsWhenItsWorkIsDone(t *testing.T) {
 	plan := buildSource(t, drainPipeline(out, n, false, "", `kind = "map"
   set    = { worked = true }`))
 	j := startDrainingJob(t, plan, runtime.Options{Clock: flowtest.NewClock(flowtest.Epoch)})
+	j.wait(t)
+	if dups := tally(t, arrivals(t, c, out), n); dups > 0 {
+		t.Errorf("%d messages arrived twice", dups)
+	}
+}
+
+// TestJobOnManyPartitionsSharesItsReads: a job whose stages run on more partitions than read full
+// batches (16: each unit reads a share of two batches, and not ahead) delivers every message once
+// and ends.
+func TestJobOnManyPartitionsSharesItsReads(t *testing.T) {
+	const n = 2000
+	c := server.open(t)
+	out := fmt.Sprintf("drain-shared-%d:out", prefixes.Add(1))
+	pipeline := strings.ReplaceAll(drainPipeline(out, n, false, "", `kind = "map"
+  set    = { worked = true }`), "partitions = 2", "partitions = 16")
+	j := startDrainingJob(t, buildSource(t, pipeline), runtime.Options{})
 	j.wait(t)
 	if dups := tally(t, arrivals(t, c, out), n); dups > 0 {
 		t.Errorf("%d messages arrived twice", dups)

@@ -78,8 +78,10 @@ type node struct {
 	chain *chain
 	// resumeAs, for a stage after the first of a chain, names it in the retries it parks in the
 	// chain's retry set, where the next attempt starts; "" elsewhere.
-	resumeAs    string
-	stats       nodeStats
+	resumeAs string
+	stats    nodeStats
+	// reads share the memory of the node's reads among the units this process runs (readshare.go).
+	reads       readShares
 	metricAttrs metric.MeasurementOption // the node's attributes on its metrics
 
 	log             *slog.Logger // the runner's, with the node's name

@@ -70,6 +70,8 @@ func (w *worker) run(ctx context.Context) error {
 	started := sync.OnceFunc(func() { w.r.activity.add(-1) }) // see ownership.startWorkerLocked
 	defer started()
 	n := w.u.node
+	leave := n.reads.join()
+	defer leave()
 	if !w.ensureGroup(ctx) {
 		return nil
 	}
@@ -136,6 +138,7 @@ func (w *worker) read(ctx context.Context, args redis.ReadArgs, ahead **readResu
 		batch, err = (*ahead).batch, (*ahead).err
 		*ahead = nil
 	case w.recover:
+		args.Count = w.u.node.reads.count(args.Count)
 		batch, err = w.r.rdb.ReadPending(ctx, args, w.recovery)
 		if err == nil {
 			if batch.Len() == 0 {
@@ -186,9 +189,10 @@ func (w *worker) reclaimIdle(ctx context.Context, lastReclaim *time.Time) error 
 	return nil
 }
 
-// readArgs returns the arguments of the next read: args, waiting for new entries no longer than
-// until the next retry is due.
+// readArgs returns the arguments of the next read: args, taking the unit's share of the node's
+// reads (readshare.go), waiting for new entries no longer than until the next retry is due.
 func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
+	args.Count = w.u.node.reads.count(args.Count)
 	if w.timersDue {
 		args.Block = time.Millisecond // the next turn has timers to fire, with or without entries
 	}
@@ -209,9 +213,11 @@ type readResult struct {
 // processReadingAhead processes a batch read from the stream, and commits it while it reads the
 // next one: Redis works on both at once, and the next batch is there when the commit is done (the
 // sequence read, process, commit, read leaves Redis and the process waiting for each other in
-// turn). It returns the batch read ahead, or nil when the commit did not end well: the entries that
-// read delivered are then pending for this consumer, and the recovery the failed commit started
-// (or, when the partition is lost, its new owner) reads them again.
+// turn). A unit of a node that this process runs on more partitions than read full batches
+// (readshare.go) does not read ahead: those units' turns overlap one another. It returns the batch
+// read ahead; nil when nothing was, or when the commit did not end well: the entries that read
+// delivered are then pending for this consumer, and the recovery the failed commit started (or,
+// when the partition is lost, its new owner) reads them again.
 func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args redis.ReadArgs) (*readResult, error) {
 	w.r.activity.add(1)
 	defer w.r.activity.add(-1)
@@ -222,7 +228,7 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 	if c == nil {
 		return nil, nil
 	}
-	if w.recover || ctx.Err() != nil {
+	if w.recover || ctx.Err() != nil || !w.u.node.reads.ahead() {
 		return nil, w.commit(ctx, c)
 	}
 	read := w.readArgs(args)

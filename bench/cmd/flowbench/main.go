@@ -54,8 +54,9 @@ type config struct {
 	pub        int           // messages of the publish scenarios
 	backlog    int           // messages waiting before the backlog scenario starts
 	backlogCap time.Duration
-	job        int // messages of the whole job (FW-5 job, RAW-5 job)
-	nexmark    int // events the Nexmark generator makes for the NEXMARK scenarios (nexmark.go)
+	job        int  // messages of the whole job (FW-5 job, RAW-5 job)
+	nexmark    int  // events the Nexmark generator makes for the NEXMARK scenarios (nexmark.go)
+	quick      bool // -quick: the figures mean nothing, and no budget is judged
 }
 
 var (
@@ -67,7 +68,7 @@ var (
 	quickConfig = config{
 		rounds: 1, warm: 200, latRate: 5000, latDur: 400 * time.Millisecond,
 		flat: 4000, wmFlat: 1000, flatCap: 15 * time.Second, pub: 8000,
-		backlog: 40_000, backlogCap: 60 * time.Second, job: 5000, nexmark: 10_000,
+		backlog: 40_000, backlogCap: 60 * time.Second, job: 5000, nexmark: 10_000, quick: true,
 	}
 )
 

@@ -68,6 +68,26 @@ func TestCostCells(t *testing.T) {
 	}
 }
 
+// TestCostPerPartition: the summary of the partitions rows is each row's peak RSS beyond the row of
+// one partition, per partition beyond the first, against issue 26's 2 MB.
+func TestCostPerPartition(t *testing.T) {
+	row := func(partitions int, peakMB int64) costResult {
+		return costResult{cell: costCell{dim: "partitions", partitions: partitions}, peakKB: peakMB * 1024}
+	}
+	tab := costTable{rows: []costResult{row(1, 60), row(4, 100), row(16, 90), row(64, 186)}}
+	want := "peak RSS per partition beyond the first (aim <= 2 MB, issue 26): 2.00 MB at 16 partitions, 2.00 MB at 64 partitions; met"
+	if got := tab.perPartition(); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	tab.rows[3] = row(64, 187)
+	if got := tab.perPartition(); !strings.HasSuffix(got, "2.02 MB at 64 partitions; NOT met") {
+		t.Errorf("64 partitions at 187 MB: %s", got)
+	}
+	if got := (costTable{rows: tab.rows[1:]}).perPartition(); got != "" {
+		t.Errorf("without the row of one partition: %q", got)
+	}
+}
+
 func TestCostPayloadAndKeys(t *testing.T) {
 	for _, size := range []int{200, 4 << 10, 64 << 10} {
 		p := costPayload(nil, 123456, size, costKey(123456, 10))
