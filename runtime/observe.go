@@ -25,7 +25,8 @@ func (r *poller) observeLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for {
 		now := r.clock.Now()
-		r.obs.rates.add(now, sampleCounts(r.nodes))
+		nodes, _ := r.layout()
+		r.obs.rates.add(now, nodeNames(nodes), sampleCounts(nodes))
 		r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, now, false)
 		select {
 		case <-ctx.Done():
@@ -60,10 +61,10 @@ func nodeNames(nodes []*node) []string {
 // publishes the upstream lag that the sources this process runs report, for flowrun inspect.
 type poller struct {
 	*processing
-	rdb       *redis.Client
-	opts      *Options
-	nodes     []*node
-	units     []*unit
+	rdb  *redis.Client
+	opts *Options
+	// layout returns the nodes and units this process runs now (a reload changes them).
+	layout    func() ([]*node, []*unit)
 	producers []*producingSource
 	poll      *poll         // the runner's, which Snapshot reads
 	obs       *observations // the runner's
@@ -103,7 +104,8 @@ func (r *poller) pollOnce(ctx context.Context) {
 	var parts []PartitionState
 	dead := map[string]int64{}
 	var firstErr error
-	for _, u := range r.units {
+	nodes, units := r.layout()
+	for _, u := range units {
 		ps, err := r.pollUnit(ctx, u)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
@@ -114,7 +116,7 @@ func (r *poller) pollOnce(ctx context.Context) {
 		}
 		parts = append(parts, ps)
 	}
-	for _, n := range r.nodes {
+	for _, n := range nodes {
 		length, err := r.rdb.StreamLen(ctx, r.keys.DeadLetter(n.name))
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
