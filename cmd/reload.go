@@ -88,11 +88,11 @@ func (rl *reloader) contents() string {
 	h := sha256.New()
 	files, diags := flow.PipelineFiles(rl.path)
 	if diags.HasErrors() {
-		fmt.Fprint(h, diags.Error())
+		h.Write([]byte(diags.Error())) // a hash's Write never fails
 	}
 	for _, f := range slices.Concat(files, rl.flags.varFiles) {
 		b, err := os.ReadFile(f)
-		fmt.Fprintf(h, "%s %d %v\n", f, len(b), err)
+		h.Write(fmt.Appendf(nil, "%s %d %v\n", f, len(b), err))
 		h.Write(b)
 	}
 	return string(h.Sum(nil))

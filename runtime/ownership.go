@@ -70,7 +70,7 @@ type heldLease struct {
 	lost  context.CancelFunc
 }
 
-func newOwnership(r *runner, ctx context.Context) *ownership {
+func newOwnership(ctx context.Context, r *runner) *ownership {
 	o := &ownership{
 		r:         r,
 		ctx:       ctx,

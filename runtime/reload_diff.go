@@ -26,24 +26,24 @@ type planDiff struct {
 //   - sources, which run once per pipeline under a lease and have positions of their own.
 //
 // With Options.Nodes, only the named nodes are compared: those are what this process runs.
-func diffPlans(old, new *flow.Plan, opts Options) planDiff {
+func diffPlans(old, next *flow.Plan, opts Options) planDiff {
 	var d planDiff
 	problem := func(format string, args ...any) { d.problems = append(d.problems, fmt.Sprintf(format, args...)) }
 	restart := "restart the process to apply it"
 	switch {
-	case old.Name != new.Name:
-		problem("the pipeline's name changed from %s to %s: %s", old.Name, new.Name, restart)
-	case old.KeyPrefix != new.KeyPrefix:
-		problem("key_prefix changed from %q to %q: every key of the pipeline would move; %s", old.KeyPrefix, new.KeyPrefix, restart)
-	case old.Delivery != new.Delivery:
-		problem("the pipeline's delivery changed from %s to %s: %s", old.Delivery, new.Delivery, restart)
-	case old.MaxMessageSize != new.MaxMessageSize:
-		problem("max_message_size changed from %d to %d: %s", old.MaxMessageSize, new.MaxMessageSize, restart)
+	case old.Name != next.Name:
+		problem("the pipeline's name changed from %s to %s: %s", old.Name, next.Name, restart)
+	case old.KeyPrefix != next.KeyPrefix:
+		problem("key_prefix changed from %q to %q: every key of the pipeline would move; %s", old.KeyPrefix, next.KeyPrefix, restart)
+	case old.Delivery != next.Delivery:
+		problem("the pipeline's delivery changed from %s to %s: %s", old.Delivery, next.Delivery, restart)
+	case old.MaxMessageSize != next.MaxMessageSize:
+		problem("max_message_size changed from %d to %d: %s", old.MaxMessageSize, next.MaxMessageSize, restart)
 	}
-	if sensitiveValues(old) != sensitiveValues(new) {
+	if sensitiveValues(old) != sensitiveValues(next) {
 		problem("a sensitive variable changed: the log's redaction is made at start; %s", restart)
 	}
-	for _, t := range new.Topics {
+	for _, t := range next.Topics {
 		was := old.Topic(t.Name)
 		if was == nil {
 			if t.Retention.MaxLen > 0 || t.Retention.MaxAge > 0 || t.MaxLag > 0 {
@@ -55,15 +55,15 @@ func diffPlans(old, new *flow.Plan, opts Options) planDiff {
 			problem("topic %s%s changed (%s): its streams, leases and state are laid out by it; %s", t.Name, at(t.Range), why, restart)
 		}
 	}
-	if tableDefinitions(old) != tableDefinitions(new) {
+	if tableDefinitions(old) != tableDefinitions(next) {
 		problem("the tables changed: lookups read them through readers made at start; %s", restart)
 	}
 	selected := func(addr string) bool {
 		_, name, _ := strings.Cut(addr, ".")
 		return len(opts.Nodes) == 0 || slices.Contains(opts.Nodes, name)
 	}
-	oldIDs, newIDs := identities(old, opts), identities(new, opts)
-	for _, addr := range planAddrs(new) {
+	oldIDs, newIDs := identities(old, opts), identities(next, opts)
+	for _, addr := range planAddrs(next) {
 		if !selected(addr) {
 			continue
 		}

@@ -334,7 +334,7 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	r.log.Info("pipeline starting", "process", r.opts.ProcessID, "nodes", len(r.nodes), "partitions", len(r.units),
 		"job", r.opts.UntilDrained)
 
-	own := newOwnership(r, runCtx)
+	own := newOwnership(runCtx, r)
 	r.own.Store(own)
 	var wg conc.WaitGroup
 	r.startLoops(runCtx, &wg, own)
