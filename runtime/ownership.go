@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -372,6 +373,19 @@ func (o *ownership) startWorkerLocked(u *unit, lease *redis.Lease) {
 // released. It returns once all have stopped.
 func (o *ownership) stopUnits(units []*unit) {
 	o.mu.Lock()
+	// The steps meanwhile must not take these units again: they are no longer among those this
+	// process runs.
+	ending := map[*unit]bool{}
+	for _, u := range units {
+		ending[u] = true
+	}
+	var remaining []*unit
+	for _, u := range o.units() {
+		if !ending[u] {
+			remaining = append(remaining, u)
+		}
+	}
+	o.setUnits(remaining)
 	var stopping []*holding
 	for _, u := range units {
 		if h, ok := o.held[u]; ok {
@@ -402,6 +416,15 @@ func (o *ownership) stopUnits(units []*unit) {
 		// that expired, is left alone.
 		_ = o.r.rdb.ReleaseLeases(o.r.hard, leases)
 	}
+}
+
+// units lists the units this process runs. Called with o.mu held.
+func (o *ownership) units() []*unit {
+	out := slices.Concat(o.sources, o.free)
+	for _, units := range o.balanced {
+		out = append(out, units...)
+	}
+	return out
 }
 
 // replaceUnits makes units the units this process runs, after a reload, and starts those of added

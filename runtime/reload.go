@@ -93,7 +93,9 @@ func (r *runner) reload(ctx context.Context, plan *flow.Plan) (*ReloadReport, er
 		return nil, &ReloadError{[]string{err.Error()}}
 	}
 
-	// From here on the reload happens: the old definitions stop, the new ones start.
+	// From here on the reload happens: the old definitions stop, the new ones start, even if the
+	// caller gives up (a stop of the process waits for it).
+	ctx = context.WithoutCancel(ctx)
 	ending := map[string]bool{}
 	for _, addr := range append(slices.Clone(d.changed), d.removed...) {
 		ending[addr] = true

@@ -167,8 +167,13 @@ func TestReloadUnderLoad(t *testing.T) {
 		if !rep.Changed() {
 			t.Fatalf("reload %d changed nothing: %+v", i, rep)
 		}
+		var endedNames []string
 		for _, ns := range rep.Ended {
 			ended.add(ns)
+			endedNames = append(endedNames, ns.Type+"."+ns.Name)
+		}
+		if strings.Join(endedNames, ",") != strings.Join(append(rep.Restarted, rep.Stopped...), ",") {
+			t.Errorf("reload %d: the nodes that ended are %v; it restarted %v and stopped %v", i, endedNames, rep.Restarted, rep.Stopped)
 		}
 		t.Logf("reload %d: %d of %d messages published were not read yet; restarted %v, started %v", i, inFlight, next, rep.Restarted, rep.Started)
 		if i != 2 {
