@@ -112,7 +112,9 @@ func (rl *reloader) reload(ctx context.Context) {
 	var refused *runtime.ReloadError
 	switch {
 	case errors.As(err, &refused):
-		rl.log.Error("reload refused; the pipeline goes on as it was", "err", plan.Redact(err.Error()))
+		for _, why := range refused.Problems {
+			rl.log.Error("reload refused; the pipeline goes on as it was", "why", plan.Redact(why))
+		}
 	case err != nil:
 		rl.log.Error("reload failed", "err", plan.Redact(err.Error()))
 	case !rep.Changed():

@@ -27,6 +27,10 @@ import (
 //     and the attributes its kind lists in Kind.StateShape: an aggregate's window and aggregate
 //     set). Its hash is the stage's state fingerprint, which the runtime keeps in Redis.
 
+// The rendering of a state shape is recorded in Redis: a change of how shapes are rendered would
+// change every stateful stage's fingerprint, and the runtime would refuse them all after an upgrade.
+// TestDefinitionsChangeWithWhatTheyRead holds it fixed.
+
 // StateFingerprint is the hash of a state shape, as the runtime records it in Redis.
 func StateFingerprint(shape string) string { return hashOf(shape) }
 
@@ -127,7 +131,7 @@ func (d *definer) stateShape(s *Stage, b *Block) string {
 func (d *definer) block(b *Block, only func(name string) bool) string {
 	var lines []string
 	if only == nil {
-		head := b.Type + " " + b.Name
+		head := strings.TrimSpace(b.Type + " " + b.Name)
 		if b.Kind != nil {
 			head += " kind = " + b.Kind.Name
 		}

@@ -67,8 +67,11 @@ func TestDefinitionsChangeWithWhatTheyRead(t *testing.T) {
 			t.Fatalf("no definition of %s: %v", addr, base.Definitions)
 		}
 	}
-	if len(base.StateShapes) != 1 || !strings.Contains(base.StateShapes["count"], "group_by = msg.customer") {
-		t.Fatalf("state shapes: %q", base.StateShapes)
+	// The shape is recorded in Redis: its rendering must not change between versions, or every
+	// stateful stage would be refused after an upgrade.
+	want := "kind = aggregate\ngroup_by = msg.customer\naggregate = { n = count() }\n{ window; size = \"1m\"; type = \"tumbling\" }"
+	if len(base.StateShapes) != 1 || base.StateShapes["count"] != want || StateFingerprint(want) != "b7b4754d5f107a02" {
+		t.Fatalf("state shapes: %q (fingerprint %s), want %q", base.StateShapes, StateFingerprint(base.StateShapes["count"]), want)
 	}
 	cases := []struct {
 		name         string
