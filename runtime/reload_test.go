@@ -387,3 +387,46 @@ func TestReloadRefusesWhatItCannotChange(t *testing.T) {
 	}
 	_ = os.Remove(filepath.Join(dir, "out-0.jsonl"))
 }
+
+// TestReloadStopsARemovedBranch: a reload without the extra branch stops it; its consumer group
+// stays on the input topic, for flowrun reset, and the log says so.
+func TestReloadStopsARemovedBranch(t *testing.T) {
+	c := server.open(t)
+	dir := t.TempDir()
+	prefix := "t" + itoa(prefixes.Add(1)) + "-remove"
+	v := reloadVersion{extra: true}
+	svc := startService(t, c, reloadPlan(t, v.source(dir), prefix), runtime.Options{})
+	k := redis.Keys{Prefix: prefix}
+	waitFor(t, "the branch to take its partitions", func() bool {
+		_, _, held, err := c.LeaseHolder(context.Background(), k.Lease("in", 0, "extra"))
+		return err == nil && held
+	})
+	v.extra = false
+	rep, err := svc.rt.Reload(context.Background(), reloadPlan(t, v.source(dir), prefix))
+	if err != nil || strings.Join(rep.Stopped, ",") != "stage.extra,sink.extra_out" || len(rep.Restarted)+len(rep.Started) > 0 {
+		t.Fatalf("removing the branch: %+v, %v", rep, err)
+	}
+	// Stopped, it let its leases go at once (not when they lapse), and left its group.
+	if _, _, held, err := c.LeaseHolder(context.Background(), k.Lease("in", 0, "extra")); err != nil || held {
+		t.Errorf("the removed stage's lease: held %v, %v", held, err)
+	}
+	groups, err := c.Universal().XInfoGroups(context.Background(), k.Stream("in", 0)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, g := range groups {
+		found = found || g.Name == "extra"
+	}
+	if !found {
+		t.Errorf("the removed stage's consumer group is gone: %+v", groups)
+	}
+	if log := svc.log.String(); !strings.Contains(log, "flowrun reset") || !strings.Contains(log, "--stage extra") {
+		t.Errorf("the log does not say how to delete what the removed stage left:\n%s", log)
+	}
+	for _, n := range svc.rt.Snapshot().Nodes {
+		if n.Name == "extra" || n.Name == "extra_out" {
+			t.Errorf("the snapshot still shows %s", n.Name)
+		}
+	}
+}

@@ -343,9 +343,6 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	r.reloading.Unlock()
 
 	<-runCtx.Done()
-	r.reloading.Lock() // a reload under way ends first: it holds workers it stopped and nodes it opened
-	r.running = false
-	r.reloading.Unlock()
 	if ctx.Err() != nil {
 		// Stopped from outside (SIGINT, SIGTERM): the drain can take a while, so say it has begun.
 		r.log.Info("stopping: reading nothing new, finishing the work in flight", "drain_timeout", r.opts.DrainTimeout)
@@ -353,6 +350,11 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
 	stopDrainTimer := r.startDrainTimer(stopHard)
 	defer stopDrainTimer()
+	// A reload under way ends first (it holds workers it stopped and nodes it opened); the drain
+	// timer bounds its wait for the batches in flight of the nodes it stops, as it bounds the stop's.
+	r.reloading.Lock()
+	r.running = false
+	r.reloading.Unlock()
 	readersDone := make(chan struct{})
 	go wakeReaders(r.hard, r.rdb, r.clock, r.opts.Block, readersDone)
 	wg.Wait()
