@@ -40,13 +40,13 @@ test: tools lint
 # a join and a pattern through 50 SIGKILLs each.
 SOAK_DRAWS ?= 500
 SOAK_SEED  ?= 0
-SOAK_TESTS := TestGeneratedPipelines|TestLookupAtProcessingTimeIsExact|TestLookupAtProcessingTimeThroughKills|TestRateLimitHoldsAcrossProcesses|TestJoinExactlyOnceThroughKillCycles|TestPatternExactlyOnceThroughKillCycles|TestLookupAsOfExactlyOnceThroughKillCycles
+SOAK_TESTS := TestGeneratedPipelines|TestLookupAtProcessingTimeIsExact|TestLookupAtProcessingTimeThroughKills|TestRateLimitHoldsAcrossProcesses|TestJoinExactlyOnceThroughKillCycles|TestPatternExactlyOnceThroughKillCycles|TestLookupAsOfExactlyOnceThroughKillCycles|TestReloadUnderLoad
 soak: soak-connectors
 	@mkdir -p bin
 	@echo "go test ./runtime -run '^($(SOAK_TESTS))$$' -soak -draws $(SOAK_DRAWS): the log goes to bin/soak.log"
 	@$(GO) test ./runtime -run '^($(SOAK_TESTS))$$' -count=1 -timeout 4h -soak -draws $(SOAK_DRAWS) -seed $(SOAK_SEED) -v \
 		> bin/soak.log 2>&1; status=$$?; \
-		grep -E '^    --- FAIL|generated_test.go:[0-9]+: (sink|replay|stage|st[0-9]|the last)|draws from|draws:|(tables|ratelimit)_proof_test.go|(join|pattern|tables_asof)_test.go:[0-9]+: [0-9]+ SIGKILL' bin/soak.log; \
+		grep -E '^    --- FAIL|generated_test.go:[0-9]+: (sink|replay|stage|st[0-9]|the last)|draws from|draws:|(tables|ratelimit)_proof_test.go|(join|pattern|tables_asof)_test.go:[0-9]+: [0-9]+ SIGKILL|reload_test.go:[0-9]+: [0-9]+ messages' bin/soak.log; \
 		tail -n 2 bin/soak.log; exit $$status
 
 # The connectors' proofs at issue 24's scale (-soak), also run by make soak: the http_server source

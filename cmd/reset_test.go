@@ -134,7 +134,7 @@ func TestResetRerunsFromScratch(t *testing.T) {
 				t.Fatalf("first run wrote %q, want 4 sums", first)
 			}
 			before := strings.Join(keysUnder(t, urls, prefix), "\n")
-			for _, want := range []string{":position", ":state:per_minute", ":state:per_minute:partitions", ":dlq:{priced}", ":watermarks", ":lease:priced:fence"} {
+			for _, want := range []string{":position", ":state:per_minute", ":state:per_minute:partitions", ":state:per_minute:fingerprint", ":dlq:{priced}", ":watermarks", ":lease:priced:fence"} {
 				if !strings.Contains(before, want) {
 					t.Fatalf("no key with %q after the run, so the test proves nothing about it:\n%s", want, before)
 				}

@@ -33,6 +33,8 @@ func newRunCommand(stdio IO) *cobra.Command {
 	var opts runtime.Options
 	var httpAddr string
 	var logLevel, logFormat, traceExporter, traceFile string
+	var watch bool
+	var watchInterval time.Duration
 	c := &cobra.Command{
 		Use:   "run PATH",
 		Short: "Run a pipeline, as a service or as a job",
@@ -43,6 +45,13 @@ func newRunCommand(stdio IO) *cobra.Command {
 			"sink is drained, and prints a summary.\n\n" +
 			"Without --redis or " + EnvRedisURL + " it runs on an embedded in-memory Redis, whose data is lost " +
 			"when it exits.\n\n" +
+			"A service reloads its pipeline on SIGHUP, and with --watch whenever its files change: a change with " +
+			"errors is refused with its diagnostics and the run goes on as it was; unchanged nodes go on untouched; " +
+			"changed stages and sinks finish their batch in flight and start again with the new definition; new ones " +
+			"start; removed ones stop (their consumer groups stay until flowrun reset). A stateful stage whose state " +
+			"would mean something else under the change (its kind, key, group_by, window or aggregate set) is " +
+			"refused, at a reload as at a start, unless --reset-state names it: its state is then deleted. " +
+			"Changes of sources, topics, tables or the pipeline block need a restart. See docs/running.md, Reloading.\n\n" +
 			"Exit status: 0 done, 1 runtime error, 2 invalid pipeline or options, 3 done but some messages were " +
 			"dead-lettered (job mode).",
 		Args: cobra.ExactArgs(1),
@@ -70,14 +79,23 @@ func newRunCommand(stdio IO) *cobra.Command {
 			if opts.BatchSize < 1 || opts.BatchSize > runtime.MaxBatchSize {
 				return exitError{code: ExitInvalid, message: fmt.Sprintf("--batch-size %d: give 1 to %d", opts.BatchSize, runtime.MaxBatchSize)}
 			}
-			plan, cfg, diags := flags.build(args[0])
-			if jsonLog {
-				logDiagnostics(stdio.Err, diags, cfg.Files())
-			} else {
-				printDiagnostics(stdio.Err, diags, cfg.Files())
+			if watch && opts.UntilDrained {
+				return exitError{code: ExitInvalid, message: "--watch reloads a service; a job (--until-drained) runs the pipeline it started with"}
 			}
-			if diags.HasErrors() {
+			showDiagnostics := func(cfg *flow.Config, diags hcl.Diagnostics) bool {
+				if jsonLog {
+					logDiagnostics(stdio.Err, diags, cfg.Files())
+				} else {
+					printDiagnostics(stdio.Err, diags, cfg.Files())
+				}
+				return diags.HasErrors()
+			}
+			plan, cfg, diags := flags.build(args[0])
+			if showDiagnostics(cfg, diags) {
 				return exitError{code: ExitInvalid}
+			}
+			if err := checkResetState(plan, opts.ResetState); err != nil {
+				return exitError{code: ExitInvalid, message: err.Error()}
 			}
 			if opts.NoFusion {
 				plan.Unfuse() // so that the live page draws the hops as they run
@@ -139,6 +157,11 @@ func newRunCommand(stdio IO) *cobra.Command {
 				stopProgress = reportProgress(c.Context(), rt, stderr, terminal, logger)
 				defer stopProgress()
 			}
+			if !opts.UntilDrained {
+				rl := &reloader{rt: rt, flags: &flags, path: args[0], noFusion: opts.NoFusion, log: logger, diagnostics: showDiagnostics}
+				stopReloads := rl.start(c.Context(), watch, watchInterval)
+				defer stopReloads()
+			}
 			summary, err := rt.Run(c.Context())
 			stopProgress() // the summary follows the last progress report, not the other way round
 			if summary != nil {
@@ -178,6 +201,10 @@ func newRunCommand(stdio IO) *cobra.Command {
 	c.Flags().DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "how long a partition lease lasts without renewal (a dead process's partitions move after it)")
 	c.Flags().StringVar(&httpAddr, "http", "", "serve /healthz, /readyz, /metrics and a live page of the graph on this address "+
 		"(a port alone, such as :9464, listens on 127.0.0.1 only)")
+	c.Flags().BoolVar(&watch, "watch", false, "reload the pipeline whenever its files (or --var-file files) change; a service reloads on SIGHUP too")
+	c.Flags().DurationVar(&watchInterval, "watch-interval", time.Second, "how often --watch looks at the files; a change is reloaded once they stayed the same for this long")
+	c.Flags().StringSliceVar(&opts.ResetState, "reset-state", nil, "stateful stages (comma-separated) whose state is deleted, at start or on a reload, "+
+		"if their definition changed so that their state means something else; without it such a change is refused")
 	c.Flags().DurationVar(&opts.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop may take to finish the work in flight")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	c.Flags().StringVar(&logFormat, "log-format", "text", "log format: text or json")

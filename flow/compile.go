@@ -103,6 +103,7 @@ func Compile(cfg *Config, opts Options) (*Plan, hcl.Diagnostics) {
 		return nil, c.diags
 	}
 	c.plan.fuseStages(nil)
+	c.computeDefinitions(blocks)
 	return c.plan, c.diags
 }
 

@@ -59,6 +59,10 @@ func LoadSource(files map[string][]byte) (*Config, hcl.Diagnostics) {
 	return cfg, diags
 }
 
+// PipelineFiles lists the files that make up the pipeline at path (the file, or the pipeline files
+// of the directory), in a stable order: what flowrun run --watch looks at for changes.
+func PipelineFiles(path string) ([]string, hcl.Diagnostics) { return pipelineFiles(path) }
+
 // pipelineFiles lists the files that make up the pipeline at path, in a stable order.
 func pipelineFiles(path string) ([]string, hcl.Diagnostics) {
 	info, err := os.Stat(path)

@@ -35,6 +35,13 @@ type Plan struct {
 
 	Variables []Variable // declared variables with their final values
 
+	// Definitions hash each node's definition as written, by address ("stage.enrich"): a reload
+	// restarts the nodes whose hash changed (definitions.go).
+	Definitions map[string]string
+	// StateShapes say, for each stateful stage by name, what its state means: its kind, key and
+	// the attributes of its kind's Kind.StateShape. StateFingerprint hashes it (definitions.go).
+	StateShapes map[string]string
+
 	secrets []string // the string forms of the sensitive variables' values, longest first
 }
 

@@ -139,6 +139,11 @@ type Kind struct {
 	// by, such as an aggregate's group_by; without a value, the state is keyed by the message's key.
 	// A stage whose input is keyed otherwise reads a repartition topic (see RepartitionKind).
 	StateKey string
+	// StateShape, for a stateful kind, lists the attributes and nested blocks besides StateKey
+	// whose values say what its state means (an aggregate's window and aggregate set): a change of
+	// one of them makes the state kept so far meaningless to the stage, and the runtime refuses it
+	// (Plan.StateShapes) unless told to delete the state.
+	StateShape []string
 	// Detail, when set, says in a few words what a node of this kind does, for graphs ("go stage:
 	// acme.score"); without it the graph shows the kind's name.
 	Detail func(config Attrs) string

@@ -132,6 +132,7 @@ var tableKind = &Kind{
 	Doc:        "Keeps the latest value per key of a table's topic.",
 	Attributes: tableStageAttributes,
 	StateKey:   TableKeyAttribute,
+	StateShape: []string{TableHistoryAttribute, TableGlobalAttribute},
 	Stateful:   func(Attrs) bool { return true },
 	KeepsKey:   func(Attrs) bool { return false },
 	Detail:     func(Attrs) string { return "table" },

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/flowrun/flowrun/flow"
@@ -22,6 +23,7 @@ type accessCheck struct {
 	units        []*unit
 	producers    []*producingSource
 	backpressure *backpressure.Gates
+	resetState   []string // the stateful stages whose state the run may delete (Options.ResetState)
 }
 
 // checkAccess asks Redis, before the run reads or writes anything, whether its user may send
@@ -236,6 +238,15 @@ func (r *accessCheck) statePartitionsAccess(a *redis.Access) {
 			hashes, timers = append(hashes, r.keys.State(n.input.Name, p, n.name)), append(timers, r.keys.Timers(n.input.Name, p, n.name))
 		}
 		a.StatePartitions(n.typ+" "+n.name, r.keys.StatePartitions(n.input.Name, n.name), hashes, timers)
+		if slices.Contains(r.resetState, n.name) {
+			var state []string
+			for p := 0; p < n.input.Partitions; p++ {
+				state = append(state, hashes[p], timers[p], r.keys.Holds(n.input.Name, p, n.name))
+			}
+			a.StateFingerprint(n.typ+" "+n.name, r.keys.StateFingerprint(n.input.Name, n.name), state)
+		} else {
+			a.StateFingerprint(n.typ+" "+n.name, r.keys.StateFingerprint(n.input.Name, n.name), nil)
+		}
 	}
 }
 

@@ -13,7 +13,8 @@
 //     (ownership.go), runs a worker per partition it owns (worker.go: read; worker_batch.go: process
 //     a batch; worker_commit.go: commit it in one fenced step), keeps the order of each key inside a
 //     batch (lanes.go), ends a job once all work is done (drain.go), trims retained topics
-//     (retention.go) and shuts down in order (stop.go). failures.go is how the run ends on an
+//     (retention.go) and shuts down in order (stop.go). A running service takes a new plan node by
+//     node (reload.go; reload_diff.go says what changed and what a reload refuses). failures.go is how the run ends on an
 //     error and waits out a failing Redis (with runtime/outage); backoff.go spaces out its retries.
 //   - The nodes' model, used by every group: nodes.go (node, unit, chain), message.go (message,
 //     handler, and the layers' functions, pass and result), outcomes.go (what became of each
@@ -31,7 +32,8 @@
 //   - State, watermarks and timers, the runtime's side of package runtime/state: marks.go (a unit's
 //     watermark spec, from the plan), worker_time.go (the worker's steps that move watermarks),
 //     timers.go (firing a stateful stage's due timers), state_partitions.go (the partition counts
-//     that state was written under, checked at start).
+//     that state was written under, checked at start), state_fingerprints.go (what a stateful
+//     stage's state means, checked at start and on a reload).
 //   - What operators see: metrics.go (the instruments, registered per family), observe.go (the
 //     poll of the streams and the samples behind Rates), deadletter_log.go (dead letters logged and
 //     summed up).

@@ -98,7 +98,8 @@ func (h *history) snapshot(names []string) History {
 // History returns what the nodes did over the last 15 minutes, a point every 10 seconds of the
 // runtime's clock; empty until the process has run for a step.
 func (rt *Runtime) History() History {
-	return rt.r.obs.history.snapshot(nodeNames(rt.r.nodes))
+	nodes, _ := rt.r.layout() // a reload may have changed them
+	return rt.r.obs.history.snapshot(nodeNames(nodes))
 }
 
 // inputLags are what the last poll read of each node's input lag, summed over its partitions, and

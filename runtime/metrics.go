@@ -35,7 +35,7 @@ type sourceLag struct {
 // registerMetrics creates the run's instruments, one family at a time, and the callback that
 // observes them when metrics are collected (reading the run through collect). The per-message
 // instruments go to p. Without a MeterProvider it does nothing.
-func registerMetrics(mp metric.MeterProvider, p *processing, nodes []*node, collect func() collected) error {
+func registerMetrics(mp metric.MeterProvider, p *processing, nodes func() []*node, collect func() collected) error {
 	if mp == nil {
 		return nil
 	}
@@ -56,22 +56,30 @@ func registerMetrics(mp metric.MeterProvider, p *processing, nodes []*node, coll
 	if err != nil {
 		return err
 	}
-	nodeAttrs := map[string]metric.MeasurementOption{}
-	for _, n := range nodes {
-		nodeAttrs[n.name] = metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("flowrun.node", n.name), attribute.String("flowrun.node.type", n.typ),
-			attribute.String("flowrun.node.kind", n.kind)))
-		n.metricAttrs = nodeAttrs[n.name]
+	for _, n := range nodes() {
+		n.metricAttrs = metricAttrsOf(n)
 	}
 	observables := append(append(perNode.observables(), parts.observables()...), proc.observables()...)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		perNode.observe(o, nodes, nodeAttrs)
+		current := nodes() // a reload changes them: the nodes it starts get their attributes first
+		nodeAttrs := make(map[string]metric.MeasurementOption, len(current))
+		for _, n := range current {
+			nodeAttrs[n.name] = n.metricAttrs
+		}
+		perNode.observe(o, current, nodeAttrs)
 		c := collect()
 		parts.observe(o, c.partitions, p.clock.Now())
 		proc.observe(o, c, nodeAttrs)
 		return nil
 	}, observables...)
 	return err
+}
+
+// metricAttrsOf is a node's attributes on its metrics.
+func metricAttrsOf(n *node) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("flowrun.node", n.name), attribute.String("flowrun.node.type", n.typ),
+		attribute.String("flowrun.node.kind", n.kind)))
 }
 
 // nodeCounters are the counters observed per node. The outcomes of the messages add up per node

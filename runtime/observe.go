@@ -27,11 +27,12 @@ func (r *poller) observeLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for {
 		now := r.clock.Now()
-		counts := sampleCounts(r.nodes)
-		r.obs.rates.add(now, counts)
+		nodes, _ := r.layout()
+		counts := sampleCounts(nodes)
+		r.obs.rates.add(now, nodeNames(nodes), counts)
 		in := make(map[string]int64, len(counts))
 		for i, c := range counts {
-			in[r.nodes[i].name] = c.in
+			in[nodes[i].name] = c.in
 		}
 		r.obs.history.add(now, in, r.inputLags())
 		r.obs.deadLetters.flush(r.log, r.opts.PipelinePath, now, false)
@@ -68,10 +69,10 @@ func nodeNames(nodes []*node) []string {
 // publishes the upstream lag that the sources this process runs report, for flowrun inspect.
 type poller struct {
 	*processing
-	rdb       *redis.Client
-	opts      *Options
-	nodes     []*node
-	units     []*unit
+	rdb  *redis.Client
+	opts *Options
+	// layout returns the nodes and units this process runs now (a reload changes them).
+	layout    func() ([]*node, []*unit)
 	producers []*producingSource
 	poll      *poll         // the runner's, which Snapshot reads
 	obs       *observations // the runner's
@@ -111,7 +112,8 @@ func (r *poller) pollOnce(ctx context.Context) {
 	var parts []PartitionState
 	dead := map[string]int64{}
 	var firstErr error
-	for _, u := range r.units {
+	nodes, units := r.layout()
+	for _, u := range units {
 		ps, err := r.pollUnit(ctx, u)
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
@@ -122,7 +124,7 @@ func (r *poller) pollOnce(ctx context.Context) {
 		}
 		parts = append(parts, ps)
 	}
-	for _, n := range r.nodes {
+	for _, n := range nodes {
 		length, err := r.rdb.StreamLen(ctx, r.keys.DeadLetter(n.name))
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)

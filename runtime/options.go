@@ -112,6 +112,10 @@ type Options struct {
 	Dropped func(stage, key string, payload []byte, why string)
 	// NoFusion runs every stage in a hop of its own, as if each set fuse = false (flow.Chain).
 	NoFusion bool
+	// ResetState names stateful stages whose state the run deletes, at start or on a reload, when
+	// their definition changed so that the state no longer means what the stage reads it as (their
+	// state fingerprint changed: state_fingerprints.go). Without it such a stage is refused.
+	ResetState []string
 	// PipelinePath is the pipeline's path as the user gave it, for the commands that the log and the
 	// summary suggest (flowrun dlq list PATH --stage NAME). Default "PATH".
 	PipelinePath string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -38,9 +39,14 @@ type ownership struct {
 	memberKeys []string
 	sources    []*unit // leased units of sources: taken when free, kept until the end
 	free       []*unit // units without leases: always run
+	// version counts the changes of the units above (a reload's, setUnits): a step that counted
+	// the members of other nodes than those it now holds takes nothing new.
+	version int
+	// stepNow wakes the loop for a step at once (after a reload, to take the new units' leases).
+	stepNow chan struct{}
 
 	workers conc.WaitGroup
-	ctx     context.Context // the run's context, set by run
+	ctx     context.Context // the run's context, which the workers' derive from
 
 	mu        sync.Mutex
 	leases    int  // balanced units held, as of the last step
@@ -65,16 +71,28 @@ type heldLease struct {
 	lost  context.CancelFunc
 }
 
-func newOwnership(r *runner) *ownership {
+func newOwnership(ctx context.Context, r *runner) *ownership {
 	o := &ownership{
 		r:         r,
+		ctx:       ctx,
 		interval:  max(r.opts.LeaseTTL/5, 10*time.Millisecond),
 		held:      map[*unit]*holding{},
 		sourceLes: map[string]*heldLease{},
+		stepNow:   make(chan struct{}, 1),
 	}
+	o.setUnits(r.units)
+	return o
+}
+
+// setUnits sorts the units this process runs into balanced, sources and free. Called before the
+// run, or with o.mu held.
+func (o *ownership) setUnits(units []*unit) {
+	r := o.r
+	o.version++
+	o.balanced, o.sources, o.free = nil, nil, nil
 	o.memberKeys = []string{r.keys.Members()}
 	byNode := map[*node]int{}
-	for _, u := range r.units {
+	for _, u := range units {
 		switch {
 		case u.leaseKey == "":
 			o.free = append(o.free, u)
@@ -101,7 +119,6 @@ func newOwnership(r *runner) *ownership {
 	for _, units := range o.balanced {
 		sort.Slice(units, func(i, j int) bool { return rank(units[i]) < rank(units[j]) })
 	}
-	return o
 }
 
 // holdings reports how many leases of partitions this process holds, and whether that is its fair
@@ -114,7 +131,6 @@ func (o *ownership) holdings() (int, bool) {
 
 // run starts the units and keeps the leases until ctx ends; shutdown then finishes the work.
 func (o *ownership) run(ctx context.Context) {
-	o.ctx = ctx
 	for _, u := range o.free {
 		o.startWorker(u, nil)
 	}
@@ -126,6 +142,7 @@ func (o *ownership) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
+		case <-o.stepNow:
 		}
 	}
 }
@@ -134,7 +151,10 @@ func (o *ownership) run(ctx context.Context) {
 func (o *ownership) step(ctx context.Context) {
 	r := o.r
 	ttl := r.opts.LeaseTTL
-	members, err := r.rdb.Heartbeat(ctx, o.memberKeys, r.opts.ProcessID, ttl)
+	o.mu.Lock()
+	memberKeys, version := o.memberKeys, o.version
+	o.mu.Unlock()
+	members, err := r.rdb.Heartbeat(ctx, memberKeys, r.opts.ProcessID, ttl)
 	if err != nil {
 		if ctx.Err() == nil && !r.redisFailed("renewing this process's membership", err) {
 			return
@@ -149,8 +169,8 @@ func (o *ownership) step(ctx context.Context) {
 	o.forgetEnded(ctx)
 	o.renewUnits(ctx)
 	o.renewSources(ctx)
-	if ctx.Err() != nil || members == nil {
-		return // without a membership count, keep what is held and take nothing new
+	if ctx.Err() != nil || members == nil || version != o.version {
+		return // without a membership count (of these nodes), keep what is held and take nothing new
 	}
 	o.takeShares(ctx, members)
 }
@@ -352,6 +372,82 @@ func (o *ownership) startWorkerLocked(u *unit, lease *redis.Lease) {
 		defer stop()
 		h.err = newWorker(o.r, u, lease).run(ctx)
 	})
+}
+
+// stopUnits stops the workers of units that this process holds, for a reload that stops or
+// restarts their nodes: each finishes the batch it has in flight and commits it, then its lease is
+// released. It returns once all have stopped.
+func (o *ownership) stopUnits(units []*unit) {
+	o.mu.Lock()
+	// The steps meanwhile must not take these units again: they are no longer among those this
+	// process runs.
+	ending := map[*unit]bool{}
+	for _, u := range units {
+		ending[u] = true
+	}
+	var remaining []*unit
+	for _, u := range o.units() {
+		if !ending[u] {
+			remaining = append(remaining, u)
+		}
+	}
+	o.setUnits(remaining)
+	var stopping []*holding
+	for _, u := range units {
+		if h, ok := o.held[u]; ok {
+			if !h.releasing {
+				h.releasing = true
+				h.stop()
+			}
+			stopping = append(stopping, h)
+		}
+	}
+	o.mu.Unlock()
+	for _, h := range stopping {
+		<-h.done
+	}
+	o.mu.Lock()
+	var leases []redis.Lease
+	for _, u := range units {
+		if h, ok := o.held[u]; ok {
+			if h.lease != nil && !errors.Is(h.err, errLeaseLost) {
+				leases = append(leases, *h.lease)
+			}
+			delete(o.held, u)
+		}
+	}
+	o.mu.Unlock()
+	if len(leases) > 0 {
+		// Released by compare-and-set: one that a giving-up of the same unit released already, or
+		// that expired, is left alone.
+		_ = o.r.rdb.ReleaseLeases(o.r.hard, leases)
+	}
+}
+
+// units lists the units this process runs. Called with o.mu held.
+func (o *ownership) units() []*unit {
+	out := slices.Concat(o.sources, o.free)
+	for _, units := range o.balanced {
+		out = append(out, units...)
+	}
+	return out
+}
+
+// replaceUnits makes units the units this process runs, after a reload, and starts those of added
+// that need no lease; the next step, at once, takes the leases of the others.
+func (o *ownership) replaceUnits(units, added []*unit) {
+	o.mu.Lock()
+	o.setUnits(units)
+	for _, u := range added {
+		if u.leaseKey == "" {
+			o.startWorkerLocked(u, nil)
+		}
+	}
+	o.mu.Unlock()
+	select {
+	case o.stepNow <- struct{}{}:
+	default:
+	}
 }
 
 // holdSource takes the lease of a producing source, waiting while another process holds it. The

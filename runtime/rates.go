@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -47,6 +48,7 @@ type rateSamples struct {
 // counterSample is the counters of every node, in the runner's node order, at one time.
 type counterSample struct {
 	at     time.Time
+	names  []string // the nodes counted, in order: a reload changes them
 	counts []nodeCounts
 }
 
@@ -63,8 +65,8 @@ func (s *rateSamples) interval() time.Duration {
 
 // add takes a sample of the nodes' counters (in the runner's node order), and forgets the samples
 // that no window needs.
-func (s *rateSamples) add(now time.Time, counts []nodeCounts) {
-	c := counterSample{at: now, counts: counts}
+func (s *rateSamples) add(now time.Time, names []string, counts []nodeCounts) {
+	c := counterSample{at: now, names: names, counts: counts}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.window <= 0 {
@@ -82,7 +84,8 @@ func (s *rateSamples) rates(names []string) Rates {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := Rates{Nodes: make(map[string]NodeRate, len(names))}
-	if len(s.samples) < 2 {
+	// Samples of other nodes than these (taken before a reload) give no rates.
+	if len(s.samples) < 2 || !slices.Equal(s.samples[0].names, names) || !slices.Equal(s.samples[len(s.samples)-1].names, names) {
 		for _, name := range names {
 			r.Nodes[name] = NodeRate{}
 		}

@@ -15,14 +15,14 @@ func TestRatesComeFromSamples(t *testing.T) {
 	if r := s.rates(nodeNames(nodes)); !r.Since.IsZero() || !r.Until.IsZero() || r.Nodes["a"] != (NodeRate{}) {
 		t.Fatalf("rates before any sample: %+v", r)
 	}
-	s.add(t0, sampleCounts(nodes))
+	s.add(t0, nodeNames(nodes), sampleCounts(nodes))
 	if r := s.rates(nodeNames(nodes)); !r.Since.IsZero() || r.Nodes["a"] != (NodeRate{}) {
 		t.Fatalf("rates of one sample: %+v", r)
 	}
 	for i := 1; i <= 7; i++ {
 		a.stats.count(&counts{in: 10, written: int64(i)})
 		b.stats.count(&counts{deadLettered: 2})
-		s.add(t0.Add(time.Duration(i)*time.Second), sampleCounts(nodes))
+		s.add(t0.Add(time.Duration(i)*time.Second), nodeNames(nodes), sampleCounts(nodes))
 	}
 	r := s.rates(nodeNames(nodes))
 	if !r.Since.Equal(t0.Add(2*time.Second)) || !r.Until.Equal(t0.Add(7*time.Second)) || r.Seconds() != 5 {
@@ -40,5 +40,21 @@ func TestRatesComeFromSamples(t *testing.T) {
 		if again := s.rates(nodeNames(nodes)); again.Nodes["a"] != r.Nodes["a"] || !again.Until.Equal(r.Until) {
 			t.Fatalf("read %d: %+v, then %+v", i, r, again)
 		}
+	}
+}
+
+// TestRatesAfterAReload: samples of other nodes than those asked about (taken before a reload
+// changed the nodes) give no rates, rather than another node's.
+func TestRatesAfterAReload(t *testing.T) {
+	a, b, c := &node{name: "a"}, &node{name: "b"}, &node{name: "c"}
+	var s rateSamples
+	t0 := time.Unix(1000, 0)
+	before := []*node{a, b}
+	s.add(t0, nodeNames(before), sampleCounts(before))
+	b.stats.count(&counts{in: 10})
+	s.add(t0.Add(time.Second), nodeNames(before), sampleCounts(before))
+	after := []*node{a, c}
+	if r := s.rates(nodeNames(after)); r.Nodes["c"] != (NodeRate{}) || !r.Since.IsZero() {
+		t.Fatalf("rates across a reload: %+v", r)
 	}
 }

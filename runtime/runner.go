@@ -63,6 +63,15 @@ type runner struct {
 
 	failures // ends the run on an error; meets a failing Redis
 
+	// layoutMu guards plan, nodes and units, which a reload replaces (reload.go), for the loops
+	// that read them while the run goes on (layout, currentNodes); the runner's own steps at start
+	// and at the end, which no reload overlaps, read the fields directly.
+	layoutMu sync.RWMutex
+	// reloading is held by a reload from start to end, and by the shutdown once the run ends;
+	// running says, under it, that the run has started and not yet begun to stop.
+	reloading sync.Mutex
+	running   bool
+
 	mu  sync.Mutex
 	out *stages.LineWriter // the stdout sinks' shared output (guarded by mu)
 }
@@ -113,9 +122,29 @@ func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	return r, nil
 }
 
+// layout returns the nodes and units this process runs now.
+func (r *runner) layout() ([]*node, []*unit) {
+	r.layoutMu.RLock()
+	defer r.layoutMu.RUnlock()
+	return r.nodes, r.units
+}
+
+// currentNodes returns the nodes this process runs now.
+func (r *runner) currentNodes() []*node {
+	nodes, _ := r.layout()
+	return nodes
+}
+
+// currentPlan returns the plan this process runs now.
+func (r *runner) currentPlan() *flow.Plan {
+	r.layoutMu.RLock()
+	defer r.layoutMu.RUnlock()
+	return r.plan
+}
+
 // stageNode is the stage named name that this process runs, or nil.
 func (r *runner) stageNode(name string) *node {
-	for _, n := range r.nodes {
+	for _, n := range r.currentNodes() {
 		if n.typ == "stage" && n.name == name {
 			return n
 		}
@@ -123,10 +152,13 @@ func (r *runner) stageNode(name string) *node {
 	return nil
 }
 
-// access is the check of the run's permissions, once its nodes are assembled.
+// access is the check of the run's permissions, once its nodes are assembled: at start, and again
+// after an outage, of the nodes it runs then.
 func (r *runner) access() *accessCheck {
+	r.layoutMu.RLock()
+	defer r.layoutMu.RUnlock()
 	return &accessCheck{processing: &r.processing, rdb: r.rdb, plan: r.plan, nodes: r.nodes, units: r.units,
-		producers: r.producers, backpressure: r.backpressure}
+		producers: r.producers, backpressure: r.backpressure, resetState: r.opts.ResetState}
 }
 
 // checkAccess checks the run's permissions (accessCheck.checkAccess).
@@ -172,29 +204,34 @@ func (r *runner) addNodes() error {
 // breaker, its layers, how much it reads at a time, its span name, whether it starts traces, how
 // long its entries stay pending before another consumer takes them; and the dedup markers' TTL.
 func (r *runner) configureNodes() {
-	written := r.plan.WrittenTopics()
-	readLimits := cappedReads(r.plan)
 	for _, n := range r.nodes {
-		n.transientRetry = n.retry
-		if n.retry.Name == "" {
-			n.transientRetry = flow.DefaultTransientRetry
-		}
-		n.breaker = newBreaker(n.log, n.transientRetry, r.clock, r.plan.Redact, r.jittered, r.activity)
-		if n.handler != nil { // producing sources process nothing
-			n.process = r.layers(n)
-		}
-		n.readCount = int64(r.opts.BatchSize)
-		if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
-			n.readCount = limit
-		}
-		if n.maxRead > 0 {
-			n.readCount = min(n.readCount, n.maxRead)
-		}
-		n.spanName = "process " + n.inputName()
-		n.startsTraces = n.input == nil || !written[n.input.Name]
-		n.claimIdle = claimIdle(n)
+		r.configureNode(n, r.plan)
 		r.dedupTTL = max(r.dedupTTL, 4*(r.opts.LeaseTTL+n.claimIdle))
 	}
+}
+
+// configureNode gives a node of the plan what the run decides for it; see configureNodes.
+func (r *runner) configureNode(n *node, plan *flow.Plan) {
+	written := plan.WrittenTopics()
+	readLimits := cappedReads(plan)
+	n.transientRetry = n.retry
+	if n.retry.Name == "" {
+		n.transientRetry = flow.DefaultTransientRetry
+	}
+	n.breaker = newBreaker(n.log, n.transientRetry, r.clock, plan.Redact, r.jittered, r.activity)
+	if n.handler != nil { // producing sources process nothing
+		n.process = r.layers(n)
+	}
+	n.readCount = int64(r.opts.BatchSize)
+	if limit, ok := readLimits[n.typ+"."+n.name]; ok && limit < n.readCount {
+		n.readCount = limit
+	}
+	if n.maxRead > 0 {
+		n.readCount = min(n.readCount, n.maxRead)
+	}
+	n.spanName = "process " + n.inputName()
+	n.startsTraces = n.input == nil || !written[n.input.Name]
+	n.claimIdle = claimIdle(n)
 }
 
 // checkJob refuses job mode with a source that never ends.
@@ -297,10 +334,13 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	r.log.Info("pipeline starting", "process", r.opts.ProcessID, "nodes", len(r.nodes), "partitions", len(r.units),
 		"job", r.opts.UntilDrained)
 
-	own := newOwnership(r)
+	own := newOwnership(runCtx, r)
 	r.own.Store(own)
 	var wg conc.WaitGroup
 	r.startLoops(runCtx, &wg, own)
+	r.reloading.Lock()
+	r.running = true
+	r.reloading.Unlock()
 
 	<-runCtx.Done()
 	if ctx.Err() != nil {
@@ -310,6 +350,11 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	// Shutdown: stop reading now; give work in flight DrainTimeout to finish and commit.
 	stopDrainTimer := r.startDrainTimer(stopHard)
 	defer stopDrainTimer()
+	// A reload under way ends first (it holds workers it stopped and nodes it opened); the drain
+	// timer bounds its wait for the batches in flight of the nodes it stops, as it bounds the stop's.
+	r.reloading.Lock()
+	r.running = false
+	r.reloading.Unlock()
 	readersDone := make(chan struct{})
 	go wakeReaders(r.hard, r.rdb, r.clock, r.opts.Block, readersDone)
 	wg.Wait()
@@ -338,6 +383,13 @@ func (r *runner) checkAtStart(ctx context.Context) error {
 	if err := sc.checkStatePartitions(ctx); err != nil {
 		return err
 	}
+	f, err := sc.checkStateFingerprints(ctx, r.opts.ResetState)
+	if err != nil {
+		return err
+	}
+	if _, err := sc.applyFingerprints(ctx, f); err != nil {
+		return err
+	}
 	sc.warnIfStateMayBeEvicted(ctx)
 	if err := reopenMarks(ctx, r.rdb, markHashes(r.keys, r.nodes, outputsOf(r.producers))); err != nil {
 		return fmt.Errorf("reopening the watermarks: %w", err)
@@ -353,7 +405,7 @@ func (r *runner) openNodes(ctx context.Context) error {
 			return fmt.Errorf("%s %s: %w", n.typ, n.name, err)
 		}
 	}
-	if err := registerMetrics(r.opts.MeterProvider, &r.processing, r.nodes, r.collect); err != nil {
+	if err := registerMetrics(r.opts.MeterProvider, &r.processing, r.currentNodes, r.collect); err != nil {
 		r.closeNodes()
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -381,7 +433,7 @@ func (r *runner) collect() collected {
 // startLoops starts the run's loops: the poll, the ownership (which starts the workers), the
 // producing sources, a job's end test and the trimming of retained topics.
 func (r *runner) startLoops(ctx context.Context, wg *conc.WaitGroup, own *ownership) {
-	pl := &poller{processing: &r.processing, rdb: r.rdb, opts: &r.opts, nodes: r.nodes, units: r.units, producers: r.producers,
+	pl := &poller{processing: &r.processing, rdb: r.rdb, opts: &r.opts, layout: r.layout, producers: r.producers,
 		poll: &r.poll, obs: &r.obs}
 	wg.Go(func() { pl.pollLoop(ctx) })
 	wg.Go(func() { own.run(ctx) })

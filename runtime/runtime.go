@@ -41,8 +41,8 @@ func New(plan *flow.Plan, opts Options) (*Runtime, error) {
 // Run runs the pipeline; see the package function Run. A Runtime runs once.
 func (rt *Runtime) Run(ctx context.Context) (*Summary, error) { return rt.r.run(ctx) }
 
-// Plan is the plan the runtime runs.
-func (rt *Runtime) Plan() *flow.Plan { return rt.r.plan }
+// Plan is the plan the runtime runs: the last one a reload applied.
+func (rt *Runtime) Plan() *flow.Plan { return rt.r.currentPlan() }
 
 // Snapshot returns what the pipeline is doing now.
 func (rt *Runtime) Snapshot() Snapshot {
@@ -51,8 +51,9 @@ func (rt *Runtime) Snapshot() Snapshot {
 	if start := r.started.Load(); start != 0 {
 		s.Elapsed = s.Taken.Sub(time.Unix(0, start))
 	}
-	s.Nodes = nodeSummaries(r.nodes, &r.obs.deadLetters)
-	s.Rates = r.obs.rates.rates(nodeNames(r.nodes))
+	nodes := r.currentNodes()
+	s.Nodes = nodeSummaries(nodes, &r.obs.deadLetters)
+	s.Rates = r.obs.rates.rates(nodeNames(nodes))
 	for _, p := range r.producers {
 		s.Sources = append(s.Sources, SourceProgress{
 			Name: p.node.name, Produced: p.node.stats.counts().in, Total: p.total, Done: p.done.Load(),

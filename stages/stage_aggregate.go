@@ -51,7 +51,9 @@ func init() {
 var aggregateSpec = &flow.Kind{
 	Name:     "aggregate",
 	StateKey: aggregateFieldGroupBy,
-	Results:  true,
+	// What a window's accumulators mean: the windows, and what is folded into them.
+	StateShape: []string{aggregateBlockWindow, aggregateFieldAggregate},
+	Results:    true,
 	Doc: "Folds the messages of each group (group_by) into windows of event time and emits, per group and " +
 		"window, the aggregate fields with key (the group) and window = { start, end } (RFC 3339, UTC); a result's " +
 		"event time is its window's start. Windows " +

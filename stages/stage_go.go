@@ -22,6 +22,8 @@ func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
 			Name: "go",
+			// A stateful function's state is the function's own.
+			StateShape: []string{goFieldFunc},
 			Doc: "Runs a Go function compiled into the flowrun binary with stages.Register; it may emit " +
 				"zero, one or several messages per input, with keys of its own. A function registered with " +
 				"stages.KeepsKey passes every message on with the key it got, so that the stage reading it as " +

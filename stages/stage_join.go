@@ -52,6 +52,8 @@ var joinSpec = &flow.Kind{
 	Name:    "join",
 	Results: true,
 	Sides:   []string{joinLeft, joinRight},
+	// Each side's buffered messages are kept by its key, for the join's type and time bounds.
+	StateShape: []string{joinLeft, joinRight, joinFieldType, joinFieldBefore, joinFieldAfter},
 	Doc: "Matches the events of two inputs by key within a span of event time: a left event at time L matches each " +
 		"right event of its key at a time R with L - before <= R <= L + after, and each match is emitted as soon as " +
 		"its second event arrives. An inner join emits matches only; a left join also emits each left event that " +

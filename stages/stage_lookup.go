@@ -33,6 +33,8 @@ func init() {
 	RegisterStage(StageKind{
 		Spec: &flow.Kind{
 			Name: "lookup",
+			// With as_of, its state is the messages waiting for the table's watermark.
+			StateShape: []string{lookupFieldTable, lookupFieldAsOf},
 			Doc: "Adds to each message the row of a table that its key finds, at msg.<as>. The row is the table's as it " +
 				"is when the message is processed (processing time): a lookup stage starts once its table has caught up " +
 				"with what the table's topic held when the stage started, and sees each update from when the table's stage " +

@@ -46,7 +46,9 @@ func init() {
 var patternSpec = &flow.Kind{
 	Name:     "pattern",
 	StateKey: patternFieldKey,
-	Results:  true,
+	// A key's partial match is a position in the sequence, within a time.
+	StateShape: []string{patternFieldSequence, patternFieldWithin},
+	Results:    true,
 	Doc: "Finds sequences of events per key, in event-time order, with other events allowed between the steps " +
 		"(followed by): each event that matches the first step starts an attempt, which takes for each next step " +
 		"the first later event that matches it, and emits select once its last step matches, if the whole match " +

@@ -144,6 +144,8 @@ func classify(rest string) (node, what string, stream, ok bool) {
 			return node, "dedup marker", false, true
 		case parts[0] == "state" && extra == "partitions":
 			return node, "state partition count", false, true
+		case parts[0] == "state" && extra == "fingerprint":
+			return node, "state fingerprint", false, true
 		case extra != "":
 			return "", "", false, false
 		}

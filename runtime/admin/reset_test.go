@@ -24,6 +24,7 @@ func TestClassifyKnowsEveryKey(t *testing.T) {
 		{k.Timers("orders", 3, "enrich"), "enrich", "timers"},
 		{k.Holds("orders", 3, "enrich"), "enrich", "holds"},
 		{k.StatePartitions("orders", "enrich"), "enrich", "state partition count"},
+		{k.StateFingerprint("orders", "enrich"), "enrich", "state fingerprint"},
 		{k.Dedup("events", 1, "enrich", "orders", 3, "1-0", 0), "enrich", "dedup marker"},
 		{k.StreamDedup("demo:events", "hook", "orders", 3, "1-0"), "hook", "dedup marker"},
 		{k.DeadLetter("enrich"), "enrich", "dead letters"},

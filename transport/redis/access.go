@@ -306,6 +306,16 @@ func (a *Access) StatePartitions(who, record string, hashes, timers []string) {
 	}
 }
 
+// StateFingerprint adds RecordedFingerprint and RecordFingerprint on a stateful stage's record of
+// its state's fingerprint, and the deletion of its state that Options.ResetState allows.
+func (a *Access) StateFingerprint(who, record string, state []string) {
+	a.add(who, record, 1, "hmget", record, "fingerprint", "shape")
+	a.add(who, record, 1, "hset", record, "fingerprint", "x", "shape", "x")
+	for _, k := range state {
+		a.add(who, k, 1, "del", k)
+	}
+}
+
 // State adds what a stateful stage's unit sends on its partition's state hash and timer set: the
 // reads (ReadState, ReadStates, ReadWatermarks, DueTimers), and the writes that the settle script
 // makes (Settle with the same keys).

@@ -23,6 +23,7 @@ import (
 //	<prefix>:{<topic>:<p>}:holds:<stage>           sorted set: what holds its output watermark back on p
 //	<prefix>:{<topic>:<p>}:watermarks              hash: the watermarks of the writers of p
 //	<prefix>:{<topic>}:state:<stage>:partitions    string: the partition count its state is for
+//	<prefix>:{<topic>}:state:<stage>:fingerprint   hash: what its state means (fingerprint, shape)
 //	<prefix>:dlq:{<stage>}                         stream: dead letters of a stage
 //	<prefix>:members                               sorted set: running processes, by expiry
 //	<prefix>:members:<node>                        sorted set: the running processes that run node
@@ -144,6 +145,14 @@ func (k Keys) Holds(topic string, partition int, stage string) string {
 // the topic's alone, a slot of its own: nothing else is written with it.
 func (k Keys) StatePartitions(topic, stage string) string {
 	return k.Prefix + ":{" + topic + "}:state:" + stage + ":partitions"
+}
+
+// StateFingerprint returns the key that records what the state of a stateful stage means, written
+// when the stage first runs: "<prefix>:{<topic>}:state:<stage>:fingerprint", a hash with the
+// fields fingerprint (the hash of the shape) and shape (the stage's kind, key and the attributes
+// its state depends on, in words). Like StatePartitions, a slot of its own.
+func (k Keys) StateFingerprint(topic, stage string) string {
+	return k.Prefix + ":{" + topic + "}:state:" + stage + ":fingerprint"
 }
 
 // Dedup returns the key of an effectively-once marker: the marker that stage's output number n

@@ -85,3 +85,27 @@ func (c *Client) hasKindFields(ctx context.Context, hash string) (bool, error) {
 		}
 	}
 }
+
+// A stateful stage's state means something only for the definition it was written under: an
+// aggregate's accumulators for its windows and aggregate set, a dedupe's keys for its key. The
+// runtime records, per stateful stage, a fingerprint of that (Keys.StateFingerprint) when the stage
+// first runs, and compares it at start and on a reload.
+
+// RecordedFingerprint returns the fingerprint and shape recorded at key; found is false when none is.
+func (c *Client) RecordedFingerprint(ctx context.Context, key string) (fingerprint, shape string, found bool, err error) {
+	v, err := c.rdb.HMGet(ctx, key, "fingerprint", "shape").Result()
+	if err != nil {
+		return "", "", false, wrap(classify(err), "reading the state fingerprint in", key)
+	}
+	fingerprint, _ = v[0].(string)
+	shape, _ = v[1].(string)
+	return fingerprint, shape, fingerprint != "", nil
+}
+
+// RecordFingerprint records a stateful stage's fingerprint and shape at key.
+func (c *Client) RecordFingerprint(ctx context.Context, key, fingerprint, shape string) error {
+	if err := c.rdb.HSet(ctx, key, "fingerprint", fingerprint, "shape", shape).Err(); err != nil {
+		return wrap(classify(err), "recording the state fingerprint in", key)
+	}
+	return nil
+}
