@@ -10,6 +10,7 @@ import (
 
 	"github.com/sourcegraph/conc"
 
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -121,27 +122,58 @@ func (o *ownership) run(ctx context.Context) {
 	ticker := o.r.clock.NewTicker(o.interval)
 	defer ticker.Stop()
 	for {
-		o.step(ctx)
+		var early <-chan time.Time
+		var timer stages.Timer
+		if at := o.step(ctx); !at.IsZero() {
+			timer = o.r.clock.NewTimer(max(at.Sub(o.r.clock.Now()), 0))
+			early = timer.C()
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-ticker.C():
+		case <-early:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }
 
-// step renews what this process holds and moves it towards its fair share.
-func (o *ownership) step(ctx context.Context) {
+// lapseMargin is how long after a lapse the step it brings forward runs: Redis expires a key once
+// its time is past, and the heartbeat forgets a member once its expiry is past, both to the
+// millisecond.
+const lapseMargin = time.Millisecond
+
+// sooner returns when to step again for a lapse at lapse: the earlier of early and the lapse's
+// margin past it, where a zero early stands for the next tick. A lapse an interval or more away
+// needs no step of its own.
+func (o *ownership) sooner(early, lapse time.Time) time.Time {
+	at := lapse.Add(lapseMargin)
+	if at.Sub(o.r.clock.Now()) >= o.interval || (!early.IsZero() && !early.After(at)) {
+		return early
+	}
+	return at
+}
+
+// step renews what this process holds and moves it towards its fair share. It returns when to
+// step again, before the next tick, because another member's membership or a lease this process
+// wants lapses sooner than that; zero: at the next tick.
+func (o *ownership) step(ctx context.Context) (early time.Time) {
 	r := o.r
 	ttl := r.opts.LeaseTTL
 	members, err := r.rdb.Heartbeat(ctx, o.memberKeys, r.opts.ProcessID, ttl)
 	if err != nil {
 		if ctx.Err() == nil && !r.redisFailed("renewing this process's membership", err) {
-			return
+			return time.Time{}
 		}
-		members = nil
 	} else {
 		r.outage.OK()
+		if !members.NextLapse.IsZero() {
+			early = o.sooner(early, members.NextLapse)
+		}
 	}
 
 	o.mu.Lock()
@@ -149,10 +181,10 @@ func (o *ownership) step(ctx context.Context) {
 	o.forgetEnded(ctx)
 	o.renewUnits(ctx)
 	o.renewSources(ctx)
-	if ctx.Err() != nil || members == nil {
-		return // without a membership count, keep what is held and take nothing new
+	if ctx.Err() != nil || err != nil {
+		return early // without a membership count, keep what is held and take nothing new
 	}
-	o.takeShares(ctx, members)
+	return o.takeShares(ctx, members.Live, early)
 }
 
 // forgetEnded forgets the workers that ended on their own: a lost lease, or a fatal error.
@@ -207,15 +239,16 @@ func (o *ownership) renewSources(ctx context.Context) {
 }
 
 // takeShares asks at once for every lease wanted, of the sources and of each node (its fair
-// share among the members), and records what is held then. Called with o.mu held.
-func (o *ownership) takeShares(ctx context.Context, members []int) {
+// share among the members), and records what is held then. It returns early, or sooner if a
+// lease it wanted and found held lapses before the next tick. Called with o.mu held.
+func (o *ownership) takeShares(ctx context.Context, members []int, early time.Time) time.Time {
 	wants := []want{{o.sources, len(o.sources)}}
 	holdings, shares := make([]int, len(o.balanced)), make([]int, len(o.balanced))
 	for i, units := range o.balanced {
 		holdings[i], shares[i] = o.balance(units, max(members[i+1], 1))
 		wants = append(wants, want{units, shares[i] - holdings[i]})
 	}
-	taken := o.acquire(ctx, wants)
+	taken, early := o.acquire(ctx, wants, early)
 	leases, fair := 0, true
 	for i := range o.balanced {
 		held := holdings[i] + taken[i+1]
@@ -223,6 +256,7 @@ func (o *ownership) takeShares(ctx context.Context, members []int) {
 		fair = fair && held >= shares[i]
 	}
 	o.leases, o.fair = leases, fair
+	return early
 }
 
 // balance gives up the units of one node that this process holds beyond its fair share among
@@ -253,10 +287,11 @@ type want struct {
 }
 
 // acquire takes the units that wants ask for and starts their workers; it returns how many it
-// took of each. Each round asks for every lease still wanted in one round trip (a process starting
-// takes all its partitions at once), and the next round tries the following units in place of
-// those that other processes hold. Called with o.mu held.
-func (o *ownership) acquire(ctx context.Context, wants []want) []int {
+// took of each, and early or the sooner lapse of a lease it found held. Each round asks for every
+// lease still wanted in one round trip (a process starting takes all its partitions at once), and
+// the next round tries the following units in place of those that other processes hold. Called
+// with o.mu held.
+func (o *ownership) acquire(ctx context.Context, wants []want, early time.Time) ([]int, time.Time) {
 	taken := make([]int, len(wants))
 	next := make([]int, len(wants))
 	for {
@@ -271,18 +306,19 @@ func (o *ownership) acquire(ctx context.Context, wants []want) []int {
 			}
 		}
 		if len(try) == 0 {
-			return taken
+			return taken, early
 		}
 		keys := make([]string, len(try))
 		for i, u := range try {
 			keys[i] = u.leaseKey
 		}
 		results, err := o.r.rdb.AcquireLeases(ctx, keys, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
+		now := o.r.clock.Now()
 		if err != nil {
 			if ctx.Err() == nil {
 				o.r.redisFailed("taking leases", err)
 			}
-			return taken
+			return taken, early
 		}
 		failed := false
 		for i, res := range results {
@@ -294,15 +330,19 @@ func (o *ownership) acquire(ctx context.Context, wants []want) []int {
 				failed = true
 				continue
 			}
-			if res.Taken {
-				o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
-				lease := res.Lease
-				o.startWorkerLocked(u, &lease)
-				taken[of[i]]++
+			if !res.Taken {
+				if res.TTL >= 0 { // a lease without expiry (-1) is none of the runtime's
+					early = o.sooner(early, now.Add(res.TTL))
+				}
+				continue
 			}
+			o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
+			lease := res.Lease
+			o.startWorkerLocked(u, &lease)
+			taken[of[i]]++
 		}
 		if failed {
-			return taken // Redis is failing: the next step tries again
+			return taken, early // Redis is failing: the next step tries again
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // TestLeasesInOnePipeline: AcquireLeases takes the free leases and reports the held one with its
-// holder; ReleaseLeases frees what it holds and refuses a lease it no longer holds; on a cluster
+// holder and its time left; ReleaseLeases frees what it holds and refuses a lease it no longer holds; on a cluster
 // the keys live on different nodes.
 func TestLeasesInOnePipeline(t *testing.T) {
 	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
@@ -34,6 +34,10 @@ func TestLeasesInOnePipeline(t *testing.T) {
 		}
 		if res[1].Lease != other {
 			t.Errorf("held lease reported as %v, want the other owner's %v", res[1].Lease, other)
+		}
+		// The holder's time left tells the others when to look again.
+		if ttl := res[1].TTL; ttl <= 0 || ttl > time.Minute {
+			t.Errorf("held lease reported with %s left, want up to a minute", ttl)
 		}
 		for _, i := range []int{0, 2} {
 			if l, _, held, err := c.LeaseHolder(ctx, keys[i]); err != nil || !held || l != res[i].Lease || l.Owner != "me" {

@@ -17,11 +17,11 @@ func TestHeartbeatCountsLiveMembers(t *testing.T) {
 			all, node := k.Members(), k.NodeMembers("work")
 			beat := func(member string, keys ...string) []int {
 				t.Helper()
-				n, err := c.Heartbeat(ctx, keys, member, time.Minute)
+				m, err := c.Heartbeat(ctx, keys, member, time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return n
+				return m.Live
 			}
 			if n := beat("a", all, node); n[0] != 1 || n[1] != 1 {
 				t.Fatalf("first heartbeat: %v", n)
