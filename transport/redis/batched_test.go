@@ -65,6 +65,36 @@ func TestLeasesInOnePipeline(t *testing.T) {
 	})
 }
 
+// TestLeaseHoldersInOnePipeline: LeaseHolders reads the holder and time left of several leases at
+// once, on whichever nodes their keys live: a held one, a free one, and a key whose value is no
+// lease, which has an error of its own while the others are read.
+func TestLeaseHoldersInOnePipeline(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		keys := []string{k.Lease("orders", 0, "enrich"), k.Lease("orders", 1, "enrich"), k.Lease("orders", 2, "enrich")}
+		held, ok, err := c.AcquireLease(ctx, keys[0], "me", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("taking %s: %v %v", keys[0], ok, err)
+		}
+		if err := c.Universal().Set(ctx, keys[2], "no lease", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := c.LeaseHolders(ctx, keys)
+		if len(got) != 3 {
+			t.Fatalf("%d results, want 3", len(got))
+		}
+		if h := got[0]; h.Err != nil || !h.Held || h.Lease != held || h.TTL <= 0 || h.TTL > time.Minute {
+			t.Errorf("%s: %+v, want held by %v for up to a minute", keys[0], h, held)
+		}
+		if h := got[1]; h.Err != nil || h.Held {
+			t.Errorf("%s: %+v, want free", keys[1], h)
+		}
+		if h := got[2]; h.Err == nil || h.Held {
+			t.Errorf("%s: %+v, want an error for a value that is no lease", keys[2], h)
+		}
+	})
+}
+
 // TestRenewLeasesInOnePipeline: RenewLeases extends the leases still held, on whichever nodes
 // their keys live, and refuses the one another owner took meanwhile, leaving it to that owner.
 func TestRenewLeasesInOnePipeline(t *testing.T) {
