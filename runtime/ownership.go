@@ -20,7 +20,12 @@ import (
 // the processes that run it, rounded up (so that processes that split the pipeline with --stages
 // share each node among those that run it). A process holding more gives units up
 // (finishing their batches first); a process holding fewer takes free units. When a process dies its
-// leases expire, the others stop counting it, and its units move within about one lease period.
+// leases expire, the others stop counting it, and its units move as soon as they have: each step
+// notes when the next other member's membership lapses, and when the leases it wanted and found
+// held expire, and a lapse before the next tick brings the next step forward to it (a live process
+// renews both several times per lease period, so only a dead or stalled one lapses that soon). So
+// the survivors own a dead process's units about one lease period after its last renewal, not a
+// step or more later.
 //
 // A lease is fenced: every ack checks that the lease is still held (transport/redis Commit), so a
 // process that lost a lease (it stalled past the TTL, say) stops working on the unit and acks nothing.
@@ -42,6 +47,9 @@ type ownership struct {
 
 	workers conc.WaitGroup
 	ctx     context.Context // the run's context, set by run
+	// early is when the next step comes before the next tick: the soonest lapse that the step under
+	// way found (lapseAt). Only run's goroutine uses it.
+	early time.Time
 
 	mu        sync.Mutex
 	leases    int  // balanced units held, as of the last step
@@ -122,10 +130,12 @@ func (o *ownership) run(ctx context.Context) {
 	ticker := o.r.clock.NewTicker(o.interval)
 	defer ticker.Stop()
 	for {
+		o.early = time.Time{}
+		o.step(ctx)
 		var early <-chan time.Time
 		var timer stages.Timer
-		if at := o.step(ctx); !at.IsZero() {
-			timer = o.r.clock.NewTimer(max(at.Sub(o.r.clock.Now()), 0))
+		if !o.early.IsZero() {
+			timer = o.r.clock.NewTimer(max(o.early.Sub(o.r.clock.Now()), 0))
 			early = timer.C()
 		}
 		select {
@@ -147,32 +157,31 @@ func (o *ownership) run(ctx context.Context) {
 // millisecond.
 const lapseMargin = time.Millisecond
 
-// sooner returns when to step again for a lapse at lapse: the earlier of early and the lapse's
-// margin past it, where a zero early stands for the next tick. A lapse an interval or more away
-// needs no step of its own.
-func (o *ownership) sooner(early, lapse time.Time) time.Time {
+// lapseAt notes a lapse that the step under way found: another member's membership, or a lease it
+// wanted and found held. The next step comes just after the soonest of them, unless the next tick
+// comes first.
+func (o *ownership) lapseAt(lapse time.Time) {
 	at := lapse.Add(lapseMargin)
-	if at.Sub(o.r.clock.Now()) >= o.interval || (!early.IsZero() && !early.After(at)) {
-		return early
+	if at.Sub(o.r.clock.Now()) < o.interval && (o.early.IsZero() || at.Before(o.early)) {
+		o.early = at
 	}
-	return at
 }
 
-// step renews what this process holds and moves it towards its fair share. It returns when to
-// step again, before the next tick, because another member's membership or a lease this process
-// wants lapses sooner than that; zero: at the next tick.
-func (o *ownership) step(ctx context.Context) (early time.Time) {
+// step renews what this process holds and moves it towards its fair share.
+func (o *ownership) step(ctx context.Context) {
 	r := o.r
 	ttl := r.opts.LeaseTTL
-	members, err := r.rdb.Heartbeat(ctx, o.memberKeys, r.opts.ProcessID, ttl)
+	membership, err := r.rdb.Heartbeat(ctx, o.memberKeys, r.opts.ProcessID, ttl)
+	members := membership.Live
 	if err != nil {
 		if ctx.Err() == nil && !r.redisFailed("renewing this process's membership", err) {
-			return time.Time{}
+			return
 		}
+		members = nil
 	} else {
 		r.outage.OK()
-		if !members.NextLapse.IsZero() {
-			early = o.sooner(early, members.NextLapse)
+		if !membership.NextLapse.IsZero() {
+			o.lapseAt(membership.NextLapse)
 		}
 	}
 
@@ -181,10 +190,10 @@ func (o *ownership) step(ctx context.Context) (early time.Time) {
 	o.forgetEnded(ctx)
 	o.renewUnits(ctx)
 	o.renewSources(ctx)
-	if ctx.Err() != nil || err != nil {
-		return early // without a membership count, keep what is held and take nothing new
+	if ctx.Err() != nil || members == nil {
+		return // without a membership count, keep what is held and take nothing new
 	}
-	return o.takeShares(ctx, members.Live, early)
+	o.takeShares(ctx, members)
 }
 
 // forgetEnded forgets the workers that ended on their own: a lost lease, or a fatal error.
@@ -239,16 +248,15 @@ func (o *ownership) renewSources(ctx context.Context) {
 }
 
 // takeShares asks at once for every lease wanted, of the sources and of each node (its fair
-// share among the members), and records what is held then. It returns early, or sooner if a
-// lease it wanted and found held lapses before the next tick. Called with o.mu held.
-func (o *ownership) takeShares(ctx context.Context, members []int, early time.Time) time.Time {
+// share among the members), and records what is held then. Called with o.mu held.
+func (o *ownership) takeShares(ctx context.Context, members []int) {
 	wants := []want{{o.sources, len(o.sources)}}
 	holdings, shares := make([]int, len(o.balanced)), make([]int, len(o.balanced))
 	for i, units := range o.balanced {
 		holdings[i], shares[i] = o.balance(units, max(members[i+1], 1))
 		wants = append(wants, want{units, shares[i] - holdings[i]})
 	}
-	taken, early := o.acquire(ctx, wants, early)
+	taken := o.acquire(ctx, wants)
 	leases, fair := 0, true
 	for i := range o.balanced {
 		held := holdings[i] + taken[i+1]
@@ -256,7 +264,6 @@ func (o *ownership) takeShares(ctx context.Context, members []int, early time.Ti
 		fair = fair && held >= shares[i]
 	}
 	o.leases, o.fair = leases, fair
-	return early
 }
 
 // balance gives up the units of one node that this process holds beyond its fair share among
@@ -287,11 +294,10 @@ type want struct {
 }
 
 // acquire takes the units that wants ask for and starts their workers; it returns how many it
-// took of each, and early or the sooner lapse of a lease it found held. Each round asks for every
-// lease still wanted in one round trip (a process starting takes all its partitions at once), and
-// the next round tries the following units in place of those that other processes hold. Called
-// with o.mu held.
-func (o *ownership) acquire(ctx context.Context, wants []want, early time.Time) ([]int, time.Time) {
+// took of each. Each round asks for every lease still wanted in one round trip (a process starting
+// takes all its partitions at once), and the next round tries the following units in place of
+// those that other processes hold. Called with o.mu held.
+func (o *ownership) acquire(ctx context.Context, wants []want) []int {
 	taken := make([]int, len(wants))
 	next := make([]int, len(wants))
 	for {
@@ -306,19 +312,18 @@ func (o *ownership) acquire(ctx context.Context, wants []want, early time.Time) 
 			}
 		}
 		if len(try) == 0 {
-			return taken, early
+			return taken
 		}
 		keys := make([]string, len(try))
 		for i, u := range try {
 			keys[i] = u.leaseKey
 		}
 		results, err := o.r.rdb.AcquireLeases(ctx, keys, o.r.opts.ProcessID, o.r.opts.LeaseTTL)
-		now := o.r.clock.Now()
 		if err != nil {
 			if ctx.Err() == nil {
 				o.r.redisFailed("taking leases", err)
 			}
-			return taken, early
+			return taken
 		}
 		failed := false
 		for i, res := range results {
@@ -330,19 +335,18 @@ func (o *ownership) acquire(ctx context.Context, wants []want, early time.Time) 
 				failed = true
 				continue
 			}
-			if !res.Taken {
-				if res.TTL >= 0 { // a lease without expiry (-1) is none of the runtime's
-					early = o.sooner(early, now.Add(res.TTL))
-				}
-				continue
+			if !res.Taken && res.TTL >= 0 { // a lease without expiry (-1) is none of the runtime's
+				o.lapseAt(o.r.clock.Now().Add(res.TTL))
 			}
-			o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
-			lease := res.Lease
-			o.startWorkerLocked(u, &lease)
-			taken[of[i]]++
+			if res.Taken {
+				o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)
+				lease := res.Lease
+				o.startWorkerLocked(u, &lease)
+				taken[of[i]]++
+			}
 		}
 		if failed {
-			return taken, early // Redis is failing: the next step tries again
+			return taken // Redis is failing: the next step tries again
 		}
 	}
 }
