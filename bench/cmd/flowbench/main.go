@@ -46,6 +46,12 @@ func main() {
 
 // config are the counts and durations of a run.
 type config struct {
+	// The TAKEOVER scenario's (takeover.go): the lease TTL, the kills per round, and the rate
+	// of the messages flowing meanwhile.
+	takeoverTTL   time.Duration
+	takeoverKills int
+	takeoverRate  float64
+
 	rounds     int
 	warm       int           // warm-up messages
 	latRate    float64       // paced rate of the latency phase, messages per second
@@ -58,25 +64,20 @@ type config struct {
 	backlogCap time.Duration
 	job        int // messages of the whole job (FW-5 job, RAW-5 job)
 	nexmark    int // events the Nexmark generator makes for the NEXMARK scenarios (nexmark.go)
-	// The TAKEOVER scenario's (takeover.go): the lease TTL, the kills per round, and the rate
-	// of the messages flowing meanwhile.
-	takeoverTTL   time.Duration
-	takeoverKills int
-	takeoverRate  float64
 }
 
 var (
 	fullConfig = config{
+		takeoverTTL: 3 * time.Second, takeoverKills: 4, takeoverRate: 3000,
 		rounds: 3, warm: 2000, latRate: 5000, latDur: 5 * time.Second,
 		flat: 200_000, wmFlat: 50_000, flatCap: 20 * time.Second, pub: 400_000,
 		backlog: 2_000_000, backlogCap: 5 * time.Minute, job: 150_000, nexmark: 200_000,
-		takeoverTTL: 3 * time.Second, takeoverKills: 4, takeoverRate: 3000,
 	}
 	quickConfig = config{
+		takeoverTTL: time.Second, takeoverKills: 2, takeoverRate: 1000,
 		rounds: 1, warm: 200, latRate: 5000, latDur: 400 * time.Millisecond,
 		flat: 4000, wmFlat: 1000, flatCap: 15 * time.Second, pub: 8000,
 		backlog: 40_000, backlogCap: 60 * time.Second, job: 5000, nexmark: 10_000,
-		takeoverTTL: time.Second, takeoverKills: 2, takeoverRate: 1000,
 	}
 )
 
