@@ -11,6 +11,7 @@ import (
 
 	"github.com/sourcegraph/conc"
 
+	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -20,7 +21,12 @@ import (
 // the processes that run it, rounded up (so that processes that split the pipeline with --stages
 // share each node among those that run it). A process holding more gives units up
 // (finishing their batches first); a process holding fewer takes free units. When a process dies its
-// leases expire, the others stop counting it, and its units move within about one lease period.
+// leases expire, the others stop counting it, and its units move as soon as they have: each step
+// notes when the next other member's membership lapses, and when the leases it wanted and found
+// held expire, and a lapse before the next tick brings the next step forward to it (a live process
+// renews both several times per lease period, so only a dead or stalled one lapses that soon). So
+// the survivors own a dead process's units about one lease period after its last renewal, not a
+// step or more later.
 //
 // A lease is fenced: every ack checks that the lease is still held (transport/redis Commit), so a
 // process that lost a lease (it stalled past the TTL, say) stops working on the unit and acks nothing.
@@ -47,6 +53,9 @@ type ownership struct {
 
 	workers conc.WaitGroup
 	ctx     context.Context // the run's context, which the workers' derive from
+	// early is when the next step comes before the next tick: the soonest lapse that the step under
+	// way found (lapseAt). Only run's goroutine uses it.
+	early time.Time
 
 	mu        sync.Mutex
 	leases    int  // balanced units held, as of the last step
@@ -137,13 +146,41 @@ func (o *ownership) run(ctx context.Context) {
 	ticker := o.r.clock.NewTicker(o.interval)
 	defer ticker.Stop()
 	for {
+		o.early = time.Time{}
 		o.step(ctx)
+		var early <-chan time.Time
+		var timer stages.Timer
+		if !o.early.IsZero() {
+			timer = o.r.clock.NewTimer(max(o.early.Sub(o.r.clock.Now()), 0))
+			early = timer.C()
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-ticker.C():
 		case <-o.stepNow:
+		case <-early:
 		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// lapseMargin is how long after a lapse the step it brings forward runs: Redis expires a key once
+// its time is past, and the heartbeat forgets a member once its expiry is past, both to the
+// millisecond.
+const lapseMargin = time.Millisecond
+
+// lapseAt notes a lapse that the step under way found: another member's membership, or a lease it
+// wanted and found held. The next step comes just after the soonest of them, unless the next tick
+// comes first.
+func (o *ownership) lapseAt(lapse time.Time) {
+	at := lapse.Add(lapseMargin)
+	if at.Sub(o.r.clock.Now()) < o.interval && (o.early.IsZero() || at.Before(o.early)) {
+		o.early = at
 	}
 }
 
@@ -154,7 +191,8 @@ func (o *ownership) step(ctx context.Context) {
 	o.mu.Lock()
 	memberKeys, version := o.memberKeys, o.version
 	o.mu.Unlock()
-	members, err := r.rdb.Heartbeat(ctx, memberKeys, r.opts.ProcessID, ttl)
+	membership, err := r.rdb.Heartbeat(ctx, memberKeys, r.opts.ProcessID, ttl)
+	members := membership.Live
 	if err != nil {
 		if ctx.Err() == nil && !r.redisFailed("renewing this process's membership", err) {
 			return
@@ -162,6 +200,9 @@ func (o *ownership) step(ctx context.Context) {
 		members = nil
 	} else {
 		r.outage.OK()
+		if !membership.NextLapse.IsZero() {
+			o.lapseAt(membership.NextLapse)
+		}
 	}
 
 	o.mu.Lock()
@@ -319,6 +360,9 @@ func (o *ownership) acquire(ctx context.Context, wants []want) (taken []int, all
 				}
 				failed = true
 				continue
+			}
+			if !res.Taken && res.TTL >= 0 { // a lease without expiry (-1) is none of the runtime's
+				o.lapseAt(o.r.clock.Now().Add(res.TTL))
 			}
 			if res.Taken {
 				o.r.log.Debug("partition taken", "node", u.node.name, "stream", u.stream, "token", res.Lease.Token)

@@ -141,6 +141,7 @@ type GroupReport struct {
 	ScheduledRetries int64        `json:"scheduled_retries"`
 	Lease            *LeaseReport `json:"lease,omitempty"` // nil: nobody holds the partition
 	LeaseError       string       `json:"lease_error,omitempty"`
+	leaseKey         string       // the pipeline's reader's: read last (Report.readLeases)
 }
 
 type LeaseReport struct {
@@ -233,8 +234,7 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 			return nil, err
 		}
 		if key, ok := sourceLeaseKey(keys, s, kind); ok {
-			sr.LeaseKey = key
-			sr.Lease, sr.LeaseError = leaseOf(ctx, c, key)
+			sr.LeaseKey = key // its holder is read last, with the others (readLeases)
 		}
 		switch up, found, err := c.ReadUpstreamLag(ctx, keys.SourceUpstreamLag(s.Name)); {
 		case err != nil:
@@ -302,7 +302,7 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 					gr.Reader = r.label()
 				}
 				gr.ScheduledRetries = st.Retries
-				gr.Lease, gr.LeaseError = leaseOf(ctx, c, keys.Lease(t.Name, p, r.name))
+				gr.leaseKey = keys.Lease(t.Name, p, r.name)
 				if total := totals[r.label()]; total != nil {
 					total.Lag += gr.Lag
 					total.LagExact = total.LagExact && (gr.LagExact || !gr.Exists)
@@ -321,6 +321,7 @@ func Inspect(ctx context.Context, c *redis.Client, plan *flow.Plan, now time.Tim
 		report.Topics = append(report.Topics, tr)
 	}
 
+	report.readLeases(ctx, c)
 	members, err := c.Members(ctx, keys.Members())
 	if err != nil {
 		return nil, err
@@ -375,17 +376,39 @@ func sourceInput(ctx context.Context, c *redis.Client, s *flow.Source, in stages
 	return report, nil
 }
 
-// leaseOf reads who holds the lease at key: nil when nobody does; an unreadable lease is reported,
-// not fatal.
-func leaseOf(ctx context.Context, c *redis.Client, key string) (*LeaseReport, string) {
-	l, ttl, held, err := c.LeaseHolder(ctx, key)
-	switch {
-	case err != nil:
-		return nil, oneLine(err.Error())
-	case !held:
-		return nil, ""
+// readLeases reads who holds the lease of each source and reader of the report, in one round trip
+// and after everything else: who owns what is as of the report's end, for an operator who watches
+// a dead process's partitions being taken over. Nobody holding a lease leaves it nil; an unreadable
+// lease is reported, not fatal.
+func (r *Report) readLeases(ctx context.Context, c *redis.Client) {
+	type slot struct {
+		lease **LeaseReport
+		err   *string
 	}
-	return &LeaseReport{Owner: l.Owner, Token: l.Token, TTLMS: ttl.Milliseconds()}, ""
+	var keys []string
+	var slots []slot
+	for i := range r.Sources {
+		if s := &r.Sources[i]; s.LeaseKey != "" {
+			keys, slots = append(keys, s.LeaseKey), append(slots, slot{&s.Lease, &s.LeaseError})
+		}
+	}
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			for i := range p.Groups {
+				if g := &p.Groups[i]; g.leaseKey != "" {
+					keys, slots = append(keys, g.leaseKey), append(slots, slot{&g.Lease, &g.LeaseError})
+				}
+			}
+		}
+	}
+	for i, h := range c.LeaseHolders(ctx, keys) {
+		switch {
+		case h.Err != nil:
+			*slots[i].err = oneLine(h.Err.Error())
+		case h.Held:
+			*slots[i].lease = &LeaseReport{Owner: h.Lease.Owner, Token: h.Lease.Token, TTLMS: h.TTL.Milliseconds()}
+		}
+	}
 }
 
 // leasesHeldBy counts the leases of the report that owner holds.

@@ -117,6 +117,7 @@ func (a *Access) Members(who, key string) {
 	a.add(who, key, 1, "zadd", key, "0", "process")
 	a.add(who, key, 1, "zremrangebyscore", key, "-inf", "(0")
 	a.add(who, key, 1, "zcard", key)
+	a.add(who, key, 1, "zrange", key, "0", "1", "withscores")
 	a.add(who, key, 1, "zrem", key, "process")
 }
 

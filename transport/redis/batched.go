@@ -13,10 +13,12 @@ import (
 // stops: one round trip for all of them, not one each. Inside a pipeline a script is sent whole
 // (EVAL): EVALSHA's fallback on NOSCRIPT needs the reply before the next command.
 
-// LeaseResult is the outcome of one key of AcquireLeases: as AcquireLease's results.
+// LeaseResult is the outcome of one key of AcquireLeases: as AcquireLease's results, and the
+// time the lease has left (the holder's, when it was not taken).
 type LeaseResult struct {
 	Lease Lease
 	Taken bool
+	TTL   time.Duration
 	Err   error
 }
 
@@ -53,7 +55,8 @@ func (c *Client) AcquireLeases(ctx context.Context, keys []string, owner string,
 			continue
 		}
 		taken, _ := res[0].(int64)
-		results[i] = LeaseResult{Lease: l, Taken: taken == 1}
+		ttl, _ := res[2].(int64)
+		results[i] = LeaseResult{Lease: l, Taken: taken == 1, TTL: time.Duration(ttl) * time.Millisecond}
 	}
 	return results, nil
 }

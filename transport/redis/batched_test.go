@@ -7,7 +7,7 @@ import (
 )
 
 // TestLeasesInOnePipeline: AcquireLeases takes the free leases and reports the held one with its
-// holder; ReleaseLeases frees what it holds and refuses a lease it no longer holds; on a cluster
+// holder and its time left; ReleaseLeases frees what it holds and refuses a lease it no longer holds; on a cluster
 // the keys live on different nodes.
 func TestLeasesInOnePipeline(t *testing.T) {
 	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
@@ -35,6 +35,10 @@ func TestLeasesInOnePipeline(t *testing.T) {
 		if res[1].Lease != other {
 			t.Errorf("held lease reported as %v, want the other owner's %v", res[1].Lease, other)
 		}
+		// The holder's time left tells the others when to look again.
+		if ttl := res[1].TTL; ttl <= 0 || ttl > time.Minute {
+			t.Errorf("held lease reported with %s left, want up to a minute", ttl)
+		}
 		for _, i := range []int{0, 2} {
 			if l, _, held, err := c.LeaseHolder(ctx, keys[i]); err != nil || !held || l != res[i].Lease || l.Owner != "me" {
 				t.Errorf("%s is held by %v (held %v, %v), want %v", keys[i], l, held, err, res[i].Lease)
@@ -57,6 +61,36 @@ func TestLeasesInOnePipeline(t *testing.T) {
 		}
 		if _, _, held, err := c.LeaseHolder(ctx, keys[2]); err != nil || held {
 			t.Errorf("%s is still held (%v) after its release", keys[2], err)
+		}
+	})
+}
+
+// TestLeaseHoldersInOnePipeline: LeaseHolders reads the holder and time left of several leases at
+// once, on whichever nodes their keys live: a held one, a free one, and a key whose value is no
+// lease, which has an error of its own while the others are read.
+func TestLeaseHoldersInOnePipeline(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		keys := []string{k.Lease("orders", 0, "enrich"), k.Lease("orders", 1, "enrich"), k.Lease("orders", 2, "enrich")}
+		held, ok, err := c.AcquireLease(ctx, keys[0], "me", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("taking %s: %v %v", keys[0], ok, err)
+		}
+		if err := c.Universal().Set(ctx, keys[2], "no lease", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := c.LeaseHolders(ctx, keys)
+		if len(got) != 3 {
+			t.Fatalf("%d results, want 3", len(got))
+		}
+		if h := got[0]; h.Err != nil || !h.Held || h.Lease != held || h.TTL <= 0 || h.TTL > time.Minute {
+			t.Errorf("%s: %+v, want held by %v for up to a minute", keys[0], h, held)
+		}
+		if h := got[1]; h.Err != nil || h.Held {
+			t.Errorf("%s: %+v, want free", keys[1], h)
+		}
+		if h := got[2]; h.Err == nil || h.Held {
+			t.Errorf("%s: %+v, want an error for a value that is no lease", keys[2], h)
 		}
 	})
 }

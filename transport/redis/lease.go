@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // ErrLeaseLost is returned (wrapped) when a lease is no longer held by the caller: it expired
@@ -114,24 +116,50 @@ func (c *Client) ReleaseLease(ctx context.Context, l Lease) error {
 // LeaseHolder returns who holds the lease at key and its remaining time to live; ok is false
 // when nobody holds it.
 func (c *Client) LeaseHolder(ctx context.Context, key string) (l Lease, ttl time.Duration, ok bool, err error) {
+	h := c.LeaseHolders(ctx, []string{key})[0]
+	return h.Lease, h.TTL, h.Held, h.Err
+}
+
+// LeaseHolding is what LeaseHolders found at one key: as LeaseHolder's results.
+type LeaseHolding struct {
+	Lease Lease
+	TTL   time.Duration
+	Held  bool
+	Err   error
+}
+
+// LeaseHolders is LeaseHolder for several keys in one pipeline, with a result per key in the order
+// of keys: flowrun inspect reads every lease of a pipeline at one moment, and a pipeline of many
+// partitions in one round trip.
+func (c *Client) LeaseHolders(ctx context.Context, keys []string) []LeaseHolding {
 	pipe := c.rdb.Pipeline()
-	get := pipe.Get(ctx, key)
-	pttl := pipe.PTTL(ctx, key)
+	gets := make([]*goredis.StringCmd, len(keys))
+	pttls := make([]*goredis.DurationCmd, len(keys))
+	for i, key := range keys {
+		gets[i], pttls[i] = pipe.Get(ctx, key), pipe.PTTL(ctx, key)
+	}
 	_, _ = pipe.Exec(ctx)
-	v, err := get.Result()
-	if isNil(err) {
-		return Lease{}, 0, false, nil
+	out := make([]LeaseHolding, len(keys))
+	for i, key := range keys {
+		v, err := gets[i].Result()
+		switch {
+		case isNil(err):
+			continue
+		case err != nil:
+			out[i].Err = wrap(err, "reading lease", key)
+			continue
+		}
+		l, err := parseLeaseValue(key, v)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		ttl, err := pttls[i].Result()
+		if err != nil {
+			out[i].Err = wrap(err, "reading lease ttl", key)
+			continue
+		}
+		out[i] = LeaseHolding{Lease: l, TTL: ttl, Held: true}
 	}
-	if err != nil {
-		return Lease{}, 0, false, wrap(err, "reading lease", key)
-	}
-	l, err = parseLeaseValue(key, v)
-	if err != nil {
-		return Lease{}, 0, false, err
-	}
-	ttl, err = pttl.Result()
-	if err != nil {
-		return Lease{}, 0, false, wrap(err, "reading lease ttl", key)
-	}
-	return l, ttl, true, nil
+	return out
 }

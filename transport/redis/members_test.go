@@ -17,11 +17,11 @@ func TestHeartbeatCountsLiveMembers(t *testing.T) {
 			all, node := k.Members(), k.NodeMembers("work")
 			beat := func(member string, keys ...string) []int {
 				t.Helper()
-				n, err := c.Heartbeat(ctx, keys, member, time.Minute)
+				m, err := c.Heartbeat(ctx, keys, member, time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return n
+				return m.Live
 			}
 			if n := beat("a", all, node); n[0] != 1 || n[1] != 1 {
 				t.Fatalf("first heartbeat: %v", n)
@@ -46,6 +46,39 @@ func TestHeartbeatCountsLiveMembers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHeartbeatTellsTheNextLapse: a heartbeat reports when the soonest other member lapses, in any
+// of its sets, never itself; with no other member, nothing.
+func TestHeartbeatTellsTheNextLapse(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		all, node := k.Members(), k.NodeMembers("work")
+		alone, err := c.Heartbeat(ctx, []string{all, node}, "me", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !alone.NextLapse.IsZero() {
+			t.Errorf("alone: the next lapse is %v, want none", alone.NextLapse)
+		}
+		soon := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+		for key, m := range map[string]goredis.Z{
+			all:  {Score: float64(soon.Add(time.Hour).UnixMilli()), Member: "late"},
+			node: {Score: float64(soon.UnixMilli()), Member: "soon"},
+		} {
+			if err := c.Universal().ZAdd(ctx, key, m).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Its own membership lapses first (a second), the others' after: the soonest other's.
+		got, err := c.Heartbeat(ctx, []string{all, node}, "me", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.NextLapse.Equal(soon) || got.Live[0] != 2 || got.Live[1] != 2 {
+			t.Errorf("heartbeat = %+v, want the next lapse at %v and 2 members in each set", got, soon)
+		}
+	})
 }
 
 func TestMembers(t *testing.T) {

@@ -73,6 +73,8 @@ func runChild(args []string) error {
 		return runFlowrunInProcess(ctx, *addr, *pipeline, *batch)
 	case "pub-flowrun":
 		return report(publishFlowrun(ctx, *addr, *pipeline, *topic, *n, *g, *async))
+	case "busy":
+		return busyLoop(*g)
 	}
 	return fmt.Errorf("child: unknown kind %q", args[0])
 }

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 func main() {
@@ -44,6 +46,12 @@ func main() {
 
 // config are the counts and durations of a run.
 type config struct {
+	// The TAKEOVER scenario's (takeover.go): the lease TTL, the kills per round, and the rate
+	// of the messages flowing meanwhile.
+	takeoverTTL   time.Duration
+	takeoverKills int
+	takeoverRate  float64
+
 	rounds     int
 	warm       int           // warm-up messages
 	latRate    float64       // paced rate of the latency phase, messages per second
@@ -61,11 +69,13 @@ type config struct {
 
 var (
 	fullConfig = config{
+		takeoverTTL: 3 * time.Second, takeoverKills: 4, takeoverRate: 3000,
 		rounds: 3, warm: 2000, latRate: 5000, latDur: 5 * time.Second,
 		flat: 200_000, wmFlat: 50_000, flatCap: 20 * time.Second, pub: 400_000,
 		backlog: 2_000_000, backlogCap: 5 * time.Minute, job: 150_000, nexmark: 200_000,
 	}
 	quickConfig = config{
+		takeoverTTL: time.Second, takeoverKills: 2, takeoverRate: 1000,
 		rounds: 1, warm: 200, latRate: 5000, latDur: 400 * time.Millisecond,
 		flat: 4000, wmFlat: 1000, flatCap: 15 * time.Second, pub: 8000,
 		backlog: 40_000, backlogCap: 60 * time.Second, job: 5000, nexmark: 10_000, quick: true,
@@ -100,7 +110,8 @@ type harness struct {
 	// The connectors' databases (connectors.go), made at first use, and what removes them.
 	sqlDB    string
 	pg       *privatePostgres
-	nats     *benchNATS // connectors_nats.go
+	nats     *benchNATS         // connectors_nats.go
+	cluster  *redistest.Cluster // takeover.go
 	cleanups []func()
 }
 

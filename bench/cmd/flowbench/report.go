@@ -82,6 +82,8 @@ func progressLine(sc scenario, r result) string {
 		return s + r.na
 	case r.failed != "":
 		return s + "FAILED: " + r.failed
+	case r.takeover != nil:
+		return s + r.takeover.line() + notes(r)
 	}
 	s += fmt.Sprintf("%9.0f msg/s", r.rate)
 	if sc.hasLatency() {
@@ -94,10 +96,14 @@ func progressLine(sc scenario, r result) string {
 	if r.capped {
 		s += fmt.Sprintf("  (time limit: %d arrived)", r.got)
 	}
-	if len(r.notes) > 0 {
-		s += "  (" + strings.Join(r.notes, "; ") + ")"
+	return s + notes(r)
+}
+
+func notes(r result) string {
+	if len(r.notes) == 0 {
+		return ""
 	}
-	return s
+	return "  (" + strings.Join(r.notes, "; ") + ")"
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/1e6) }
@@ -184,7 +190,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 	all := append(append([]scenario{}, scenarios...), backlogScenario)
 	for _, sc := range all {
 		s, ok := sums[sc.name]
-		if !ok {
+		if !ok || (sc.kind == kindTakeover && s.ok > 0) { // its own table: takeoverReport
 			continue
 		}
 		if s.ok == 0 {
@@ -222,6 +228,7 @@ func buildReport(m machine, cfg config, results map[string][]result, quick bool)
 	}
 	b.WriteString(peersReport(sums, results, quick)) // benthos.go
 	b.WriteString(nexmarkReport(sums))
+	b.WriteString(takeoverReport(results, quick))
 	if quick {
 		b.WriteString("\nBudgets: not judged in quick mode.\n")
 		return b.String()

@@ -132,6 +132,8 @@ type result struct {
 	got      int           // messages of the measured phase that arrived
 	elapsed  time.Duration // of the measured phase
 	capped   bool          // the phase ended on its time limit before all had arrived
+
+	takeover *takeoverResult // the TAKEOVER scenario's figures (takeover.go), instead of the above
 }
 
 func (r result) ok() bool { return r.na == "" && r.failed == "" }
@@ -167,6 +169,8 @@ func (h *harness) run(ctx context.Context, sc scenario) result {
 		return h.mqttRun(ctx, sc)
 	case kindNexmark:
 		return h.runNexmark(ctx, sc)
+	case kindTakeover:
+		return h.runTakeover(ctx, sc)
 	}
 	return h.runHops(ctx, sc)
 }
