@@ -91,9 +91,12 @@ type Client struct {
 	user    string // the ACL user the connections log in as
 	// maxEntrySize bounds the entries that reads decode (0: no bound); see WithMaxEntrySize.
 	maxEntrySize int64
-	clock        Clock         // see WithClock; nil: the wall clock
-	clocked      *clockedReads // see WithClockedReads; nil: reads block in Redis
-	conns        *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
+	// offloadOver is the payload size above which writes offload payloads (0: never); see
+	// WithOffloadOver.
+	offloadOver int64
+	clock       Clock         // see WithClock; nil: the wall clock
+	clocked     *clockedReads // see WithClockedReads; nil: reads block in Redis
+	conns       *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
