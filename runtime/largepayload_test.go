@@ -81,7 +81,7 @@ func hopAllocations(t *testing.T, stage string) float64 {
 				return
 			}
 			e := recs[0].Entry
-			m := stages.NewMessage(e.Key, e.Payload, e.Headers)
+			m := stages.NewEntryMessage(e.Key, e.Payload, e.Headers) // as the worker makes it
 			outs, err := proc.Process(ctx, &m, nil)
 			if err != nil || len(outs) != 1 {
 				failure = err
