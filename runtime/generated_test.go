@@ -383,6 +383,9 @@ func (t *drawTally) add(d *modeltest.Draw) {
 		t.count("table updates", len(tb.Updates))
 	}
 	t.count(d.Pipeline.Delivery, 1)
+	if d.Pipeline.OffloadOver != "" {
+		t.count("offloading", 1)
+	}
 	if d.NoFusion {
 		t.count("unfused", 1)
 	}

@@ -15,6 +15,10 @@ type Expr struct {
 // which every block's input comes before it.
 type Pipeline struct {
 	Delivery string // "at_least_once" or "effectively_once"
+	// OffloadOver is the pipeline's offload_over, "" for the default (64KiB, which no drawn message
+	// reaches). A small one offloads nearly every payload, everywhere: topics, dead letters, the
+	// links of unfused chains.
+	OffloadOver string
 	Topics   []*Topic
 	Tables   []*Table
 	Sources  []*Source
