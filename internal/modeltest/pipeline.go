@@ -19,11 +19,11 @@ type Pipeline struct {
 	// reaches). A small one offloads nearly every payload, everywhere: topics, dead letters, the
 	// links of unfused chains.
 	OffloadOver string
-	Topics   []*Topic
-	Tables   []*Table
-	Sources  []*Source
-	Stages   []*Stage
-	Sinks    []*Sink
+	Topics      []*Topic
+	Tables      []*Table
+	Sources     []*Source
+	Stages      []*Stage
+	Sinks       []*Sink
 }
 
 // Topic is a declared topic.
