@@ -41,7 +41,7 @@ var pipelineSpec = &BlockSpec{
 				"stream it is written to, and the entry carries a payload_ref naming that key instead; every " +
 				"reader gets the payload back as if it were inline, and the key goes when the entry is trimmed " +
 				"or its dead letter purged (docs/redis-keys.md). \"off\" (or \"0B\") keeps every payload in its " +
-				"entry. A redis_stream sink always writes payloads inline.",
+				"entry. A redis_stream sink, and everything on the embedded Redis, writes payloads inline.",
 		},
 		{Name: "description", Type: TypeString, Doc: "What the pipeline is for; shown by graph and inspect."},
 	},

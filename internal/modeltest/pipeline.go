@@ -17,7 +17,7 @@ type Pipeline struct {
 	Delivery string // "at_least_once" or "effectively_once"
 	// OffloadOver is the pipeline's offload_over, "" for the default (64KiB, which no drawn message
 	// reaches). A small one offloads nearly every payload, everywhere: topics, dead letters, the
-	// links of unfused chains.
+	// links of unfused chains (but on the embedded Redis, which offloads nothing).
 	OffloadOver string
 	Topics      []*Topic
 	Tables      []*Table

@@ -53,7 +53,10 @@ const DefaultOffloadOver = 64 << 10
 // offloading off. Reads fetch offloaded payloads whatever the setting: another process may have
 // written them. An output is never offloaded when it is Inline, when it has a MaxLen (XADD MAXLEN
 // would trim entries without their payloads), or, on a cluster, when its stream's name has no hash
-// tag (the payload's key could not share its slot).
+// tag (the payload's key could not share its slot). Nothing is offloaded on miniredis (the embedded
+// Redis of flowrun run and flowrun test): it keeps everything in the process's memory anyway, and it
+// walks every key, sorted, on every command to expire keys, so that a key per large payload would
+// slow down every command of the run.
 func (c *Client) WithOffloadOver(n int64) *Client {
 	o := *c
 	o.offloadOver = max(n, 0)
@@ -70,7 +73,7 @@ type offloaded struct {
 // with its payload offloaded. When it does, it replaces the payload field by payload_ref in values
 // and returns the payload and its key; otherwise it returns nil and leaves values alone.
 func (c *Client) offload(stream string, o *Output, values []any) *offloaded {
-	if c.offloadOver <= 0 || o.Inline || o.MaxLen > 0 {
+	if c.offloadOver <= 0 || c.miniredis || o.Inline || o.MaxLen > 0 {
 		return nil
 	}
 	payload, ok := values[1].([]byte)

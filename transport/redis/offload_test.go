@@ -44,7 +44,7 @@ func exists(t *testing.T, c *Client, key string) bool {
 // large one is stored under a key of its own in the stream's slot, listed in the stream's index,
 // and read back whole by group reads, plain reads and EntryByID, while the small one stays inline.
 func TestOffloadWrites(t *testing.T) {
-	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		c = c.WithOffloadOver(1 << 10)
 		in := k.Stream("in", 0)
@@ -186,7 +186,7 @@ func lastIDs(t *testing.T, c *Client, stream string, n int) []string {
 // TestOffloadTrimKeepsWhatAGroupNeeds trims a stream read by two groups: a payload goes with its
 // entry, and only once neither group needs the entry any more.
 func TestOffloadTrimKeepsWhatAGroupNeeds(t *testing.T) {
-	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		c = c.WithOffloadOver(1 << 10)
 		s := k.Stream("t", 0)
@@ -246,7 +246,7 @@ func TestOffloadTrimKeepsWhatAGroupNeeds(t *testing.T) {
 
 // TestOffloadDeleteEntries deletes entries and a whole stream: their payload keys go with them.
 func TestOffloadDeleteEntries(t *testing.T) {
-	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		c = c.WithOffloadOver(1 << 10)
 		s := k.DeadLetter("stage")
@@ -279,7 +279,7 @@ func TestOffloadDeleteEntries(t *testing.T) {
 // TestOffloadMissingPayload reads an entry whose payload key is gone, or whose payload_ref names a
 // key of another stream: it is malformed (to be dead-lettered), and the read goes on.
 func TestOffloadMissingPayload(t *testing.T) {
-	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		s := k.Stream("m", 0)
 		other := k.Stream("m", 1)
@@ -326,6 +326,48 @@ func TestOffloadNoOrphanOnFailedWrite(t *testing.T) {
 		}
 		if len(keys) != 1 {
 			t.Errorf("keys after the failed write: %v; want only %s", keys, s)
+		}
+	})
+}
+
+// TestNoOffloadOnMiniredis: the embedded Redis keeps payloads in their entries whatever their size
+// (see WithOffloadOver), and its reads still follow references that another writer made; trimming
+// and deleting entries there still delete their payloads.
+func TestNoOffloadOnMiniredis(t *testing.T) {
+	forEach(t, []backend{miniredisBackend()}, func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		s := k.Stream("m", 0)
+		big := bigPayload("a", 2<<10)
+		ids, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: s, Entry: Entry{Payload: big}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref := offloadedRef(t, c, s, ids[0]); ref != "" {
+			t.Fatalf("offloaded to %s on miniredis", ref)
+		}
+		// An entry as a client of a real server wrote it: the reference, its key and its index.
+		ref := PayloadKey(s, "by-hand")
+		id, err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: s, Values: []any{FieldPayloadRef, ref}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Universal().Set(ctx, ref, big, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := parseID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Universal().ZAdd(ctx, PayloadIndex(s), goredis.Z{Score: float64(ms.ms), Member: id + " " + ref}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := c.Read(ctx, s, "0", 0, 0)
+		if err != nil || len(recs) != 2 || !bytes.Equal(recs[1].Payload, big) {
+			t.Fatalf("Read: %d records, %v", len(recs), err)
+		}
+		if n, err := c.DeleteEntries(ctx, s, id); err != nil || n != 1 || exists(t, c, ref) {
+			t.Fatalf("DeleteEntries: %d, %v; the payload's key exists: %v", n, err, exists(t, c, ref))
 		}
 	})
 }
