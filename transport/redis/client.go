@@ -97,9 +97,9 @@ type Client struct {
 	// miniredis: the server is miniredis (the embedded Redis), where writes never offload (see
 	// WithOffloadOver).
 	miniredis bool
-	clock       Clock         // see WithClock; nil: the wall clock
-	clocked     *clockedReads // see WithClockedReads; nil: reads block in Redis
-	conns       *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
+	clock     Clock         // see WithClock; nil: the wall clock
+	clocked   *clockedReads // see WithClockedReads; nil: reads block in Redis
+	conns     *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
