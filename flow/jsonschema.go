@@ -171,6 +171,9 @@ func attributeSchema(a Attribute) map[string]any {
 		s = map[string]any{"type": "string", "pattern": `^(([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h|d))+|.*\$\{.*)$`}
 	case TypeSize:
 		s = map[string]any{"type": "string", "pattern": `^([0-9]+(\.[0-9]*)? ?(B|KB|KiB|MB|MiB|GB|GiB)|.*\$\{.*)$`}
+		if len(a.Enum) > 0 {
+			s = map[string]any{"anyOf": []any{s, map[string]any{"enum": a.Enum}}}
+		}
 	case TypeStringList:
 		s = map[string]any{"anyOf": []any{map[string]any{"type": "array", "items": map[string]any{"type": "string"}}, expressionString}}
 	case TypeStringMap:

@@ -22,6 +22,10 @@ type Plan struct {
 	// MaxMessageSize is the largest entry, in bytes, that the pipeline's nodes read and its
 	// publishers write (transport/redis EntrySize); larger ones are dead-lettered unread.
 	MaxMessageSize int64
+	// OffloadOver is the payload size, in bytes, above which the pipeline stores a payload under
+	// a key of its own and its entry refers to it (transport/redis WithOffloadOver); 0 turns
+	// offloading off.
+	OffloadOver int64
 
 	Topics  []*Topic  // sorted by name; includes the implicit outputs of stages read as stage.NAME
 	Sources []*Source // in declaration order

@@ -113,7 +113,7 @@ func docType(a Attribute) string {
 		return "topic reference, or " + backquotedList(a.Enum)
 	case a.Type == TypeAggregates:
 		return "object of aggregate calls: " + backquotedList(sortedKeys(AggregateFuncs))
-	case len(a.Enum) > 0:
+	case len(a.Enum) > 0 && a.Type != TypeSize:
 		return "one of " + backquotedList(a.Enum)
 	case a.Type == TypeReference:
 		refs := make([]string, len(a.Refs))
@@ -141,6 +141,11 @@ func docType(a Attribute) string {
 		t += fmt.Sprintf(", %s to %s", bound(*a.Min), bound(*a.Max))
 	} else if a.Min != nil {
 		t += fmt.Sprintf(", at least %s", bound(*a.Min))
+	} else if a.Max != nil {
+		t += fmt.Sprintf(", at most %s", bound(*a.Max))
+	}
+	if a.Type == TypeSize && len(a.Enum) > 0 {
+		t += ", or " + backquotedList(a.Enum)
 	}
 	return t
 }

@@ -94,3 +94,50 @@ sink "o" {
 		t.Errorf("the default is %s, want 64MiB", FormatSize(DefaultMaxMessageSize))
 	}
 }
+
+// TestOffloadOver: the pipeline's offload_over reaches the plan in bytes, "off" and "0B" turn it
+// off, the default is 64KiB, and a value that is neither a size nor "off" is an error at its line
+// that says both.
+func TestOffloadOver(t *testing.T) {
+	const rest = `
+topic "t" {}
+source "s" {
+  kind   = "stdin"
+  output = topic.t
+}
+sink "o" {
+  kind  = "stdout"
+  input = topic.t
+}`
+	for setting, want := range map[string]int64{
+		``:                        int64(DefaultOffloadOver),
+		`offload_over = "1MiB"`:   1 << 20,
+		`offload_over = "off"`:    0,
+		`offload_over = "0B"`:     0,
+		`offload_over = "100KiB"`: 100 << 10,
+	} {
+		cfg, diags := LoadSource(map[string][]byte{"p.hcl": []byte("pipeline \"p\" {\n  " + setting + "\n}\n" + rest)})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		plan, diags := Compile(cfg, testOptions)
+		if diags.HasErrors() {
+			t.Fatal(setting, diags)
+		}
+		if plan.OffloadOver != want {
+			t.Errorf("%s: OffloadOver = %d, want %d", setting, plan.OffloadOver, want)
+		}
+	}
+	cfg, diags := LoadSource(map[string][]byte{"p.hcl": []byte("pipeline \"p\" {\n  offload_over = \"never\"\n}\n" + rest)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_, diags = Compile(cfg, testOptions)
+	if !diags.HasErrors() || diags[0].Subject == nil || diags[0].Subject.Start.Line != 2 ||
+		!strings.Contains(diags[0].Detail, `"off"`) || !strings.Contains(diags[0].Detail, "offload_over") {
+		t.Errorf("offload_over = \"never\": %v; want an error at line 2 naming offload_over and \"off\"", diags)
+	}
+	if DefaultOffloadOver != 64<<10 {
+		t.Errorf("the default is %s, want 64KiB", FormatSize(DefaultOffloadOver))
+	}
+}

@@ -69,7 +69,7 @@ type Attribute struct {
 	Default any
 	// DefaultDoc describes a default that depends on other settings, for the docs.
 	DefaultDoc string
-	Enum       []string // allowed values of a string attribute
+	Enum       []string // allowed values of a string attribute; for a size, words that mean 0 (off)
 	Min        *float64 // inclusive bounds of a number, integer or size (in bytes) attribute
 	Max        *float64
 	// Roots are the per-message variables a message expression may use, such as "msg" or "index".

@@ -34,6 +34,15 @@ var pipelineSpec = &BlockSpec{
 				"publish API refuses larger messages. At most 512MiB, the largest value Redis accepts by " +
 				"default (proto-max-bulk-len).",
 		},
+		{
+			Name: "offload_over", Type: TypeSize, Default: DefaultOffloadOver, Enum: []string{"off"},
+			Max: Bound(512 << 20),
+			Doc: "A payload larger than this is stored once under a Redis key of its own, in the slot of the " +
+				"stream it is written to, and the entry carries a payload_ref naming that key instead; every " +
+				"reader gets the payload back as if it were inline, and the key goes when the entry is trimmed " +
+				"or its dead letter purged (docs/redis-keys.md). \"off\" (or \"0B\") keeps every payload in its " +
+				"entry. A redis_stream sink, and everything on the embedded Redis, writes payloads inline.",
+		},
 		{Name: "description", Type: TypeString, Doc: "What the pipeline is for; shown by graph and inspect."},
 	},
 }
@@ -42,15 +51,22 @@ var pipelineSpec = &BlockSpec{
 // message that belongs in a stream, small enough that one entry cannot take a process's memory.
 const DefaultMaxMessageSize Size = 64 << 20
 
+// DefaultOffloadOver is the default of the pipeline's offload_over (transport/redis
+// DefaultOffloadOver): above 64KiB a payload costs Redis more inside its entry than under a key
+// of its own.
+const DefaultOffloadOver Size = 64 << 10
+
 // compilePipeline fills the plan's pipeline-wide settings.
 func (c *compiler) compilePipeline() {
 	b := c.cfg.Pipeline
 	c.plan.MaxMessageSize = int64(DefaultMaxMessageSize)
+	c.plan.OffloadOver = int64(DefaultOffloadOver)
 	if b == nil {
 		return // Load has reported it
 	}
 	attrs := c.decodeAttributes(pipelineSpec.Attributes, b.Attributes)
 	c.plan.MaxMessageSize = int64(attrs.Size("max_message_size"))
+	c.plan.OffloadOver = int64(attrs.Size("offload_over"))
 	c.plan.Name = b.Name
 	c.plan.Description = attrs.String("description")
 	c.plan.KeyPrefix = "flowrun:" + b.Name

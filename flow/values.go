@@ -239,8 +239,14 @@ func (c *compiler) decodeSize(v cty.Value, spec Attribute, rng hcl.Range) (any, 
 	if !ok {
 		return nil, false
 	}
+	if contains(spec.Enum, s.AsString()) {
+		return Size(0), true // a word such as "off" that a size attribute accepts for none
+	}
 	size, err := ParseSize(s.AsString())
 	if err != nil {
+		if len(spec.Enum) > 0 {
+			err = fmt.Errorf("%w (or %s)", err, QuotedList(spec.Enum))
+		}
 		c.errorf(rng, "Invalid size", fmt.Sprintf("%s: %s", spec.Name, strings.TrimSuffix(err.Error(), ".")+"."))
 		return nil, false
 	}

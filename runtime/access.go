@@ -138,6 +138,9 @@ func (r *accessCheck) unitAccess(a *redis.Access, u *unit) {
 	n := u.node
 	who := n.typ + " " + n.name
 	a.Consume(who, u.stream, n.group)
+	if r.owned(u.stream) {
+		a.Fetch(who, u.stream)
+	}
 	// Checked before the ack: the markers of effectively-once outputs, the types of the others.
 	var markers, streams []string
 	for _, o := range r.committedOutputs(n) {
@@ -261,9 +264,22 @@ func (r *accessCheck) outputsAccess(a *redis.Access) {
 		}
 		for _, o := range r.committedOutputs(n) {
 			a.Output(who, o.stream, o.dedup)
+			r.offloadAccess(a, who, o)
 		}
 	}
 }
+
+// offloadAccess lists what writing an output with its payload offloaded sends, when the pipeline
+// offloads payloads and the output may be offloaded.
+func (r *accessCheck) offloadAccess(a *redis.Access, who string, o accessOutput) {
+	if r.plan.OffloadOver > 0 && !o.inline && r.owned(o.stream) {
+		a.Offload(who, o.stream)
+	}
+}
+
+// owned reports whether a stream is one of the pipeline's, under its key prefix: only those have
+// offloaded payloads (a sink writes payloads inline into the streams of other applications).
+func (r *accessCheck) owned(stream string) bool { return strings.HasPrefix(stream, r.keys.Prefix+":") }
 
 // marksAccess lists the topics' watermarks, reopened at start, and those a job's end test reads.
 func (r *accessCheck) marksAccess(a *redis.Access) {
@@ -306,8 +322,10 @@ func (r *accessCheck) producerAccess(a *redis.Access, p *producingSource) {
 			streams = append(streams, s)
 		}
 		a.Output(who, s, dedup)
+		r.offloadAccess(a, who, accessOutput{stream: s})
 	}
 	a.Output(who, r.keys.DeadLetter(p.node.name), "")
+	r.offloadAccess(a, who, accessOutput{stream: r.keys.DeadLetter(p.node.name)})
 	a.UpstreamLag(who, r.keys.SourceUpstreamLag(p.node.name))
 	if p.positionKey != "" {
 		a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)
@@ -363,7 +381,10 @@ func (r *accessCheck) producing(n *node) bool {
 
 // accessOutput is a stream that a node's commits write, with a representative dedup marker
 // when the node is effectively-once ("" otherwise).
-type accessOutput struct{ stream, dedup string }
+type accessOutput struct {
+	stream, dedup string
+	inline        bool // a sink's stream, whose payloads are never offloaded
+}
 
 // committedOutputs lists the streams that a consuming node's commits may write: every partition
 // of its output topics (side outputs included, such as an aggregate's late topic), a redis_stream
@@ -406,7 +427,7 @@ func (r *accessCheck) nodeOutputs(n *node) []accessOutput {
 	if n.typ == "sink" {
 		if h, ok := n.handler.(*sinkHandler); ok {
 			for _, stream := range h.streams {
-				o := accessOutput{stream: stream}
+				o := accessOutput{stream: stream, inline: true}
 				if once {
 					o.dedup = r.keys.StreamDedup(stream, n.name, n.input.Name, 0, "0-0")
 				}

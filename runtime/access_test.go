@@ -49,8 +49,9 @@ func ruleOf(t *testing.T, admin *redis.Client, plan *flow.Plan, opts runtime.Opt
 // exactRules returns ACL rules that allow each command of checks on its keys and nowhere else: a
 // selector per set of keys that commands are checked on together, holding those commands. Keyless
 // commands and what connecting sends are allowed at the root. The checks name one representative
-// of the markers of effectively-once outputs (which carry the IDs of the inputs): the selector
-// covers all of that output's markers.
+// of the markers of effectively-once outputs (which carry the IDs of the inputs) and of the keys of
+// offloaded payloads (which carry tokens): the selector covers all of that output's markers and
+// payloads.
 func exactRules(checks []redis.AccessCheck) []string {
 	rules := []string{"+hello", "+client|setname", "+ping", "+info", "+client|id", "+client|unblock"}
 	var order []string
@@ -65,6 +66,9 @@ func exactRules(checks []redis.AccessCheck) []string {
 		for _, k := range c.Keys {
 			if i := strings.Index(k, ":dedup:"); i >= 0 {
 				k = k[:i] + ":dedup:*"
+			}
+			if i := strings.Index(k, ":payload:"); i >= 0 {
+				k = k[:i] + ":payload:*" // offloaded payloads' keys end in a token of their own
 			}
 			keys = append(keys, "~"+k)
 		}
@@ -105,8 +109,12 @@ func TestTheAccessCheckCoversTheRun(t *testing.T) {
 				}
 			}
 			run := t.Name() + itoa(prefixes.Add(1)) // test.twice fails each run's messages afresh
+			// The at-least-once run offloads every payload (offload_over 16B): its writes, reads,
+			// dead letters and trims send what they send for offloaded payloads. The other keeps
+			// payloads in their entries.
+			offload := map[string]string{"at_least_once": "16B", "effectively_once": "64KiB"}[delivery]
 			plan := buildTestdata(t, "access.hcl", "delivery="+delivery, "run="+run, "ext_in="+extIn, "ext_out="+extOut,
-				"lines="+linesFile(t))
+				"lines="+linesFile(t), "offload_over="+offload)
 			// Trimming often, so that it has something to trim while the messages go through.
 			opts := runtime.Options{RetryInPlaceUpTo: time.Millisecond, TrimInterval: 5 * time.Millisecond}
 			user := "exact-" + delivery

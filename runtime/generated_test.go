@@ -301,9 +301,37 @@ func checkDraw(t *testing.T, c *redis.Client, d *modeltest.Draw, files modeltest
 			t.Errorf("sink %s received %d messages, the model %d:\n%s", sink, len(got), len(want), strings.Join(diff, "\n"))
 		}
 	}
+	if d.Pipeline.OffloadOver != "" {
+		checkOffloaded(t, c, files.KeyPrefix)
+	}
 	if t.Failed() {
 		logFlows(t, c, d, files)
 	}
+}
+
+// checkOffloaded checks, after a run that offloaded payloads (through kills, maybe), every stream
+// under prefix that has offloaded payloads: each reference names a payload key that exists, and
+// each payload key belongs to an entry (checkPayloadRefs). A reference to a key that never existed
+// would also have lost its message, which the comparison with the model finds.
+func checkOffloaded(t *testing.T, c *redis.Client, prefix string) {
+	t.Helper()
+	all, err := c.KeysUnder(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var streams []string
+	for _, k := range all {
+		stream, _, found := strings.Cut(k, ":payload:")
+		if !found {
+			stream, found = strings.CutSuffix(k, ":payloads")
+		}
+		if found && !seen[stream] {
+			seen[stream] = true
+			streams = append(streams, stream)
+		}
+	}
+	checkPayloadRefs(t, c, prefix, streams)
 }
 
 // logFlows logs how many entries each topic of a draw's run holds beside what the model sends
@@ -383,6 +411,9 @@ func (t *drawTally) add(d *modeltest.Draw) {
 		t.count("table updates", len(tb.Updates))
 	}
 	t.count(d.Pipeline.Delivery, 1)
+	if d.Pipeline.OffloadOver != "" {
+		t.count("offloading", 1)
+	}
 	if d.NoFusion {
 		t.count("unfused", 1)
 	}

@@ -2,12 +2,19 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -74,7 +81,7 @@ func hopAllocations(t *testing.T, stage string) float64 {
 				return
 			}
 			e := recs[0].Entry
-			m := stages.NewMessage(e.Key, e.Payload, e.Headers)
+			m := stages.NewEntryMessage(e.Key, e.Payload, e.Headers) // as the worker makes it
 			outs, err := proc.Process(ctx, &m, nil)
 			if err != nil || len(outs) != 1 {
 				failure = err
@@ -117,4 +124,211 @@ func TestLargePayloadMemory(t *testing.T) {
 			}
 		})
 	}
+}
+
+func init() {
+	// test.refuse fails for good the messages whose field refuse is true, and passes the others.
+	stages.Register("test.refuse", func(_ context.Context, m stages.Message) ([]stages.Message, error) {
+		if m.Value["refuse"] == true {
+			return nil, stages.Permanent(errors.New("refused"))
+		}
+		return []stages.Message{m}, nil
+	}, stages.KeepsKey())
+}
+
+// offloadPipeline reads documents from a file into a topic that two groups read: a sink that
+// writes them as they are, and a chain of a map stage and a go stage (fused: one hop), which
+// dead-letters the documents it refuses and writes the others to a topic that a second sink reads.
+const offloadPipeline = `
+pipeline "offload" {}
+variable "in" {}
+variable "raw" {}
+variable "out" {}
+topic "docs" {
+  partitions = 2
+  key        = msg.id
+  retention {
+    max_len = 1
+  }
+}
+topic "checked" { partitions = 2 }
+source "files" {
+  kind   = "file"
+  path   = var.in
+  output = topic.docs
+}
+stage "stamp" {
+  kind  = "map"
+  input = topic.docs
+  set   = { seen = true }
+}
+stage "gate" {
+  kind   = "go"
+  func   = "test.refuse"
+  input  = stage.stamp
+  output = topic.checked
+}
+sink "raw" {
+  kind  = "file"
+  input = topic.docs
+  path  = var.raw
+}
+sink "out" {
+  kind  = "file"
+  input = topic.checked
+  path  = var.out
+}
+`
+
+// TestOffloadedPayloadsGoEverywhere sends documents over the pipeline's offload_over (64KiB by
+// default) and small ones through a source, a fused chain, two sinks and a dead-letter stream: each
+// arrives whole wherever it goes; the large ones travel as references to keys in their entries'
+// hash slots, never as payload fields (but on the embedded Redis, which offloads nothing); at the end every reference names a key that exists and every
+// payload key belongs to an entry (the topic is trimmed as the run goes); purging the dead letter
+// deletes its payload's key.
+func TestOffloadedPayloadsGoEverywhere(t *testing.T) {
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := b.open(t)
+			dir := t.TempDir()
+			in, raw, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "raw.jsonl"), filepath.Join(dir, "out.jsonl")
+			body := func(id string, n int) string { return strings.Repeat(id, n) }
+			docs := []struct {
+				id     string
+				size   int
+				refuse bool
+			}{{"a", 100 << 10, false}, {"b", 200 << 10, false}, {"c", 150 << 10, true}, {"d", 10, false}, {"e", 70 << 10, false}}
+			var lines strings.Builder
+			for _, d := range docs {
+				fmt.Fprintf(&lines, `{"id":%q,"refuse":%v,"body":%q}`+"\n", d.id, d.refuse, body(d.id, d.size))
+			}
+			writeFile(t, in, lines.String())
+			plan := buildSource(t, offloadPipeline, "in="+in, "raw="+raw, "out="+out)
+			j := runJob(t, c, plan, runtime.Options{TrimInterval: 10 * time.Millisecond})
+
+			arrived := func(path string) map[string]map[string]any {
+				byID := map[string]map[string]any{}
+				for _, m := range jsonLines(t, readFile(t, path)) {
+					byID[m["id"].(string)] = m
+				}
+				return byID
+			}
+			rawDocs, outDocs := arrived(raw), arrived(out)
+			for _, d := range docs {
+				if m := rawDocs[d.id]; m == nil || m["body"] != body(d.id, d.size) || m["seen"] != nil {
+					t.Errorf("raw sink: document %s did not arrive whole and as it was sent", d.id)
+				}
+				m := outDocs[d.id]
+				if d.refuse != (m == nil) || m != nil && (m["body"] != body(d.id, d.size) || m["seen"] != true) {
+					t.Errorf("out sink: document %s (refused %v) arrived as %.80v", d.id, d.refuse, m)
+				}
+			}
+			if n := j.node(t, "gate").DeadLettered; n != 1 {
+				t.Errorf("gate dead-lettered %d, want 1", n)
+			}
+
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			dlq := keys.DeadLetter("gate")
+			streams := append(keys.Streams("docs", 2), keys.Streams("checked", 2)...)
+			refs := checkPayloadRefs(t, c, plan.KeyPrefix, append(streams, dlq))
+			// The embedded Redis keeps every payload in its entry (transport/redis WithOffloadOver).
+			want := map[bool]int{true: 0, false: 1}[b.name == "embedded"]
+			if refs[dlq] != want {
+				t.Errorf("the dead letter of c holds %d payload references, want %d (its envelope is over 64KiB)", refs[dlq], want)
+			}
+			if n := refs[keys.Stream("checked", 0)] + refs[keys.Stream("checked", 1)]; n != 3*want {
+				t.Errorf("topic checked holds %d payload references, want %d (a, b and e)", n, 3*want)
+			}
+
+			// Both groups of topic docs are done with it: trimming it to one entry per partition (what
+			// the run's trimmer does on its timer) takes the payloads of the entries it removes.
+			for _, s := range keys.Streams("docs", 2) {
+				if _, err := c.Trim(ctx, s, redis.Retention{MaxLen: 1}, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refs = checkPayloadRefs(t, c, plan.KeyPrefix, keys.Streams("docs", 2))
+			if n := refs[keys.Stream("docs", 0)] + refs[keys.Stream("docs", 1)]; n > 2 {
+				t.Errorf("topic docs holds %d payload references after trimming to one entry a partition", n)
+			}
+
+			// The dead letter reads back whole, and purging it deletes its payload.
+			dls, err := admin.OpenDeadLetters(c, plan, "gate")
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := dls.List(ctx)
+			if err != nil || len(list) != 1 {
+				t.Fatalf("dead letters: %v, %v", list, err)
+			}
+			dl, err := dls.Get(ctx, list[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc struct{ ID, Body string }
+			if err := json.Unmarshal(dl.Envelope.Payload, &doc); err != nil || doc.ID != "c" || doc.Body != body("c", 150<<10) {
+				t.Errorf("the dead letter's payload: %v (%.80s)", err, dl.Envelope.Payload)
+			}
+			if n, err := dls.Purge(ctx, nil, true); err != nil || n != 1 {
+				t.Fatalf("purge: %d, %v", n, err)
+			}
+			if refs := checkPayloadRefs(t, c, plan.KeyPrefix, []string{dlq}); refs[dlq] != 0 {
+				t.Errorf("%d references left after the purge", refs[dlq])
+			}
+		})
+	}
+}
+
+// checkPayloadRefs checks every entry of the streams and every payload key under prefix: an entry
+// holds a payload or a payload_ref, never both; a payload_ref names a key that exists, in the
+// entry's hash slot (as the server computes it); every payload key of the streams is named by one
+// entry. It
+// returns the number of references per stream.
+func checkPayloadRefs(t *testing.T, c *redis.Client, prefix string, streams []string) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	refs := map[string]int{}
+	named := map[string]bool{}
+	for _, s := range streams {
+		msgs, err := c.Universal().XRange(ctx, s, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			ref, isRef := m.Values[redis.FieldPayloadRef].(string)
+			_, isPayload := m.Values[redis.FieldPayload]
+			if isRef == isPayload {
+				t.Errorf("%s %s has a payload (%v) and a payload_ref (%v): want one", s, m.ID, isPayload, isRef)
+				continue
+			}
+			if !isRef {
+				continue
+			}
+			refs[s]++
+			named[ref] = true
+			if n, err := c.Universal().Exists(ctx, ref).Result(); err != nil || n != 1 {
+				t.Errorf("%s %s refers to %s, which does not exist (%v)", s, m.ID, ref, err)
+			}
+			if c.IsCluster() {
+				refSlot, err1 := c.Universal().ClusterKeySlot(ctx, ref).Result()
+				streamSlot, err2 := c.Universal().ClusterKeySlot(ctx, s).Result()
+				if err1 != nil || err2 != nil || refSlot != streamSlot {
+					t.Errorf("%s is in slot %d, its entry's stream %s in %d (%v, %v)", ref, refSlot, s, streamSlot, err1, err2)
+				}
+			}
+		}
+	}
+	all, err := c.KeysUnder(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range all {
+		for _, s := range streams {
+			if strings.HasPrefix(k, s+":payload:") && !named[k] {
+				t.Errorf("payload key %s belongs to no entry", k)
+			}
+		}
+	}
+	return refs
 }

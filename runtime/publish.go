@@ -63,7 +63,7 @@ func NewPublisherWith(c *redis.Client, plan *flow.Plan, opts PublisherOptions) (
 	if opts.Clock == nil {
 		opts.Clock = stages.SystemClock{}
 	}
-	c = c.WithClock(redisClock{opts.Clock})
+	c = c.WithClock(redisClock{opts.Clock}).WithOffloadOver(plan.OffloadOver)
 	gates := backpressure.New(c, plan, keys, opts.Clock)
 	p, err := c.NewProducer(redis.ProducerOptions{Written: func(counts map[string]int, err error) {
 		// What Publish let through at a capped partition is in Redis now, or never will be.

@@ -78,9 +78,10 @@ type runner struct {
 
 func newRunner(plan *flow.Plan, opts Options) (*runner, error) {
 	r := &runner{
-		plan:      plan,
-		opts:      opts,
-		rdb:       opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithClock(redisClock{opts.Clock}), // larger entries are dead-lettered unread
+		plan: plan,
+		opts: opts,
+		// Larger entries are dead-lettered unread; larger payloads are written under keys of their own.
+		rdb:       opts.Redis.WithMaxEntrySize(plan.MaxMessageSize).WithOffloadOver(plan.OffloadOver).WithClock(redisClock{opts.Clock}),
 		drainKick: make(chan struct{}, 1), closeSources: make(chan struct{}),
 		log: redact.Logger(opts.Logger, plan.Redact, plan.HasSecrets()).With("pipeline", plan.Name),
 	}

@@ -190,7 +190,8 @@ func (h *sinkHandler) deliver(ctx context.Context, m *message, outs []redis.Outp
 		if err != nil {
 			return outs, err
 		}
-		out := redis.Output{Stream: w.Stream, Entry: e, MaxLen: w.MaxLen}
+		// Inline: the applications that read the stream expect a payload field.
+		out := redis.Output{Stream: w.Stream, Entry: e, MaxLen: w.MaxLen, Inline: true}
 		if h.node.delivery == flow.EffectivelyOnce {
 			id := m.id
 			if i > 0 {

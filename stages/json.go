@@ -9,14 +9,16 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Messages are decoded and encoded here rather than by encoding/json, for memory: its Decoder
 // copies the input into a buffer it grows by doubling (over three times a large payload's size,
 // allocated on every decode), and its Encoder builds the output in a buffer of its own before
 // copying it out. A 20 MB message that a map stage changed cost seven times its size in one hop;
-// it now costs about three: the reply it was read from, its decoded strings, and its encoding,
-// written into a buffer sized after the payload it came from.
+// it now costs about two: the reply it was read from, whose memory its large strings share (a
+// payload read from Redis is never modified), and its encoding, written into a buffer sized after
+// the payload it came from.
 //
 // The results are those of encoding/json, with UseNumber for decoding and SetEscapeHTML(false)
 // for encoding (FuzzPayloadCodec compares them). Values of types other than those a decoded
@@ -27,6 +29,9 @@ import (
 type decoder struct {
 	data []byte
 	i    int
+	// share: data is never modified (a payload read from Redis: NewEntryMessage), so a string that
+	// is most of it may share its memory instead of being copied (see string).
+	share bool
 }
 
 func (d *decoder) space() {
@@ -116,6 +121,12 @@ func (d *decoder) string() string {
 	end := start + bytes.IndexByte(d.data[start:], '"')
 	if bytes.IndexByte(d.data[start:end], '\\') < 0 {
 		d.i = end + 1
+		if d.share && 2*(end-start) >= len(d.data) && end > start {
+			// A string that is at least half the payload (the body of a large document) shares
+			// the payload's memory: a copy would double what the message costs, and keeping the
+			// string keeps at most twice its size alive.
+			return unsafe.String(&d.data[start], end-start)
+		}
 		return string(d.data[start:end])
 	}
 	return d.unescape(start)

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/flowrun/flowrun/transport/jsonscan"
 )
@@ -152,5 +153,47 @@ func TestDecodePayloadRefusesWhatWouldChange(t *testing.T) {
 	ok := `{"a":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `}`
 	if _, err := DecodePayload([]byte(ok)); err != nil {
 		t.Errorf("nesting of exactly %d levels: %v", MaxDepth, err)
+	}
+}
+
+// TestLargeStringsShareOnlyReadOnlyPayloads: a message read from a stream (NewEntryMessage) decodes
+// its large strings without copying them, and decodes to the same value as a copy would; any other
+// message's payload may be a buffer its maker reuses, so its strings are copies.
+func TestLargeStringsShareOnlyReadOnlyPayloads(t *testing.T) {
+	payload := func() []byte { return []byte(`{"id":"d1","body":"` + strings.Repeat("x", 1000) + `"}`) }
+	entry := NewEntryMessage("", payload(), nil)
+	if err := entry.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := referenceDecode(payload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(entry.Value, want) {
+		t.Fatalf("an entry message decodes to %.60v, want %.60v", entry.Value, want)
+	}
+	within := func(s string, p []byte) bool {
+		start := uintptr(unsafe.Pointer(&p[0]))
+		at := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return at >= start && at < start+uintptr(len(p))
+	}
+	if !within(entry.Value["body"].(string), entry.Unchanged()) {
+		t.Errorf("an entry message's body was copied, not shared with its payload")
+	}
+	if within(entry.Value["id"].(string), entry.Unchanged()) {
+		t.Errorf("an entry message's small string shares its payload: it would keep the payload alive")
+	}
+
+	buf := payload()
+	other := NewMessage("", buf, nil)
+	if err := other.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	if within(other.Value["body"].(string), buf) {
+		t.Errorf("a message's body shares the buffer it was made from")
+	}
+	copy(buf, bytes.Repeat([]byte("y"), len(buf))) // the maker reuses its buffer
+	if !reflect.DeepEqual(other.Value, want) {
+		t.Errorf("a message's decoded value changed with the buffer it was made from")
 	}
 }

@@ -44,8 +44,9 @@ func NewMessage(key string, payload []byte, headers map[string]string) Message {
 
 // NewEntryMessage is NewMessage for the payload of an entry read from a stream, which reading
 // checked already (transport/redis DecodeEntry: valid JSON and UTF-8, nested at most MaxDepth
-// deep, the rules DecodePayload checks): decoding it does not check it again. Any other payload
-// takes NewMessage.
+// deep, the rules DecodePayload checks): decoding it does not check it again. The payload must
+// never be modified (a reply's memory is not): the decoded value's largest strings may share it.
+// Any other payload takes NewMessage.
 func NewEntryMessage(key string, payload []byte, headers map[string]string) Message {
 	return Message{Key: key, Headers: headers, raw: payload, checked: true}
 }
@@ -109,7 +110,7 @@ func decodePayload(payload []byte, checked bool) (map[string]any, error) {
 			return nil, invalidPayload(payload)
 		}
 	}
-	d := decoder{data: payload}
+	d := decoder{data: payload, share: checked}
 	d.space()
 	if payload[d.i] != '{' {
 		return nil, Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(payload[d.i])))

@@ -57,7 +57,20 @@ func New(seed uint64) *Draw {
 		d.KillAt = slices.Compact(d.KillAt)
 	}
 	d.Second = r.IntN(2) == 0
+	// Drawn from a generator of its own, so that every seed draws the rest of its case as it did
+	// before offloading was drawn (seeds in old reports replay the same pipeline).
+	if mix(seed^0x6f66666c6f6164)%3 == 0 {
+		d.Pipeline.OffloadOver = "64B"
+	}
 	return d
+}
+
+// mix is splitmix64's finalizer: a well-spread function of a seed, for draws that must not take
+// from the case's generator.
+func mix(x uint64) uint64 {
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // Lines is the number of lines all the sources write.
@@ -79,8 +92,12 @@ func (d *Draw) String() string {
 		}
 		kinds = append(kinds, k)
 	}
-	return fmt.Sprintf("seed %d: %d lines from %d sources, disorder %s, stages %s, %s, batch %d, fusion %v",
+	s := fmt.Sprintf("seed %d: %d lines from %d sources, disorder %s, stages %s, %s, batch %d, fusion %v",
 		d.Seed, d.Lines(), len(d.Inputs), d.Disorder, strings.Join(kinds, " "), d.Pipeline.Delivery, d.BatchSize, !d.NoFusion)
+	if o := d.Pipeline.OffloadOver; o != "" {
+		s += ", payloads over " + o + " offloaded"
+	}
+	return s
 }
 
 // drawInputs draws the events: ids e0, e1, ..., users, regions and values at random, event times

@@ -22,7 +22,11 @@ func (d *Draw) HCL(f Files) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Drawn by internal/modeltest: %s\n", d)
-	w("pipeline \"drawn\" {\n  key_prefix = %q\n  delivery   = %q\n}\n", f.KeyPrefix, p.Delivery)
+	w("pipeline \"drawn\" {\n  key_prefix = %q\n  delivery   = %q\n", f.KeyPrefix, p.Delivery)
+	if p.OffloadOver != "" {
+		w("  offload_over = %q\n", p.OffloadOver)
+	}
+	w("}\n")
 	for _, t := range p.Topics {
 		w("\ntopic %q {\n  partitions = %d\n", t.Name, t.Partitions)
 		if t.Key != nil {

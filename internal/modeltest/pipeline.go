@@ -15,11 +15,15 @@ type Expr struct {
 // which every block's input comes before it.
 type Pipeline struct {
 	Delivery string // "at_least_once" or "effectively_once"
-	Topics   []*Topic
-	Tables   []*Table
-	Sources  []*Source
-	Stages   []*Stage
-	Sinks    []*Sink
+	// OffloadOver is the pipeline's offload_over, "" for the default (64KiB, which no drawn message
+	// reaches). A small one offloads nearly every payload, everywhere: topics, dead letters, the
+	// links of unfused chains (but on the embedded Redis, which offloads nothing).
+	OffloadOver string
+	Topics      []*Topic
+	Tables      []*Table
+	Sources     []*Source
+	Stages      []*Stage
+	Sinks       []*Sink
 }
 
 // Topic is a declared topic.

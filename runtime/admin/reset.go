@@ -110,6 +110,10 @@ func classify(rest string) (node, what string, stream, ok bool) {
 			return node, "dead letters", false, true
 		case found && tail == ":replayed":
 			return node, "replay marks", false, true
+		case found && tail == ":payloads":
+			return node, "payload index", false, true
+		case found && strings.HasPrefix(tail, ":payload:") && len(tail) > len(":payload:"):
+			return node, "offloaded payload", false, true
 		}
 		return "", "", false, false
 	case strings.HasPrefix(rest, "source:{"):
@@ -127,6 +131,13 @@ func classify(rest string) (node, what string, stream, ok bool) {
 		}
 		if tail == ":watermarks" {
 			return "", "watermarks", false, true
+		}
+		// A topic partition's offloaded payloads are its entries' data: they go with the topic.
+		if tail == ":payloads" {
+			return "", "payload index", true, topicPartitionTag.MatchString(tag)
+		}
+		if strings.HasPrefix(tail, ":payload:") && len(tail) > len(":payload:") {
+			return "", "offloaded payload", true, topicPartitionTag.MatchString(tag)
 		}
 		parts := strings.Split(strings.TrimPrefix(tail, ":"), ":")
 		if len(parts) < 2 || parts[1] == "" {

@@ -39,10 +39,15 @@ func TestClassifyKnowsEveryKey(t *testing.T) {
 		{redis.LeaseFence(k.StreamLease("demo:events:orders", "orders_in")), "orders_in", "lease fence"},
 		{k.RateLimit("throttle", "customer:{7}"), "throttle", "rate limit"},
 		{k.Prefix + ":{orders:3}:watermarks", "", "watermarks"},
+		{redis.PayloadKey(k.Stream("orders", 3), "a1-p2"), "", "offloaded payload"},
+		{redis.PayloadIndex(k.Stream("orders", 3)), "", "payload index"},
+		{redis.PayloadKey(k.DeadLetter("enrich"), "a1-p2"), "enrich", "offloaded payload"},
+		{redis.PayloadIndex(k.DeadLetter("enrich")), "enrich", "payload index"},
 	}
 	for _, c := range cases {
 		node, what, stream, ok := classify(strings.TrimPrefix(c.key, k.Prefix+":"))
-		if !ok || node != c.node || what != c.what || stream != (c.what == "topic partition") {
+		topicData := c.what == "topic partition" || c.node == "" && strings.Contains(c.what, "payload")
+		if !ok || node != c.node || what != c.what || stream != topicData {
 			t.Errorf("%s: node %q, %q, stream %v, ok %v; want node %q, %q", c.key, node, what, stream, ok, c.node, c.what)
 		}
 	}
@@ -63,7 +68,7 @@ func TestClassifyKnowsTheDocumentedKeys(t *testing.T) {
 	fill := strings.NewReplacer("<dead-letter stream>", "flow:dlq:{enrich}", "<prefix>", "flow",
 		"<topic>", "orders", "<p>", "3", "<stage>", "enrich", "<out>", "events", "<q>", "1", "<in>", "orders",
 		"<id>", "1-0", "<n>", "0", "<tag>", "demo:events", "<sink>", "hook", "<key>", "k1", "<node>", "enrich",
-		"<source>", "clicks")
+		"<source>", "clicks", "<token>", "a1-p2")
 	rows := regexp.MustCompile("(?m)^\\| `(<[^`]+)` \\|").FindAllSubmatch(doc, -1)
 	if len(rows) < 20 {
 		t.Fatalf("found %d keys in the table of docs/redis-keys.md; its layout changed", len(rows))

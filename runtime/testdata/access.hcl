@@ -2,12 +2,17 @@
 # position, leases, durable retries, a dead-letter topic and the nodes' own dead-letter streams, a
 # stage without leases, a stage read by reference, a redis_stream sink, retention, topics with a
 # max_lag written by a source and by a stage, and a side output (a dedupe's duplicates) into a topic
-# with a max_lag. access_test.go: the access check covers a run, and a run without permissions fails.
+# with a max_lag; offloaded payloads when offload_over is small. access_test.go: the access check
+# covers a run, and a run without permissions fails.
 
 pipeline "access" {
-  delivery = var.delivery
+  delivery     = var.delivery
+  offload_over = var.offload_over
 }
 variable "delivery" {}
+variable "offload_over" {
+  default = "64KiB"
+}
 variable "run" {}
 variable "ext_in" {}
 variable "ext_out" {}

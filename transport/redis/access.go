@@ -251,6 +251,25 @@ func (a *Access) Produce(who, stream string) {
 	a.add(who, stream, 1, "xadd", stream, "*", "payload", "{}")
 }
 
+// Offload adds, for a writer of stream whose client offloads payloads (WithOffloadOver), what its
+// writes of entries with offloaded payloads send besides Output's, Produce's or CommitOnce's: the
+// offloading script (which the others' scripts replace), SET of the payload's key and ZADD to the
+// stream's index.
+func (a *Access) Offload(who, stream string) {
+	key, index := PayloadKey(stream, "token"), PayloadIndex(stream)
+	a.script(who, offloadScript, false, stream, key)
+	a.add(who, stream, 1, "xadd", stream, "*", "payload_ref", "key")
+	a.add(who, key, 1, "set", key, "payload")
+	a.add(who, index, 1, "zadd", index, "0", "member")
+}
+
+// Fetch adds what a read of stream sends for the entries whose payloads are offloaded: GET of
+// their keys.
+func (a *Access) Fetch(who, stream string) {
+	key := PayloadKey(stream, "token")
+	a.add(who, key, 1, "get", key)
+}
+
 // Lease adds AcquireLease, RenewLease and ReleaseLease on a lease key (and its fencing counter).
 func (a *Access) Lease(who, key string) {
 	fence := LeaseFence(key)
@@ -369,6 +388,12 @@ func (a *Access) Trim(who, stream string) {
 	a.add(who, stream, 1, "xlen", stream)
 	a.add(who, stream, 1, "xrange", stream, "-", "+", "count", "1")
 	a.add(who, stream, 1, "xtrim", stream, "minid", "0-1")
+	index := PayloadIndex(stream)
+	a.script(who, trimScript, true, stream, index)
+	a.add(who, index, 1, "zrangebyscore", index, "-inf", "0")
+	a.add(who, index, 1, "zrem", index, "member")
+	key := PayloadKey(stream, "token")
+	a.add(who, key, 1, "del", key)
 }
 
 // connectRules are what Open and every new connection send: HELLO (or AUTH, which every user

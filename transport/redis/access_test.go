@@ -38,6 +38,8 @@ func (u accessKeys) everything() *Access {
 	a.Output("stage st", u.out, u.dedup)
 	a.Output("stage st", u.dlq, "")
 	a.Produce("source src", u.out)
+	a.Offload("source src", u.out)
+	a.Fetch("stage st", u.in)
 	a.Stats("stage st", u.in)
 	a.Len("stage st", u.dlq)
 	a.Trim("process", u.out)
@@ -308,6 +310,35 @@ func TestAccessCoversTheOperations(t *testing.T) {
 		_, err = c.Trim(ctx, s, Retention{MaxLen: 1}, time.Now())
 		must(t, err)
 		_, err = c.Trim(ctx, s, Retention{MaxAge: time.Hour}, time.Now())
+		must(t, err)
+	})
+
+	t.Run("offload", func(t *testing.T) {
+		s := u.k.Stream("big", 0)
+		c := only(t, "offload", func(a *Access) {
+			a.Consume("stage st", s, "g")
+			a.Fetch("stage st", s)
+			a.Settle("stage st", s, "g", "", "", StateKeys{}, nil, nil)
+			a.Output("stage st", s, "")
+			a.Offload("stage st", s)
+			a.Produce("source src", s)
+			a.Trim("stage st", s)
+		}).WithOffloadOver(1 << 10)
+		must(t, c.EnsureGroup(ctx, s, "g"))
+		big := Entry{Payload: bigPayload("a", 2<<10)}
+		_, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: s, Entry: big}}})
+		must(t, err)
+		p, err := c.NewProducer(ProducerOptions{})
+		must(t, err)
+		must(t, p.Add(ctx, s, big))
+		must(t, p.Close(ctx))
+		b, err := c.ReadGroup(ctx, ReadArgs{Stream: s, Group: "g", Consumer: "me", Block: -1})
+		must(t, err)
+		if len(b.Entries) != 2 || string(b.Entries[1].Payload) != string(big.Payload) {
+			t.Fatalf("read %d entries, %d malformed", len(b.Entries), len(b.Malformed))
+		}
+		must(t, c.Ack(ctx, s, "g", nil, b.IDs()...))
+		_, err = c.Trim(ctx, s, Retention{MaxLen: 1}, time.Now())
 		must(t, err)
 	})
 }

@@ -89,6 +89,9 @@ func (c *Client) Reclaim(ctx context.Context, a ReclaimArgs) (ReclaimResult, err
 		if err != nil {
 			return res, wrap(classify(err), "reclaiming from group "+a.Group+" of", a.Stream)
 		}
+		if err := c.fetchPayloads(ctx, a.Stream, msgs); err != nil {
+			return res, err
+		}
 		var b Batch
 		for _, m := range msgs {
 			b.add(m, c.maxEntrySize)

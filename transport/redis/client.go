@@ -91,9 +91,15 @@ type Client struct {
 	user    string // the ACL user the connections log in as
 	// maxEntrySize bounds the entries that reads decode (0: no bound); see WithMaxEntrySize.
 	maxEntrySize int64
-	clock        Clock         // see WithClock; nil: the wall clock
-	clocked      *clockedReads // see WithClockedReads; nil: reads block in Redis
-	conns        *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
+	// offloadOver is the payload size above which writes offload payloads (0: never); see
+	// WithOffloadOver.
+	offloadOver int64
+	// miniredis: the server is miniredis (the embedded Redis), where writes never offload (see
+	// WithOffloadOver).
+	miniredis bool
+	clock     Clock         // see WithClock; nil: the wall clock
+	clocked   *clockedReads // see WithClockedReads; nil: reads block in Redis
+	conns     *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
@@ -244,9 +250,12 @@ func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc stri
 	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username), conns: conns}
 	// INFO cluster: an error (for example from miniredis, which lacks the section, or an ACL
 	// user without INFO) means we cannot tell, and a plain client is the right guess.
-	if info, err := rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+	info, err := rdb.Info(ctx, "cluster").Result()
+	if err == nil && strings.Contains(info, "cluster_enabled:1") {
 		c.cluster = true
 	}
+	// miniredis answers INFO with two sections of its own and refuses the others so.
+	c.miniredis = err != nil && strings.Contains(err.Error(), "section (cluster) is not supported")
 	return c, nil
 }
 

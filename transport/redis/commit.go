@@ -32,6 +32,9 @@ type Output struct {
 	// streams that other applications read and no retention timer trims. It is ignored with
 	// DedupKey, except in a commit without markers (see Commit).
 	MaxLen int64
+	// Inline keeps the payload in the entry whatever its size (see WithOffloadOver): for streams
+	// that other applications read, which expect a payload field.
+	Inline bool
 	// DedupKey, when set, makes the output effectively-once. On a single server, a commit that
 	// settles inputs under a lease writes it without a marker, in one script with the acks (see
 	// Commit): such a commit is never made twice. Otherwise the entry is appended only if the
@@ -300,12 +303,13 @@ type plainOutput struct {
 	stream string
 	values []any
 	maxLen int64
+	off    *offloaded // the payload, when it goes under its own key (see offload.go)
 }
 
 type dedupCall struct {
 	stream  string
 	keys    []string // stream, then markers
-	args    []any    // ttl, then per entry: count, fields
+	args    []any    // ttl, then per entry: offloadArgs, count, fields
 	indexes []int    // output index of each marker
 }
 
@@ -360,8 +364,9 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
 		see(o.Stream)
+		off := c.offload(o.Stream, &o, values)
 		if o.DedupKey == "" {
-			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen})
+			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen, off: off})
 			continue
 		}
 		if HashSlot(o.DedupKey) != HashSlot(o.Stream) {
@@ -377,6 +382,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 			p.order = append(p.order, o.Stream)
 		}
 		d.keys = append(d.keys, o.DedupKey)
+		d.args = offloadArgs(d.args, off)
 		d.args = append(d.args, len(values))
 		d.args = append(d.args, values...)
 		d.indexes = append(d.indexes, i)
@@ -426,7 +432,7 @@ func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
-		p.all[i] = plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen}
+		p.all[i] = plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen, off: c.offload(o.Stream, &o, values)}
 		if _, ok := p.keyOf[o.Stream]; !ok {
 			p.streams = append(p.streams, o.Stream)
 			p.keyOf[o.Stream] = onceFirstOutputKey + len(p.streams) - 1
@@ -453,14 +459,16 @@ func (c *Client) commitFenced(ctx context.Context, a CommitArgs, p *commitPlan) 
 	for _, o := range p.all {
 		fields += len(o.values)
 	}
-	args := make([]any, 0, 5+3*len(p.all)+fields+len(settle)-2)
+	args := make([]any, 0, 5+5*len(p.all)+fields+len(settle)-2)
 	id := a.commitID
 	if id == "" {
 		id = c.nextCommitID()
 	}
 	args = append(args, settle[0], settle[1], id, p.ttlMS, len(p.all))
 	for _, o := range p.all {
-		args = append(args, p.keyOf[o.stream], o.maxLen, len(o.values))
+		args = append(args, p.keyOf[o.stream], o.maxLen)
+		args = offloadArgs(args, o.off)
+		args = append(args, len(o.values))
 		args = append(args, o.values...)
 	}
 	args = append(args, settle[2:]...)
@@ -508,9 +516,13 @@ var (
 // after Exec. Scripts in pipelines are sent with EVAL (the full text): an EVALSHA that fails
 // with NOSCRIPT inside a transaction could not be retried atomically.
 func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) func() ([]string, error) {
-	adds := make([]*goredis.StringCmd, len(p.plain))
+	adds := make([]func() (string, error), len(p.plain))
 	for i, o := range p.plain {
-		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0})
+		if o.off != nil {
+			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.payload}, o.values...)...).Text
+			continue
+		}
+		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0}).Result
 	}
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, s := range p.order {
@@ -520,8 +532,8 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 	return func() ([]string, error) {
 		ids := make([]string, p.n)
 		var first error
-		for i, cmd := range adds {
-			id, err := cmd.Result()
+		for i, result := range adds {
+			id, err := result()
 			if err != nil {
 				first = firstErr(first, wrap(err, "appending output to", p.plain[i].stream))
 				continue

@@ -25,16 +25,28 @@ func (c *Client) EntryByID(ctx context.Context, stream, id string) (Record, bool
 	if len(msgs) == 0 {
 		return Record{}, false, nil
 	}
+	if err := c.fetchPayloads(ctx, stream, msgs); err != nil {
+		return Record{}, false, err
+	}
 	return recordOf(msgs[0]), true, nil
 }
 
-// DeleteEntries removes entries from a stream (XDEL) and returns how many there were.
+// DeleteEntries removes entries from a stream (XDEL), with their offloaded payloads, and returns
+// how many there were.
 func (c *Client) DeleteEntries(ctx context.Context, stream string, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := c.rdb.XDel(ctx, stream, ids...).Result()
+	n, err := deleteEntriesScript.Run(ctx, c.rdb, []string{stream, PayloadIndex(stream)}, stringsToAny(ids)...).Int64()
 	return n, wrap(err, "deleting entries of", stream)
+}
+
+func stringsToAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // MarkReplayed records that entries were replayed at the given time.
@@ -76,9 +88,10 @@ func (c *Client) ForgetReplayed(ctx context.Context, key string, ids ...string) 
 	return wrap(err, "forgetting replayed entries in", key)
 }
 
-// DeleteStream removes a stream and everything in it.
+// DeleteStream removes a stream and everything in it, offloaded payloads included.
 func (c *Client) DeleteStream(ctx context.Context, stream string) error {
-	return wrap(c.rdb.Del(ctx, stream).Err(), "deleting", stream)
+	err := deleteStreamScript.Run(ctx, c.rdb, []string{stream, PayloadIndex(stream)}).Err()
+	return wrap(err, "deleting", stream)
 }
 
 // recordOf decodes a message read without a group: a malformed one is returned with its reason.

@@ -205,6 +205,11 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	}
 	payload, ok := msg.Values[FieldPayload]
 	if !ok {
+		if ref, offloaded := msg.Values[FieldPayloadRef]; offloaded {
+			// The read found no payload at the reference (see fetchPayloads).
+			return Entry{}, malformed(msg, fmt.Sprintf("its payload_ref %q names no payload of this stream "+
+				"(the key does not exist, or is not one of the stream's payload keys)", toString(ref)))
+		}
 		return decodeFlat(msg, maxSize)
 	}
 	key, hasKey := msg.Values[FieldKey]

@@ -74,6 +74,7 @@ type producerLane struct {
 type produceItem struct {
 	stream string
 	values []any
+	off    *offloaded // the payload, when it goes under its own key (see offload.go)
 	reply  chan error
 }
 
@@ -123,7 +124,9 @@ func (p *Producer) Add(ctx context.Context, stream string, e Entry) error {
 	if err != nil {
 		return err
 	}
-	return p.lane(stream).send(ctx, produceItem{stream: stream, values: values})
+	l := p.lane(stream)
+	off := l.c.offload(stream, &Output{}, values)
+	return l.send(ctx, produceItem{stream: stream, values: values, off: off})
 }
 
 // lane returns the lane of a stream.
@@ -279,7 +282,7 @@ func (p *producerLane) run() {
 func (p *producerLane) write(items []produceItem) error {
 	pipe := p.c.rdb.Pipeline()
 	for _, it := range items {
-		pipe.XAdd(context.Background(), &goredis.XAddArgs{Stream: it.stream, Values: it.values})
+		appendEntry(context.Background(), pipe, it.stream, it.values, 0, it.off)
 	}
 	err := execAppends(context.Background(), pipe)
 	if p.written != nil {
@@ -309,9 +312,19 @@ func (c *Client) Append(ctx context.Context, outputs []Output) error {
 		if err != nil {
 			return fmt.Errorf("redis: output %d, for %s: %w", i, o.Stream, err)
 		}
-		pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.Stream, Values: values, MaxLen: o.MaxLen, Approx: o.MaxLen > 0})
+		appendEntry(ctx, pipe, o.Stream, values, o.MaxLen, c.offload(o.Stream, o, values))
 	}
 	return execAppends(ctx, pipe)
+}
+
+// appendEntry adds the XADD of an encoded entry to a pipeline, or, when its payload is offloaded,
+// the script that writes the entry and its payload together.
+func appendEntry(ctx context.Context, pipe goredis.Pipeliner, stream string, values []any, maxLen int64, off *offloaded) {
+	if off != nil {
+		offloadScript.Eval(ctx, pipe, []string{stream, off.key}, append([]any{off.payload}, values...)...)
+		return
+	}
+	pipe.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: values, MaxLen: maxLen, Approx: maxLen > 0})
 }
 
 // execAppends runs a pipeline of XADDs. go-redis splits it per node on a cluster, each node's part
@@ -324,7 +337,7 @@ func execAppends(ctx context.Context, pipe goredis.Pipeliner) error {
 		if err := cmd.Err(); err != nil {
 			failed++
 			if first == nil {
-				first = fmt.Errorf("XADD %s: %w", cmd.Args()[1], err)
+				first = fmt.Errorf("XADD %s: %w", appendedStream(cmd), err)
 			}
 		}
 	}
@@ -332,4 +345,13 @@ func execAppends(ctx context.Context, pipe goredis.Pipeliner) error {
 		return fmt.Errorf("redis: %d of %d entries not written: %w", failed, len(cmds), first)
 	}
 	return nil
+}
+
+// appendedStream is the stream of an appendEntry command: XADD's first argument, or the script's
+// first key (EVAL script numkeys stream ...).
+func appendedStream(cmd goredis.Cmder) any {
+	if args := cmd.Args(); len(args) > 3 && cmd.Name() != "xadd" {
+		return args[3]
+	}
+	return cmd.Args()[1]
 }

@@ -170,6 +170,9 @@ func (c *Client) readGroupOnce(ctx context.Context, a ReadArgs, id string, block
 	}
 	var b Batch
 	for _, s := range res {
+		if err := c.fetchPayloads(ctx, s.Stream, s.Messages); err != nil {
+			return Batch{}, err
+		}
 		for _, msg := range s.Messages {
 			b.add(msg, c.maxEntrySize)
 		}

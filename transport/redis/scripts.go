@@ -217,20 +217,32 @@ func isUnwritten(err error) bool {
 // writing each marker (with a time to live) atomically with its XADD. One call per output
 // stream per batch.
 //
+// An entry whose payload is offloaded (offload.go) has its payload stored after its XADD and before
+// its marker.
+//
 //	KEYS[1] stream, KEYS[2..] one marker per entry (same hash tag as the stream)
-//	ARGV[1] marker ttl in ms, then per entry: the number of field/value strings, then them
+//	ARGV[1] marker ttl in ms, then per entry: its payload key and payload when the payload is
+//	offloaded, else an empty string; the number of field/value strings, then them
 //	returns the entry IDs, in order: the new ID, or the ID stored in an existing marker
-var xaddOnceScript = goredis.NewScript(`
+var xaddOnceScript = goredis.NewScript(keepPayloadLua + `
 local ids = {}
 local a = 2
 for i = 2, #KEYS do
-  local n = tonumber(ARGV[a])
-  a = a + 1
+  local pkey, body = ARGV[a], nil
+  if pkey ~= '' then
+    body = ARGV[a + 1]
+    a = a + 1
+  end
+  local n = tonumber(ARGV[a + 1])
+  a = a + 2
   local prev = redis.call('GET', KEYS[i])
   if prev then
     ids[#ids + 1] = prev
   else
     local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a, a + n - 1))
+    if body then
+      keepPayload(KEYS[1], id, pkey, body)
+    end
     redis.call('SET', KEYS[i], id, 'PX', ARGV[1])
     ids[#ids + 1] = id
   end
@@ -258,12 +270,13 @@ return ids
 //	(CommitArgs.Marks), as many as the last ARGV says
 //	ARGV[1] group, ARGV[2] lease value, ARGV[3] commit ID, ARGV[4] its time to live in ms,
 //	ARGV[5] the number of outputs, then per output: the index in KEYS of its stream, its MAXLEN
-//	(0: none), the number of field/value strings and them; then the settle arguments from the
+//	(0: none), its payload key and payload when the payload is offloaded (offload.go) or else an
+//	empty string, the number of field/value strings and them; then the settle arguments from the
 //	number of IDs to ack on, as settleScript's; then per watermarks hash twice the number of
 //	fields to set and their (field, value) pairs; then the number of watermarks hashes
 //	returns {1, the IDs of the outputs...}, {0} when the commit was already made, or a LEASELOST
 //	or WRONGTYPE error
-var onceScript = goredis.NewScript(`
+var onceScript = goredis.NewScript(keepPayloadLua + `
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
@@ -282,13 +295,23 @@ local i = 6
 for o = 1, tonumber(ARGV[5]) do
   local key = KEYS[tonumber(ARGV[i])]
   local maxlen = ARGV[i + 1]
-  local f = tonumber(ARGV[i + 2])
-  i = i + 3
-  if maxlen ~= '0' then
-    ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i, i + f - 1))
-  else
-    ids[#ids + 1] = redis.call('XADD', key, '*', unpack(ARGV, i, i + f - 1))
+  local pkey, body = ARGV[i + 2], nil
+  if pkey ~= '' then
+    body = ARGV[i + 3]
+    i = i + 1
   end
+  local f = tonumber(ARGV[i + 3])
+  i = i + 4
+  local id
+  if maxlen ~= '0' then
+    id = redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, i, i + f - 1))
+  else
+    id = redis.call('XADD', key, '*', unpack(ARGV, i, i + f - 1))
+  end
+  if body then
+    keepPayload(key, id, pkey, body)
+  end
+  ids[#ids + 1] = id
   i = i + f
 end
 ` + settleSteps + `for k = #KEYS - marks + 1, #KEYS do

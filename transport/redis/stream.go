@@ -56,6 +56,9 @@ func (c *Client) Read(ctx context.Context, stream, after string, count int64, bl
 	}
 	var out []Record
 	for _, s := range res {
+		if err := c.fetchPayloads(ctx, s.Stream, s.Messages); err != nil {
+			return nil, err
+		}
 		for _, msg := range s.Messages {
 			e, err := DecodeEntry(msg)
 			if err != nil {

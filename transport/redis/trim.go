@@ -79,7 +79,7 @@ func (c *Client) Trim(ctx context.Context, stream string, r Retention, now time.
 				}
 			}
 		}
-		n, err := c.rdb.XTrimMinID(ctx, stream, cut.String()).Result()
+		n, err := trimScript.Run(ctx, c.rdb, []string{stream, PayloadIndex(stream)}, cut.String()).Int64()
 		if err != nil {
 			return res, wrap(err, "trimming", stream)
 		}

@@ -1,0 +1,230 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Large payloads are offloaded: a payload above the client's threshold (WithOffloadOver) is
+// stored once, under its own string key in the stream's hash slot, and the entry carries a
+// payload_ref field naming that key instead of a payload field:
+//
+//	XADD flow:{orders:3} * payload_ref 'flow:{orders:3}:payload:<token>' key cust-7 ...
+//	SET  flow:{orders:3}:payload:<token> '<the payload>'
+//	ZADD flow:{orders:3}:payloads <entry ms> '<entry id> flow:{orders:3}:payload:<token>'
+//
+// The three writes are one script (offloadScript, or the offloading steps of xaddOnceScript and
+// onceScript), so that no entry ever names a key that was not written and no key is written for
+// an entry that was not added. The index (PayloadIndex) lists the payload keys of the stream's
+// entries by entry ID, so that whatever removes entries removes their payloads in the same script:
+// trimming (Trim), deleting dead letters (DeleteEntries) and deleting a stream (DeleteStream).
+// A payload key belongs to exactly one entry and lives exactly as long as it: never shared, never
+// deleted while the entry is in the stream, so every reader that can still read the entry can read
+// its payload. Reads (ReadGroup, ReadPending, Reclaim, Read, EntryByID) fetch the payloads of the
+// entries they return in one more round trip, so the callers see an ordinary payload.
+// docs/redis-keys.md documents the format for other clients; docs/design/offload.md the reasons.
+
+// FieldPayloadRef is the field of an entry whose payload is offloaded: the name of the string key
+// that holds the payload (PayloadKey). An entry has a payload field or a payload_ref field.
+const FieldPayloadRef = "payload_ref"
+
+// payloadKeyInfix joins a stream's name and a payload's token in a payload key.
+const payloadKeyInfix = ":payload:"
+
+// PayloadKey returns the key of an offloaded payload of stream: "<stream>:payload:<token>",
+// in the stream's hash slot when the stream's name has a hash tag (every stream flowrun owns).
+func PayloadKey(stream, token string) string { return stream + payloadKeyInfix + token }
+
+// PayloadIndex returns the key of the sorted set that lists the offloaded payloads of stream's
+// entries: "<stream>:payloads", score the entry's milliseconds, member "<entry id> <payload key>".
+func PayloadIndex(stream string) string { return stream + ":payloads" }
+
+// DefaultOffloadOver is the default threshold of WithOffloadOver that the runtime uses (the
+// pipeline's offload_over): 64 KiB, where a payload costs Redis more as a stream field (copied
+// into the stream's listpack, and again into every reply) than as a key of its own.
+const DefaultOffloadOver = 64 << 10
+
+// WithOffloadOver returns a client on the same connections that offloads the payloads of the
+// entries it writes (Commit, Append, Producer) when they are larger than n bytes; n <= 0 turns
+// offloading off. Reads fetch offloaded payloads whatever the setting: another process may have
+// written them. An output is never offloaded when it is Inline, when it has a MaxLen (XADD MAXLEN
+// would trim entries without their payloads), or, on a cluster, when its stream's name has no hash
+// tag (the payload's key could not share its slot). Nothing is offloaded on miniredis (the embedded
+// Redis of flowrun run and flowrun test): it keeps everything in the process's memory anyway, and it
+// walks every key, sorted, on every command to expire keys, so that a key per large payload would
+// slow down every command of the run.
+func (c *Client) WithOffloadOver(n int64) *Client {
+	o := *c
+	o.offloadOver = max(n, 0)
+	return &o
+}
+
+// offloaded is a payload that a write stores under its own key instead of in its entry.
+type offloaded struct {
+	key     string // PayloadKey: the entry's payload_ref
+	payload []byte
+}
+
+// offload decides whether an encoded entry (EncodeEntry's values, payload first) of stream goes
+// with its payload offloaded. When it does, it replaces the payload field by payload_ref in values
+// and returns the payload and its key; otherwise it returns nil and leaves values alone.
+func (c *Client) offload(stream string, o *Output, values []any) *offloaded {
+	if c.offloadOver <= 0 || c.miniredis || o.Inline || o.MaxLen > 0 {
+		return nil
+	}
+	payload, ok := values[1].([]byte)
+	if !ok || int64(len(payload)) <= c.offloadOver {
+		return nil
+	}
+	key := PayloadKey(stream, nextPayloadToken())
+	if c.cluster && HashSlot(key) != HashSlot(stream) {
+		return nil
+	}
+	values[0], values[1] = FieldPayloadRef, key
+	return &offloaded{key: key, payload: payload}
+}
+
+// nextPayloadToken returns a token that no other payload key has: the process's random prefix
+// (that of commit IDs) and a counter.
+func nextPayloadToken() string {
+	return commitPrefix + "p" + strconv.FormatUint(payloadCount.Add(1), 36)
+}
+
+var payloadCount atomic.Uint64
+
+// offloadArgs are the arguments of an output in the scripts that write outputs (xaddOnceScript,
+// onceScript): the payload key and the payload when it is offloaded, an empty string when not.
+func offloadArgs(args []any, off *offloaded) []any {
+	if off == nil {
+		return append(args, "")
+	}
+	return append(args, off.key, off.payload)
+}
+
+// keepPayloadLua defines the Lua function that stores an offloaded payload for entry id of stream
+// (the entry written just before, by the same script) and lists it in the stream's index. The key
+// was checked to share the stream's slot (Client.offload), and so does the index.
+const keepPayloadLua = `local function keepPayload(stream, id, key, payload)
+  redis.call('SET', key, payload)
+  redis.call('ZADD', stream .. ':payloads', string.match(id, '^%d+'), id .. ' ' .. key)
+end
+`
+
+// offloadScript appends one entry whose payload is offloaded: the XADD, then the payload's key and
+// its index entry. A failing XADD (WRONGTYPE) writes nothing; once it has written, a script runs
+// to its end, so the entry and its payload exist together or not at all.
+//
+//	KEYS[1] stream, KEYS[2] payload key; ARGV[1] payload, then the entry's field/value strings
+//	returns the entry's ID
+var offloadScript = goredis.NewScript(keepPayloadLua + `
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+keepPayload(KEYS[1], id, KEYS[2], ARGV[1])
+return id
+`)
+
+// trimScript removes a stream's entries below an ID (XTRIM MINID) and the offloaded payloads of
+// those entries, in one step: no entry is left without its payload, no payload without an entry.
+//
+//	KEYS[1] stream, KEYS[2] its payload index; ARGV[1] the first ID to keep
+//	returns the number of entries removed
+var trimScript = goredis.NewScript(idLessLua + `
+local cut = ARGV[1]
+local cutMS = string.match(cut, '^%d+')
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutMS)) do
+  local sp = string.find(m, ' ', 1, true)
+  if sp and idLess(string.sub(m, 1, sp - 1), cut) then
+    redis.call('DEL', string.sub(m, sp + 1))
+    redis.call('ZREM', KEYS[2], m)
+  end
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', cut)
+`)
+
+// idLessLua defines idLess(a, b): whether stream ID a ("<ms>-<seq>") is below b.
+const idLessLua = `local function idLess(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-?(%d*)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs) or 0
+  return am < bm or (am == bm and as < bs)
+end
+`
+
+// deleteEntriesScript removes entries from a stream (XDEL) with their offloaded payloads.
+//
+//	KEYS[1] stream, KEYS[2] its payload index; ARGV the IDs
+//	returns the number of entries removed
+var deleteEntriesScript = goredis.NewScript(`
+for _, id in ipairs(ARGV) do
+  local ms = string.match(id, '^%d+')
+  if ms then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], ms, ms)) do
+      if string.sub(m, 1, #id + 1) == id .. ' ' then
+        redis.call('DEL', string.sub(m, #id + 2))
+        redis.call('ZREM', KEYS[2], m)
+      end
+    end
+  end
+end
+return redis.call('XDEL', KEYS[1], unpack(ARGV))
+`)
+
+// deleteStreamScript deletes a stream with every offloaded payload of its entries and the index.
+//
+//	KEYS[1] stream, KEYS[2] its payload index
+var deleteStreamScript = goredis.NewScript(`
+for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local sp = string.find(m, ' ', 1, true)
+  if sp then
+    redis.call('DEL', string.sub(m, sp + 1))
+  end
+end
+return redis.call('DEL', KEYS[1], KEYS[2])
+`)
+
+// fetchPayloads puts the offloaded payloads of messages read from stream into their payload
+// field, with one pipeline of GETs (one node on a cluster: the keys share the stream's slot). An
+// entry whose payload_ref does not name a payload key of stream, or names one that does not exist,
+// keeps no payload field: DecodeEntry reports it as malformed, and it is dead-lettered.
+func (c *Client) fetchPayloads(ctx context.Context, stream string, msgs []goredis.XMessage) error {
+	var (
+		pipe goredis.Pipeliner
+		gets []*goredis.StringCmd
+		at   []int
+	)
+	for i, m := range msgs {
+		if m.Values == nil {
+			continue
+		}
+		if _, ok := m.Values[FieldPayload]; ok {
+			continue
+		}
+		ref, ok := m.Values[FieldPayloadRef].(string)
+		if !ok || !strings.HasPrefix(ref, stream+payloadKeyInfix) {
+			continue
+		}
+		if pipe == nil {
+			pipe = c.rdb.Pipeline()
+		}
+		gets = append(gets, pipe.Get(ctx, ref))
+		at = append(at, i)
+	}
+	if pipe == nil {
+		return nil
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	for j, get := range gets {
+		v, err := get.Result()
+		if isNil(err) {
+			continue
+		}
+		if err != nil {
+			return wrap(classify(err), "reading the offloaded payloads of", stream)
+		}
+		msgs[at[j]].Values[FieldPayload] = v
+	}
+	return nil
+}

@@ -1,0 +1,373 @@
+package redis
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// bigPayload is a JSON payload of about n bytes, different for each tag.
+func bigPayload(tag string, n int) []byte {
+	return []byte(`{"tag":"` + tag + `","body":"` + strings.Repeat("x", n) + `"}`)
+}
+
+// offloadedRef returns the payload_ref of an entry as stored (raw XRANGE), "" when the entry holds
+// its payload itself; it fails the test when the entry has both or neither.
+func offloadedRef(t *testing.T, c *Client, stream, id string) string {
+	t.Helper()
+	msgs, err := c.Universal().XRangeN(ctxT(t), stream, id, id, 1).Result()
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("XRANGE %s %s: %v, %v", stream, id, msgs, err)
+	}
+	ref, hasRef := msgs[0].Values[FieldPayloadRef].(string)
+	_, hasPayload := msgs[0].Values[FieldPayload]
+	if hasRef == hasPayload {
+		t.Fatalf("entry %s of %s has payload %v and payload_ref %v: want one of them", id, stream, hasPayload, hasRef)
+	}
+	return ref
+}
+
+func exists(t *testing.T, c *Client, key string) bool {
+	t.Helper()
+	n, err := c.Universal().Exists(ctxT(t), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// TestOffloadWrites writes a large and a small payload by every write path, and checks that the
+// large one is stored under a key of its own in the stream's slot, listed in the stream's index,
+// and read back whole by group reads, plain reads and EntryByID, while the small one stays inline.
+func TestOffloadWrites(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		in := k.Stream("in", 0)
+		fill(t, c, in, 1)
+		if err := c.EnsureGroup(ctx, in, "stage"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Block: -1})
+		if err != nil || b.Len() != 1 {
+			t.Fatal(b.Len(), err)
+		}
+		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type write struct {
+			name  string
+			write func(p int, outs []Output) ([]string, error) // outs to partition p of topic out
+		}
+		fenced := !c.cluster // a lease and a dedup key: onceScript on a single server
+		writes := []write{
+			{"commit", func(_ int, outs []Output) ([]string, error) {
+				return c.Commit(ctx, CommitArgs{Outputs: outs})
+			}},
+			{"commit-dedup", func(p int, outs []Output) ([]string, error) {
+				for i := range outs {
+					outs[i].DedupKey = k.Dedup("out", p, "stage", "in", 0, "1-1", i)
+				}
+				return c.Commit(ctx, CommitArgs{Outputs: outs})
+			}},
+			{"commit-once", func(p int, outs []Output) ([]string, error) {
+				for i := range outs {
+					outs[i].DedupKey = k.Dedup("out", p, "stage", "in", 0, "1-2", i)
+				}
+				if !fenced {
+					return c.Commit(ctx, CommitArgs{Outputs: outs})
+				}
+				return c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", Lease: &lease, IDs: b.IDs()})
+			}},
+			{"append", func(p int, outs []Output) ([]string, error) {
+				if err := c.Append(ctx, outs); err != nil {
+					return nil, err
+				}
+				return lastIDs(t, c, k.Stream("out", p), len(outs)), nil
+			}},
+			{"producer", func(p int, outs []Output) ([]string, error) {
+				prod, err := c.NewProducer(ProducerOptions{})
+				if err != nil {
+					return nil, err
+				}
+				defer prod.Close(ctx)
+				for _, o := range outs {
+					if err := prod.Add(ctx, o.Stream, o.Entry); err != nil {
+						return nil, err
+					}
+				}
+				if err := prod.Flush(ctx); err != nil {
+					return nil, err
+				}
+				return lastIDs(t, c, k.Stream("out", p), len(outs)), nil
+			}},
+		}
+		for i, w := range writes {
+			t.Run(w.name, func(t *testing.T) {
+				out := k.Stream("out", i)
+				big, small := bigPayload(w.name, 4<<10), []byte(`{"small":true}`)
+				ids, err := w.write(i, []Output{
+					{Stream: out, Entry: Entry{Key: "k1", Payload: big, Headers: map[string]string{"h": "v"}}},
+					{Stream: out, Entry: Entry{Key: "k2", Payload: small}},
+				})
+				if err != nil || len(ids) != 2 {
+					t.Fatalf("write: %v, %v", ids, err)
+				}
+				ref := offloadedRef(t, c, out, ids[0])
+				if ref == "" || !strings.HasPrefix(ref, out+":payload:") {
+					t.Fatalf("large payload: payload_ref %q, want a key under %s:payload:", ref, out)
+				}
+				if HashSlot(ref) != HashSlot(out) || HashSlot(PayloadIndex(out)) != HashSlot(out) {
+					t.Errorf("payload key %s is in slot %d, its stream in %d", ref, HashSlot(ref), HashSlot(out))
+				}
+				if got, err := c.Universal().Get(ctx, ref).Bytes(); err != nil || !bytes.Equal(got, big) {
+					t.Fatalf("GET %s: %d bytes, %v; want the payload", ref, len(got), err)
+				}
+				members, err := c.Universal().ZRange(ctx, PayloadIndex(out), 0, -1).Result()
+				if err != nil || len(members) != 1 || members[0] != ids[0]+" "+ref {
+					t.Fatalf("index %v, %v; want [%q]", members, err, ids[0]+" "+ref)
+				}
+				if ref := offloadedRef(t, c, out, ids[1]); ref != "" {
+					t.Fatalf("small payload offloaded to %s", ref)
+				}
+
+				// Every read gets the payload back.
+				recs, err := c.Read(ctx, out, "0", 0, 0)
+				if err != nil || len(recs) != 2 || recs[0].Malformed != nil || !bytes.Equal(recs[0].Payload, big) ||
+					recs[0].Key != "k1" || recs[0].Headers["h"] != "v" || string(recs[1].Payload) != string(small) {
+					t.Fatalf("Read: %+v, %v", recs, err)
+				}
+				if rec, ok, err := c.EntryByID(ctx, out, ids[0]); err != nil || !ok || !bytes.Equal(rec.Payload, big) {
+					t.Fatalf("EntryByID: %v, %v", ok, err)
+				}
+				if err := c.EnsureGroup(ctx, out, "next"); err != nil {
+					t.Fatal(err)
+				}
+				got, err := c.ReadGroup(ctx, ReadArgs{Stream: out, Group: "next", Consumer: "a", Block: -1})
+				if err != nil || len(got.Entries) != 2 || !bytes.Equal(got.Entries[0].Payload, big) {
+					t.Fatalf("ReadGroup: %d entries, %d malformed, %v", len(got.Entries), len(got.Malformed), err)
+				}
+				claimed, err := reclaimAll(t, c, out, "next")
+				if err != nil || len(claimed.Entries) != 2 || !bytes.Equal(claimed.Entries[0].Payload, big) {
+					t.Fatalf("Reclaim: %d entries, %v", len(claimed.Entries), err)
+				}
+			})
+		}
+	})
+}
+
+// reclaimAll claims every pending entry of group for another consumer, once they are idle.
+func reclaimAll(t *testing.T, c *Client, stream, group string) (ReclaimResult, error) {
+	t.Helper()
+	var res ReclaimResult
+	var err error
+	waitFor(t, "the pending entries to be claimable", func() bool {
+		res, err = c.Reclaim(ctxT(t), ReclaimArgs{Stream: stream, Group: group, Consumer: "b", MinIdle: time.Millisecond})
+		return err != nil || len(res.Entries)+len(res.Malformed) > 0
+	})
+	return res, err
+}
+
+// lastIDs returns the IDs of the last n entries of a stream, oldest first.
+func lastIDs(t *testing.T, c *Client, stream string, n int) []string {
+	t.Helper()
+	ids := remaining(t, c, stream)
+	if len(ids) < n {
+		t.Fatalf("%s has %d entries, want at least %d", stream, len(ids), n)
+	}
+	return ids[len(ids)-n:]
+}
+
+// TestOffloadTrimKeepsWhatAGroupNeeds trims a stream read by two groups: a payload goes with its
+// entry, and only once neither group needs the entry any more.
+func TestOffloadTrimKeepsWhatAGroupNeeds(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		s := k.Stream("t", 0)
+		for _, g := range []string{"fast", "slow"} {
+			if err := c.EnsureGroup(ctx, s, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var outs []Output
+		for i := range 4 {
+			outs = append(outs, Output{Stream: s, Entry: Entry{Payload: bigPayload(fmt.Sprint(i), 2<<10)}})
+		}
+		ids, err := c.Commit(ctx, CommitArgs{Outputs: outs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := make([]string, len(ids))
+		for i, id := range ids {
+			refs[i] = offloadedRef(t, c, s, id)
+		}
+		readAndAck(t, c, s, "fast", 4)
+		readAndAck(t, c, s, "slow", 2, 1) // the second entry stays pending, the rest are undelivered
+
+		res, err := c.Trim(ctx, s, Retention{MaxLen: 1}, time.Now())
+		if err != nil || res.Trimmed != 1 {
+			t.Fatalf("Trim = %+v, %v; want the first entry trimmed", res, err)
+		}
+		for i, ref := range refs {
+			if want := i > 0; exists(t, c, ref) != want {
+				t.Errorf("entry %d: payload key exists = %v, want %v", i, !want, want)
+			}
+		}
+		readAndAck(t, c, s, "slow", 0)
+		if err := c.Ack(ctx, s, "slow", nil, ids[1]); err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.ReadGroup(ctx, ReadArgs{Stream: s, Group: "slow", Consumer: "w", Block: -1})
+		if err != nil || len(b.Entries) != 2 || !bytes.Equal(b.Entries[1].Payload, outs[3].Entry.Payload) {
+			t.Fatalf("slow group read %d entries, %v", len(b.Entries), err)
+		}
+		if err := c.Ack(ctx, s, "slow", nil, b.IDs()[0]); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c.Trim(ctx, s, Retention{MaxLen: 1}, time.Now()); err != nil || res.Trimmed != 2 {
+			t.Fatalf("Trim = %+v, %v; want two more entries trimmed", res, err)
+		}
+		for i, ref := range refs {
+			if want := i == 3; exists(t, c, ref) != want {
+				t.Errorf("entry %d: payload key exists = %v, want %v", i, !want, want)
+			}
+		}
+		if n, _ := c.Universal().ZCard(ctx, PayloadIndex(s)).Result(); n != 1 {
+			t.Errorf("index holds %d members, want 1", n)
+		}
+	})
+}
+
+// TestOffloadDeleteEntries deletes entries and a whole stream: their payload keys go with them.
+func TestOffloadDeleteEntries(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		s := k.DeadLetter("stage")
+		ids, err := c.Commit(ctx, CommitArgs{Outputs: []Output{
+			{Stream: s, Entry: Entry{Payload: bigPayload("a", 2<<10)}},
+			{Stream: s, Entry: Entry{Payload: bigPayload("b", 2<<10)}},
+			{Stream: s, Entry: Entry{Payload: bigPayload("c", 2<<10)}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := []string{offloadedRef(t, c, s, ids[0]), offloadedRef(t, c, s, ids[1]), offloadedRef(t, c, s, ids[2])}
+		if n, err := c.DeleteEntries(ctx, s, ids[1]); err != nil || n != 1 {
+			t.Fatalf("DeleteEntries = %d, %v", n, err)
+		}
+		if !exists(t, c, refs[0]) || exists(t, c, refs[1]) || !exists(t, c, refs[2]) {
+			t.Fatal("deleting the second entry did not delete exactly its payload")
+		}
+		if err := c.DeleteStream(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range append(refs, s, PayloadIndex(s)) {
+			if exists(t, c, key) {
+				t.Errorf("%s exists after DeleteStream", key)
+			}
+		}
+	})
+}
+
+// TestOffloadMissingPayload reads an entry whose payload key is gone, or whose payload_ref names a
+// key of another stream: it is malformed (to be dead-lettered), and the read goes on.
+func TestOffloadMissingPayload(t *testing.T) {
+	forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		s := k.Stream("m", 0)
+		other := k.Stream("m", 1)
+		rdb := c.Universal()
+		for _, ref := range []string{PayloadKey(s, "gone"), PayloadKey(other, "elsewhere")} {
+			if err := rdb.XAdd(ctx, &goredis.XAddArgs{Stream: s, Values: []any{FieldPayloadRef, ref}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rdb.Set(ctx, PayloadKey(other, "elsewhere"), `{"a":1}`, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, c, s, 1)
+		if err := c.EnsureGroup(ctx, s, "g"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.ReadGroup(ctx, ReadArgs{Stream: s, Group: "g", Consumer: "w", Block: -1})
+		if err != nil || len(b.Malformed) != 2 || len(b.Entries) != 1 {
+			t.Fatalf("read %d entries and %d malformed, %v; want 1 and 2", len(b.Entries), len(b.Malformed), err)
+		}
+		if !strings.Contains(b.Malformed[0].Reason, "payload_ref") {
+			t.Errorf("reason %q does not name payload_ref", b.Malformed[0].Reason)
+		}
+	})
+}
+
+// TestOffloadNoOrphanOnFailedWrite writes to a key that is not a stream: the commit fails and no
+// payload key is left behind.
+func TestOffloadNoOrphanOnFailedWrite(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		s := k.Stream("w", 0)
+		if err := c.Universal().Set(ctx, s, "not a stream", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: s, Entry: Entry{Payload: bigPayload("a", 2<<10)}}}})
+		if err == nil {
+			t.Fatal("commit to a string key succeeded")
+		}
+		keys, err := c.KeysUnder(ctx, k.Prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 {
+			t.Errorf("keys after the failed write: %v; want only %s", keys, s)
+		}
+	})
+}
+
+// TestNoOffloadOnMiniredis: the embedded Redis keeps payloads in their entries whatever their size
+// (see WithOffloadOver), and its reads still follow references that another writer made; trimming
+// and deleting entries there still delete their payloads.
+func TestNoOffloadOnMiniredis(t *testing.T) {
+	forEach(t, []backend{miniredisBackend()}, func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		s := k.Stream("m", 0)
+		big := bigPayload("a", 2<<10)
+		ids, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: s, Entry: Entry{Payload: big}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref := offloadedRef(t, c, s, ids[0]); ref != "" {
+			t.Fatalf("offloaded to %s on miniredis", ref)
+		}
+		// An entry as a client of a real server wrote it: the reference, its key and its index.
+		ref := PayloadKey(s, "by-hand")
+		id, err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: s, Values: []any{FieldPayloadRef, ref}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Universal().Set(ctx, ref, big, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := parseID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Universal().ZAdd(ctx, PayloadIndex(s), goredis.Z{Score: float64(ms.ms), Member: id + " " + ref}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := c.Read(ctx, s, "0", 0, 0)
+		if err != nil || len(recs) != 2 || !bytes.Equal(recs[1].Payload, big) {
+			t.Fatalf("Read: %d records, %v", len(recs), err)
+		}
+		if n, err := c.DeleteEntries(ctx, s, id); err != nil || n != 1 || exists(t, c, ref) {
+			t.Fatalf("DeleteEntries: %d, %v; the payload's key exists: %v", n, err, exists(t, c, ref))
+		}
+	})
+}
