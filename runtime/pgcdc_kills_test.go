@@ -106,7 +106,10 @@ table "mirror" {
 		streaming := func() bool { return !strings.Contains(position(), `"snapshot":"`) }
 		// The first of these reads the rest of the snapshot; each is killed once it streams.
 		waitFor(t, fmt.Sprintf("cycle %d: %d entries more, streaming", cycle, progress), func() bool {
-			return (entries()-before >= progress || written.Load()) && streaming()
+			// No entry in flight has been delivered more than twice: kills that come faster than
+			// the table commits would make its entries poison messages (mostDelivered).
+			return (entries()-before >= progress || written.Load()) && streaming() &&
+				mostDelivered(t, c, "mirror.table", keys.Streams("changes", 4)...) <= 2
 		})
 		if cycle%restartEvery == restartEvery-1 {
 			// Redis goes away under the running process and comes back with its data; the
