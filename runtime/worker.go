@@ -301,12 +301,15 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 		}
 		if res.Len() > 0 {
 			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Len())
+			// process counts itself as work: a wait inside it (a paused sink's probe) lets go of
+			// one count, which must then be all there is.
+			w.r.activity.add(-1)
 			if err := w.process(ctx, res.Batch, nil, nil); err != nil {
-				w.r.activity.add(-1)
 				return err
 			}
+		} else {
+			w.r.activity.add(-1)
 		}
-		w.r.activity.add(-1)
 		if res.Next == "" || res.Next == "0-0" {
 			return nil
 		}

@@ -53,7 +53,12 @@ func (h *harness) settle() {
 		}
 		last = m
 		if time.Now().After(giveUp) {
-			h.log.Warn("flowtest: the pipeline still works after a long wait; moving the clock anyway")
+			var working, inFlight int64
+			if inc := h.live; inc != nil {
+				working, inFlight = int64(inc.activity.Working()), int64(inc.client.InFlight())
+			}
+			h.log.Warn("flowtest: the pipeline still works after a long wait; moving the clock anyway",
+				"undelivered", h.clock.Undelivered(staleFiring), "working", working, "in_flight", inFlight, "commands", m.commands != last.commands)
 			return
 		}
 	}

@@ -42,7 +42,15 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 			}
 			for _, tf := range tests {
 				for _, noFusion := range []bool{false, true} {
-					results := flowtest.RunFile(context.Background(), tf, tf.Plan, flowtest.Options{Seed: 1, NoFusion: noFusion})
+					var log bytes.Buffer
+					results := flowtest.RunFile(context.Background(), tf, tf.Plan, flowtest.Options{Seed: 1, NoFusion: noFusion, Log: &log})
+					// The harness tells when the pipeline is idle from the runtime's own accounting of
+					// its work: a count that never comes back to zero makes every step wait out
+					// settleGiveUp (a takeover counted its batch twice, and a crash run took 10 s).
+					if strings.Contains(log.String(), "still works after a long wait") {
+						t.Errorf("%s (no fusion: %v): the harness waited out a pipeline that said it still worked:\n%s",
+							tf.Path, noFusion, lastLines(log.String(), 20))
+					}
 					if len(results) != len(tf.Runs) {
 						t.Errorf("%s (no fusion: %v): %d results for %d runs", tf.Path, noFusion, len(results), len(tf.Runs))
 					}
@@ -143,4 +151,10 @@ func TestCountersAddUpUnderTest(t *testing.T) {
 			t.Error(out.String())
 		}
 	}
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
