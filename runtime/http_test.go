@@ -179,6 +179,7 @@ type graphNode struct {
 	Kind     string `json:"kind"`
 	Detail   string `json:"detail"`
 	Layer    int    `json:"layer"`
+	Band     int    `json:"band"`
 	X        int    `json:"x"`
 	Y        int    `json:"y"`
 	Width    int    `json:"width"`
@@ -572,8 +573,11 @@ func checkLayout(t *testing.T, plan *flow.Plan, g graphDoc) {
 			if a.X < b.X+b.Width && b.X < a.X+a.Width && a.Y < b.Y+b.Height && b.Y < a.Y+a.Height {
 				t.Errorf("%s and %s overlap", a.ID, b.ID)
 			}
-			if (a.Layer < b.Layer) != (a.X < b.X) && a.Layer != b.Layer {
-				t.Errorf("%s (layer %d, x %d) and %s (layer %d, x %d) are not left to right", a.ID, a.Layer, a.X, b.ID, b.Layer, b.X)
+			// Layers go left to right within a band, and bands top to bottom.
+			if a.Layer != b.Layer && ((a.Band == b.Band && (a.Layer < b.Layer) != (a.X < b.X)) ||
+				(a.Band != b.Band && ((a.Layer < b.Layer) != (a.Band < b.Band) || (a.Band < b.Band) != (a.Y < b.Y)))) {
+				t.Errorf("%s (layer %d, band %d, x %d, y %d) and %s (layer %d, band %d, x %d, y %d) are not in reading order",
+					a.ID, a.Layer, a.Band, a.X, a.Y, b.ID, b.Layer, b.Band, b.X, b.Y)
 			}
 		}
 	}

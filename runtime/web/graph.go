@@ -76,9 +76,11 @@ type nodeJSON struct {
 	Name   string `json:"name"`
 	Kind   string `json:"kind,omitempty"` // the source's, stage's or sink's kind
 	Detail string `json:"detail"`         // a short description: "map stage", "4 partitions"
-	// Layer is the node's depth in the graph; X and Y (its top left corner), Width and Height place
-	// it in a drawing of Layout's size.
+	// Layer is the node's depth in the graph, and Band the row of layers it is drawn in (a long
+	// pipeline's layers are cut into bands, one below the other); X and Y (its top left corner),
+	// Width and Height place it in a drawing of Layout's size.
 	Layer  int `json:"layer"`
+	Band   int `json:"band"`
 	X      int `json:"x"`
 	Y      int `json:"y"`
 	Width  int `json:"width"`
@@ -347,7 +349,7 @@ func (g *graphHandler) describe(s runtime.Snapshot, ready error, h runtime.Histo
 	for _, vn := range g.view.nodes {
 		n := nodeJSON{
 			ID: vn.id, Type: vn.typ, Name: vn.name, Kind: vn.kind, Detail: vn.detail,
-			Layer: vn.layer, X: vn.x, Y: vn.y, Width: vn.width, Height: vn.height,
+			Layer: vn.layer, Band: vn.layer / max(1, g.view.perBand), X: vn.x, Y: vn.y, Width: vn.width, Height: vn.height,
 			DeadLetterTopic: vn.deadLetterTopic, Partitions: vn.partitions, Key: vn.key, Stateful: vn.stateful,
 		}
 		if c, ok := counters[vn.name]; ok && vn.typ != "topic" {
