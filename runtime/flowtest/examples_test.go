@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
@@ -42,7 +43,7 @@ func TestEveryExampleShipsPassingTests(t *testing.T) {
 			}
 			for _, tf := range tests {
 				for _, noFusion := range []bool{false, true} {
-					var log bytes.Buffer
+					var log lockedBuffer // the runtime's goroutines may still log as the run ends
 					results := flowtest.RunFile(context.Background(), tf, tf.Plan, flowtest.Options{Seed: 1, NoFusion: noFusion, Log: &log})
 					// The harness tells when the pipeline is idle from the runtime's own accounting of
 					// its work: a count that never comes back to zero makes every step wait out
@@ -151,6 +152,24 @@ func TestCountersAddUpUnderTest(t *testing.T) {
 			t.Error(out.String())
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // lastLines returns the last n lines of s.
