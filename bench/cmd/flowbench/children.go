@@ -93,9 +93,9 @@ func report(r pubReport, err error) error {
 	if err != nil {
 		return err
 	}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		r.MaxRSSKB = ru.Maxrss
+	// VmHWM, not the rusage's maxrss, which counts the harness's memory too (child.watchPeak).
+	if _, peak, err := procMemKB("self"); err == nil {
+		r.MaxRSSKB = peak
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
