@@ -142,6 +142,7 @@ fuzz:
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/redis -run '^$$' -fuzz '^FuzzValidTraceParent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./stages -run '^$$' -fuzz '^FuzzPayloadCodec$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./stages -run '^$$' -fuzz '^FuzzFields$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/jsonscan -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
 
 # Regenerate the files derived from the languages' registries (packages flow and flow/testfile) and

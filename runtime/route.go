@@ -51,10 +51,11 @@ func validate(t *flow.Topic, m *stages.Message) error {
 func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partition int, err error) {
 	key = m.Key
 	if t.Key != nil && !(key != "" && m.IsNull()) {
-		if err := m.Decode(); err != nil {
+		fields, err := m.Fields(t.Key.Fields())
+		if err != nil {
 			return "", 0, err
 		}
-		key, err = t.Key.EvalString(&expr.Env{Msg: m.Value})
+		key, err = t.Key.EvalString(&expr.Env{Msg: fields})
 		if err != nil {
 			return "", 0, stages.Permanent(err)
 		}

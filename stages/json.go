@@ -97,6 +97,96 @@ func (d *decoder) object() map[string]any {
 	}
 }
 
+// fieldsOf decodes, of the object at d.i, the members named in names, and skips the others.
+func (d *decoder) fieldsOf(names []string) map[string]any {
+	d.i++ // {
+	m := make(map[string]any, len(names))
+	d.space()
+	if d.data[d.i] == '}' {
+		d.i++
+		return m
+	}
+	for {
+		d.space()
+		k, wanted := d.memberName(names)
+		d.space()
+		d.i++ // :
+		if wanted {
+			m[k] = d.value() // a repeated name: the last one wins, as in object
+		} else {
+			d.skip()
+		}
+		d.space()
+		d.i++ // , or }
+		if d.data[d.i-1] == '}' {
+			return m
+		}
+	}
+}
+
+// memberName reads a member's name and says whether it is one of names, making a string of it only
+// when it is one or has escapes to undo.
+func (d *decoder) memberName(names []string) (string, bool) {
+	start := d.i + 1
+	end := start + bytes.IndexByte(d.data[start:], '"')
+	if bytes.IndexByte(d.data[start:end], '\\') >= 0 {
+		k := d.string()
+		return k, slices.Contains(names, k)
+	}
+	d.i = end + 1
+	for _, n := range names {
+		if string(d.data[start:end]) == n {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// skip moves past the value at d.i without decoding it.
+func (d *decoder) skip() {
+	d.space()
+	depth := 0
+	for {
+		switch d.data[d.i] {
+		case '"':
+			d.skipString()
+			if depth == 0 {
+				return
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // the end of the object around a number or literal
+				return
+			}
+			depth--
+			if depth == 0 {
+				d.i++
+				return
+			}
+		case ',':
+			if depth == 0 {
+				return
+			}
+		}
+		d.i++
+	}
+}
+
+// skipString moves past the string at d.i.
+func (d *decoder) skipString() {
+	d.i++ // "
+	for {
+		d.i += bytes.IndexAny(d.data[d.i:], `"\`)
+		if d.data[d.i] == '"' {
+			d.i++
+			return
+		}
+		d.i += 2 // a backslash and the character it escapes
+	}
+}
+
 func (d *decoder) array() []any {
 	d.i++ // [
 	a := []any{}

@@ -197,3 +197,42 @@ func TestLargeStringsShareOnlyReadOnlyPayloads(t *testing.T) {
 		t.Errorf("a message's decoded value changed with the buffer it was made from")
 	}
 }
+
+// FuzzFields checks that the fields an expression reads decode alone as they do in the whole
+// message: for every payload Decode accepts, Fields(names) is Decode's value cut to names, whatever
+// the names (present or not, repeated in the payload, escaped in it), and a payload Decode refuses
+// Fields refuses too.
+func FuzzFields(f *testing.F) {
+	for _, s := range codecSeeds {
+		f.Add([]byte(s), "a", "b")
+	}
+	f.Add([]byte(`{"a":1,"b":{"c":[1,{"d":"}]\""}]},"a":2}`), "a", "x")
+	f.Add([]byte(`{"x":"\"a\\","a\u0062":[[],{}],"e":-1.5e3 , "z":null}`), "ab", "e")
+	f.Add([]byte(`{ "a" : true , "b" : false }`), "b", "")
+	f.Fuzz(func(t *testing.T, p []byte, n1, n2 string) {
+		names := []string{n1, n2}
+		whole := NewMessage("", p, nil)
+		err := whole.Decode()
+		for _, m := range []Message{NewMessage("", p, nil), NewEntryMessage("", p, nil)} {
+			if m.checked && err != nil {
+				continue // an entry's payload was checked when it was read
+			}
+			got, gotErr := m.Fields(names, false)
+			if (gotErr == nil) != (err == nil) {
+				t.Fatalf("Fields(%q, %q): %v; Decode: %v", p, names, gotErr, err)
+			}
+			if err != nil {
+				continue
+			}
+			want := map[string]any{}
+			for _, n := range names {
+				if v, ok := whole.Value[n]; ok {
+					want[n] = v
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("Fields(%q, %q) = %#v; Decode cut to them: %#v", p, names, got, want)
+			}
+		}
+	})
+}

@@ -44,9 +44,9 @@ func NewMessage(key string, payload []byte, headers map[string]string) Message {
 
 // NewEntryMessage is NewMessage for the payload of an entry read from a stream, which reading
 // checked already (transport/redis DecodeEntry: valid JSON and UTF-8, nested at most MaxDepth
-// deep, the rules DecodePayload checks): decoding it does not check it again. The payload must
-// never be modified (a reply's memory is not): the decoded value's largest strings may share it.
-// Any other payload takes NewMessage.
+// deep, the rules DecodePayload checks), or a line CheckPayload passed: decoding it does not check
+// it again. The payload must never be modified (a reply's memory is not): the decoded value's
+// largest strings may share it. Any other payload takes NewMessage.
 func NewEntryMessage(key string, payload []byte, headers map[string]string) Message {
 	return Message{Key: key, Headers: headers, raw: payload, checked: true}
 }
@@ -66,6 +66,28 @@ func (m *Message) Decode() error {
 	}
 	m.Value = v
 	return nil
+}
+
+// Fields returns what an expression that reads the message's top-level fields named (and no
+// others: expr.Program.Fields) needs of it: those fields decoded as Decode would decode them,
+// skipping the rest of the payload, without keeping them. For a key or a condition that reads a
+// field or two of a message passed on as it arrived, which then never pays for decoding the rest.
+// With Value decoded already, or more (the expression may read any field), it is Decode's Value.
+func (m *Message) Fields(names []string, more bool) (map[string]any, error) {
+	if more || m.Value != nil || m.raw == nil {
+		if err := m.Decode(); err != nil {
+			return nil, err
+		}
+		return m.Value, nil
+	}
+	if !m.checked {
+		if err := CheckPayload(m.raw); err != nil {
+			return nil, err
+		}
+	}
+	d := decoder{data: m.raw, share: m.checked}
+	d.space()
+	return d.fieldsOf(names), nil
 }
 
 // DecodePayload parses a JSON object, with numbers as json.Number. A payload that is not one is a

@@ -103,10 +103,14 @@ func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
 		in = f
 	}
 	lr := lineReader{name: s.path, maxSize: s.env.MaxMessageSize, offset: pos.Offset, line: pos.Line, run: pos.Epoch}
+	wholeHead := headHash(head) // every line's past the head but the first few has this one
 	lr.position = func(offset, line int64) string {
 		pos.Offset, pos.Line = offset, line
 		pos.HeadLen = int(min(int64(len(head)), offset))
-		pos.Head = headHash(head[:pos.HeadLen])
+		pos.Head = wholeHead
+		if pos.HeadLen < len(head) {
+			pos.Head = headHash(head[:pos.HeadLen])
+		}
 		b, _ := json.Marshal(pos) // strings and numbers only
 		return string(b)
 	}

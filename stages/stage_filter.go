@@ -51,14 +51,15 @@ func (s *filterStage) Process(_ context.Context, m *Message, out []Output) ([]Ou
 	return append(out, Output{Topic: s.out, Message: *m}), nil
 }
 
-// Holds evaluates a where condition on a message, decoding it first: the filter stage's where and
+// Holds evaluates a where condition on a message, decoding the fields it reads first: the filter stage's where and
 // a sink's. An expression that cannot evaluate on the message fails it for good (Permanent), as it
 // would on every attempt; so does a payload that is not a JSON object.
 func Holds(where *expr.Program, m *Message) (bool, error) {
-	if err := m.Decode(); err != nil {
+	fields, err := m.Fields(where.Fields())
+	if err != nil {
 		return false, err
 	}
-	ok, err := where.EvalBool(&expr.Env{Msg: m.Value})
+	ok, err := where.EvalBool(&expr.Env{Msg: fields})
 	if err != nil {
 		return false, evalError(err)
 	}

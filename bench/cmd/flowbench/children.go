@@ -53,6 +53,8 @@ func runChild(args []string) error {
 	consumers := fs.Int("consumers", 1, "Watermill subscribers per stage (0: one with default settings)")
 	pool := fs.Int("pool", 0, "go-redis pool size (0: go-redis default)")
 	batch := fs.Int("batch", 0, "runtime.Options.BatchSize (fw-run)")
+	in := fs.String("in", "", "input file (raw-q0)")
+	out := fs.String("out", "", "output file (raw-q0)")
 	async := fs.Bool("async", false, "publish one message at a time with Publish instead of PublishBatch (pub-flowrun)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -73,6 +75,8 @@ func runChild(args []string) error {
 		return runFlowrunInProcess(ctx, *addr, *pipeline, *batch)
 	case "pub-flowrun":
 		return report(publishFlowrun(ctx, *addr, *pipeline, *topic, *n, *g, *async))
+	case "raw-q0":
+		return rawNexmarkQ0(ctx, *addr, *in, *out)
 	case "busy":
 		return busyLoop(*g)
 	}

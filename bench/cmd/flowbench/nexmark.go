@@ -106,9 +106,13 @@ func (h *harness) runNexmark(_ context.Context, sc scenario) result {
 	if err != nil {
 		return result{failed: err.Error()}
 	}
-	args := append([]string{"run", "--until-drained", pipeline, "--redis", h.srv.url(), "--var", "output=" + out}, vars[sc.pipeline]...)
+	bin, args := h.flowrun, append([]string{"run", "--until-drained", pipeline, "--redis", h.srv.url(), "--var", "output=" + out}, vars[sc.pipeline]...)
+	if sc.impl == implRaw {
+		out += ".raw"
+		bin, args = h.self, []string{"child", "raw-q0", "-addr", h.srv.addr(), "-in", filepath.Join(h.tmp, "nexmark", "bids.jsonl"), "-out", out}
+	}
 	t0 := time.Now()
-	c, err := startChild(sc.name, h.logPath(sc), h.flowrunEnv, h.flowrun, args...)
+	c, err := startChild(sc.name, h.logPath(sc), h.flowrunEnv, bin, args...)
 	if err != nil {
 		return result{failed: err.Error()}
 	}
@@ -149,17 +153,20 @@ func countLines(path string) (int, error) {
 func nexmarkReport(sums map[string]summary) string {
 	var b strings.Builder
 	for _, q := range nexmarkQueries {
-		s, ok := sums["NEXMARK "+q]
-		if !ok || s.ok == 0 || s.cpu <= 0 {
-			continue
+		for _, name := range []string{"NEXMARK " + q, "NEXMARK " + q + " raw"} {
+			s, ok := sums[name]
+			if !ok || s.ok == 0 || s.cpu <= 0 {
+				continue
+			}
+			if b.Len() == 0 {
+				b.WriteString("\nNexmark (bench/nexmark, events per second per core; Flink 1.13's from the nexmark/nexmark README; " +
+					"q0 raw is query 0 with go-redis alone, nexmark_raw.go)\n\n")
+				b.WriteString("| query | events/s | per core, process + Redis | per core, process alone | Flink 1.13 per core | process + Redis / Flink |\n")
+				b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: |\n")
+			}
+			both, alone := 1e9/(s.cpu+s.redisCPU), 1e9/s.cpu
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", strings.TrimPrefix(name, "NEXMARK "), s.rate, both, alone, flinkPerCore[q], both/flinkPerCore[q])
 		}
-		if b.Len() == 0 {
-			b.WriteString("\nNexmark (bench/nexmark, events per second per core; Flink 1.13's from the nexmark/nexmark README)\n\n")
-			b.WriteString("| query | events/s | per core, flowrun + Redis | per core, flowrun alone | Flink 1.13 per core | flowrun + Redis / Flink |\n")
-			b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: |\n")
-		}
-		both, alone := 1e9/(s.cpu+s.redisCPU), 1e9/s.cpu
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", q, s.rate, both, alone, flinkPerCore[q], both/flinkPerCore[q])
 	}
 	return b.String()
 }

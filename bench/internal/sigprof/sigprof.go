@@ -17,6 +17,19 @@ import (
 // EnvDir names the directory the profiles go to; without it Start does nothing.
 const EnvDir = "FLOWBENCH_PROFILE_DIR"
 
+// EnvWhole, set beside EnvDir, asks a process that runs to its end (a job) to profile its whole
+// run instead of the window between the signals (Whole).
+const EnvWhole = "FLOWBENCH_PROFILE_WHOLE"
+
+// Whole runs f, profiled from start to end if EnvDir and EnvWhole are set.
+func Whole(f func()) {
+	if os.Getenv(EnvWhole) == "" {
+		f()
+		return
+	}
+	Window(f)
+}
+
 // Start handles SIGUSR1 and SIGUSR2 if EnvDir is set.
 func Start() {
 	dir := os.Getenv(EnvDir)
