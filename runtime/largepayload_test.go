@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -331,4 +332,117 @@ func checkPayloadRefs(t *testing.T, c *redis.Client, prefix string, streams []st
 		}
 	}
 	return refs
+}
+
+// changedPipeline changes a large message in two map stages, one of each delivery, each to a topic
+// of its own.
+const changedPipeline = `
+pipeline "changed" {}
+topic "in" {}
+topic "out" {}
+topic "out_once" {}
+stage "stamp" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+  set    = { seen = true }
+}
+stage "stamp_once" {
+  kind     = "map"
+  input    = topic.in
+  output   = topic.out_once
+  delivery = "effectively_once"
+  set      = { seen = true }
+}
+`
+
+// TestLargeChangedPayloadThroughAMap sends a message of a few MB, over the size from which a
+// changed message's payload is staged in pieces before its commit (redis.StagingChunk), through map
+// stages that change it, at-least-once (a MULTI of the offloading script and the settle) and
+// effectively-once (one fenced script on a single server, markers on a cluster): it arrives whole,
+// with the field set, where it is offloaded as a reference to a persistent key in its entry's slot,
+// and no staging key is left behind.
+func TestLargeChangedPayloadThroughAMap(t *testing.T) {
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := b.open(t)
+			plan := buildSource(t, changedPipeline)
+			// Two-byte characters, so that the pieces are cut between characters, and escapes.
+			body := strings.Repeat(`é"\`, 3*redis.StagingChunk/4)
+			sent, err := json.Marshal(map[string]any{"id": "doc-1", "body": body})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := runtime.NewPublisher(c, plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.Publish(ctx, "in", stages.NewMessage("", sent, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			staged := setRanges(t, c)
+			runJob(t, c, plan, runtime.Options{})
+			if b.name == "server" {
+				// Staged in pieces, never encoded whole: each stage sends the pieces after the first
+				// with SETRANGE. A piece is a chunk of the body before escaping: at most twice as long
+				// after.
+				if n, want := setRanges(t, c)-staged, 2*(len(sent)/(2*redis.StagingChunk)); n < want {
+					t.Errorf("%d SETRANGE calls, want at least %d: the payloads were not staged in pieces", n, want)
+				}
+			}
+
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			outs := []string{keys.Stream("out", 0), keys.Stream("out_once", 0)}
+			for _, out := range outs {
+				recs, err := c.Read(ctx, out, "0", 10, 0)
+				if err != nil || len(recs) != 1 || recs[0].Malformed != nil {
+					t.Fatalf("%s: %d records, %v", out, len(recs), err)
+				}
+				var got struct {
+					ID, Body string
+					Seen     bool
+				}
+				if err := json.Unmarshal(recs[0].Payload, &got); err != nil || got.ID != "doc-1" || got.Body != body || !got.Seen {
+					t.Errorf("%s: the message arrived as %.80s (%v)", out, recs[0].Payload, err)
+				}
+			}
+			refs := checkPayloadRefs(t, c, plan.KeyPrefix, outs)
+			if want := map[bool]int{true: 0, false: 1}[b.name == "embedded"]; refs[outs[0]] != want || refs[outs[1]] != want {
+				t.Errorf("payload references %v, want %d in each output", refs, want)
+			}
+			all, err := c.KeysUnder(ctx, plan.KeyPrefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range all {
+				if strings.HasSuffix(k, ":staged") {
+					t.Errorf("staging key %s left after the commit", k)
+				}
+				if strings.Contains(k, ":payload:") {
+					if ttl, err := c.Universal().PTTL(ctx, k).Result(); err != nil || ttl != -1 {
+						t.Errorf("payload key %s expires in %v (%v): want it persistent", k, ttl, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// setRanges returns how many SETRANGE commands the server has run (0 on a cluster or miniredis).
+func setRanges(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Universal().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0 // miniredis has no INFO commandstats
+	}
+	_, stats, found := strings.Cut(info, "cmdstat_setrange:calls=")
+	if !found {
+		return 0
+	}
+	n, _ := strconv.Atoi(stats[:strings.IndexAny(stats, ",\r\n")])
+	return n
 }
