@@ -123,8 +123,8 @@ func (c *Client) encodeOutput(o *Output) ([]any, *offloaded, error) {
 // that the process never holds its JSON whole next to the message it is made from: its pieces go,
 // as they are made, to a staging key in the stream's slot with a time to live,
 //
-//	SET      flow:{orders:3}:payload:<token>:staged '<the first MB>' PX 300000
-//	SETRANGE flow:{orders:3}:payload:<token>:staged 1048576 '<the next MB>'  ...
+//	SET      flow:{orders:3}:payload:<token>:staged '<the first MB>' EX 300
+//	SETRANGE flow:{orders:3}:payload:<token>:staged <its length so far> '<the next piece>'  ...
 //
 // and the script that writes the entry renames that key to the payload key (and makes it
 // persistent) where it would otherwise SET the payload: the commit is still one step, fenced as
