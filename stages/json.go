@@ -16,9 +16,10 @@ import (
 // copies the input into a buffer it grows by doubling (over three times a large payload's size,
 // allocated on every decode), and its Encoder builds the output in a buffer of its own before
 // copying it out. A 20 MB message that a map stage changed cost seven times its size in one hop;
-// it now costs about two: the reply it was read from, whose memory its large strings share (a
-// payload read from Redis is never modified), and its encoding, written into a buffer sized after
-// the payload it came from.
+// it now costs about one: the reply it was read from, whose memory its large strings share (a
+// payload read from Redis is never modified), and a megabyte or two of its encoding at a time,
+// which the commit writes to Redis piece by piece (Message.WritePayload, spill). A smaller message
+// is encoded whole, into a buffer sized after the payload it came from.
 //
 // The results are those of encoding/json, with UseNumber for decoding and SetEscapeHTML(false)
 // for encoding (FuzzPayloadCodec compares them). Values of types other than those a decoded
