@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
@@ -50,13 +47,11 @@ sink "print" {
 `
 
 // hopAllocations measures the bytes one hop allocates for a 20 MB entry: XREAD of the entry and
-// its decoding (DecodeEntry), the stage, the output's encoding (EncodeEntry) and its XADD. It
-// returns them as a multiple of the payload's size.
+// its decoding (DecodeEntry), the stage, the output's encoding and its commit, offloaded as the
+// runtime writes it. It returns them as a multiple of the payload's size.
 func hopAllocations(t *testing.T, stage string) float64 {
 	t.Helper()
-	c := server.open(t)
-	raw := goredis.NewClient(&goredis.Options{Addr: redistest.Shared(t).Addr()})
-	defer raw.Close()
+	c := server.open(t).WithOffloadOver(redis.DefaultOffloadOver)
 	plan := buildSource(t, largePayloadStages)
 	proc, err := stages.Compile(plan.Stage(stage), stages.Env{})
 	if err != nil {
@@ -69,7 +64,10 @@ func hopAllocations(t *testing.T, stage string) float64 {
 	if err := c.Append(ctx, []redis.Output{{Stream: in, Entry: redis.Entry{Key: "doc-1", Payload: payload}}}); err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Del(ctx, in, out)
+	defer func() { // with their payloads' keys
+		_ = c.DeleteStream(ctx, in)
+		_ = c.DeleteStream(ctx, out)
+	}()
 	var failure error
 	res := testing.Benchmark(func(b *testing.B) {
 		for i := 0; i < b.N && failure == nil; i++ {
@@ -88,18 +86,23 @@ func hopAllocations(t *testing.T, stage string) float64 {
 				failure = err
 				return
 			}
-			p, err := outs[0].Message.Payload()
-			if err != nil {
-				failure = err
-				return
+			// As the runtime's entryOf makes the entry: the payload as it arrived, or, changed, the
+			// size of its JSON, which the commit then stages in Redis a piece at a time.
+			entry := redis.Entry{Key: e.Key, Payload: outs[0].Message.Unchanged()}
+			if changed := &outs[0].Message; entry.Payload == nil {
+				var size int64
+				if failure = changed.WritePayload(redis.StagingChunk, func(p []byte) error { size += int64(len(p)); return nil }); failure != nil {
+					return
+				}
+				entry.Large = &redis.LargePayload{Size: size, Write: changed.WritePayload}
 			}
-			err = c.Append(ctx, []redis.Output{{Stream: out, Entry: redis.Entry{Key: e.Key, Payload: p}}})
-			if err != nil {
-				failure = err
+			if _, failure = c.Commit(ctx, redis.CommitArgs{Outputs: []redis.Output{{Stream: out, Entry: entry}}}); failure != nil {
 				return
 			}
 			b.StopTimer() // the output stream holds one entry at a time
-			raw.Del(ctx, out)
+			if failure = c.DeleteStream(ctx, out); failure != nil {
+				return
+			}
 			b.StartTimer()
 		}
 	})
@@ -112,16 +115,18 @@ func hopAllocations(t *testing.T, stage string) float64 {
 	return ratio
 }
 
-// TestLargePayloadMemory holds a 20 MB message's hop to about three times its size in memory, both
-// for a stage that passes the payload on unchanged and for one that decodes and re-encodes it.
+// TestLargePayloadMemory holds a 20 MB message's hop to 1.5 times its size in allocations (issue
+// 26's budget for the process's peak), both for a stage that passes the payload on unchanged and
+// for one that decodes and re-encodes it: the reply it was read from, which the decoded message
+// shares, and a few pieces of the new payload, never the whole of it (that alone would be 2x).
 func TestLargePayloadMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves 20 MB entries through Redis")
 	}
 	for _, stage := range []string{"identity", "stamp"} {
 		t.Run(stage, func(t *testing.T) {
-			if ratio := hopAllocations(t, stage); ratio > 3.1 {
-				t.Errorf("a hop of %s allocates %.2f times the payload's size, want at most about 3", stage, ratio)
+			if ratio := hopAllocations(t, stage); ratio > 1.5 {
+				t.Errorf("a hop of %s allocates %.2f times the payload's size, want at most 1.5", stage, ratio)
 			}
 		})
 	}
