@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
@@ -49,13 +47,11 @@ sink "print" {
 `
 
 // hopAllocations measures the bytes one hop allocates for a 20 MB entry: XREAD of the entry and
-// its decoding (DecodeEntry), the stage, the output's encoding (EncodeEntry) and its XADD. It
-// returns them as a multiple of the payload's size.
+// its decoding (DecodeEntry), the stage, the output's encoding and its commit, offloaded as the
+// runtime writes it. It returns them as a multiple of the payload's size.
 func hopAllocations(t *testing.T, stage string) float64 {
 	t.Helper()
-	c := server.open(t)
-	raw := goredis.NewClient(&goredis.Options{Addr: redistest.Shared(t).Addr()})
-	defer raw.Close()
+	c := server.open(t).WithOffloadOver(redis.DefaultOffloadOver)
 	plan := buildSource(t, largePayloadStages)
 	proc, err := stages.Compile(plan.Stage(stage), stages.Env{})
 	if err != nil {
@@ -68,7 +64,10 @@ func hopAllocations(t *testing.T, stage string) float64 {
 	if err := c.Append(ctx, []redis.Output{{Stream: in, Entry: redis.Entry{Key: "doc-1", Payload: payload}}}); err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Del(ctx, in, out)
+	defer func() { // with their payloads' keys
+		_ = c.DeleteStream(ctx, in)
+		_ = c.DeleteStream(ctx, out)
+	}()
 	var failure error
 	res := testing.Benchmark(func(b *testing.B) {
 		for i := 0; i < b.N && failure == nil; i++ {
@@ -87,18 +86,23 @@ func hopAllocations(t *testing.T, stage string) float64 {
 				failure = err
 				return
 			}
-			p, err := outs[0].Message.Payload()
-			if err != nil {
-				failure = err
-				return
+			// As the runtime's entryOf makes the entry: the payload as it arrived, or, changed, the
+			// size of its JSON, which the commit then stages in Redis a piece at a time.
+			entry := redis.Entry{Key: e.Key, Payload: outs[0].Message.Unchanged()}
+			if changed := &outs[0].Message; entry.Payload == nil {
+				var size int64
+				if failure = changed.WritePayload(redis.StagingChunk, func(p []byte) error { size += int64(len(p)); return nil }); failure != nil {
+					return
+				}
+				entry.Large = &redis.LargePayload{Size: size, Write: changed.WritePayload}
 			}
-			err = c.Append(ctx, []redis.Output{{Stream: out, Entry: redis.Entry{Key: e.Key, Payload: p}}})
-			if err != nil {
-				failure = err
+			if _, failure = c.Commit(ctx, redis.CommitArgs{Outputs: []redis.Output{{Stream: out, Entry: entry}}}); failure != nil {
 				return
 			}
 			b.StopTimer() // the output stream holds one entry at a time
-			raw.Del(ctx, out)
+			if failure = c.DeleteStream(ctx, out); failure != nil {
+				return
+			}
 			b.StartTimer()
 		}
 	})
@@ -111,16 +115,18 @@ func hopAllocations(t *testing.T, stage string) float64 {
 	return ratio
 }
 
-// TestLargePayloadMemory holds a 20 MB message's hop to about three times its size in memory, both
-// for a stage that passes the payload on unchanged and for one that decodes and re-encodes it.
+// TestLargePayloadMemory holds a 20 MB message's hop to 1.5 times its size in allocations (issue
+// 26's budget for the process's peak), both for a stage that passes the payload on unchanged and
+// for one that decodes and re-encodes it: the reply it was read from, which the decoded message
+// shares, and a few pieces of the new payload, never the whole of it (that alone would be 2x).
 func TestLargePayloadMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves 20 MB entries through Redis")
 	}
 	for _, stage := range []string{"identity", "stamp"} {
 		t.Run(stage, func(t *testing.T) {
-			if ratio := hopAllocations(t, stage); ratio > 3.1 {
-				t.Errorf("a hop of %s allocates %.2f times the payload's size, want at most about 3", stage, ratio)
+			if ratio := hopAllocations(t, stage); ratio > 1.5 {
+				t.Errorf("a hop of %s allocates %.2f times the payload's size, want at most 1.5", stage, ratio)
 			}
 		})
 	}
@@ -331,4 +337,117 @@ func checkPayloadRefs(t *testing.T, c *redis.Client, prefix string, streams []st
 		}
 	}
 	return refs
+}
+
+// changedPipeline changes a large message in two map stages, one of each delivery, each to a topic
+// of its own.
+const changedPipeline = `
+pipeline "changed" {}
+topic "in" {}
+topic "out" {}
+topic "out_once" {}
+stage "stamp" {
+  kind   = "map"
+  input  = topic.in
+  output = topic.out
+  set    = { seen = true }
+}
+stage "stamp_once" {
+  kind     = "map"
+  input    = topic.in
+  output   = topic.out_once
+  delivery = "effectively_once"
+  set      = { seen = true }
+}
+`
+
+// TestLargeChangedPayloadThroughAMap sends a message of a few MB, over the size from which a
+// changed message's payload is staged in pieces before its commit (redis.StagingChunk), through map
+// stages that change it, at-least-once (a MULTI of the offloading script and the settle) and
+// effectively-once (one fenced script on a single server, markers on a cluster): it arrives whole,
+// with the field set, where it is offloaded as a reference to a persistent key in its entry's slot,
+// and no staging key is left behind.
+func TestLargeChangedPayloadThroughAMap(t *testing.T) {
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := b.open(t)
+			plan := buildSource(t, changedPipeline)
+			// Two-byte characters, so that the pieces are cut between characters, and escapes.
+			body := strings.Repeat(`é"\`, 3*redis.StagingChunk/4)
+			sent, err := json.Marshal(map[string]any{"id": "doc-1", "body": body})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := runtime.NewPublisher(c, plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.Publish(ctx, "in", stages.NewMessage("", sent, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			staged := setRanges(t, c)
+			runJob(t, c, plan, runtime.Options{})
+			if b.name == "server" {
+				// Staged in pieces, never encoded whole: each stage sends the pieces after the first
+				// with SETRANGE. A piece is a chunk of the body before escaping: at most twice as long
+				// after.
+				if n, want := setRanges(t, c)-staged, 2*(len(sent)/(2*redis.StagingChunk)); n < want {
+					t.Errorf("%d SETRANGE calls, want at least %d: the payloads were not staged in pieces", n, want)
+				}
+			}
+
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			outs := []string{keys.Stream("out", 0), keys.Stream("out_once", 0)}
+			for _, out := range outs {
+				recs, err := c.Read(ctx, out, "0", 10, 0)
+				if err != nil || len(recs) != 1 || recs[0].Malformed != nil {
+					t.Fatalf("%s: %d records, %v", out, len(recs), err)
+				}
+				var got struct {
+					ID, Body string
+					Seen     bool
+				}
+				if err := json.Unmarshal(recs[0].Payload, &got); err != nil || got.ID != "doc-1" || got.Body != body || !got.Seen {
+					t.Errorf("%s: the message arrived as %.80s (%v)", out, recs[0].Payload, err)
+				}
+			}
+			refs := checkPayloadRefs(t, c, plan.KeyPrefix, outs)
+			if want := map[bool]int{true: 0, false: 1}[b.name == "embedded"]; refs[outs[0]] != want || refs[outs[1]] != want {
+				t.Errorf("payload references %v, want %d in each output", refs, want)
+			}
+			all, err := c.KeysUnder(ctx, plan.KeyPrefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range all {
+				if strings.HasSuffix(k, ":staged") {
+					t.Errorf("staging key %s left after the commit", k)
+				}
+				if strings.Contains(k, ":payload:") {
+					if ttl, err := c.Universal().PTTL(ctx, k).Result(); err != nil || ttl != -1 {
+						t.Errorf("payload key %s expires in %v (%v): want it persistent", k, ttl, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// setRanges returns how many SETRANGE commands the server has run (0 on a cluster or miniredis).
+func setRanges(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Universal().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0 // miniredis has no INFO commandstats
+	}
+	_, stats, found := strings.Cut(info, "cmdstat_setrange:calls=")
+	if !found {
+		return 0
+	}
+	n, _ := strconv.Atoi(stats[:strings.IndexAny(stats, ",\r\n")])
+	return n
 }

@@ -70,18 +70,29 @@ func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partitio
 }
 
 // entryOf encodes a message as a stream entry.
+//
+// A large message that changed (one that arrived larger than a staging chunk) is not encoded here
+// but measured: its entry's payload is made while the commit writes it, a piece at a time (see
+// redis.Entry.Large), so that its JSON is never whole in memory next to the message it is made
+// from. Measuring it finds anything in it that cannot be encoded now, as encoding would.
 func entryOf(key string, m *stages.Message, trace traceContext) (redis.Entry, error) {
+	e := redis.Entry{Key: key, Headers: m.Headers, TraceParent: trace.parent, TraceState: trace.state}
+	if m.Unchanged() == nil && m.SizeHint() > redis.StagingChunk {
+		changed := *m // its own copy: the output slices of a stage are reused before the commit
+		var size int64
+		err := changed.WritePayload(redis.StagingChunk, func(piece []byte) error { size += int64(len(piece)); return nil })
+		if err != nil {
+			return redis.Entry{}, err
+		}
+		e.Large = &redis.LargePayload{Size: size, Write: changed.WritePayload}
+		return e, nil
+	}
 	payload, err := m.Payload()
 	if err != nil {
 		return redis.Entry{}, err
 	}
-	return redis.Entry{
-		Key:         key,
-		Payload:     payload,
-		Headers:     m.Headers,
-		TraceParent: trace.parent,
-		TraceState:  trace.state,
-	}, nil
+	e.Payload = payload
+	return e, nil
 }
 
 // sourceSpread picks the partition of a source's unkeyed messages. A message with an origin ID (a

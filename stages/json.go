@@ -16,9 +16,10 @@ import (
 // copies the input into a buffer it grows by doubling (over three times a large payload's size,
 // allocated on every decode), and its Encoder builds the output in a buffer of its own before
 // copying it out. A 20 MB message that a map stage changed cost seven times its size in one hop;
-// it now costs about two: the reply it was read from, whose memory its large strings share (a
-// payload read from Redis is never modified), and its encoding, written into a buffer sized after
-// the payload it came from.
+// it now costs about one: the reply it was read from, whose memory its large strings share (a
+// payload read from Redis is never modified), and a megabyte or two of its encoding at a time,
+// which the commit writes to Redis piece by piece (Message.WritePayload, spill). A smaller message
+// is encoded whole, into a buffer sized after the payload it came from.
 //
 // The results are those of encoding/json, with UseNumber for decoding and SetEscapeHTML(false)
 // for encoding (FuzzPayloadCodec compares them). Values of types other than those a decoded
@@ -289,13 +290,20 @@ func hex4(p []byte) rune {
 }
 
 // appendJSON appends the JSON encoding of v to b.
-func appendJSON(b []byte, v any) ([]byte, error) {
+func appendJSON(b []byte, v any) ([]byte, error) { return appendJSONSpilling(b, v, nil) }
+
+// appendJSONSpilling is appendJSON that, when s is not nil, passes b on to s whenever it has grown
+// to a chunk, and goes on from an empty b (see spill).
+func appendJSONSpilling(b []byte, v any, s *spill) ([]byte, error) {
 	switch v := v.(type) {
 	case nil:
 		return append(b, "null"...), nil
 	case bool:
 		return strconv.AppendBool(b, v), nil
 	case string:
+		if s != nil && len(v) > s.chunk {
+			return s.string(b, v)
+		}
 		return appendString(b, v), nil
 	case json.Number:
 		if v == "" {
@@ -331,7 +339,10 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 			b = appendString(b, k)
 			b = append(b, ':')
 			var err error
-			if b, err = appendJSON(b, v[k]); err != nil {
+			if b, err = appendJSONSpilling(b, v[k], s); err != nil {
+				return nil, err
+			}
+			if b, err = s.out(b); err != nil {
 				return nil, err
 			}
 		}
@@ -346,7 +357,10 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 				b = append(b, ',')
 			}
 			var err error
-			if b, err = appendJSON(b, e); err != nil {
+			if b, err = appendJSONSpilling(b, e, s); err != nil {
+				return nil, err
+			}
+			if b, err = s.out(b); err != nil {
 				return nil, err
 			}
 		}
@@ -385,10 +399,71 @@ func appendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// spill passes an encoding on in pieces while it is made, so that a large payload is never whole
+// in memory (Message.WritePayload): once the encoding has grown to chunk bytes, write takes it and
+// the encoding goes on in the same memory. A string longer than a chunk is written a chunk at a
+// time.
+type spill struct {
+	chunk int
+	write func([]byte) error
+}
+
+// out passes b on when it has grown to a chunk, and returns what to go on appending to. A nil s
+// passes nothing on: the encoding is made whole.
+func (s *spill) out(b []byte) ([]byte, error) {
+	if s == nil || len(b) < s.chunk {
+		return b, nil
+	}
+	if err := s.write(b); err != nil {
+		return nil, err
+	}
+	return b[:0], nil
+}
+
+// string appends v quoted, as appendString does, a chunk of v at a time. Each chunk ends where a
+// character starts, so that escaping the chunks one by one gives what escaping v whole gives.
+func (s *spill) string(b []byte, v string) ([]byte, error) {
+	b = append(b, '"')
+	for v != "" {
+		n := cutAtRune(v, s.chunk)
+		b = appendEscaped(b, v[:n])
+		v = v[n:]
+		var err error
+		if b, err = s.out(b); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '"'), nil
+}
+
+// cutAtRune returns where to cut v at about n bytes (n > 0) without cutting a character in two: n
+// itself, or the start of the character that n falls in, or its end when it is v's first. A valid
+// character is at most 4 bytes long; an invalid byte is escaped on its own wherever the cut is.
+func cutAtRune(v string, n int) int {
+	if n >= len(v) {
+		return len(v)
+	}
+	for i := n; i >= 0 && i > n-utf8.UTFMax; i-- {
+		if !utf8.RuneStart(v[i]) {
+			continue
+		}
+		if i > 0 {
+			return i
+		}
+		_, size := utf8.DecodeRuneInString(v)
+		return max(size, n)
+	}
+	return n
+}
+
 // appendString appends s quoted as encoding/json does without HTML escaping: quotes, backslashes
 // and control characters escaped, U+2028 and U+2029 too, invalid UTF-8 as U+FFFD.
 func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
+	return append(appendEscaped(append(b, '"'), s), '"')
+}
+
+// appendEscaped appends s escaped as appendString does, without the quotes.
+func appendEscaped(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -433,8 +508,7 @@ func appendString(b []byte, s string) []byte {
 		i += size
 		start = i
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }
 
 // isValidNumber reports whether s is a JSON number, as encoding/json checks a json.Number.

@@ -88,12 +88,43 @@ func FuzzPayloadCodec(f *testing.F) {
 		if err != nil || wantErr != nil || !bytes.Equal(enc, wantEnc) {
 			t.Fatalf("encoding %q: %s, %v; encoding/json %s, %v", p, enc, err, wantEnc, wantErr)
 		}
-		// Any string, valid UTF-8 or not, is quoted as encoding/json quotes it.
+		// Written in pieces, as a large changed message is (cut in its strings too), it is the same.
+		chunk := 1 + len(p)%7
+		if pieces := writtenInPieces(t, &Message{Value: got}, chunk); !bytes.Equal(pieces, wantEnc) {
+			t.Fatalf("WritePayload(%d) of %q: %s; encoding/json %s", chunk, p, pieces, wantEnc)
+		}
+		// Any string, valid UTF-8 or not, is quoted as encoding/json quotes it, whole or in chunks.
 		s := string(p)
-		if enc, wantEnc := appendString(nil, s), must(referenceEncode(s)); !bytes.Equal(enc, wantEnc) {
+		wantEnc = must(referenceEncode(s))
+		if enc := appendString(nil, s); !bytes.Equal(enc, wantEnc) {
 			t.Fatalf("appendString(%q) = %s, encoding/json %s", s, enc, wantEnc)
 		}
+		var inChunks []byte
+		sp := &spill{chunk: chunk, write: func(b []byte) error { inChunks = append(inChunks, b...); return nil }}
+		if rest, err := sp.string(nil, s); err != nil || !bytes.Equal(append(inChunks, rest...), wantEnc) {
+			t.Fatalf("spill.string(%q) in chunks of %d = %s, %v; encoding/json %s", s, chunk, append(inChunks, rest...), err, wantEnc)
+		}
 	})
+}
+
+// writtenInPieces returns what m.WritePayload(chunk) writes, checking that no piece but the last is
+// shorter than a chunk and that none is kept: the next piece reuses its memory.
+func writtenInPieces(t *testing.T, m *Message, chunk int) []byte {
+	t.Helper()
+	var out []byte
+	var short bool
+	err := m.WritePayload(chunk, func(b []byte) error {
+		if short {
+			t.Fatalf("WritePayload(%d) wrote a piece of %d bytes before this one", chunk, len(b))
+		}
+		short = len(b) < chunk
+		out = append(out, b...)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("WritePayload(%d): %v", chunk, err)
+	}
+	return out
 }
 
 func must(b []byte, err error) []byte {

@@ -186,6 +186,38 @@ func (m *Message) Payload() ([]byte, error) {
 	return b, nil
 }
 
+// WritePayload passes the message's JSON, as Payload makes it, to write in pieces of about chunk
+// bytes while it encodes Value (a string longer than a chunk is cut too), reusing one piece's
+// memory for the next: for a large changed message that is written on in pieces, so that its
+// encoding is never whole in memory (transport/redis stages it in Redis). write must not keep a
+// piece. With chunk <= 0 the JSON is one piece, made whole, which write may keep.
+func (m *Message) WritePayload(chunk int, write func([]byte) error) error {
+	if m.raw != nil || m.Value == nil || chunk <= 0 {
+		b, err := m.Payload()
+		if err != nil {
+			return err
+		}
+		return write(b)
+	}
+	s := &spill{chunk: chunk, write: write}
+	// Room for a chunk and the value that takes it past its end, which is at most a chunk's worth
+	// of a long string (escaped, it may grow, and then the buffer grows once).
+	b, err := appendJSONSpilling(make([]byte, 0, 2*chunk+64), m.Value, s)
+	if err != nil {
+		return Permanent(fmt.Errorf("cannot encode the message as JSON: %w", err))
+	}
+	return write(b) // the rest, which ends with the closing brace
+}
+
+// SizeHint returns the length of the payload the message arrived with, whether or not it changed
+// since: what its JSON is likely to be about as long as.
+func (m *Message) SizeHint() int {
+	if m.raw != nil {
+		return len(m.raw)
+	}
+	return m.sizeHint
+}
+
 // PassedOn returns the message of key, payload and headers that a stage made of from: when
 // payload is from's payload as it arrived, the message shares from's decoded fields, if any, and
 // its checks, instead of doing them again (a fused chain hands a filter's messages to the next

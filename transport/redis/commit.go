@@ -42,6 +42,10 @@ type Output struct {
 	// script as the XADD. It must share the stream's hash tag (see Keys.Dedup). A repeated
 	// commit of the same input then writes nothing and returns the first write's ID.
 	DedupKey string
+
+	// staged is the payload key of an entry whose payload (Entry.Large) was staged for the commit
+	// (stageLarge).
+	staged string
 }
 
 // CommitArgs are a batch's outputs and the input entries it acks.
@@ -249,6 +253,10 @@ func (a CommitArgs) settles() bool {
 // live on other nodes than the acks; a commit without a lease, whose inputs another consumer may
 // process too; a source's batch, which is written again after a failure) the markers are kept.
 func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
+	var err error
+	if a.Outputs, err = c.stageLarge(ctx, a.Outputs); err != nil {
+		return nil, err
+	}
 	plan, err := c.planCommit(a)
 	if err != nil {
 		return nil, err
@@ -290,7 +298,9 @@ type commitPlan struct {
 	plain  []plainOutput         // outputs without a dedup key, in order
 	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
 	order  []string              // streams of dedup calls, in first-use order
-	guards []string              // the last marker of each dedup call: see settleScript
+	// guards are the last marker of each dedup call and the payload key of each staged plain
+	// output: see settleScript.
+	guards []string
 	// streams are the streams of the plain outputs, which the settle checks are streams: see
 	// settleScript.
 	streams []string
@@ -337,6 +347,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	if c.fencedOnce(a) {
 		return c.planFenced(a, p)
 	}
+	var staged []string // the payload keys of plain outputs whose payloads were staged
 	slot := -1
 	sameSlot := true
 	see := func(key string) {
@@ -359,14 +370,18 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		if o.Stream == "" {
 			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
 		}
-		values, err := EncodeEntry(o.Entry)
+		values, off, err := c.encodeOutput(&o)
 		if err != nil {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
 		see(o.Stream)
-		off := c.offload(o.Stream, &o, values)
 		if o.DedupKey == "" {
 			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen, off: off})
+			if o.staged != "" {
+				// Its payload key exists after the commit only if its script wrote the entry: the
+				// script fails when the staged payload is gone, and the stream is a stream anyway.
+				staged = append(staged, o.staged)
+			}
 			continue
 		}
 		if HashSlot(o.DedupKey) != HashSlot(o.Stream) {
@@ -391,6 +406,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		d := p.dedup[s]
 		p.guards = append(p.guards, d.keys[len(d.keys)-1])
 	}
+	p.guards = append(p.guards, staged...)
 	seen := map[string]bool{}
 	for _, o := range p.plain {
 		if !seen[o.stream] {
@@ -428,11 +444,11 @@ func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
 		if o.Stream == "" {
 			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
 		}
-		values, err := EncodeEntry(o.Entry)
+		values, off, err := c.encodeOutput(&o)
 		if err != nil {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
-		p.all[i] = plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen, off: c.offload(o.Stream, &o, values)}
+		p.all[i] = plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen, off: off}
 		if _, ok := p.keyOf[o.Stream]; !ok {
 			p.streams = append(p.streams, o.Stream)
 			p.keyOf[o.Stream] = onceFirstOutputKey + len(p.streams) - 1
@@ -519,7 +535,7 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 	adds := make([]func() (string, error), len(p.plain))
 	for i, o := range p.plain {
 		if o.off != nil {
-			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.payload}, o.values...)...).Text
+			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.body()}, o.values...)...).Text
 			continue
 		}
 		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0}).Result

@@ -52,6 +52,10 @@ type Entry struct {
 	// Payload is the message as JSON. It is never empty in a decoded entry, and it is read-only:
 	// a decoded payload shares its memory with the reply it came from.
 	Payload []byte
+	// Large, when set in place of Payload, makes the payload: a large message that a stage changed,
+	// whose JSON a commit that offloads it stages in Redis a piece at a time as it is made (see
+	// stageLarge), so that the process never holds it whole. Everything else encodes it whole.
+	Large *LargePayload
 	// Headers are string headers; nil when there are none.
 	Headers map[string]string
 	// TraceParent and TraceState are the W3C trace context; empty when absent.
@@ -66,6 +70,23 @@ type Entry struct {
 	// Deliveries is how many times the consumer group has delivered the entry, including the
 	// current delivery, when the read knows it (Reclaim); 0 otherwise.
 	Deliveries int64
+}
+
+// LargePayload is a payload that is made while it is written (Entry.Large).
+type LargePayload struct {
+	// Size is the payload's length in bytes.
+	Size int64
+	// Write passes the payload to write in pieces of about chunk bytes, reusing one piece's memory
+	// for the next (write must not keep a piece); with chunk <= 0, whole in one piece, which write
+	// may keep. It makes the same bytes every time, and fails only as the measure of Size did.
+	Write func(chunk int, write func([]byte) error) error
+}
+
+// bytes returns the payload whole.
+func (p *LargePayload) bytes() ([]byte, error) {
+	var b []byte
+	err := p.Write(0, func(whole []byte) error { b = whole; return nil })
+	return b, err
 }
 
 // MalformedEntryError describes an entry that cannot be decoded. It is never fatal: the
@@ -92,9 +113,22 @@ func (e *MalformedEntryError) Error() string {
 // payload be written anyway, the reader's DecodeEntry reports the entry as malformed, and it is
 // dead-lettered there: nothing crashes and nothing is lost.
 func EncodeEntry(e Entry) ([]any, error) {
-	if len(e.Payload) == 0 {
+	payload := e.Payload
+	if len(payload) == 0 && e.Large != nil {
+		var err error
+		if payload, err = e.Large.bytes(); err != nil {
+			return nil, fmt.Errorf("redis: encoding entry payload: %w", err)
+		}
+	}
+	if len(payload) == 0 {
 		return nil, fmt.Errorf("redis: encoding entry: empty payload")
 	}
+	return encodeFields(e, FieldPayload, payload)
+}
+
+// encodeFields is EncodeEntry with the payload field given: payload, or payload_ref with the key
+// of a payload that is staged already (see stageLarge).
+func encodeFields(e Entry, payloadField string, payload any) ([]any, error) {
 	n := 2
 	if e.Key != "" {
 		n += 2
@@ -115,7 +149,7 @@ func EncodeEntry(e Entry) ([]any, error) {
 		n += 2
 	}
 	v := make([]any, 0, n)
-	v = append(v, FieldPayload, e.Payload)
+	v = append(v, payloadField, payload)
 	if e.Key != "" {
 		v = append(v, FieldKey, e.Key)
 	}
@@ -347,6 +381,9 @@ func validText(s string) bool {
 // Entries read from a stream are measured the same way.
 func EntrySize(e Entry) int64 {
 	size := int64(len(FieldPayload) + len(e.Payload))
+	if len(e.Payload) == 0 && e.Large != nil {
+		size += e.Large.Size
+	}
 	if e.Key != "" {
 		size += int64(len(FieldKey) + len(e.Key))
 	}

@@ -2,9 +2,12 @@ package redis
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -66,26 +69,125 @@ func (c *Client) WithOffloadOver(n int64) *Client {
 // offloaded is a payload that a write stores under its own key instead of in its entry.
 type offloaded struct {
 	key     string // PayloadKey: the entry's payload_ref
-	payload []byte
+	payload []byte // nil when it is staged already, at stagingKey(key)
+}
+
+// body is the payload's argument in the scripts that write it (keepPayloadLua): the payload, or an
+// empty string when it is staged (a payload is never empty).
+func (o *offloaded) body() any {
+	if o.payload == nil {
+		return ""
+	}
+	return o.payload
 }
 
 // offload decides whether an encoded entry (EncodeEntry's values, payload first) of stream goes
 // with its payload offloaded. When it does, it replaces the payload field by payload_ref in values
 // and returns the payload and its key; otherwise it returns nil and leaves values alone.
 func (c *Client) offload(stream string, o *Output, values []any) *offloaded {
-	if c.offloadOver <= 0 || c.miniredis || o.Inline || o.MaxLen > 0 {
-		return nil
-	}
 	payload, ok := values[1].([]byte)
-	if !ok || int64(len(payload)) <= c.offloadOver {
+	if !ok || int64(len(payload)) <= c.offloadOver || !c.offloads(stream, o) {
 		return nil
 	}
 	key := PayloadKey(stream, nextPayloadToken())
-	if c.cluster && HashSlot(key) != HashSlot(stream) {
-		return nil
-	}
 	values[0], values[1] = FieldPayloadRef, key
 	return &offloaded{key: key, payload: payload}
+}
+
+// offloads reports whether output o to stream goes with its payload offloaded when the payload is
+// larger than the threshold (see WithOffloadOver).
+func (c *Client) offloads(stream string, o *Output) bool {
+	if c.offloadOver <= 0 || c.miniredis || o.Inline || o.MaxLen > 0 {
+		return false
+	}
+	// A payload key is the stream's name and more: it shares the stream's slot when the name has a
+	// hash tag.
+	return !c.cluster || HashSlot(PayloadKey(stream, "x")) == HashSlot(stream)
+}
+
+// encodeOutput encodes an output of a commit: its entry's fields, and its payload when that goes
+// under a key of its own.
+func (c *Client) encodeOutput(o *Output) ([]any, *offloaded, error) {
+	if o.staged != "" {
+		values, err := encodeFields(o.Entry, FieldPayloadRef, o.staged)
+		return values, &offloaded{key: o.staged}, err
+	}
+	values, err := EncodeEntry(o.Entry)
+	if err != nil {
+		return nil, nil, err
+	}
+	return values, c.offload(o.Stream, o, values), nil
+}
+
+// A large payload that a stage changed (Entry.Large) is staged before the commit that writes it, so
+// that the process never holds its JSON whole next to the message it is made from: its pieces go,
+// as they are made, to a staging key in the stream's slot with a time to live,
+//
+//	SET      flow:{orders:3}:payload:<token>:staged '<the first MB>' EX 300
+//	SETRANGE flow:{orders:3}:payload:<token>:staged <its length so far> '<the next piece>'  ...
+//
+// and the script that writes the entry renames that key to the payload key (and makes it
+// persistent) where it would otherwise SET the payload: the commit is still one step, fenced as
+// before, and a process that dies between the two leaves only a key that expires, which no entry
+// names. SETRANGE at an offset rather than APPEND: a piece sent again (the client retries a command
+// whose reply it lost) lands where it was, not after itself.
+
+// StagingChunk is the size of the pieces a large payload is staged in: large enough that a round
+// trip per piece costs little next to sending it, small enough that a piece is no part of the
+// process's memory to speak of.
+const StagingChunk = 1 << 20
+
+// stagingTTL is how long a staged payload lives unless a commit renames it: the commit follows its
+// staging at once, so this only bounds what a process that died in between leaves behind.
+const stagingTTL = 5 * time.Minute
+
+// stagingKey returns the key that the payload of payload key is staged at before its commit.
+func stagingKey(payloadKey string) string { return payloadKey + ":staged" }
+
+// stageLarge stages the large payloads of outs (Entry.Large) that go offloaded, and returns the
+// outputs to commit: outs itself when none does, else a copy in which those name their payload keys.
+func (c *Client) stageLarge(ctx context.Context, outs []Output) ([]Output, error) {
+	var staged []Output
+	for i := range outs {
+		o := &outs[i]
+		if o.Entry.Large == nil || len(o.Entry.Payload) > 0 || o.Entry.Large.Size <= c.offloadOver || !c.offloads(o.Stream, o) {
+			continue
+		}
+		if staged == nil {
+			staged = slices.Clone(outs) // the caller's stay as they are, to be committed again
+		}
+		key := PayloadKey(o.Stream, nextPayloadToken())
+		if err := c.stage(ctx, stagingKey(key), o.Entry.Large); err != nil {
+			return nil, err
+		}
+		staged[i].staged = key
+	}
+	if staged == nil {
+		return outs, nil
+	}
+	return staged, nil
+}
+
+// stage writes a large payload to key, a piece at a time as it is made.
+func (c *Client) stage(ctx context.Context, key string, p *LargePayload) error {
+	var at int64
+	err := p.Write(StagingChunk, func(piece []byte) error {
+		var err error
+		if at == 0 {
+			err = c.rdb.Set(ctx, key, piece, stagingTTL).Err()
+		} else {
+			err = c.rdb.Do(ctx, "SETRANGE", key, at, piece).Err()
+		}
+		if err != nil {
+			return wrap(classify(err), "staging a large payload at", key)
+		}
+		at += int64(len(piece))
+		return nil
+	})
+	if err == nil && at != p.Size {
+		err = fmt.Errorf("redis: staging a large payload at %s: %d bytes made of %d", key, at, p.Size)
+	}
+	return err
 }
 
 // nextPayloadToken returns a token that no other payload key has: the process's random prefix
@@ -102,25 +204,46 @@ func offloadArgs(args []any, off *offloaded) []any {
 	if off == nil {
 		return append(args, "")
 	}
-	return append(args, off.key, off.payload)
+	return append(args, off.key, off.body())
 }
 
-// keepPayloadLua defines the Lua function that stores an offloaded payload for entry id of stream
-// (the entry written just before, by the same script) and lists it in the stream's index. The key
-// was checked to share the stream's slot (Client.offload), and so does the index.
+// keepPayloadLua defines the Lua functions that store an offloaded payload for entry id of stream
+// (the entry written just before, by the same script) and list it in the stream's index: the
+// payload given, or, when it is empty, the one staged at the key's staging key (stagingKey), which
+// becomes the payload key and lives as long as its entry. The key was checked to share the stream's
+// slot (Client.offloads), and so do the index and the staging key. A script checks with
+// unstaged, before it writes anything, that a staged payload is there to rename (it has a time to
+// live, and Redis may evict it), so that it never writes an entry without its payload; the error
+// says UNWRITTEN, which keeps a settle in the same transaction from acking (see settleScript).
 const keepPayloadLua = `local function keepPayload(stream, id, key, payload)
-  redis.call('SET', key, payload)
+  if payload == '' then
+    redis.call('RENAME', key .. ':staged', key)
+    redis.call('PERSIST', key)
+  else
+    redis.call('SET', key, payload)
+  end
   redis.call('ZADD', stream .. ':payloads', string.match(id, '^%d+'), id .. ' ' .. key)
+end
+local function unstaged(key, payload)
+  if payload == '' and redis.call('EXISTS', key .. ':staged') == 0 then
+    return redis.error_reply('` + unwrittenPrefix + ` the payload staged at ' .. key .. ':staged is gone: nothing was written')
+  end
 end
 `
 
 // offloadScript appends one entry whose payload is offloaded: the XADD, then the payload's key and
-// its index entry. A failing XADD (WRONGTYPE) writes nothing; once it has written, a script runs
-// to its end, so the entry and its payload exist together or not at all.
+// its index entry. A failing XADD (WRONGTYPE) writes nothing, nor does a staged payload that is
+// gone; once it has written, a script runs to its end, so the entry and its payload exist together
+// or not at all.
 //
-//	KEYS[1] stream, KEYS[2] payload key; ARGV[1] payload, then the entry's field/value strings
+//	KEYS[1] stream, KEYS[2] payload key; ARGV[1] payload ('' when staged), then the entry's
+//	field/value strings
 //	returns the entry's ID
 var offloadScript = goredis.NewScript(keepPayloadLua + `
+local gone = unstaged(KEYS[2], ARGV[1])
+if gone then
+  return gone
+end
 local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
 keepPayload(KEYS[1], id, KEYS[2], ARGV[1])
 return id

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -397,6 +398,213 @@ func TestNoOffloadOnMiniredis(t *testing.T) {
 		}
 		if n, err := c.DeleteEntries(ctx, s, id); err != nil || n != 1 || exists(t, c, ref) {
 			t.Fatalf("DeleteEntries: %d, %v; the payload's key exists: %v", n, err, exists(t, c, ref))
+		}
+	})
+}
+
+// largeOf is a payload written in pieces (Entry.Large): p, in pieces of n bytes whatever the chunk
+// asked for, each in the memory of the one before (as Message.WritePayload reuses it). after, if
+// not nil, runs once the last piece is written.
+func largeOf(p []byte, n int, after func()) *LargePayload {
+	return &LargePayload{Size: int64(len(p)), Write: func(chunk int, write func([]byte) error) error {
+		if chunk <= 0 {
+			return write(p)
+		}
+		piece := make([]byte, 0, n)
+		for rest := p; len(rest) > 0; {
+			k := min(n, len(rest))
+			piece = append(piece[:0], rest[:k]...)
+			if err := write(piece); err != nil {
+				return err
+			}
+			rest = rest[k:]
+		}
+		if after != nil {
+			after()
+		}
+		return nil
+	}}
+}
+
+// stagedKeys returns the staging keys under prefix.
+func stagedKeys(t *testing.T, c *Client, prefix string) []string {
+	t.Helper()
+	all, err := c.KeysUnder(ctxT(t), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var staged []string
+	for _, k := range all {
+		if strings.HasSuffix(k, ":staged") {
+			staged = append(staged, k)
+		}
+	}
+	return staged
+}
+
+// stagedCommits are the ways a commit writes an output, for the tests of staged payloads: with and
+// without a settle in the same step, with and without a dedup key, and under a lease (onceScript
+// on a single server). Each writes outs to partition p of topic "out" and acks input entry id of
+// stream in.
+func stagedCommits(c *Client, k Keys, in string, lease *Lease) []struct {
+	name   string
+	commit func(ctx context.Context, p int, id string, outs []Output) ([]string, error)
+} {
+	settle := func(outs []Output, id string, lease *Lease) CommitArgs {
+		return CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: []string{id}, Lease: lease}
+	}
+	dedup := func(outs []Output, p int, id string) []Output {
+		for i := range outs {
+			outs[i].DedupKey = k.Dedup("out", p, "stage", "in", 0, id, i)
+		}
+		return outs
+	}
+	return []struct {
+		name   string
+		commit func(ctx context.Context, p int, id string, outs []Output) ([]string, error)
+	}{
+		{"settle", func(ctx context.Context, _ int, id string, outs []Output) ([]string, error) {
+			return c.Commit(ctx, settle(outs, id, nil))
+		}},
+		{"settle-leased", func(ctx context.Context, _ int, id string, outs []Output) ([]string, error) {
+			return c.Commit(ctx, settle(outs, id, lease))
+		}},
+		{"dedup-settle", func(ctx context.Context, p int, id string, outs []Output) ([]string, error) {
+			return c.Commit(ctx, settle(dedup(outs, p, id), id, nil))
+		}},
+		{"once", func(ctx context.Context, p int, id string, outs []Output) ([]string, error) {
+			return c.Commit(ctx, settle(dedup(outs, p, id), id, lease))
+		}},
+	}
+}
+
+// TestOffloadStagedPayloads commits large payloads that come in pieces (Entry.Large) by every path
+// of Commit: each is staged, then renamed to its payload key by the script that writes its entry,
+// and reads back whole; the payload key is persistent and no staging key is left.
+func TestOffloadStagedPayloads(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		in := k.Stream("in", 0)
+		ids := fill(t, c, in, 4)
+		if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
+			t.Fatal(b.Len(), err)
+		}
+		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range stagedCommits(c, k, in, &lease) {
+			t.Run(w.name, func(t *testing.T) {
+				out := k.Stream("out", i)
+				big := bigPayload(w.name, 4<<10)
+				got, err := w.commit(ctx, i, ids[i], []Output{
+					{Stream: out, Entry: Entry{Key: "k1", Large: largeOf(big, 1000, nil)}},
+					{Stream: out, Entry: Entry{Key: "k2", Payload: []byte(`{"small":true}`)}},
+				})
+				if err != nil || len(got) != 2 {
+					t.Fatalf("commit: %v, %v", got, err)
+				}
+				ref := offloadedRef(t, c, out, got[0])
+				if ref == "" || !strings.HasPrefix(ref, out+":payload:") {
+					t.Fatalf("payload_ref %q, want a key under %s:payload:", ref, out)
+				}
+				if ttl, err := c.Universal().PTTL(ctx, ref).Result(); err != nil || ttl != -1 {
+					t.Errorf("payload key %s expires in %v (%v): want it persistent", ref, ttl, err)
+				}
+				recs, err := c.Read(ctx, out, "0", 0, 0)
+				if err != nil || len(recs) != 2 || !bytes.Equal(recs[0].Payload, big) || recs[0].Key != "k1" {
+					t.Fatalf("Read: %+v, %v", recs, err)
+				}
+				if s := stagedKeys(t, c, k.Prefix); len(s) > 0 {
+					t.Errorf("staging keys left: %v", s)
+				}
+			})
+		}
+		pending, err := c.Universal().XPending(ctx, in, "stage").Result()
+		if err != nil || pending.Count != 0 {
+			t.Errorf("pending after the commits: %+v, %v; want none", pending, err)
+		}
+	})
+}
+
+// TestOffloadStagedPayloadCrash: a process that dies between staging a payload and its commit
+// leaves no entry, only the staging key, which expires and which reset recognises as a payload of
+// the topic. A commit whose staged payload is gone by then (expired, evicted) writes nothing and
+// acks nothing, by every path.
+func TestOffloadStagedPayloadCrash(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		out := k.Stream("out", 9)
+		if _, err := c.stageLarge(ctx, []Output{{Stream: out, Entry: Entry{Large: largeOf(bigPayload("crash", 4<<10), 1000, nil)}}}); err != nil {
+			t.Fatal(err)
+		}
+		all, err := c.KeysUnder(ctx, k.Prefix)
+		if err != nil || len(all) != 1 || !strings.HasPrefix(all[0], out+":payload:") || !strings.HasSuffix(all[0], ":staged") {
+			t.Fatalf("keys after staging: %v, %v; want one staging key of %s", all, err, out)
+		}
+		if ttl, err := c.Universal().PTTL(ctx, all[0]).Result(); err != nil || ttl <= 0 || ttl > stagingTTL {
+			t.Errorf("the staging key expires in %v (%v), want within %v", ttl, err, stagingTTL)
+		}
+		if err := c.Universal().Del(ctx, all[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+
+		in := k.Stream("in", 0)
+		ids := fill(t, c, in, 4)
+		if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
+			t.Fatal(b.Len(), err)
+		}
+		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range stagedCommits(c, k, in, &lease) {
+			t.Run(w.name, func(t *testing.T) {
+				out := k.Stream("out", i)
+				// An entry written before, so that the output is a stream whatever the commit does.
+				if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: out, Values: []any{FieldPayload, "{}"}}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				expire := func() { // what expiry or eviction would do between the staging and the commit
+					for _, s := range stagedKeys(t, c, k.Prefix) {
+						c.Universal().Del(ctx, s)
+					}
+				}
+				_, err := w.commit(ctx, i, ids[i], []Output{
+					{Stream: out, Entry: Entry{Key: "k0", Payload: []byte(`{"small":true}`)}},
+					{Stream: out, Entry: Entry{Key: "k1", Large: largeOf(bigPayload(w.name, 4<<10), 1000, expire)}},
+				})
+				if err == nil {
+					t.Fatal("the commit of a payload whose staging key is gone succeeded")
+				}
+				if n, err := c.Universal().XLen(ctx, out).Result(); err != nil || n > 2 {
+					t.Errorf("%s holds %d entries (%v), want the one before and at most the small output", out, n, err)
+				}
+				msgs, err := c.Universal().XRange(ctx, out, "-", "+").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range msgs {
+					if _, isRef := m.Values[FieldPayloadRef]; isRef {
+						t.Errorf("%s %s refers to a payload that was never written", out, m.ID)
+					}
+				}
+				if n, err := c.Universal().ZCard(ctx, PayloadIndex(out)).Result(); err != nil || n != 0 {
+					t.Errorf("payload index of %s: %d members, %v", out, n, err)
+				}
+				pending, err := c.Universal().XPendingExt(ctx, &goredis.XPendingExtArgs{Stream: in, Group: "stage", Start: ids[i], End: ids[i], Count: 1}).Result()
+				if err != nil || len(pending) != 1 {
+					t.Errorf("input %s was acked (%v) though its output was not written", ids[i], err)
+				}
+			})
 		}
 	})
 }

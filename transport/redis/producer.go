@@ -321,7 +321,7 @@ func (c *Client) Append(ctx context.Context, outputs []Output) error {
 // the script that writes the entry and its payload together.
 func appendEntry(ctx context.Context, pipe goredis.Pipeliner, stream string, values []any, maxLen int64, off *offloaded) {
 	if off != nil {
-		offloadScript.Eval(ctx, pipe, []string{stream, off.key}, append([]any{off.payload}, values...)...)
+		offloadScript.Eval(ctx, pipe, []string{stream, off.key}, append([]any{off.body()}, values...)...)
 		return
 	}
 	pipe.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: values, MaxLen: maxLen, Approx: maxLen > 0})

@@ -69,11 +69,13 @@ return 0
 //
 // Plain outputs (without markers) are checked too: each stream they were written to must be a
 // stream now, or an XADD failed at run time (WRONGTYPE: another application's key at an output's
-// name) and acking would lose the inputs.
+// name) and acking would lose the inputs. A plain output whose payload was staged (stageLarge) is
+// checked by its payload key, which its script makes only with the entry.
 //
 //	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
 //	(the stream again when not fenced), KEYS[4] state hash, KEYS[5] timer set and KEYS[6] holds
-//	set (the stream again when unused), then the last marker of each effectively-once call, then
+//	set (the stream again when unused), then the last marker of each effectively-once call and
+//	the payload key of each plain output whose payload was staged, then
 //	the streams of the plain outputs, as many as the last ARGV says
 //	ARGV[1] group, ARGV[2] expected lease value ("" when not fenced), then the number of IDs to
 //	ack and the IDs, the number of retry members to remove and them, the number of retries to
@@ -90,8 +92,8 @@ if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
 end
 local guarded = #KEYS - tonumber(ARGV[#ARGV])
 for g = 7, guarded do
-  if not redis.call('GET', KEYS[g]) then
-    return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
+  if redis.call('EXISTS', KEYS[g]) == 0 then
+    return redis.error_reply('` + unwrittenPrefix + ` no ' .. KEYS[g] .. ': the outputs were not written')
   end
 end
 for g = guarded + 1, #KEYS do
@@ -153,8 +155,8 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
 end
 local guarded = #KEYS - tonumber(ARGV[3])
 for g = 3, guarded do
-  if not redis.call('GET', KEYS[g]) then
-    return redis.error_reply('` + unwrittenPrefix + ` no marker ' .. KEYS[g] .. ': the outputs were not written')
+  if redis.call('EXISTS', KEYS[g]) == 0 then
+    return redis.error_reply('` + unwrittenPrefix + ` no ' .. KEYS[g] .. ': the outputs were not written')
   end
 end
 for g = guarded + 1, #KEYS do
@@ -218,11 +220,13 @@ func isUnwritten(err error) bool {
 // stream per batch.
 //
 // An entry whose payload is offloaded (offload.go) has its payload stored after its XADD and before
-// its marker.
+// its marker. A staged payload that is gone stops the script before the entry's XADD, as a failure
+// does (its marker and the ones after it are not written); one that is not needed, because the
+// entry was written before, is deleted.
 //
 //	KEYS[1] stream, KEYS[2..] one marker per entry (same hash tag as the stream)
-//	ARGV[1] marker ttl in ms, then per entry: its payload key and payload when the payload is
-//	offloaded, else an empty string; the number of field/value strings, then them
+//	ARGV[1] marker ttl in ms, then per entry: its payload key and payload ('' when staged) when
+//	the payload is offloaded, else an empty string; the number of field/value strings, then them
 //	returns the entry IDs, in order: the new ID, or the ID stored in an existing marker
 var xaddOnceScript = goredis.NewScript(keepPayloadLua + `
 local ids = {}
@@ -237,8 +241,15 @@ for i = 2, #KEYS do
   a = a + 2
   local prev = redis.call('GET', KEYS[i])
   if prev then
+    if body == '' then
+      redis.call('DEL', pkey .. ':staged')
+    end
     ids[#ids + 1] = prev
   else
+    local gone = body and unstaged(pkey, body)
+    if gone then
+      return gone
+    end
     local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, a, a + n - 1))
     if body then
       keepPayload(KEYS[1], id, pkey, body)
@@ -261,6 +272,9 @@ return ids
 // that has written runs to its end (Redis refuses a script's writes for lack of memory only at
 // its first write).
 //
+// A payload staged for the commit (stageLarge) is checked to be there with the rest, before the
+// first write.
+//
 // The commit key (LeaseCommit of the lease) holds the ID of the last commit made by this script
 // under the lease: the same call sent again (a client that retries after a lost reply) finds it
 // and writes nothing.
@@ -270,8 +284,8 @@ return ids
 //	(CommitArgs.Marks), as many as the last ARGV says
 //	ARGV[1] group, ARGV[2] lease value, ARGV[3] commit ID, ARGV[4] its time to live in ms,
 //	ARGV[5] the number of outputs, then per output: the index in KEYS of its stream, its MAXLEN
-//	(0: none), its payload key and payload when the payload is offloaded (offload.go) or else an
-//	empty string, the number of field/value strings and them; then the settle arguments from the
+//	(0: none), its payload key and payload ('' when staged) when the payload is offloaded
+//	(offload.go) or else an empty string, the number of field/value strings and them; then the settle arguments from the
 //	number of IDs to ack on, as settleScript's; then per watermarks hash twice the number of
 //	fields to set and their (field, value) pairs; then the number of watermarks hashes
 //	returns {1, the IDs of the outputs...}, {0} when the commit was already made, or a LEASELOST
@@ -290,8 +304,19 @@ for g = 8, #KEYS - marks do
     return redis.error_reply('WRONGTYPE ' .. KEYS[g] .. ' holds a ' .. t .. ', not a stream: nothing was written and nothing was acked')
   end
 end
-local ids = {1}
 local i = 6
+for o = 1, tonumber(ARGV[5]) do
+  if ARGV[i + 2] ~= '' then
+    local gone = unstaged(ARGV[i + 2], ARGV[i + 3])
+    if gone then
+      return gone
+    end
+    i = i + 1
+  end
+  i = i + 4 + tonumber(ARGV[i + 3])
+end
+local ids = {1}
+i = 6
 for o = 1, tonumber(ARGV[5]) do
   local key = KEYS[tonumber(ARGV[i])]
   local maxlen = ARGV[i + 1]
