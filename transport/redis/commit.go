@@ -516,13 +516,15 @@ var (
 // after Exec. Scripts in pipelines are sent with EVAL (the full text): an EVALSHA that fails
 // with NOSCRIPT inside a transaction could not be retried atomically.
 func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) func() ([]string, error) {
-	adds := make([]func() (string, error), len(p.plain))
+	// The commands themselves, not closures over them: a closure per output was an allocation per
+	// message at every hop.
+	adds := make([]goredis.Cmder, len(p.plain))
 	for i, o := range p.plain {
 		if o.off != nil {
-			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.payload}, o.values...)...).Text
+			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.payload}, o.values...)...)
 			continue
 		}
-		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0}).Result
+		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0})
 	}
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, s := range p.order {
@@ -532,8 +534,8 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 	return func() ([]string, error) {
 		ids := make([]string, p.n)
 		var first error
-		for i, result := range adds {
-			id, err := result()
+		for i, cmd := range adds {
+			id, err := appendedID(cmd)
 			if err != nil {
 				first = firstErr(first, wrap(err, "appending output to", p.plain[i].stream))
 				continue
@@ -556,6 +558,15 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 		}
 		return ids, first
 	}
+}
+
+// appendedID is the ID of the entry that an output's command appended: XADD's reply, or that of
+// the script that appends an entry with its offloaded payload.
+func appendedID(cmd goredis.Cmder) (string, error) {
+	if c, ok := cmd.(*goredis.StringCmd); ok {
+		return c.Result()
+	}
+	return cmd.(*goredis.Cmd).Text()
 }
 
 func firstErr(first, err error) error {
