@@ -57,7 +57,7 @@ func registerMetrics(mp metric.MeterProvider, p *processing, nodes func() []*nod
 		return err
 	}
 	for _, n := range nodes() {
-		n.metricAttrs = metricAttrsOf(n)
+		setMetricAttrs(n)
 	}
 	observables := append(append(perNode.observables(), parts.observables()...), proc.observables()...)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {

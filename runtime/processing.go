@@ -62,12 +62,3 @@ func newMetrics(m metric.Meter) (metrics, error) {
 	}
 	return ms, nil
 }
-
-// entryTime reads the time a stream entry was written from its ID ("<ms>-<seq>").
-func entryTime(id string) (time.Time, bool) {
-	n, err := redis.IDMillis(id)
-	if err != nil || n <= 0 {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(n), true
-}
