@@ -10,12 +10,13 @@ import (
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// withMetrics observes how long each message took, all attempts included, and how old its entry
-// was when the node took it. The measurements wait in the lane's batch (pass.measured) and are
-// recorded when the lane is done (measurements.record): every one of them, so the histograms are
-// those of recording each message at once, but the OpenTelemetry calls run back to back, on
-// attribute options built once per node, with no allocation. Without a MeterProvider (the
-// instruments are made when the run starts) it adds nothing, not even a clock reading.
+// withMetrics measures how long each message took, all attempts included, and how old its entry
+// was when the node took it. The measurements wait in the lane's buffer (pass.measured) until the
+// lane is done (record), and then go, every one of them, to the process's Histograms (one lock
+// per lane and batch: what flowrun run does) or through the MeterProvider's histograms, a Record
+// each on options built once per node, which allocates nothing. Either way the histograms are
+// those of recording each message at once. Without metrics (the instruments are made when the run
+// starts) it adds nothing, not even a clock reading.
 func (r *processing) withMetrics(n *node, next messageFunc) messageFunc {
 	return func(ctx context.Context, m *message, buf []redis.Output, p pass) (result, []redis.Output, error) {
 		if p.measured == nil {
@@ -53,7 +54,7 @@ var measurementPool = sync.Pool{New: func() any { return &measurements{} }}
 
 // measuring returns the measurements a lane of a batch collects, nil without metrics.
 func (r *processing) measuring() *measurements {
-	if r.metrics.duration == nil {
+	if !r.metrics.on() {
 		return nil
 	}
 	return measurementPool.Get().(*measurements)
@@ -64,17 +65,26 @@ func (r *processing) record(o *measurements) {
 	if o == nil {
 		return
 	}
+	if r.metrics.local != nil {
+		r.metrics.local.add(o.list)
+	} else {
+		r.recordEach(o.list)
+	}
+	clear(o.list) // the nodes are not kept alive by a pooled slice
+	o.list = o.list[:0]
+	measurementPool.Put(o)
+}
+
+// recordEach records measurements through the MeterProvider's histograms, one Record each.
+func (r *processing) recordEach(list []measurement) {
 	ctx := context.Background()
-	for i := range o.list {
-		ms := &o.list[i]
+	for i := range list {
+		ms := &list[i]
 		r.metrics.duration.Record(ctx, ms.took, ms.node.recordAttrs...)
 		if ms.aged {
 			r.metrics.age.Record(ctx, ms.age, ms.node.recordAttrs...)
 		}
 	}
-	clear(o.list) // the nodes are not kept alive by a pooled slice
-	o.list = o.list[:0]
-	measurementPool.Put(o)
 }
 
 // setMetricAttrs gives a node its attributes on its metrics: as an option of the observed

@@ -93,17 +93,27 @@ func TestMetrics(t *testing.T) {
 // with its own value, however the messages were batched. On a clock that never moves every
 // processing time is 0, and every age is the clock less the time of the message's entry, which
 // the test reads from the IDs of the entries the node read: a histogram recorded per batch, or
-// one that lost or repeated a message's measurement, has another count or another sum.
+// one that lost or repeated a message's measurement, has another count or another sum. Both ways
+// of keeping them: recorded through the MeterProvider, and kept by Options.Histograms for a reader
+// that takes them as a Producer (flowrun run's /metrics).
 func TestMetricsRecordEveryMessage(t *testing.T) {
+	t.Run("MeterProvider", func(t *testing.T) { testMetricsRecordEveryMessage(t, nil) })
+	t.Run("Histograms", func(t *testing.T) { testMetricsRecordEveryMessage(t, runtime.NewHistograms()) })
+}
+
+func testMetricsRecordEveryMessage(t *testing.T, local *runtime.Histograms) {
 	const n = 700 // more than a batch of one unit of a 2-partition topic needs, fewer than 2 reads' worth
 	reader := sdkmetric.NewManualReader()
+	if local != nil {
+		reader = sdkmetric.NewManualReader(sdkmetric.WithProducer(local))
+	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 	c := server.open(t)
 	out := fmt.Sprintf("metrics-every-%d:out", prefixes.Add(1))
 	plan := buildSource(t, drainPipeline(out, n, false, "", `kind = "filter"
   where  = msg.i >= 0`))
-	j := startDrainingJob(t, plan, runtime.Options{Clock: flowtest.NewClock(flowtest.Epoch), MeterProvider: mp})
+	j := startDrainingJob(t, plan, runtime.Options{Clock: flowtest.NewClock(flowtest.Epoch), MeterProvider: mp, Histograms: local})
 	j.wait(t)
 
 	var rm metricdata.ResourceMetrics
