@@ -339,7 +339,12 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	}
 	slot := -1
 	sameSlot := true
+	last := "" // the key seen last: a batch's outputs mostly go to a few streams in turn
 	see := func(key string) {
+		if key == last {
+			return
+		}
+		last = key
 		s := HashSlot(key)
 		if slot < 0 {
 			slot = s
