@@ -71,6 +71,10 @@ sink "out" {
 		regexp.MustCompile(`flowrun_messages_in_total\{flowrun_node="gen"`),
 		regexp.MustCompile(`flowrun_message_duration_seconds_bucket`),
 		regexp.MustCompile(`flowrun_message_age_seconds_count`),
+		// The per-message histograms (runtime.Histograms, read by the exporter) count every message.
+		regexp.MustCompile(`flowrun_message_duration_seconds_count\{flowrun_node="out"[^}]*\} 50\n`),
+		regexp.MustCompile(`flowrun_message_age_seconds_count\{flowrun_node="out"[^}]*\} 50\n`),
+		regexp.MustCompile(`flowrun_message_duration_seconds_bucket\{flowrun_node="out"[^}]*le="\+Inf"\} 50\n`),
 		// A poll after the stage read everything: its lag is 0 on both partitions.
 		regexp.MustCompile(`flowrun_partition_lag\{flowrun_node="pass",[^}]*partition_id="0"\} 0\n`),
 		regexp.MustCompile(`flowrun_partition_lag\{flowrun_node="pass",[^}]*partition_id="1"\} 0\n`),

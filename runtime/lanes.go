@@ -52,6 +52,8 @@ func (r *processing) processAll(n *node, msgs []*message, p pass) []result {
 
 // processLane processes the messages at the given indexes in order; their outputs share one buffer.
 func (r *processing) processLane(n *node, msgs []*message, indexes []int, results []result, p pass) {
+	p.measured = r.measuring()
+	defer r.record(p.measured)
 	buf := make([]redis.Output, 0, len(indexes))
 	for k, i := range indexes {
 		results[i], buf = r.processMessage(n, msgs[i], buf, p)

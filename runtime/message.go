@@ -95,6 +95,8 @@ type pass struct {
 	// stopping is closed when the worker stops: waits end, and the message is abandoned (neither
 	// acknowledged nor dead-lettered, so that it is delivered again after the restart).
 	stopping <-chan struct{}
+	// measured collects the lane's metric measurements (layer_metrics.go); nil without metrics.
+	measured *measurements
 }
 
 // result is what processing one message came to.

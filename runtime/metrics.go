@@ -14,7 +14,8 @@ import (
 // of messages are read from the nodes' own counters when metrics are collected, and lag, pending,
 // retries, dead letters and watermarks come from the timed poll of the streams (a watermark's lag is
 // measured on the runtime's clock when collected): the only per-message cost is two histogram
-// records, and none without a MeterProvider.
+// observations (layer_metrics.go; kept by Histograms where the reader takes them), and none without
+// a MeterProvider.
 
 // collected is what the metrics' callback reads of the run when metrics are collected.
 type collected struct {
@@ -35,13 +36,13 @@ type sourceLag struct {
 // registerMetrics creates the run's instruments, one family at a time, and the callback that
 // observes them when metrics are collected (reading the run through collect). The per-message
 // instruments go to p. Without a MeterProvider it does nothing.
-func registerMetrics(mp metric.MeterProvider, p *processing, nodes func() []*node, collect func() collected) error {
+func registerMetrics(mp metric.MeterProvider, local *Histograms, p *processing, nodes func() []*node, collect func() collected) error {
 	if mp == nil {
 		return nil
 	}
-	m := mp.Meter("github.com/flowrun/flowrun/runtime")
+	m := mp.Meter(meterName)
 	var err error
-	if p.metrics, err = newMetrics(m); err != nil {
+	if p.metrics, err = newMetrics(m, local); err != nil {
 		return err
 	}
 	perNode, err := newNodeInstruments(m)
@@ -57,7 +58,7 @@ func registerMetrics(mp metric.MeterProvider, p *processing, nodes func() []*nod
 		return err
 	}
 	for _, n := range nodes() {
-		n.metricAttrs = metricAttrsOf(n)
+		setMetricAttrs(n)
 	}
 	observables := append(append(perNode.observables(), parts.observables()...), proc.observables()...)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -75,11 +76,18 @@ func registerMetrics(mp metric.MeterProvider, p *processing, nodes func() []*nod
 	return err
 }
 
+// meterName is the instrumentation scope of the runtime's metrics.
+const meterName = "github.com/flowrun/flowrun/runtime"
+
 // metricAttrsOf is a node's attributes on its metrics.
 func metricAttrsOf(n *node) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("flowrun.node", n.name), attribute.String("flowrun.node.type", n.typ),
-		attribute.String("flowrun.node.kind", n.kind)))
+	return metric.WithAttributeSet(nodeAttrSet(n))
+}
+
+// nodeAttrSet is the set of those attributes.
+func nodeAttrSet(n *node) attribute.Set {
+	return attribute.NewSet(attribute.String("flowrun.node", n.name), attribute.String("flowrun.node.type", n.typ),
+		attribute.String("flowrun.node.kind", n.kind))
 }
 
 // nodeCounters are the counters observed per node. The outcomes of the messages add up per node

@@ -2,6 +2,8 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/flowrun/flowrun/runtime"
+	"github.com/flowrun/flowrun/runtime/flowtest"
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // TestMetrics runs the traced pipeline with a metrics reader and checks the counters, the histograms
@@ -82,6 +86,78 @@ func TestMetrics(t *testing.T) {
 	}
 	if gauges["flowrun.dead_letters"] != 5 || gauges["flowrun.leases.held"] != 1 {
 		t.Errorf("dead-letter and lease gauges: %v", gauges)
+	}
+}
+
+// TestMetricsRecordEveryMessage: the two histograms hold a measurement per message and node, each
+// with its own value, however the messages were batched. On a clock that never moves every
+// processing time is 0, and every age is the clock less the time of the message's entry, which
+// the test reads from the IDs of the entries the node read: a histogram recorded per batch, or
+// one that lost or repeated a message's measurement, has another count or another sum. Both ways
+// of keeping them: recorded through the MeterProvider, and kept by Options.Histograms for a reader
+// that takes them as a Producer (flowrun run's /metrics).
+func TestMetricsRecordEveryMessage(t *testing.T) {
+	t.Run("MeterProvider", func(t *testing.T) { testMetricsRecordEveryMessage(t, nil) })
+	t.Run("Histograms", func(t *testing.T) { testMetricsRecordEveryMessage(t, runtime.NewHistograms()) })
+}
+
+func testMetricsRecordEveryMessage(t *testing.T, local *runtime.Histograms) {
+	const n = 700 // more than a batch of one unit of a 2-partition topic needs, fewer than 2 reads' worth
+	reader := sdkmetric.NewManualReader()
+	if local != nil {
+		reader = sdkmetric.NewManualReader(sdkmetric.WithProducer(local))
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	c := server.open(t)
+	out := fmt.Sprintf("metrics-every-%d:out", prefixes.Add(1))
+	plan := buildSource(t, drainPipeline(out, n, false, "", `kind = "filter"
+  where  = msg.i >= 0`))
+	j := startDrainingJob(t, plan, runtime.Options{Clock: flowtest.NewClock(flowtest.Epoch), MeterProvider: mp, Histograms: local})
+	j.wait(t)
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	points := map[string]map[string]metricdata.HistogramDataPoint[float64]{} // instrument -> node -> point
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if data, ok := m.Data.(metricdata.Histogram[float64]); ok {
+				points[m.Name] = map[string]metricdata.HistogramDataPoint[float64]{}
+				for _, dp := range data.DataPoints {
+					points[m.Name][node(dp.Attributes)] = dp
+				}
+			}
+		}
+	}
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	for name, input := range map[string]string{"work": "in", "out": "done"} {
+		// The ages the node must have measured: the clock less each entry's time, in seconds.
+		var ages float64
+		for p := range 2 {
+			entries, err := c.Universal().XRange(context.Background(), keys.Stream(input, p), "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				ms, err := redis.IDMillis(e.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ages += flowtest.Epoch.Sub(time.UnixMilli(ms)).Seconds()
+			}
+		}
+		took, aged := points["flowrun.message.duration"][name], points["flowrun.message.age"][name]
+		if took.Count != n || aged.Count != n {
+			t.Errorf("%s: %d processing times and %d ages, want %d of each", name, took.Count, aged.Count, n)
+		}
+		if took.Sum != 0 || took.BucketCounts[0] != n {
+			t.Errorf("%s: processing times sum to %v in buckets %v, want %d times 0", name, took.Sum, took.BucketCounts, n)
+		}
+		if math.Abs(aged.Sum-ages) > 1e-9*math.Abs(ages) {
+			t.Errorf("%s: ages sum to %v, want %v (the clock less each entry's time)", name, aged.Sum, ages)
+		}
 	}
 }
 

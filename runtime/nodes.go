@@ -83,6 +83,7 @@ type node struct {
 	// reads share the memory of the node's reads among the units this process runs (readshare.go).
 	reads       readShares
 	metricAttrs metric.MeasurementOption // the node's attributes on its metrics
+	recordAttrs []metric.RecordOption    // the same, as the options of a histogram's record
 
 	log             *slog.Logger // the runner's, with the node's name
 	backpressureLog sync.Once    // the first wait at a capped topic is logged

@@ -37,37 +37,44 @@ type processing struct {
 	stage func(name string) *node
 }
 
-// metrics holds the instruments recorded per message.
+// metrics holds the instruments recorded per message: the SDK's, or the process's own Histograms
+// (Options.Histograms), which a reader takes as a Producer.
 type metrics struct {
 	duration metric.Float64Histogram // time to process a message, all attempts
 	age      metric.Float64Histogram // time from the entry's write to its input until processing starts
+	local    *Histograms             // instead of duration and age
 }
+
+// on reports whether messages are measured.
+func (ms *metrics) on() bool { return ms.duration != nil || ms.local != nil }
 
 // latencyBuckets suit both sub-millisecond processing and slow retries, in seconds.
 var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// newMetrics creates the instruments recorded per message.
-func newMetrics(m metric.Meter) (metrics, error) {
+// perMessageInstrument names a histogram recorded per message.
+type perMessageInstrument struct{ name, unit, description string }
+
+var (
+	durationInstrument = perMessageInstrument{"flowrun.message.duration", "s",
+		"Time a source, stage or sink took to process a message, all attempts included."}
+	ageInstrument = perMessageInstrument{"flowrun.message.age", "s",
+		"Time from a message's entry being written to a node's input until the node processes it (at a sink: the latency of the last hop)."}
+)
+
+// newMetrics creates the instruments recorded per message, unless local keeps them.
+func newMetrics(m metric.Meter, local *Histograms) (metrics, error) {
+	if local != nil {
+		return metrics{local: local}, nil
+	}
 	var ms metrics
 	var err error
-	if ms.duration, err = m.Float64Histogram("flowrun.message.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time a source, stage or sink took to process a message, all attempts included."),
-		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
+	if ms.duration, err = m.Float64Histogram(durationInstrument.name, metric.WithUnit(durationInstrument.unit),
+		metric.WithDescription(durationInstrument.description), metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
 		return metrics{}, err
 	}
-	if ms.age, err = m.Float64Histogram("flowrun.message.age", metric.WithUnit("s"),
-		metric.WithDescription("Time from a message's entry being written to a node's input until the node processes it (at a sink: the latency of the last hop)."),
-		metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
+	if ms.age, err = m.Float64Histogram(ageInstrument.name, metric.WithUnit(ageInstrument.unit),
+		metric.WithDescription(ageInstrument.description), metric.WithExplicitBucketBoundaries(latencyBuckets...)); err != nil {
 		return metrics{}, err
 	}
 	return ms, nil
-}
-
-// entryTime reads the time a stream entry was written from its ID ("<ms>-<seq>").
-func entryTime(id string) (time.Time, bool) {
-	n, err := redis.IDMillis(id)
-	if err != nil || n <= 0 {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(n), true
 }

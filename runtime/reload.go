@@ -174,7 +174,7 @@ func (r *runner) assemble(plan *flow.Plan, addrs []string) (nodes []*node, units
 	for _, n := range r.nodes {
 		r.configureNode(n, plan)
 		if r.opts.MeterProvider != nil {
-			n.metricAttrs = metricAttrsOf(n)
+			setMetricAttrs(n)
 		}
 	}
 	if !r.opts.NoFusion {

@@ -406,7 +406,7 @@ func (r *runner) openNodes(ctx context.Context) error {
 			return fmt.Errorf("%s %s: %w", n.typ, n.name, err)
 		}
 	}
-	if err := registerMetrics(r.opts.MeterProvider, &r.processing, r.currentNodes, r.collect); err != nil {
+	if err := registerMetrics(r.opts.MeterProvider, r.opts.Histograms, &r.processing, r.currentNodes, r.collect); err != nil {
 		r.closeNodes()
 		return fmt.Errorf("metrics: %w", err)
 	}

@@ -44,6 +44,8 @@ type worker struct {
 	// tableWaits: timers of the unit wait for the watermark of a table (node.tableTime), which no
 	// entry of its input moves: each idle turn (every Options.Block) looks whether it has.
 	tableWaits bool
+	// mem is the memory of the last batch's messages, which the next reuses (worker_batch.go).
+	mem batchMemory
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {

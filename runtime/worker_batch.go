@@ -241,7 +241,7 @@ func (w *worker) deadLetterUnreadable(c *batchCommit, b redis.Batch, badRetries 
 
 // messagesOf makes the messages of a batch's entries and due retries, in that order.
 func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
-	backing := make([]message, 0, len(b.Entries)+len(due))
+	backing, msgs := w.messageMemory(len(b.Entries) + len(due))
 	for _, e := range b.Entries {
 		backing = append(backing, message{
 			id:          e.ID,
@@ -268,11 +268,41 @@ func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
 			retry:        rt,
 		})
 	}
-	msgs := make([]*message, len(backing))
 	for i := range backing {
-		msgs[i] = &backing[i]
+		msgs = append(msgs, &backing[i])
 	}
+	w.reuse(backing, msgs)
 	return msgs
+}
+
+// batchMemory is the memory of a worker's last batch of messages, which the next batch reuses.
+// A worker processes and commits one batch at a time, and nothing holds a stateless node's
+// messages once their batch is committed (its outputs, dead letters and retries are copies): a
+// thousand messages are half a megabyte to allocate, clear and collect at every hop otherwise. A
+// stateful node's batch state may refer to its messages: it takes new memory for each batch.
+type batchMemory struct {
+	msgs []message
+	ptrs []*message
+}
+
+// messageMemory returns empty slices with room for n messages and pointers to them.
+func (w *worker) messageMemory(n int) ([]message, []*message) {
+	if w.u.node.stateful || cap(w.mem.msgs) < n {
+		return make([]message, 0, n), make([]*message, 0, n)
+	}
+	return w.mem.msgs[:0], w.mem.ptrs[:0]
+}
+
+// reuse keeps a batch's messages for the next batch of a stateless node, and clears those of
+// the last batch that this one did not overwrite, so that they keep no payload alive.
+func (w *worker) reuse(msgs []message, ptrs []*message) {
+	if w.u.node.stateful {
+		return
+	}
+	if len(msgs) < len(w.mem.msgs) && cap(msgs) == cap(w.mem.msgs) {
+		clear(msgs[len(msgs):len(w.mem.msgs)])
+	}
+	w.mem = batchMemory{msgs: msgs, ptrs: ptrs}
 }
 
 // processMessages runs the batch's messages through the node and collects what to commit: their

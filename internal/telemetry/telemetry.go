@@ -44,6 +44,9 @@ type Config struct {
 	Console io.Writer
 	// Metrics enables the meter provider and the Prometheus handler.
 	Metrics bool
+	// Producer, with Metrics, adds the metrics it produces to those of the meter provider: the
+	// runtime's per-message histograms (runtime.Histograms).
+	Producer sdkmetric.Producer
 	// Pipeline names the pipeline in the resource of every span and metric.
 	Pipeline string
 	// Version is flowrun's version, for the resource.
@@ -93,7 +96,11 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	if cfg.Metrics {
 		reg := prometheus.NewRegistry()
-		exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+		opts := []otelprom.Option{otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo()}
+		if cfg.Producer != nil {
+			opts = append(opts, otelprom.WithProducer(cfg.Producer))
+		}
+		exp, err := otelprom.New(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("prometheus exporter: %w", err)
 		}

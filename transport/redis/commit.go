@@ -350,7 +350,12 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	var staged []string // the payload keys of plain outputs whose payloads were staged
 	slot := -1
 	sameSlot := true
+	last := "" // the key seen last: a batch's outputs mostly go to a few streams in turn
 	see := func(key string) {
+		if key == last {
+			return
+		}
+		last = key
 		s := HashSlot(key)
 		if slot < 0 {
 			slot = s
@@ -532,13 +537,18 @@ var (
 // after Exec. Scripts in pipelines are sent with EVAL (the full text): an EVALSHA that fails
 // with NOSCRIPT inside a transaction could not be retried atomically.
 func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) func() ([]string, error) {
-	adds := make([]func() (string, error), len(p.plain))
+	// The commands themselves, not closures over them: a closure per output was an allocation per
+	// message at every hop.
+	adds := make([]goredis.Cmder, len(p.plain))
+	xadds := xaddBatch{slab: make([]any, 0, p.xaddArgCount())}
 	for i, o := range p.plain {
 		if o.off != nil {
-			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.body()}, o.values...)...).Text
+			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.body()}, o.values...)...)
 			continue
 		}
-		adds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: o.stream, Values: o.values, MaxLen: o.maxLen, Approx: o.maxLen > 0}).Result
+		cmd := goredis.NewStringCmd(ctx, xadds.of(o)...)
+		_ = pipe.Process(ctx, cmd) // queued: its reply is read after Exec
+		adds[i] = cmd
 	}
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, s := range p.order {
@@ -548,8 +558,8 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 	return func() ([]string, error) {
 		ids := make([]string, p.n)
 		var first error
-		for i, result := range adds {
-			id, err := result()
+		for i, cmd := range adds {
+			id, err := appendedID(cmd)
 			if err != nil {
 				first = firstErr(first, wrap(err, "appending output to", p.plain[i].stream))
 				continue
@@ -572,6 +582,52 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 		}
 		return ids, first
 	}
+}
+
+// xaddBatch makes the arguments of a batch's XADDs, the commands go-redis's XAdd would make, in
+// one slice: XAdd allocates its arguments (and the stream's name as an interface) per entry, at
+// every hop for every message.
+type xaddBatch struct {
+	slab    []any
+	streams map[string]any // each stream's name, made an interface once
+}
+
+// of returns the arguments of the XADD of o: XADD stream [MAXLEN ~ n] * field value ...
+func (x *xaddBatch) of(o plainOutput) []any {
+	stream, ok := x.streams[o.stream]
+	if !ok {
+		if x.streams == nil {
+			x.streams = map[string]any{}
+		}
+		stream = o.stream
+		x.streams[o.stream] = stream
+	}
+	start := len(x.slab)
+	x.slab = append(x.slab, "xadd", stream)
+	if o.maxLen > 0 {
+		x.slab = append(x.slab, "maxlen", "~", o.maxLen)
+	}
+	x.slab = append(x.slab, "*")
+	x.slab = append(x.slab, o.values...)
+	return x.slab[start:len(x.slab):len(x.slab)]
+}
+
+// xaddArgCount counts the arguments of the plan's XADDs (those of offloaded payloads included).
+func (p *commitPlan) xaddArgCount() int {
+	n := 0
+	for _, o := range p.plain {
+		n += 6 + len(o.values)
+	}
+	return n
+}
+
+// appendedID is the ID of the entry that an output's command appended: XADD's reply, or that of
+// the script that appends an entry with its offloaded payload.
+func appendedID(cmd goredis.Cmder) (string, error) {
+	if c, ok := cmd.(*goredis.StringCmd); ok {
+		return c.Result()
+	}
+	return cmd.(*goredis.Cmd).Text()
 }
 
 func firstErr(first, err error) error {

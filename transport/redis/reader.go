@@ -169,6 +169,9 @@ func (c *Client) readGroupOnce(ctx context.Context, a ReadArgs, id string, block
 		return Batch{}, wrap(classify(err), "reading group "+a.Group+" of", a.Stream)
 	}
 	var b Batch
+	if len(res) == 1 { // one stream read: its entries, sized at once rather than grown by appends
+		b.Entries = make([]Entry, 0, len(res[0].Messages))
+	}
 	for _, s := range res {
 		if err := c.fetchPayloads(ctx, s.Stream, s.Messages); err != nil {
 			return Batch{}, err
