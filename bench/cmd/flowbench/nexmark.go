@@ -136,8 +136,14 @@ func (h *harness) runNexmark(_ context.Context, sc scenario) result {
 	return res
 }
 
-// repoRoot is the repository the harness runs from: the flowrun binary's (bin/flowrun) parent.
+// repoRoot is the repository whose bench/nexmark the queries come from: the working directory
+// when it is one (make bench runs there, and a flowrun binary built elsewhere, such as an older
+// commit's to compare with, then runs today's queries), else the flowrun binary's (bin/flowrun)
+// parent.
 func (h *harness) repoRoot() string {
+	if _, err := os.Stat(filepath.Join("bench", "nexmark")); err == nil {
+		return "."
+	}
 	return filepath.Dir(filepath.Dir(h.flowrun))
 }
 
