@@ -101,8 +101,16 @@ func (c *Client) offloads(stream string, o *Output) bool {
 		return false
 	}
 	// A payload key is the stream's name and more: it shares the stream's slot when the name has a
-	// hash tag.
-	return !c.cluster || HashSlot(PayloadKey(stream, "x")) == HashSlot(stream)
+	// hash tag. Without one, the key hashes whole, token and all, to a slot of its own: that one
+	// token's key lands in the stream's slot says nothing of another's.
+	return !c.cluster || hasHashTag(stream)
+}
+
+// hasHashTag reports whether a key's slot is that of its hash tag (see HashSlot), which every key
+// that begins with it shares.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }
 
 // encodeOutput encodes an output of a commit: its entry's fields, and its payload when that goes

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -714,4 +715,33 @@ func TestStagePieceSentAgain(t *testing.T) {
 			t.Errorf("a middle piece after its predecessors are gone: %v, want UNWRITTEN", err)
 		}
 	})
+}
+
+// TestOffloadUntaggedStreamOnACluster: on a cluster a payload goes under a key of its own only when
+// that key is in its stream's slot, which a stream without a hash tag does not ensure: its payload
+// key hashes whole, token and all. A stream whose name happens to share its slot with the key of
+// one token (here "x") is no exception: its large payloads stay in their entries, and the writes
+// work, rather than failing on keys of two slots.
+func TestOffloadUntaggedStreamOnACluster(t *testing.T) {
+	c := clusterBackend().open(t).WithOffloadOver(1 << 10)
+	ctx := ctxT(t)
+	k := testKeys(t)
+	var stream string
+	for i := 0; stream == ""; i++ {
+		if s := strings.ReplaceAll(k.Prefix, "{", "(") + ":untagged:" + strconv.Itoa(i); HashSlot(PayloadKey(s, "x")) == HashSlot(s) {
+			stream = s
+		}
+	}
+	defer c.Universal().Del(ctx, stream)
+	big := bigPayload("untagged", 4<<10)
+	if _, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: stream, Entry: Entry{Payload: big}}}}); err != nil {
+		t.Fatalf("commit to %s: %v", stream, err)
+	}
+	if _, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: stream, Entry: Entry{Large: largeOf(big, 1000, nil)}}}}); err != nil {
+		t.Fatalf("commit of a staged payload to %s: %v", stream, err)
+	}
+	recs, err := c.Read(ctx, stream, "0", 0, 0)
+	if err != nil || len(recs) != 2 || !bytes.Equal(recs[0].Payload, big) || !bytes.Equal(recs[1].Payload, big) {
+		t.Fatalf("Read: %d records, %v", len(recs), err)
+	}
 }
