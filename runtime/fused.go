@@ -60,6 +60,17 @@ func (r *processing) runChain(ctx context.Context, c *chain, i int, m *message, 
 	all := result{deadLetters: res.deadLetters}
 	for j := range made {
 		e := made[j].Entry
+		if len(e.Payload) == 0 && e.Large != nil {
+			// A large message the stage changed, whose payload a commit would make as it writes
+			// it: the next stage reads it whole, as it would from the stream (the measure that
+			// made Large encoded it already, so encoding it cannot fail now).
+			payload, err := e.Large.Bytes()
+			if err != nil { // never: but not an empty message to the next stage either
+				all.deadLetters = append(all.deadLetters, r.deadLetterMessage(c.nodes[i], m, err, 1, r.clock.Now()))
+				continue
+			}
+			e.Payload, e.Large = payload, nil
+		}
 		mj := message{id: m.id, path: m.path, partition: m.partition, trace: traceOf(e)}
 		if len(made) > 1 {
 			mj.path = m.path + "." + strconv.Itoa(j)

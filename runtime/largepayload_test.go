@@ -451,3 +451,63 @@ func setRanges(t *testing.T, c *redis.Client) int {
 	n, _ := strconv.Atoi(stats[:strings.IndexAny(stats, ",\r\n")])
 	return n
 }
+
+// fusedChangedPipeline changes a large message in two map stages that run fused, as one hop: the
+// first one's result goes to the second in memory, never through a stream.
+const fusedChangedPipeline = `
+pipeline "fused_changed" {}
+topic "in" {}
+topic "out" {}
+stage "stamp" {
+  kind  = "map"
+  input = topic.in
+  set   = { seen = true }
+}
+stage "stamp_again" {
+  kind   = "map"
+  input  = stage.stamp
+  output = topic.out
+  set    = { seen_again = true }
+}
+`
+
+// TestLargeChangedPayloadThroughAFusedChain: a large message that the first stage of a fused chain
+// changes is handed to the next stage whole, though its entry's payload is made only when a commit
+// writes it (redis.Entry.Large).
+func TestLargeChangedPayloadThroughAFusedChain(t *testing.T) {
+	ctx := context.Background()
+	c := server.open(t)
+	plan := buildSource(t, fusedChangedPipeline)
+	if len(plan.Chains) != 1 {
+		t.Fatalf("chains %v, want stamp+stamp_again fused", plan.Chains)
+	}
+	body := strings.Repeat("x", 2*redis.StagingChunk)
+	sent, err := json.Marshal(map[string]any{"id": "doc-1", "body": body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, "in", stages.NewMessage("", sent, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, c, plan, runtime.Options{})
+	out := redis.Keys{Prefix: plan.KeyPrefix}.Stream("out", 0)
+	recs, err := c.Read(ctx, out, "0", 10, 0)
+	if err != nil || len(recs) != 1 || recs[0].Malformed != nil {
+		t.Fatalf("%s: %d records, %v", out, len(recs), err)
+	}
+	var got struct {
+		ID, Body  string
+		Seen      bool
+		SeenAgain bool `json:"seen_again"`
+	}
+	if err := json.Unmarshal(recs[0].Payload, &got); err != nil || got.ID != "doc-1" || got.Body != body || !got.Seen || !got.SeenAgain {
+		t.Errorf("the message arrived as %.80s (%v)", recs[0].Payload, err)
+	}
+}

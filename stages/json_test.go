@@ -10,6 +10,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
@@ -240,13 +242,15 @@ func FuzzFields(f *testing.F) {
 	f.Add([]byte(`{"a":1,"b":{"c":[1,{"d":"}]\""}]},"a":2}`), "a", "x")
 	f.Add([]byte(`{"x":"\"a\\","a\u0062":[[],{}],"e":-1.5e3 , "z":null}`), "ab", "e")
 	f.Add([]byte(`{ "a" : true , "b" : false }`), "b", "")
+	f.Add([]byte(`null`), "a", "b")
+	f.Add([]byte(` [{"a":1}]`), "a", "b")
 	f.Fuzz(func(t *testing.T, p []byte, n1, n2 string) {
 		names := []string{n1, n2}
 		whole := NewMessage("", p, nil)
 		err := whole.Decode()
 		for _, m := range []Message{NewMessage("", p, nil), NewEntryMessage("", p, nil)} {
-			if m.checked && err != nil {
-				continue // an entry's payload was checked when it was read
+			if m.checked && (jsonscan.Check(p) != nil || !gjson.ValidBytes(p)) {
+				continue // reading an entry refuses it (DecodeEntry), but not one that is no object
 			}
 			got, gotErr := m.Fields(names, false)
 			if (gotErr == nil) != (err == nil) {
@@ -266,4 +270,27 @@ func FuzzFields(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFieldsOfAnEntryThatIsNoObject: reading a stream checks that an entry's payload is valid JSON,
+// not that it is an object (a table's delete is null), so Fields must refuse a checked payload
+// that is no object as Decode does, rather than read past its end.
+func TestFieldsOfAnEntryThatIsNoObject(t *testing.T) {
+	for _, p := range []string{`null`, ` [1,2]`, `"abc"`, `123`, `true`, `[{"a":1}]`, `[]`} {
+		m := NewEntryMessage("", []byte(p), nil)
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("Fields(%q) panicked: %v", p, r)
+				}
+			}()
+			_, err = m.Fields([]string{"a"}, false)
+		}()
+		whole := NewEntryMessage("", []byte(p), nil)
+		want := whole.Decode()
+		if err == nil || want == nil || err.Error() != want.Error() || !IsPermanent(err) {
+			t.Errorf("Fields(%q): %v; Decode: %v", p, err, want)
+		}
+	}
 }

@@ -87,7 +87,20 @@ func (m *Message) Fields(names []string, more bool) (map[string]any, error) {
 	}
 	d := decoder{data: m.raw, share: m.checked}
 	d.space()
+	// A checked payload is valid JSON, but not necessarily an object (an entry's may be null, a
+	// list, ...): fieldsOf would read past its end.
+	if err := notObject(m.raw, d.i); err != nil {
+		return nil, err
+	}
 	return d.fieldsOf(names), nil
+}
+
+// notObject is the error of a valid JSON payload whose value, at i, is not an object.
+func notObject(payload []byte, i int) error {
+	if payload[i] != '{' {
+		return Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(payload[i])))
+	}
+	return nil
 }
 
 // DecodePayload parses a JSON object, with numbers as json.Number. A payload that is not one is a
@@ -134,8 +147,8 @@ func decodePayload(payload []byte, checked bool) (map[string]any, error) {
 	}
 	d := decoder{data: payload, share: checked}
 	d.space()
-	if payload[d.i] != '{' {
-		return nil, Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(payload[d.i])))
+	if err := notObject(payload, d.i); err != nil {
+		return nil, err
 	}
 	return d.object(), nil
 }

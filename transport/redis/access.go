@@ -232,11 +232,11 @@ func (a *Access) Checkpoint(who, key, leaseKey string, markers, streams []string
 // UpstreamLag adds the SET with which the process running a source publishes its upstream lag.
 func (a *Access) UpstreamLag(who, key string) { a.add(who, key, 1, "set", key, "lag", "px", "1") }
 
-// guards adds the checks of the settle and checkpoint scripts: GET of the markers, TYPE of the
-// streams.
+// guards adds the checks of the settle and checkpoint scripts: EXISTS of the markers (and of the
+// keys of staged payloads, see Offload), TYPE of the streams.
 func (a *Access) guards(who string, markers, streams []string) {
 	for _, k := range markers {
-		a.add(who, k, 1, "get", k)
+		a.add(who, k, 1, "exists", k)
 	}
 	for _, k := range streams {
 		a.add(who, k, 1, "type", k)
@@ -254,13 +254,27 @@ func (a *Access) Produce(who, stream string) {
 // Offload adds, for a writer of stream whose client offloads payloads (WithOffloadOver), what its
 // writes of entries with offloaded payloads send besides Output's, Produce's or CommitOnce's: the
 // offloading script (which the others' scripts replace), SET of the payload's key and ZADD to the
-// stream's index.
+// stream's index; and for a large changed payload staged before its commit (stageLarge), the
+// script that writes its pieces (SET PX, STRLEN, SETRANGE, EXISTS and RENAME once it is whole), the
+// commit scripts' check that it is there (EXISTS), its RENAME to the payload key and PERSIST, the
+// DEL of one not needed, and the settle's EXISTS of the payload key.
 func (a *Access) Offload(who, stream string) {
 	key, index := PayloadKey(stream, "token"), PayloadIndex(stream)
+	pieces, staged := piecesKey(key), stagingKey(key)
 	a.script(who, offloadScript, false, stream, key)
 	a.add(who, stream, 1, "xadd", stream, "*", "payload_ref", "key")
 	a.add(who, key, 1, "set", key, "payload")
 	a.add(who, index, 1, "zadd", index, "0", "member")
+	a.script(who, stagePieceScript, true, pieces, staged)
+	a.add(who, pieces, 1, "set", pieces, "piece", "px", "1")
+	a.add(who, pieces, 1, "strlen", pieces)
+	a.add(who, pieces, 1, "setrange", pieces, "0", "piece")
+	a.addKeys(who, []string{pieces, staged}, 1, "rename", pieces, staged)
+	a.add(who, staged, 1, "exists", staged)
+	a.addKeys(who, []string{staged, key}, 1, "rename", staged, key)
+	a.add(who, key, 1, "persist", key)
+	a.add(who, staged, 1, "del", staged)
+	a.add(who, key, 1, "exists", key)
 }
 
 // Fetch adds what a read of stream sends for the entries whose payloads are offloaded: GET of

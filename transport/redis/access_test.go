@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -340,6 +341,44 @@ func TestAccessCoversTheOperations(t *testing.T) {
 		must(t, c.Ack(ctx, s, "g", nil, b.IDs()...))
 		_, err = c.Trim(ctx, s, Retention{MaxLen: 1}, time.Now())
 		must(t, err)
+	})
+	// A large changed payload is staged (SET, SETRANGE) and renamed by the commit's script, which
+	// checks it first (EXISTS); the settle checks the payload key and the markers with EXISTS too,
+	// and a marker found deletes a staging key that is not needed.
+	t.Run("staged offload", func(t *testing.T) {
+		in, s := u.k.Stream("stagedin", 0), u.k.Stream("staged", 0)
+		dedup := u.k.Dedup("staged", 0, "st", "stagedin", 0, "1-1", 0)
+		c := only(t, "staged", func(a *Access) {
+			a.Consume("stage st", in, "g")
+			a.Settle("stage st", in, "g", "", "", StateKeys{}, []string{dedup}, []string{s})
+			a.Output("stage st", s, "")
+			a.Output("stage st", s, dedup)
+			a.Offload("stage st", s)
+			a.Fetch("stage st", s)
+		}).WithOffloadOver(1 << 10)
+		must(t, c.EnsureGroupAt(ctx, in, "g", "0"))
+		for range 2 {
+			must(t, admin.Universal().XAdd(ctx, xaddArgs(in, entry)).Err())
+		}
+		b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "g", Consumer: "me", Count: 2, Block: -1})
+		must(t, err)
+		if b.Len() != 2 {
+			t.Fatalf("read %d entries", b.Len())
+		}
+		big := bigPayload("staged", 4<<10)
+		large := func() Entry { return Entry{Large: largeOf(big, 1000, nil)} }
+		_, err = c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: s, Entry: large()}}, Stream: in, Group: "g", IDs: b.IDs()[:1]})
+		must(t, err)
+		once := CommitArgs{Outputs: []Output{{Stream: s, Entry: large(), DedupKey: dedup}}, Stream: in, Group: "g", IDs: b.IDs()[1:]}
+		_, err = c.Commit(ctx, once)
+		must(t, err)
+		_, err = c.Commit(ctx, once) // the marker is found: the staging key is deleted
+		must(t, err)
+		recs, err := admin.Read(ctx, s, "0", 0, 0)
+		must(t, err)
+		if len(recs) != 2 || !bytes.Equal(recs[0].Payload, big) || !bytes.Equal(recs[1].Payload, big) {
+			t.Fatalf("read %d records", len(recs))
+		}
 	})
 }
 

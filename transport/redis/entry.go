@@ -82,8 +82,9 @@ type LargePayload struct {
 	Write func(chunk int, write func([]byte) error) error
 }
 
-// bytes returns the payload whole.
-func (p *LargePayload) bytes() ([]byte, error) {
+// Bytes returns the payload whole: for what needs it as a stream would hold it, such as the next
+// stage of a fused chain.
+func (p *LargePayload) Bytes() ([]byte, error) {
 	var b []byte
 	err := p.Write(0, func(whole []byte) error { b = whole; return nil })
 	return b, err
@@ -116,7 +117,7 @@ func EncodeEntry(e Entry) ([]any, error) {
 	payload := e.Payload
 	if len(payload) == 0 && e.Large != nil {
 		var err error
-		if payload, err = e.Large.bytes(); err != nil {
+		if payload, err = e.Large.Bytes(); err != nil {
 			return nil, fmt.Errorf("redis: encoding entry payload: %w", err)
 		}
 	}

@@ -101,8 +101,16 @@ func (c *Client) offloads(stream string, o *Output) bool {
 		return false
 	}
 	// A payload key is the stream's name and more: it shares the stream's slot when the name has a
-	// hash tag.
-	return !c.cluster || HashSlot(PayloadKey(stream, "x")) == HashSlot(stream)
+	// hash tag. Without one, the key hashes whole, token and all, to a slot of its own: that one
+	// token's key lands in the stream's slot says nothing of another's.
+	return !c.cluster || hasHashTag(stream)
+}
+
+// hasHashTag reports whether a key's slot is that of its hash tag (see HashSlot), which every key
+// that begins with it shares.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }
 
 // encodeOutput encodes an output of a commit: its entry's fields, and its payload when that goes
@@ -121,16 +129,22 @@ func (c *Client) encodeOutput(o *Output) ([]any, *offloaded, error) {
 
 // A large payload that a stage changed (Entry.Large) is staged before the commit that writes it, so
 // that the process never holds its JSON whole next to the message it is made from: its pieces go,
-// as they are made, to a staging key in the stream's slot with a time to live,
+// as they are made, to a key in the stream's slot with a time to live (stagePieceScript),
 //
-//	SET      flow:{orders:3}:payload:<token>:staged '<the first MB>' EX 300
-//	SETRANGE flow:{orders:3}:payload:<token>:staged <its length so far> '<the next piece>'  ...
+//	SET      flow:{orders:3}:payload:<token>:staging '<the first MB>' PX 300000
+//	SETRANGE flow:{orders:3}:payload:<token>:staging <its length so far> '<the next piece>'  ...
+//	RENAME   flow:{orders:3}:payload:<token>:staging flow:{orders:3}:payload:<token>:staged
 //
-// and the script that writes the entry renames that key to the payload key (and makes it
-// persistent) where it would otherwise SET the payload: the commit is still one step, fenced as
-// before, and a process that dies between the two leaves only a key that expires, which no entry
-// names. SETRANGE at an offset rather than APPEND: a piece sent again (the client retries a command
-// whose reply it lost) lands where it was, not after itself.
+// the last with the last piece, and the script that writes the entry renames the staged key to the
+// payload key (and makes it persistent) where it would otherwise SET the payload: the commit is
+// still one step, fenced as before, and a process that dies between the two leaves only a key that
+// expires, which no entry names. SETRANGE at an offset rather than APPEND: a piece sent again (the
+// client retries a command whose reply it lost) lands where it was, not after itself.
+//
+// A piece is written only onto the pieces before it: a key that expired or was evicted meanwhile
+// fails the staging (SETRANGE would make a new one, zeros up to the offset and persistent), and
+// only a payload staged whole is ever at the staged key, which is all the commit's scripts check
+// for (a failover that loses the last pieces written loses the RENAME after them too).
 
 // StagingChunk is the size of the pieces a large payload is staged in: large enough that a round
 // trip per piece costs little next to sending it, small enough that a piece is no part of the
@@ -141,8 +155,38 @@ const StagingChunk = 1 << 20
 // staging at once, so this only bounds what a process that died in between leaves behind.
 const stagingTTL = 5 * time.Minute
 
-// stagingKey returns the key that the payload of payload key is staged at before its commit.
+// stagingKey returns the key that the payload of payload key is staged at before its commit, once
+// it is there whole.
 func stagingKey(payloadKey string) string { return payloadKey + ":staged" }
+
+// piecesKey returns the key that the pieces of the payload of payload key are written to, until
+// the last one is there and it is renamed to stagingKey.
+func piecesKey(payloadKey string) string { return payloadKey + ":staging" }
+
+// stagePieceScript writes a piece of a payload being staged (stage): the first piece makes the key,
+// with a time to live; a later one is written at its offset only when the pieces before it are
+// there; the one that completes the payload renames the key to the staged key. The last piece sent
+// again, once the key was renamed, writes nothing.
+//
+//	KEYS[1] the pieces' key (piecesKey), KEYS[2] the staged key (stagingKey); ARGV[1] the piece's
+//	offset, ARGV[2] the piece, ARGV[3] the payload's size, ARGV[4] the time to live in ms
+//	returns 1, or an error when the pieces before this one are gone
+var stagePieceScript = goredis.NewScript(`
+local at = tonumber(ARGV[1])
+if at == 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
+elseif redis.call('STRLEN', KEYS[1]) >= at then
+  redis.call('SETRANGE', KEYS[1], at, ARGV[2])
+elseif at + string.len(ARGV[2]) == tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[2]) == 1 then
+  return 1
+else
+  return redis.error_reply('` + unwrittenPrefix + ` the payload being staged at ' .. KEYS[1] .. ' is gone (expired or evicted)')
+end
+if at + string.len(ARGV[2]) == tonumber(ARGV[3]) then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+end
+return 1
+`)
 
 // stageLarge stages the large payloads of outs (Entry.Large) that go offloaded, and returns the
 // outputs to commit: outs itself when none does, else a copy in which those name their payload keys.
@@ -157,7 +201,7 @@ func (c *Client) stageLarge(ctx context.Context, outs []Output) ([]Output, error
 			staged = slices.Clone(outs) // the caller's stay as they are, to be committed again
 		}
 		key := PayloadKey(o.Stream, nextPayloadToken())
-		if err := c.stage(ctx, stagingKey(key), o.Entry.Large); err != nil {
+		if err := c.stage(ctx, key, o.Entry.Large); err != nil {
 			return nil, err
 		}
 		staged[i].staged = key
@@ -168,24 +212,23 @@ func (c *Client) stageLarge(ctx context.Context, outs []Output) ([]Output, error
 	return staged, nil
 }
 
-// stage writes a large payload to key, a piece at a time as it is made.
-func (c *Client) stage(ctx context.Context, key string, p *LargePayload) error {
+// stage writes a large payload, a piece at a time as it is made, to the staging key of payload key.
+func (c *Client) stage(ctx context.Context, payloadKey string, p *LargePayload) error {
+	keys := []string{piecesKey(payloadKey), stagingKey(payloadKey)}
 	var at int64
 	err := p.Write(StagingChunk, func(piece []byte) error {
-		var err error
-		if at == 0 {
-			err = c.rdb.Set(ctx, key, piece, stagingTTL).Err()
-		} else {
-			err = c.rdb.Do(ctx, "SETRANGE", key, at, piece).Err()
+		if at+int64(len(piece)) > p.Size {
+			return fmt.Errorf("redis: staging a large payload at %s: more than the %d bytes measured", keys[1], p.Size)
 		}
+		err := stagePieceScript.Run(ctx, c.rdb, keys, at, piece, p.Size, stagingTTL.Milliseconds()).Err()
 		if err != nil {
-			return wrap(classify(err), "staging a large payload at", key)
+			return wrap(classify(err), "staging a large payload at", keys[0])
 		}
 		at += int64(len(piece))
 		return nil
 	})
 	if err == nil && at != p.Size {
-		err = fmt.Errorf("redis: staging a large payload at %s: %d bytes made of %d", key, at, p.Size)
+		err = fmt.Errorf("redis: staging a large payload at %s: %d bytes made of %d", keys[1], at, p.Size)
 	}
 	return err
 }

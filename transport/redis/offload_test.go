@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -607,4 +608,140 @@ func TestOffloadStagedPayloadCrash(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestOffloadStagedPayloadLostWhileStaged: a staging key that expires or is evicted between two of
+// its pieces (or loses its last pieces in a failover) is not taken for the payload. A SETRANGE on
+// a key that is gone would make a new one, zeros up to the piece's offset and without a time to
+// live, that a commit would then rename into place and ack its input with: its entry's payload
+// would be NUL bytes where the first pieces were. Instead the commit fails, writes nothing and acks
+// nothing, by every path, and leaves no key without a time to live.
+func TestOffloadStagedPayloadLostWhileStaged(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		c = c.WithOffloadOver(1 << 10)
+		in := k.Stream("in", 0)
+		ids := fill(t, c, in, 4)
+		if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
+			t.Fatal(b.Len(), err)
+		}
+		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range stagedCommits(c, k, in, &lease) {
+			t.Run(w.name, func(t *testing.T) {
+				out := k.Stream("out", i)
+				big := bigPayload(w.name, 4<<10)
+				pieces := 0
+				lost := &LargePayload{Size: int64(len(big)), Write: func(chunk int, write func([]byte) error) error {
+					if chunk <= 0 {
+						return write(big)
+					}
+					for rest := big; len(rest) > 0; {
+						n := min(1000, len(rest))
+						if err := write(rest[:n]); err != nil {
+							return err
+						}
+						rest = rest[n:]
+						if pieces++; pieces == 2 { // what expiry or eviction does between two pieces
+							for _, s := range stagedKeys(t, c, k.Prefix) {
+								c.Universal().Del(ctx, s)
+							}
+						}
+					}
+					return nil
+				}}
+				got, err := w.commit(ctx, i, ids[i], []Output{{Stream: out, Entry: Entry{Key: "k1", Large: lost}}})
+				if err == nil {
+					recs, rerr := c.Read(ctx, out, "0", 0, 0)
+					if rerr != nil || len(recs) != 1 || !bytes.Equal(recs[0].Payload, big) {
+						t.Fatalf("committed %v with a payload staged in part: %d records %.40q, %v", got, len(recs), recs[0].Payload, rerr)
+					}
+					return
+				}
+				if n, err := c.Universal().XLen(ctx, out).Result(); err != nil || n != 0 {
+					t.Errorf("%s holds %d entries (%v), want none", out, n, err)
+				}
+				pending, err := c.Universal().XPendingExt(ctx, &goredis.XPendingExtArgs{Stream: in, Group: "stage", Start: ids[i], End: ids[i], Count: 1}).Result()
+				if err != nil || len(pending) != 1 {
+					t.Errorf("input %s was acked (%v) though its output was not written", ids[i], err)
+				}
+				all, err := c.KeysUnder(ctx, k.Prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, key := range all {
+					if strings.Contains(key, ":payload:") {
+						if ttl, err := c.Universal().PTTL(ctx, key).Result(); err != nil || ttl < 0 {
+							t.Errorf("%s is left without a time to live (%v, %v)", key, ttl, err)
+						}
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestStagePieceSentAgain: a piece that the client sends again (its reply was lost) lands where it
+// was, and the last one sent again after the payload was renamed whole to its staged key writes
+// nothing; a piece whose predecessors are gone is refused.
+func TestStagePieceSentAgain(t *testing.T) {
+	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		key := PayloadKey(k.Stream("out", 0), nextPayloadToken())
+		keys := []string{piecesKey(key), stagingKey(key)}
+		send := func(at int, piece string) error {
+			return stagePieceScript.Run(ctx, c.rdb, keys, at, piece, 9, 60000).Err()
+		}
+		for _, step := range []struct {
+			at    int
+			piece string
+		}{{0, "abc"}, {3, "def"}, {3, "def"}, {6, "ghi"}, {6, "ghi"}} {
+			if err := send(step.at, step.piece); err != nil {
+				t.Fatalf("piece at %d: %v", step.at, err)
+			}
+		}
+		if got, err := c.Universal().Get(ctx, keys[1]).Result(); err != nil || got != "abcdefghi" {
+			t.Fatalf("staged %q, %v", got, err)
+		}
+		if n, err := c.Universal().Exists(ctx, keys[0]).Result(); err != nil || n != 0 {
+			t.Errorf("the pieces' key is left: %d, %v", n, err)
+		}
+		if err := send(3, "def"); err == nil || !isUnwritten(err) {
+			t.Errorf("a middle piece after its predecessors are gone: %v, want UNWRITTEN", err)
+		}
+	})
+}
+
+// TestOffloadUntaggedStreamOnACluster: on a cluster a payload goes under a key of its own only when
+// that key is in its stream's slot, which a stream without a hash tag does not ensure: its payload
+// key hashes whole, token and all. A stream whose name happens to share its slot with the key of
+// one token (here "x") is no exception: its large payloads stay in their entries, and the writes
+// work, rather than failing on keys of two slots.
+func TestOffloadUntaggedStreamOnACluster(t *testing.T) {
+	c := clusterBackend().open(t).WithOffloadOver(1 << 10)
+	ctx := ctxT(t)
+	k := testKeys(t)
+	var stream string
+	for i := 0; stream == ""; i++ {
+		if s := strings.ReplaceAll(k.Prefix, "{", "(") + ":untagged:" + strconv.Itoa(i); HashSlot(PayloadKey(s, "x")) == HashSlot(s) {
+			stream = s
+		}
+	}
+	defer c.Universal().Del(ctx, stream)
+	big := bigPayload("untagged", 4<<10)
+	if _, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: stream, Entry: Entry{Payload: big}}}}); err != nil {
+		t.Fatalf("commit to %s: %v", stream, err)
+	}
+	if _, err := c.Commit(ctx, CommitArgs{Outputs: []Output{{Stream: stream, Entry: Entry{Large: largeOf(big, 1000, nil)}}}}); err != nil {
+		t.Fatalf("commit of a staged payload to %s: %v", stream, err)
+	}
+	recs, err := c.Read(ctx, stream, "0", 0, 0)
+	if err != nil || len(recs) != 2 || !bytes.Equal(recs[0].Payload, big) || !bytes.Equal(recs[1].Payload, big) {
+		t.Fatalf("Read: %d records, %v", len(recs), err)
+	}
 }
