@@ -31,6 +31,18 @@ func EventTime(e *expr.Program, m *Message) (time.Time, error) {
 		}
 		return m.EntryTime, nil
 	}
+	if m.timeBy == e {
+		return m.timeAt, nil
+	}
+	at, err := evalEventTime(e, m)
+	if err == nil {
+		m.timeBy, m.timeAt = e, at
+	}
+	return at, err
+}
+
+// evalEventTime is EventTime by an expression, evaluated.
+func evalEventTime(e *expr.Program, m *Message) (time.Time, error) {
 	if err := m.Decode(); err != nil {
 		return time.Time{}, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
@@ -34,6 +35,12 @@ type Message struct {
 	checked bool
 	// sizeHint is the length of the payload the message arrived with, once raw no longer holds it.
 	sizeHint int
+	// timeBy and timeAt are the event time that EventTime last read with the expression timeBy:
+	// the runtime reads a stateful stage's messages' times before the kind does (the watermark,
+	// the state keys to read ahead), and an expression is evaluated once per message, not thrice.
+	// Changed forgets it.
+	timeBy *expr.Program
+	timeAt time.Time
 }
 
 // NewMessage returns a message whose payload is decoded only when something needs its fields, so
@@ -256,6 +263,7 @@ func (m *Message) Unchanged() []byte { return m.raw }
 // encodes Value again. A kind that modifies a decoded message calls it (a Go stage function need not:
 // its results are taken as changed).
 func (m *Message) Changed() {
+	m.timeBy = nil
 	if m.raw != nil {
 		m.sizeHint = len(m.raw)
 	}
