@@ -7,7 +7,6 @@ package state
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -82,21 +81,29 @@ func (b *Batch) Outcomes() (late, duplicates int64) {
 // each key when it is asked. Called while no attempt of the batch runs: before its messages, and
 // before each round of its timers.
 func (b *Batch) Prefetch(ctx context.Context, keys []string) {
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	keys = slices.DeleteFunc(keys, func(k string) bool { _, ahead := b.fetched[k]; return ahead })
-	if len(keys) == 0 {
-		return
-	}
-	vals, err := b.store.ReadStates(ctx, b.keys.Hash, keys)
-	if err != nil {
-		return
-	}
 	if b.fetched == nil {
 		b.fetched = make(map[string][]byte, len(keys))
 	}
-	for i, k := range keys {
-		b.fetched[k] = vals[i]
+	// Each key once, and none read ahead already: a batch names a busy group's keys many times.
+	// A key goes into fetched as it is taken (a map is cheaper than sorting the names), and out
+	// again if the read fails.
+	wanted := keys[:0]
+	for _, k := range keys {
+		if _, ahead := b.fetched[k]; !ahead {
+			b.fetched[k] = nil
+			wanted = append(wanted, k)
+		}
+	}
+	if len(wanted) == 0 {
+		return
+	}
+	vals, err := b.store.ReadStates(ctx, b.keys.Hash, wanted)
+	for i, k := range wanted {
+		if err != nil {
+			delete(b.fetched, k)
+		} else {
+			b.fetched[k] = vals[i]
+		}
 	}
 }
 
