@@ -44,7 +44,9 @@ const (
 // window's accumulators are state of the input partition; the result is written, and the state
 // deleted, in the commit of the batch whose watermark closed the window: both or neither.
 func init() {
-	RegisterStage(StageKind{Spec: aggregateSpec, Traits: StageTraits{Stateful: true}, NewStateful: newAggregateStage})
+	// Inline: it computes on the state that the runtime read ahead for the batch (StateKeys), so its
+	// attempts need no timer of their own.
+	RegisterStage(StageKind{Spec: aggregateSpec, Traits: StageTraits{Stateful: true, Inline: true}, NewStateful: newAggregateStage})
 }
 
 // aggregateSpec is the aggregate kind in the language.

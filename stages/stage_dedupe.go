@@ -58,7 +58,9 @@ func init() {
 				}
 			},
 		},
-		Traits: StageTraits{Stateful: true, KeepsKey: true},
+		// Inline: it computes on the state that the runtime read ahead for the batch (StateKeys), so
+		// its attempts need no timer of their own.
+		Traits: StageTraits{Stateful: true, KeepsKey: true, Inline: true},
 		NewStateful: func(s *flow.Stage, env Env) (StatefulStage, error) {
 			d := &dedupeStage{out: s.Output, key: s.Config.Expr(dedupeFieldKey), eventTime: flow.EventTimeOf(s),
 				within: s.Config.Duration(dedupeFieldWithin), keys: newKeyLimit(s)}
