@@ -59,6 +59,10 @@ type Batch struct {
 	// fetched holds the committed values of the keys read ahead for the batch (Prefetch), nil for
 	// a key the state does not hold.
 	fetched map[string][]byte
+	// spare is an attempt that is done (joined, or failed for good), whose maps the next attempt
+	// takes over emptied: an attempt per message would otherwise make its maps afresh, which was
+	// a sixth of what an aggregate allocated.
+	spare *Attempt
 }
 
 // NewBatch starts the state of a batch on a partition.
@@ -253,10 +257,19 @@ type Attempt struct {
 
 // Attempt starts an attempt at a message whose partition's watermark is watermark (Unix ms).
 func (b *Batch) Attempt(watermark int64) *Attempt {
-	return &Attempt{batch: b, watermark: watermark}
+	b.mu.Lock()
+	a := b.spare
+	b.spare = nil
+	b.mu.Unlock()
+	if a == nil {
+		return &Attempt{batch: b, watermark: watermark}
+	}
+	a.watermark = watermark
+	return a
 }
 
-// Join adds a successful attempt's writes to its batch, and its outcomes.
+// Join adds a successful attempt's writes to its batch, and its outcomes. The attempt is done:
+// the batch's next attempt may reuse it.
 func (a *Attempt) Join() {
 	b := a.batch
 	b.mu.Lock()
@@ -265,6 +278,26 @@ func (a *Attempt) Join() {
 	b.timerAt, b.cancel = overlay(b.timerAt, b.cancel, a.timerAt, a.cancel)
 	b.holdAt, b.release = overlay(b.holdAt, b.release, a.holdAt, a.release)
 	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+	b.spare = a.emptied()
+}
+
+// emptied returns the attempt with no writes and no outcomes, for the next attempt of its batch.
+func (a *Attempt) emptied() *Attempt {
+	a.set, a.del = empty(a.set), empty(a.del)
+	a.timerAt, a.cancel = empty(a.timerAt), empty(a.cancel)
+	a.holdAt, a.release = empty(a.holdAt), empty(a.release)
+	a.late, a.duplicates = 0, 0
+	return a
+}
+
+// empty empties a map of an attempt for reuse; a large one is dropped instead, as clearing it
+// would cost every later attempt as much as it holds.
+func empty[V any](m map[string]V) map[string]V {
+	if len(m) > 64 {
+		return nil
+	}
+	clear(m)
+	return m
 }
 
 // overlay lays an attempt's writes of one kind (values set, keys removed) over the batch's: a
@@ -288,6 +321,7 @@ func (a *Attempt) Failed() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
+	b.spare = a.emptied()
 }
 
 // Recorded reports whether the attempt recorded an outcome (late, duplicate).
