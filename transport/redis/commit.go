@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -736,7 +734,11 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 	if a.Lease != nil {
 		leaseKey, leaseValue = a.Lease.Key, a.Lease.Value()
 	}
-	args := make([]any, 0, 6+len(a.IDs)+len(a.RetryDone)+2*len(a.Retries))
+	size := 10 + len(a.IDs) + len(a.RetryDone) + 2*len(a.Retries)
+	if s := a.State; s != nil {
+		size += 2*(len(s.Set)+len(s.Timers)+len(s.Holds)) + len(s.Delete) + len(s.Cancel) + len(s.Release)
+	}
+	args := make([]any, 0, size)
 	args = append(args, a.Group, leaseValue, len(a.IDs))
 	for _, id := range a.IDs {
 		args = append(args, id)
@@ -765,25 +767,27 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		if s.HoldsKey != "" {
 			holdsKey = s.HoldsKey
 		}
+		// In map order: the names are distinct, so the order of the pairs changes nothing, and
+		// sorting them cost a stateful stage 4% of its time.
 		args = append(args, 2*len(s.Set))
-		for _, k := range slices.Sorted(maps.Keys(s.Set)) {
-			args = append(args, k, s.Set[k])
+		for k, v := range s.Set {
+			args = append(args, k, v)
 		}
 		args = append(args, len(s.Delete))
 		for _, k := range s.Delete {
 			args = append(args, k)
 		}
 		args = append(args, 2*len(s.Timers))
-		for _, k := range slices.Sorted(maps.Keys(s.Timers)) {
-			args = append(args, s.Timers[k], k)
+		for k, at := range s.Timers {
+			args = append(args, at, k)
 		}
 		args = append(args, len(s.Cancel))
 		for _, k := range s.Cancel {
 			args = append(args, k)
 		}
 		args = append(args, 2*len(s.Holds))
-		for _, k := range slices.Sorted(maps.Keys(s.Holds)) {
-			args = append(args, s.Holds[k], k)
+		for k, at := range s.Holds {
+			args = append(args, at, k)
 		}
 		args = append(args, len(s.Release))
 		for _, k := range s.Release {
