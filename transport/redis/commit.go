@@ -1,11 +1,13 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -767,8 +769,9 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		if s.HoldsKey != "" {
 			holdsKey = s.HoldsKey
 		}
-		// In map order: the names are distinct, so the order of the pairs changes nothing, and
-		// sorting them cost a stateful stage 4% of its time.
+		// The values in map order: their names are distinct, so the order changes nothing, and
+		// sorting the names cost a stateful stage 4% of its time. The timers go earliest first,
+		// which is cheaper for Redis: each one joins the timer set next to the one before.
 		args = append(args, 2*len(s.Set))
 		for k, v := range s.Set {
 			args = append(args, k, v)
@@ -778,8 +781,8 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 			args = append(args, k)
 		}
 		args = append(args, 2*len(s.Timers))
-		for k, at := range s.Timers {
-			args = append(args, at, k)
+		for _, t := range byTime(s.Timers) {
+			args = append(args, t.At, t.Name)
 		}
 		args = append(args, len(s.Cancel))
 		for _, k := range s.Cancel {
@@ -797,6 +800,16 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		args = append(args, 0, 0, 0, 0, 0, 0)
 	}
 	return []string{a.Stream, retryKey, leaseKey, stateKey, timersKey, holdsKey}, args, nil
+}
+
+// byTime returns timers, earliest first.
+func byTime(timers map[string]int64) []DueTimer {
+	out := make([]DueTimer, 0, len(timers))
+	for name, at := range timers {
+		out = append(out, DueTimer{Name: name, At: at})
+	}
+	slices.SortFunc(out, func(a, b DueTimer) int { return cmp.Compare(a.At, b.At) })
+	return out
 }
 
 // settle acks a batch and moves its retries, or records its checkpoint, on its own.
