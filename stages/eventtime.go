@@ -43,7 +43,7 @@ func EventTime(e *expr.Program, m *Message) (time.Time, error) {
 
 // evalEventTime is EventTime by an expression, evaluated.
 func evalEventTime(e *expr.Program, m *Message) (time.Time, error) {
-	if err := m.Decode(); err != nil {
+	if err := m.decodeFor(e); err != nil {
 		return time.Time{}, err
 	}
 	v, err := e.Eval(&expr.Env{Msg: m.Value})
