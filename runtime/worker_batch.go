@@ -103,7 +103,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 // too, within the drain time (the runner's hard context).
 func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 	n, hard := w.u.node, w.r.hard
-	// The kind names its keys first: it decodes what it reads of each message (DecodeFields), and
+	// The kind names its keys first: it decodes and keeps the fields it reads of each message, and
 	// the event times that the watermarks read then decode nothing more.
 	var keys []string
 	if n.stateful && n.prefetch != nil {
