@@ -103,6 +103,14 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 // too, within the drain time (the runner's hard context).
 func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 	n, hard := w.u.node, w.r.hard
+	// The kind names its keys first: it decodes and keeps the fields it reads of each message, and
+	// the event times that the watermarks read then decode nothing more.
+	var keys []string
+	if n.stateful && n.prefetch != nil {
+		for _, m := range msgs {
+			keys = n.prefetch.StateKeys(&m.msg, keys)
+		}
+	}
 	watermarks, err := w.beginTime(hard, msgs, read)
 	if err != nil || !n.stateful {
 		return err
@@ -111,11 +119,7 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 	for i, m := range msgs {
 		m.state, m.watermark = c.state, watermarks[i]
 	}
-	if n.prefetch != nil && len(msgs) > 0 {
-		var keys []string
-		for _, m := range msgs {
-			keys = n.prefetch.StateKeys(&m.msg, keys)
-		}
+	if len(keys) > 0 {
 		c.state.Prefetch(hard, keys)
 	}
 	return nil

@@ -31,7 +31,19 @@ func EventTime(e *expr.Program, m *Message) (time.Time, error) {
 		}
 		return m.EntryTime, nil
 	}
-	if err := m.Decode(); err != nil {
+	if m.timeBy == e {
+		return m.timeAt, nil
+	}
+	at, err := evalEventTime(e, m)
+	if err == nil {
+		m.timeBy, m.timeAt = e, at
+	}
+	return at, err
+}
+
+// evalEventTime is EventTime by an expression, evaluated.
+func evalEventTime(e *expr.Program, m *Message) (time.Time, error) {
+	if err := m.decodeFor(e); err != nil {
 		return time.Time{}, err
 	}
 	v, err := e.Eval(&expr.Env{Msg: m.Value})

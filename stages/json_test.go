@@ -294,3 +294,83 @@ func TestFieldsOfAnEntryThatIsNoObject(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeFieldsKeepsOnlyThoseNamed: a message decoded for some fields (decodeFields) holds
+// exactly those of them that the payload has, as Decode makes them, whatever the values skipped
+// (nested, escaped, repeated names); naming more decodes those too; Decode, PassedOn and Changed
+// see the whole.
+func TestDecodeFieldsKeepsOnlyThoseNamed(t *testing.T) {
+	seeds := append([]string{
+		`{"skip":{"a":[1,{"b":"}]\"{["}],"c":"x"},"key":"k1","n":[1,2],"s\u006bip":"\"","at":12,"key":"k2","t":true,"z":null}`,
+		`{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx","key" : "k" , "at":-1.5e3 }`,
+	}, codecSeeds...)
+	for _, p := range seeds {
+		all, err := DecodePayload([]byte(p))
+		if err != nil {
+			continue
+		}
+		var names []string
+		for k := range all {
+			names = append(names, k)
+		}
+		for _, fields := range [][]string{{}, {"key"}, {"key", "at", "missing"}, names} {
+			m := NewEntryMessage("", []byte(p), nil)
+			if err := m.decodeFields(fields); err != nil {
+				t.Fatalf("%s: decodeFields(%q): %v", p, fields, err)
+			}
+			want := map[string]any{}
+			for _, f := range fields {
+				if v, ok := all[f]; ok {
+					want[f] = v
+				}
+			}
+			if !reflect.DeepEqual(m.Value, want) {
+				t.Errorf("%s: decodeFields(%q) = %#v, want %#v", p, fields, m.Value, want)
+			}
+		}
+	}
+	m := NewEntryMessage("", []byte(`{"a":1,"b":"x","c":[true]}`), nil)
+	if err := m.decodeFields([]string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.decodeFields([]string{"b"}); err != nil || len(m.Value) != 2 {
+		t.Errorf("naming b after a: %v, %v; want a and b", m.Value, err)
+	}
+	passed := PassedOn("", m.Unchanged(), nil, &m)
+	if err := passed.Decode(); err != nil || len(passed.Value) != 3 {
+		t.Errorf("a message passed on from one decoded in part, decoded: %v, %v; want every field", passed.Value, err)
+	}
+	m.Value["a"] = "changed"
+	m.Changed()
+	if payload, err := m.Payload(); err != nil || string(payload) != `{"a":"changed","b":"x","c":[true]}` {
+		t.Errorf("changed after a part was decoded: %s, %v; want the other fields kept", payload, err)
+	}
+}
+
+// TestFieldsReadsWhatDecodeFieldsKept: Fields finds the fields a kind decoded and kept, and decodes
+// nothing more for them; naming others, it reads the payload.
+func TestFieldsReadsWhatDecodeFieldsKept(t *testing.T) {
+	m := NewEntryMessage("", []byte(`{"a":1,"b":"x","c":[true]}`), nil)
+	if err := m.decodeFields([]string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Fields([]string{"b"}, false); err != nil || v["b"] != "x" || len(m.Value) != 2 {
+		t.Errorf("Fields(b) = %v, %v; Value %v; want the kept a and b", v, err, m.Value)
+	}
+	if v, err := m.Fields([]string{"c"}, false); err != nil || v["c"] == nil {
+		t.Errorf("Fields(c) = %v, %v; want c read from the payload", v, err)
+	}
+}
+
+// TestDecodeFieldsOfAnEntryThatIsNoObject: a kind's decodeFields refuses a checked payload that is
+// no object as Decode does (TestFieldsOfAnEntryThatIsNoObject).
+func TestDecodeFieldsOfAnEntryThatIsNoObject(t *testing.T) {
+	for _, p := range []string{`null`, ` [1,2]`, `"abc"`, `123`, `true`} {
+		m := NewEntryMessage("", []byte(p), nil)
+		err := m.decodeFields([]string{"a"})
+		whole := NewEntryMessage("", []byte(p), nil)
+		if want := whole.Decode(); err == nil || want == nil || err.Error() != want.Error() {
+			t.Errorf("decodeFields(%q): %v; Decode: %v", p, err, want)
+		}
+	}
+}

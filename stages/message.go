@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
@@ -34,6 +36,15 @@ type Message struct {
 	checked bool
 	// sizeHint is the length of the payload the message arrived with, once raw no longer holds it.
 	sizeHint int
+	// only names the fields Value holds when decodeFields decoded only those (the payload may
+	// have others); nil when Value holds them all.
+	only []string
+	// timeBy and timeAt are the event time that EventTime last read with the expression timeBy:
+	// the runtime reads a stateful stage's messages' times before the kind does (the watermark,
+	// the state keys to read ahead), and an expression is evaluated once per message, not thrice.
+	// Changed forgets it.
+	timeBy *expr.Program
+	timeAt time.Time
 }
 
 // NewMessage returns a message whose payload is decoded only when something needs its fields, so
@@ -54,7 +65,7 @@ func NewEntryMessage(key string, payload []byte, headers map[string]string) Mess
 // Decode parses the payload into Value, if that has not happened yet. The payload must be a JSON
 // object. Numbers decode as json.Number, which keeps every digit of large ids.
 func (m *Message) Decode() error {
-	if m.Value != nil || m.raw == nil {
+	if m.Value != nil && m.only == nil || m.raw == nil {
 		if m.Value == nil {
 			m.Value = map[string]any{}
 		}
@@ -64,7 +75,7 @@ func (m *Message) Decode() error {
 	if err != nil {
 		return err
 	}
-	m.Value = v
+	m.Value, m.only = v, nil
 	return nil
 }
 
@@ -74,6 +85,9 @@ func (m *Message) Decode() error {
 // field or two of a message passed on as it arrived, which then never pays for decoding the rest.
 // With Value decoded already, or more (the expression may read any field), it is Decode's Value.
 func (m *Message) Fields(names []string, more bool) (map[string]any, error) {
+	if !more && m.only != nil && containsAll(m.only, names) {
+		return m.Value, nil // decoded in part (decodeFields), those names with it
+	}
 	if more || m.Value != nil || m.raw == nil {
 		if err := m.Decode(); err != nil {
 			return nil, err
@@ -101,6 +115,79 @@ func notObject(payload []byte, i int) error {
 		return Permanent(fmt.Errorf("payload is a JSON %s, not an object", jsonKind(payload[i])))
 	}
 	return nil
+}
+
+// decodeFields is Fields for a kind that reads the same fields of a message several times (a
+// stateful kind, before and while it processes it): it keeps what it decodes as Value, noting that
+// Value holds only those fields (only), so that the next read of them decodes nothing. Naming more
+// decodes them too; Decode, and Changed, decode the whole payload. Only a reader that changes
+// nothing may read a message so: a kind that changes Value calls Decode first.
+func (m *Message) decodeFields(names []string) error {
+	switch {
+	case m.raw == nil:
+		return m.Decode()
+	case m.Value != nil && (m.only == nil || containsAll(m.only, names)):
+		return nil
+	}
+	if !m.checked {
+		if err := CheckPayload(m.raw); err != nil {
+			return err
+		}
+	}
+	want := names
+	if m.only != nil {
+		want = append(slices.Clip(m.only), names...)
+	}
+	d := decoder{data: m.raw, share: m.checked}
+	d.space()
+	if err := notObject(m.raw, d.i); err != nil { // as in Fields
+		return err
+	}
+	m.Value, m.only = d.fieldsOf(want), want
+	return nil
+}
+
+// fieldsRead returns the top-level fields of a message that the expressions read (nil ones read
+// none), for decodeFields; nil when one may read any, and the message must be decoded whole.
+func fieldsRead(exprs ...*expr.Program) []string {
+	fields := []string{}
+	for _, e := range exprs {
+		f, more := e.Fields()
+		if more {
+			return nil
+		}
+		fields = append(fields, f...)
+	}
+	return fields
+}
+
+// decodeRead decodes the fields of m that a kind reads (fieldsRead): all of them when fields is nil.
+func decodeRead(m *Message, fields []string) error {
+	if fields == nil {
+		return m.Decode()
+	}
+	return m.decodeFields(fields)
+}
+
+// decodeFor decodes what the expression e reads of the message: the fields it names when the
+// message was decoded in part already (by a kind, decodeFields), all of it otherwise.
+func (m *Message) decodeFor(e *expr.Program) error {
+	if m.only != nil {
+		if fields, more := e.Fields(); !more {
+			return m.decodeFields(fields)
+		}
+	}
+	return m.Decode()
+}
+
+// containsAll reports whether every one of names is in have.
+func containsAll(have, names []string) bool {
+	for _, n := range names {
+		if !slices.Contains(have, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // DecodePayload parses a JSON object, with numbers as json.Number. A payload that is not one is a
@@ -239,7 +326,7 @@ func PassedOn(key string, payload []byte, headers map[string]string, from *Messa
 	m := NewMessage(key, payload, headers)
 	if len(payload) > 0 && len(from.raw) == len(payload) && &from.raw[0] == &payload[0] {
 		// The very bytes from arrived with: decoded as from was, checked if from was.
-		m.Value, m.checked = from.Value, from.checked
+		m.Value, m.only, m.checked = from.Value, from.only, from.checked
 	}
 	return m
 }
@@ -256,6 +343,17 @@ func (m *Message) Unchanged() []byte { return m.raw }
 // encodes Value again. A kind that modifies a decoded message calls it (a Go stage function need not:
 // its results are taken as changed).
 func (m *Message) Changed() {
+	m.timeBy = nil
+	if m.only != nil && m.raw != nil {
+		// Decoded in part (decodeFields): the fields it did not decode are taken from the
+		// payload, or the payload written would lose them.
+		if all, err := decodePayload(m.raw, m.checked); err == nil {
+			for k, v := range m.Value {
+				all[k] = v
+			}
+			m.Value, m.only = all, nil
+		}
+	}
 	if m.raw != nil {
 		m.sizeHint = len(m.raw)
 	}

@@ -44,7 +44,9 @@ const (
 // window's accumulators are state of the input partition; the result is written, and the state
 // deleted, in the commit of the batch whose watermark closed the window: both or neither.
 func init() {
-	RegisterStage(StageKind{Spec: aggregateSpec, Traits: StageTraits{Stateful: true}, NewStateful: newAggregateStage})
+	// Inline: it computes on the state that the runtime read ahead for the batch (StateKeys), so its
+	// attempts need no timer of their own.
+	RegisterStage(StageKind{Spec: aggregateSpec, Traits: StageTraits{Stateful: true, Inline: true}, NewStateful: newAggregateStage})
 }
 
 // aggregateSpec is the aggregate kind in the language.
@@ -137,6 +139,11 @@ func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 	if a.advance == 0 {
 		a.advance = a.size // tumbling
 	}
+	exprs := []*expr.Program{a.groupBy, a.eventTime}
+	for _, f := range a.fields {
+		exprs = append(exprs, f.Arg, f.By)
+	}
+	a.reads = fieldsRead(exprs...)
 	a.lateTopic, a.late = s.Config.TopicOrChoice(aggregateFieldLate)
 	return StatefulStage{Processor: a, TimerHandler: a, FireAtEnd: true, StatePrefetcher: a, OutputWatermarker: a}, nil
 }
@@ -217,6 +224,9 @@ type aggregateStage struct {
 	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
 	decoded       windowCache
+	// reads are the fields of a message that the stage's expressions read: the others are not
+	// decoded (fieldsRead; nil: all are).
+	reads []string
 }
 
 func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
@@ -287,7 +297,7 @@ type adding struct {
 
 // groupOf is the group m counts in: group_by's value.
 func (s *aggregateStage) groupOf(m *Message) (string, error) {
-	if err := m.Decode(); err != nil {
+	if err := decodeRead(m, s.reads); err != nil {
 		return "", err
 	}
 	group, err := s.groupBy.EvalString(&expr.Env{Msg: m.Value})

@@ -58,10 +58,13 @@ func init() {
 				}
 			},
 		},
-		Traits: StageTraits{Stateful: true, KeepsKey: true},
+		// Inline: it computes on the state that the runtime read ahead for the batch (StateKeys), so
+		// its attempts need no timer of their own.
+		Traits: StageTraits{Stateful: true, KeepsKey: true, Inline: true},
 		NewStateful: func(s *flow.Stage, env Env) (StatefulStage, error) {
 			d := &dedupeStage{out: s.Output, key: s.Config.Expr(dedupeFieldKey), eventTime: flow.EventTimeOf(s),
 				within: s.Config.Duration(dedupeFieldWithin), keys: newKeyLimit(s)}
+			d.reads = fieldsRead(d.key, d.eventTime)
 			d.duplicates, _ = s.Config.TopicOrChoice(dedupeFieldDuplicates)
 			// Its timers forget keys: they do not fire at a job's end, and stay for the next run.
 			return StatefulStage{Processor: d, TimerHandler: d, StatePrefetcher: d}, nil
@@ -76,13 +79,16 @@ type dedupeStage struct {
 	within     time.Duration
 	duplicates *flow.Topic // nil: drop them
 	keys       keyLimit
+	// reads are the fields of a message that key and event_time read: the others are not decoded
+	// (fieldsRead; nil: all are). Its messages pass on as they came, undecoded.
+	reads []string
 }
 
 // keyTimer is the name of the timer that forgets a key.
 func keyTimer(key string) string { return "key:" + key }
 
 func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
-	if err := m.Decode(); err != nil {
+	if err := decodeRead(m, s.reads); err != nil {
 		return out, err
 	}
 	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
@@ -134,7 +140,7 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
 // (StatePrefetcher): the key, and the count of keys.
 func (s *dedupeStage) StateKeys(m *Message, keys []string) []string {
-	if m.Decode() != nil {
+	if decodeRead(m, s.reads) != nil {
 		return keys
 	}
 	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -124,5 +125,37 @@ func TestDueTimersPageOnPastFired(t *testing.T) {
 	}
 	if got := strings.Join(order, ""); got != "abcde" {
 		t.Errorf("fired %q, want every timer once, earliest first: abcde", got)
+	}
+}
+
+// TestAnAttemptReusedStartsEmpty: the batch's next attempt reuses a finished one's maps, and sees
+// only the batch's writes, none of the finished attempt's own, nor its outcomes.
+func TestAnAttemptReusedStartsEmpty(t *testing.T) {
+	ctx := context.Background()
+	b := NewBatch(nil, Keys{}, 0)
+	a := b.Attempt(0)
+	if err := a.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.SetTimer(ctx, "t", time.UnixMilli(5))
+	a.Record(stages.Duplicate)
+	a.Join()
+	failed := b.Attempt(0)
+	if err := failed.Put(ctx, "b", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	failed.Record(stages.Late)
+	failed.Failed() // for good: its outcome counts, its writes do not
+	next := b.Attempt(7)
+	if next.Recorded() || len(next.set)+len(next.timerAt) != 0 || next.watermark != 7 {
+		t.Fatalf("the next attempt starts with writes %v, timers %v, outcomes recorded %v, watermark %d",
+			next.set, next.timerAt, next.Recorded(), next.watermark)
+	}
+	if v, found, err := next.Get(ctx, "a"); err != nil || !found || string(v) != "1" {
+		t.Errorf("Get(a) = %q, %v, %v; want the batch's 1", v, found, err)
+	}
+	w := b.Writes()
+	if late, dups := b.Outcomes(); late != 1 || dups != 1 || len(w.Set) != 1 || w.Timers["t"] != 5 {
+		t.Errorf("the batch has %d late, %d duplicates, writes %v, timers %v; want 1, 1, a only, t at 5", late, dups, w.Set, w.Timers)
 	}
 }

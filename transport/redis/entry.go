@@ -169,6 +169,59 @@ func encodeFields(e Entry, payloadField string, payload any) ([]any, error) {
 // marshalStrings encodes a map as a JSON object with sorted keys and no HTML escaping. Strings
 // of printable ASCII without quotes or backslashes (header names and values, nearly always) are
 // written as they are; others go through encoding/json.
+// plainStrings decodes headers as marshalStrings writes them when no string needs escaping: a
+// JSON object of strings without white space or backslashes, as json.Unmarshal would, and false
+// for anything else (json.Unmarshal then decodes it, or says what is wrong). Every entry of a hop
+// after a source carries headers (the watermarks), and reflection was a tenth of a q12 event's
+// Go time.
+func plainStrings(b []byte) (map[string]string, bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' || bytes.IndexByte(b, '\\') >= 0 {
+		return nil, false
+	}
+	h := map[string]string{}
+	i := 1
+	str := func() (string, bool) {
+		if i >= len(b) || b[i] != '"' {
+			return "", false
+		}
+		end := bytes.IndexByte(b[i+1:], '"')
+		if end < 0 {
+			return "", false
+		}
+		v := b[i+1 : i+1+end]
+		for _, c := range v {
+			if c < 0x20 { // a control character: invalid JSON, which json.Unmarshal explains
+				return "", false
+			}
+		}
+		i += end + 2
+		return string(v), true
+	}
+	if i == len(b)-1 {
+		return h, true // {}
+	}
+	for {
+		k, ok := str()
+		if !ok || i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i++
+		v, ok := str()
+		if !ok || i >= len(b) {
+			return nil, false
+		}
+		h[k] = v // a repeated name: the last wins, as in json.Unmarshal
+		switch b[i] {
+		case ',':
+			i++
+		case '}':
+			return h, i == len(b)-1
+		default:
+			return nil, false
+		}
+	}
+}
+
 func marshalStrings(m map[string]string) ([]byte, error) {
 	keys := make([]string, 0, len(m))
 	size := 2
@@ -300,9 +353,11 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 			// encoding/json would turn the bytes into U+FFFD without a word.
 			return Entry{}, malformed(msg, "headers are not valid UTF-8")
 		}
-		var h map[string]string
-		if err := json.Unmarshal(b, &h); err != nil {
-			return Entry{}, malformed(msg, "headers are not a JSON object of strings: "+err.Error())
+		h, plain := plainStrings(b)
+		if !plain {
+			if err := json.Unmarshal(b, &h); err != nil {
+				return Entry{}, malformed(msg, "headers are not a JSON object of strings: "+err.Error())
+			}
 		}
 		if len(h) > 0 {
 			e.Headers = h

@@ -357,3 +357,29 @@ func TestMarshalStringsIsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainStringsDecodesAsJSONDoes: the fast decoding of headers gives what json.Unmarshal gives,
+// or leaves the text to it.
+func TestPlainStringsDecodesAsJSONDoes(t *testing.T) {
+	for _, text := range []string{
+		`{}`, `{"a":"b"}`, `{"flowrun-watermark:msg.dateTime":"1767225600004","k":""}`, `{"a":"1","a":"2"}`,
+		`{"é":"\u2028 <&>"}`, `{"a":"b",}`, `{"a":1}`, `{"a":"b"} `, ` {"a":"b"}`, `{"a" :"b"}`, `{"a":"b\"c"}`,
+		`{"a":"tab	here"}`, `{"a"}`, `{"a":"b"`, `{`, `null`, `{"a":"b""c":"d"}`, `{"":""}`,
+	} {
+		got, plain := plainStrings([]byte(text))
+		if !plain {
+			continue
+		}
+		var want map[string]string
+		if err := json.Unmarshal([]byte(text), &want); err != nil {
+			t.Errorf("%s: decoded as %v, but json.Unmarshal says %v", text, got, err)
+			continue
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: %v, json.Unmarshal %v", text, got, want)
+		}
+	}
+	if _, plain := plainStrings([]byte(`{"a":"b"}`)); !plain {
+		t.Error("plain headers were left to json.Unmarshal")
+	}
+}
