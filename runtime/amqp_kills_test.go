@@ -261,6 +261,11 @@ func TestAMQPRoundTripThroughKillsAndARestart(t *testing.T) {
 	for cycle := 0; cycle < kills; cycle++ {
 		before := depth()
 		p := startBinary(t, bin, args...)
+		t.Cleanup(func() {
+			if t.Failed() { // a cycle that made no progress: what its process did
+				t.Logf("the process of cycle %d:\n%s", cycle, p.log.String())
+			}
+		})
 		progress := step/2 + rand.IntN(step)
 		waitFor(t, fmt.Sprintf("cycle %d: %d messages more in the out queue", cycle, progress), func() bool {
 			return depth()-before >= progress
