@@ -262,7 +262,7 @@ type feedSource struct{ feed *feed }
 func (s feedSource) Produce(ctx context.Context, out stages.Emitter) error {
 	s.feed.consuming(1)
 	defer s.feed.consuming(-1)
-	for {
+	for ctx.Err() == nil {
 		m, ok := s.feed.take()
 		if !ok {
 			select {
@@ -274,11 +274,22 @@ func (s feedSource) Produce(ctx context.Context, out stages.Emitter) error {
 		}
 		err := out.Emit(ctx, stages.NewMessage(m.msg.Key, m.msg.Payload, nil),
 			stages.Origin{ID: m.id, File: m.msg.Range.Filename, Line: int64(m.msg.Range.Start.Line)})
-		s.feed.mu.Lock()
-		s.feed.emitting--
-		s.feed.mu.Unlock()
+		s.feed.handed(m, err)
 		if err != nil {
 			return err
 		}
 	}
+	return ctx.Err()
+}
+
+// handed ends the emitting of m. A message Emit refused (the source stopped, or lost its lease
+// while Emit waited) goes back to the head of the queue, under the same ID: the next run of the
+// source takes it, as a real source would produce it again from its position or its start.
+func (f *feed) handed(m fed, err error) {
+	f.mu.Lock()
+	f.emitting--
+	if err != nil {
+		f.queue = append([]fed{m}, f.queue...)
+	}
+	f.mu.Unlock()
 }
