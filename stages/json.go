@@ -76,29 +76,10 @@ func isNumberByte(c byte) bool {
 	return '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
 }
 
-func (d *decoder) object() map[string]any {
-	d.i++ // {
-	m := map[string]any{}
-	d.space()
-	if d.data[d.i] == '}' {
-		d.i++
-		return m
-	}
-	for {
-		d.space()
-		k := d.string()
-		d.space()
-		d.i++            // :
-		m[k] = d.value() // a repeated name: the last one wins, as in encoding/json
-		d.space()
-		d.i++ // , or }
-		if d.data[d.i-1] == '}' {
-			return m
-		}
-	}
-}
+func (d *decoder) object() map[string]any { return d.fieldsOf(nil) }
 
-// fieldsOf decodes, of the object at d.i, the members named in names, and skips the others.
+// fieldsOf decodes, of the object at d.i, the members named in names, and skips the others; nil
+// names decodes them all.
 func (d *decoder) fieldsOf(names []string) map[string]any {
 	d.i++ // {
 	m := make(map[string]any, len(names))
@@ -109,11 +90,17 @@ func (d *decoder) fieldsOf(names []string) map[string]any {
 	}
 	for {
 		d.space()
-		k, wanted := d.memberName(names)
+		var k string
+		wanted := true
+		if names == nil {
+			k = d.string()
+		} else {
+			k, wanted = d.memberName(names)
+		}
 		d.space()
 		d.i++ // :
 		if wanted {
-			m[k] = d.value() // a repeated name: the last one wins, as in object
+			m[k] = d.value() // a repeated name: the last one wins, as in encoding/json
 		} else {
 			d.skip()
 		}
