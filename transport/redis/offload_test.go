@@ -479,6 +479,27 @@ func stagedCommits(c *Client, k Keys, in string, lease *Lease) []struct {
 	}
 }
 
+// readForStagedCommits fills a stream "in" with four entries, reads them for the group "stage" as
+// consumer "w" and takes that consumer's lease, as a stage does before it commits: what each
+// stagedCommits path then commits for one entry of ids.
+func readForStagedCommits(t *testing.T, c *Client, k Keys) (in string, ids []string, lease Lease) {
+	t.Helper()
+	ctx := ctxT(t)
+	in = k.Stream("in", 0)
+	ids = fill(t, c, in, 4)
+	if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
+		t.Fatal(b.Len(), err)
+	}
+	lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, ids, lease
+}
+
 // TestOffloadStagedPayloads commits large payloads that come in pieces (Entry.Large) by every path
 // of Commit: each is staged, then renamed to its payload key by the script that writes its entry,
 // and reads back whole; the payload key is persistent and no staging key is left.
@@ -486,18 +507,7 @@ func TestOffloadStagedPayloads(t *testing.T) {
 	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		c = c.WithOffloadOver(1 << 10)
-		in := k.Stream("in", 0)
-		ids := fill(t, c, in, 4)
-		if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
-			t.Fatal(err)
-		}
-		if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
-			t.Fatal(b.Len(), err)
-		}
-		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in, ids, lease := readForStagedCommits(t, c, k)
 		for i, w := range stagedCommits(c, k, in, &lease) {
 			t.Run(w.name, func(t *testing.T) {
 				out := k.Stream("out", i)
@@ -555,18 +565,7 @@ func TestOffloadStagedPayloadCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		in := k.Stream("in", 0)
-		ids := fill(t, c, in, 4)
-		if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
-			t.Fatal(err)
-		}
-		if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
-			t.Fatal(b.Len(), err)
-		}
-		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in, ids, lease := readForStagedCommits(t, c, k)
 		for i, w := range stagedCommits(c, k, in, &lease) {
 			t.Run(w.name, func(t *testing.T) {
 				out := k.Stream("out", i)
@@ -620,18 +619,7 @@ func TestOffloadStagedPayloadLostWhileStaged(t *testing.T) {
 	forEach(t, realBackends(), func(t *testing.T, c *Client, k Keys) {
 		ctx := ctxT(t)
 		c = c.WithOffloadOver(1 << 10)
-		in := k.Stream("in", 0)
-		ids := fill(t, c, in, 4)
-		if err := c.EnsureGroupAt(ctx, in, "stage", "0"); err != nil {
-			t.Fatal(err)
-		}
-		if b, err := c.ReadGroup(ctx, ReadArgs{Stream: in, Group: "stage", Consumer: "w", Count: 4, Block: -1}); err != nil || b.Len() != 4 {
-			t.Fatal(b.Len(), err)
-		}
-		lease, _, err := c.AcquireLease(ctx, k.Lease("in", 0, "stage"), "w", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in, ids, lease := readForStagedCommits(t, c, k)
 		for i, w := range stagedCommits(c, k, in, &lease) {
 			t.Run(w.name, func(t *testing.T) {
 				out := k.Stream("out", i)
