@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
@@ -379,16 +380,7 @@ func TestLargeChangedPayloadThroughAMap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pub, err := runtime.NewPublisher(c, plan)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := pub.Publish(ctx, "in", stages.NewMessage("", sent, nil)); err != nil {
-				t.Fatal(err)
-			}
-			if err := pub.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
+			publishToIn(t, c, plan, sent)
 			staged := setRanges(t, c)
 			runJob(t, c, plan, runtime.Options{})
 			if b.name == "server" {
@@ -486,16 +478,7 @@ func TestLargeChangedPayloadThroughAFusedChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := runtime.NewPublisher(c, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Publish(ctx, "in", stages.NewMessage("", sent, nil)); err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	publishToIn(t, c, plan, sent)
 	runJob(t, c, plan, runtime.Options{})
 	out := redis.Keys{Prefix: plan.KeyPrefix}.Stream("out", 0)
 	recs, err := c.Read(ctx, out, "0", 10, 0)
@@ -509,5 +492,21 @@ func TestLargeChangedPayloadThroughAFusedChain(t *testing.T) {
 	}
 	if err := json.Unmarshal(recs[0].Payload, &got); err != nil || got.ID != "doc-1" || got.Body != body || !got.Seen || !got.SeenAgain {
 		t.Errorf("the message arrived as %.80s (%v)", recs[0].Payload, err)
+	}
+}
+
+// publishToIn publishes one message with payload to the plan's topic "in".
+func publishToIn(t *testing.T, c *redis.Client, plan *flow.Plan, payload []byte) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, "in", stages.NewMessage("", payload, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
