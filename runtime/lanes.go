@@ -1,23 +1,33 @@
 package runtime
 
 import (
+	goruntime "runtime"
+	"slices"
+
 	"github.com/sourcegraph/conc"
 
 	"github.com/flowrun/flowrun/flow"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
-// processAll processes a batch. Nodes that only compute, keep strict partition order, or keep state
-// take the messages one after another: a stateful stage's watermark moves with each message in the
+// processAll processes a batch. Nodes that keep strict partition order or keep state take the
+// messages one after another: a stateful stage's watermark moves with each message in the
 // partition's order, so that what it decides (a key forgotten, an event late) does not depend on
-// how lanes interleave. Others spread them over lanes that run in parallel: with ordering
-// "key" all messages of a key share a lane (unkeyed messages share lane 0), so each key keeps its
-// order; with "none" messages go to the lanes in turn. Results come back in input order.
+// how lanes interleave. So do stages that only compute (inline), but for a large batch, which they
+// split in contiguous parts, one per core (computeParts). Others spread them over lanes that run
+// in parallel: with ordering "key" all messages of a key share a lane (unkeyed messages share lane
+// 0), so each key keeps its order; with "none" messages go to the lanes in turn. Results come back
+// in input order, and the commit writes the outputs in that order.
 //
 // When shutdown abandons a message, the rest of its lane is abandoned too: acking a later message of
-// the same key while an earlier one waits for redelivery would reorder the key.
+// the same key while an earlier one waits for redelivery would reorder the key. A part is followed
+// by the later parts, which may hold the same keys: they are abandoned from there on as well.
 func (r *processing) processAll(n *node, msgs []*message, p pass) []result {
 	results := make([]result, len(msgs))
+	if parts := computeParts(n, len(msgs)); parts > 1 {
+		r.processParts(n, msgs, contiguous(len(msgs), parts), results, p)
+		return results
+	}
 	if n.inline || n.stateful || n.lanes <= 1 || n.ordering == flow.OrderByPartition || len(msgs) == 1 {
 		r.processLane(n, msgs, allIndexes(len(msgs)), results, p)
 		return results
@@ -33,21 +43,82 @@ func (r *processing) processAll(n *node, msgs []*message, p pass) []result {
 		}
 		lanes[lane] = append(lanes[lane], i)
 	}
-	// Each lane's goroutine is at work in its own right; the caller's waits for them (Activity).
-	var wg conc.WaitGroup
-	for _, lane := range lanes {
-		if len(lane) > 0 {
-			r.activity.add(1)
-			wg.Go(func() {
-				defer r.activity.add(-1)
-				r.processLane(n, msgs, lane, results, p)
-			})
+	lanes = slices.DeleteFunc(lanes, func(lane []int) bool { return len(lane) == 0 })
+	r.inParallel(len(lanes), func(k int) { r.processLane(n, msgs, lanes[k], results, p) })
+	return results
+}
+
+// minPart is the fewest messages of a part of an inline stage's batch (computeParts): below it, a
+// goroutine's start and the wait for it are a noticeable share of the part's work.
+const minPart = 256
+
+// computeParts returns how many parts an inline stage's batch of count messages is processed in at
+// once: one per core the process may use, each of at least minPart messages. Processing such a
+// stage's messages in another order than the batch's changes nothing outside (it only computes, and
+// what it makes is committed in the batch's order), and on one partition the reading goroutine is
+// otherwise all the stage gets of the machine. A stage that keeps strict partition order, keeps
+// state, or is a sink (which delivers in order) takes its batch in one part.
+func computeParts(n *node, count int) int {
+	if !n.inline || n.stateful || n.typ != "stage" || n.ordering == flow.OrderByPartition {
+		return 1
+	}
+	return max(1, min(goruntime.GOMAXPROCS(0), count/minPart))
+}
+
+// contiguous splits the indexes [0, count) in parts runs of (nearly) equal length, in order.
+func contiguous(count, parts int) [][]int {
+	all := allIndexes(count)
+	out := make([][]int, parts)
+	for i := range out {
+		out[i] = all[i*count/parts : (i+1)*count/parts]
+	}
+	return out
+}
+
+// processParts processes the contiguous parts of a batch at once. When shutdown abandons a message,
+// every later one is abandoned, in its part and in the parts after it, which may hold its keys:
+// those parts' messages are then delivered again after the restart, and so counted then, not now.
+// A fused chain counts each part apart (pass.counts) for that reason, and the parts up to the one
+// that was cut short are added to the batch's counts.
+func (r *processing) processParts(n *node, msgs []*message, parts [][]int, results []result, p pass) {
+	counted := make([]*batchCounts, len(parts))
+	r.inParallel(len(parts), func(k int) {
+		pk := p
+		if p.counts != nil {
+			pk.counts = &batchCounts{nodes: make([]counts, len(p.counts.nodes))}
+			counted[k] = pk.counts
 		}
+		r.processLane(n, msgs, parts[k], results, pk)
+	})
+	for k, part := range parts {
+		if counted[k] != nil {
+			p.counts.addChain(counted[k].nodes)
+		}
+		if results[part[len(part)-1]].abandoned { // processLane abandons the rest of a part
+			for _, later := range parts[k+1:] {
+				for _, i := range later {
+					results[i] = result{abandoned: true}
+				}
+			}
+			return
+		}
+	}
+}
+
+// inParallel runs f(0) ... f(count-1) each in a goroutine of its own, and waits for them all.
+func (r *processing) inParallel(count int, f func(k int)) {
+	// Each goroutine is at work in its own right; the caller's waits for them (Activity).
+	var wg conc.WaitGroup
+	for k := range count {
+		r.activity.add(1)
+		wg.Go(func() {
+			defer r.activity.add(-1)
+			f(k)
+		})
 	}
 	done := r.activity.waiting()
 	wg.Wait()
 	done()
-	return results
 }
 
 // processLane processes the messages at the given indexes in order; their outputs share one buffer.

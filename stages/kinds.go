@@ -40,7 +40,9 @@ func (k StageKind) TraitsFor(config flow.Attrs) StageTraits {
 // StageTraits are what the runtime must know of a stage kind besides its constructor.
 type StageTraits struct {
 	// Inline kinds only compute, quickly: the runtime processes their messages one after another
-	// in the goroutine that reads them, as more goroutines would cost more than they save. Kinds
+	// in the goroutine that reads them, as lanes would cost more than they save, but for a large
+	// batch of a stateless one, split in contiguous parts processed at once, one per core: Process
+	// is then called for several messages at a time, and keeps nothing of one for the next. Kinds
 	// with side effects or waits (a Go function may call a service) run in lanes (concurrency).
 	Inline bool
 	// Stateful kinds keep per-key state and timers, which their processor (StatefulProcessor) gets
