@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/flowrun/flowrun/flow"
 )
@@ -67,6 +68,25 @@ type filePosition struct {
 	HeadLen int    `json:"head_len"`
 }
 
+// appendJSON appends the position as encoding/json encodes it, but for HTML characters in the
+// path, left as they are (json.Unmarshal reads both alike). A position is made for every line:
+// json.Marshal's reflection was a tenth of a file source's CPU.
+func (p *filePosition) appendJSON(b []byte) []byte {
+	b = append(b, `{"path":`...)
+	b = appendString(b, p.Path)
+	b = append(b, `,"offset":`...)
+	b = strconv.AppendInt(b, p.Offset, 10)
+	b = append(b, `,"line":`...)
+	b = strconv.AppendInt(b, p.Line, 10)
+	b = append(b, `,"epoch":`...)
+	b = appendString(b, p.Epoch)
+	b = append(b, `,"head":`...)
+	b = appendString(b, p.Head)
+	b = append(b, `,"head_len":`...)
+	b = strconv.AppendInt(b, int64(p.HeadLen), 10)
+	return append(b, '}')
+}
+
 // fingerprintLen is how much of a file's beginning identifies it.
 const fingerprintLen = 1024
 
@@ -104,6 +124,7 @@ func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
 	}
 	lr := lineReader{name: s.path, maxSize: s.env.MaxMessageSize, offset: pos.Offset, line: pos.Line, run: pos.Epoch}
 	wholeHead := headHash(head) // every line's past the head but the first few has this one
+	var scratch []byte
 	lr.position = func(offset, line int64) string {
 		pos.Offset, pos.Line = offset, line
 		pos.HeadLen = int(min(int64(len(head)), offset))
@@ -111,8 +132,8 @@ func (s *fileSource) Produce(ctx context.Context, out Emitter) error {
 		if pos.HeadLen < len(head) {
 			pos.Head = headHash(head[:pos.HeadLen])
 		}
-		b, _ := json.Marshal(pos) // strings and numbers only
-		return string(b)
+		scratch = pos.appendJSON(scratch[:0])
+		return string(scratch)
 	}
 	if pos.Offset == 0 && pos.Line == 0 {
 		// A fresh start: its epoch, which its messages' IDs carry, is recorded before them.
