@@ -51,11 +51,12 @@ func validate(t *flow.Topic, m *stages.Message) error {
 func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partition int, err error) {
 	key = m.Key
 	if t.Key != nil && !(key != "" && m.IsNull()) {
-		fields, err := m.Fields(t.Key.Fields())
+		fields, lent, err := m.BorrowFields(t.Key.Fields())
 		if err != nil {
 			return "", 0, err
 		}
 		key, err = t.Key.EvalString(&expr.Env{Msg: fields})
+		stages.ReturnFields(lent)
 		if err != nil {
 			return "", 0, stages.Permanent(err)
 		}

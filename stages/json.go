@@ -81,8 +81,12 @@ func (d *decoder) object() map[string]any { return d.fieldsOf(nil) }
 // fieldsOf decodes, of the object at d.i, the members named in names, and skips the others; nil
 // names decodes them all.
 func (d *decoder) fieldsOf(names []string) map[string]any {
+	return d.fieldsInto(make(map[string]any, len(names)), names)
+}
+
+// fieldsInto is fieldsOf into m, which must be empty.
+func (d *decoder) fieldsInto(m map[string]any, names []string) map[string]any {
 	d.i++ // {
-	m := make(map[string]any, len(names))
 	d.space()
 	if d.data[d.i] == '}' {
 		d.i++

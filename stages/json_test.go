@@ -374,3 +374,35 @@ func TestDecodeFieldsOfAnEntryThatIsNoObject(t *testing.T) {
 		}
 	}
 }
+
+// TestBorrowFieldsAsFields: BorrowFields reads what Fields reads, and a map given back and lent
+// again keeps nothing of the message it held.
+func TestBorrowFieldsAsFields(t *testing.T) {
+	payloads := []string{`{"a":1,"b":"x"}`, `{"b":{"c":[1]}}`, `{}`, `{"a":null,"a":2}`, `null`, `{"c":3}`}
+	for range 3 {
+		for _, p := range payloads {
+			for _, names := range [][]string{{"a"}, {"a", "b"}, {"c"}} {
+				for _, m := range []Message{NewMessage("", []byte(p), nil), NewEntryMessage("", []byte(p), nil)} {
+					want, wantErr := m.Fields(names, false)
+					got, lent, err := m.BorrowFields(names, false)
+					if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
+						t.Fatalf("BorrowFields(%s, %q) = %#v, %v; Fields: %#v, %v", p, names, got, err, want, wantErr)
+					}
+					if err != nil && lent != nil {
+						t.Fatalf("BorrowFields(%s) failed and lent a map", p)
+					}
+					ReturnFields(lent)
+				}
+			}
+		}
+	}
+	// Fields decoded already (a stateful kind's, decodeFields) are the message's own: none is lent.
+	m := NewEntryMessage("", []byte(`{"a":1,"b":2}`), nil)
+	if err := m.decodeFields([]string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	got, lent, err := m.BorrowFields([]string{"a"}, false)
+	if err != nil || lent != nil || !reflect.DeepEqual(got, map[string]any{"a": json.Number("1")}) {
+		t.Fatalf("BorrowFields of a message decoded in part = %#v, %v, lent %v", got, err, lent)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -85,18 +86,51 @@ func (m *Message) Decode() error {
 // field or two of a message passed on as it arrived, which then never pays for decoding the rest.
 // With Value decoded already, or more (the expression may read any field), it is Decode's Value.
 func (m *Message) Fields(names []string, more bool) (map[string]any, error) {
+	fields, _, err := m.fieldsInto(nil, names, more)
+	return fields, err
+}
+
+// BorrowFields is Fields for a reader that keeps nothing of the map once it is done with it (of
+// its values it may keep anything): an expression evaluated to a bool or a string, a filter's
+// where or a topic's key, at every hop for every message. The fields may be decoded into a map
+// lent for the time of the reading, which the reader gives back with ReturnFields(lent); lent is
+// nil when they were not. A new map each time was a tenth of a filter stage's hop.
+func (m *Message) BorrowFields(names []string, more bool) (fields, lent map[string]any, err error) {
+	lent = fieldMaps.Get().(map[string]any)
+	fields, used, err := m.fieldsInto(lent, names, more)
+	if !used {
+		fieldMaps.Put(lent)
+		lent = nil
+	}
+	return fields, lent, err
+}
+
+// ReturnFields gives back a map that BorrowFields lent (nil: none).
+func ReturnFields(lent map[string]any) {
+	if lent != nil {
+		clear(lent)
+		fieldMaps.Put(lent)
+	}
+}
+
+// fieldMaps are the maps that BorrowFields lends.
+var fieldMaps = sync.Pool{New: func() any { return map[string]any{} }}
+
+// fieldsInto is Fields, decoding the fields into into (empty) when that is not nil; used says that
+// the fields are in it.
+func (m *Message) fieldsInto(into map[string]any, names []string, more bool) (fields map[string]any, used bool, err error) {
 	if !more && m.only != nil && containsAll(m.only, names) {
-		return m.Value, nil // decoded in part (decodeFields), those names with it
+		return m.Value, false, nil // decoded in part (decodeFields), those names with it
 	}
 	if more || m.Value != nil || m.raw == nil {
 		if err := m.Decode(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return m.Value, nil
+		return m.Value, false, nil
 	}
 	if !m.checked {
 		if err := CheckPayload(m.raw); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	d := decoder{data: m.raw, share: m.checked}
@@ -104,9 +138,12 @@ func (m *Message) Fields(names []string, more bool) (map[string]any, error) {
 	// A checked payload is valid JSON, but not necessarily an object (an entry's may be null, a
 	// list, ...): fieldsOf would read past its end.
 	if err := notObject(m.raw, d.i); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return d.fieldsOf(names), nil
+	if into == nil {
+		return d.fieldsOf(names), false, nil
+	}
+	return d.fieldsInto(into, names), true, nil
 }
 
 // notObject is the error of a valid JSON payload whose value, at i, is not an object.

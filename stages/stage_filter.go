@@ -55,11 +55,12 @@ func (s *filterStage) Process(_ context.Context, m *Message, out []Output) ([]Ou
 // a sink's. An expression that cannot evaluate on the message fails it for good (Permanent), as it
 // would on every attempt; so does a payload that is not a JSON object.
 func Holds(where *expr.Program, m *Message) (bool, error) {
-	fields, err := m.Fields(where.Fields())
+	fields, lent, err := m.BorrowFields(where.Fields())
 	if err != nil {
 		return false, err
 	}
 	ok, err := where.EvalBool(&expr.Env{Msg: fields})
+	ReturnFields(lent)
 	if err != nil {
 		return false, evalError(err)
 	}

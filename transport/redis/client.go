@@ -100,6 +100,10 @@ type Client struct {
 	clock     Clock         // see WithClock; nil: the wall clock
 	clocked   *clockedReads // see WithClockedReads; nil: reads block in Redis
 	conns     *connIDs      // the IDs of the connections, for UnblockReads; nil on a cluster
+	// readTimeout is go-redis's ReadTimeout of the connections (-1: none), and readHints what the
+	// raw reads learnt of the replies (rawread.go); nil for a Client not made by Open.
+	readTimeout time.Duration
+	readHints   *readHints
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
@@ -247,7 +251,8 @@ func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc stri
 		_ = rdb.Close()
 		return nil, &ConnectError{Addr: desc, User: userOf(o.Username), TLS: o.TLSConfig != nil, Err: err}
 	}
-	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username), conns: conns}
+	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username), conns: conns,
+		readTimeout: o.ReadTimeout, readHints: &readHints{}}
 	// INFO cluster: an error (for example from miniredis, which lacks the section, or an ACL
 	// user without INFO) means we cannot tell, and a plain client is the right guess.
 	info, err := rdb.Info(ctx, "cluster").Result()
@@ -270,7 +275,8 @@ func openCluster(ctx context.Context, opts Options, parsed []*goredis.Options, r
 		_ = rdb.Close()
 		return nil, &ConnectError{Addr: desc, User: userOf(co.Username), TLS: co.TLSConfig != nil, Err: err}
 	}
-	return &Client{rdb: rdb, cluster: true, desc: desc, user: userOf(co.Username)}, nil
+	return &Client{rdb: rdb, cluster: true, desc: desc, user: userOf(co.Username),
+		readTimeout: co.ReadTimeout, readHints: &readHints{}}, nil
 }
 
 // clusterOptions returns the go-redis options of a cluster client seeded with the parsed URLs.

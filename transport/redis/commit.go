@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -347,6 +348,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 	if c.fencedOnce(a) {
 		return c.planFenced(a, p)
 	}
+	args := newArgSlab(len(a.Outputs))
 	var staged []string // the payload keys of plain outputs whose payloads were staged
 	slot := -1
 	sameSlot := true
@@ -375,7 +377,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		if o.Stream == "" {
 			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
 		}
-		values, off, err := c.encodeOutput(&o)
+		values, off, err := c.encodeOutput(&o, args)
 		if err != nil {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
@@ -449,7 +451,7 @@ func (c *Client) planFenced(a CommitArgs, p *commitPlan) (*commitPlan, error) {
 		if o.Stream == "" {
 			return nil, fmt.Errorf("redis: commit: output %d has no stream", i)
 		}
-		values, off, err := c.encodeOutput(&o)
+		values, off, err := c.encodeOutput(&o, nil)
 		if err != nil {
 			return nil, fmt.Errorf("redis: commit: output %d to %s: %w", i, o.Stream, err)
 		}
@@ -716,7 +718,12 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		return checkpointScript.Eval(ctx, pipe, keys, leaseValue, c.Value, len(streams))
 	}
 	if a.Lease == nil && a.RetryKey == "" && len(guards)+len(streams) == 0 && a.State.empty() {
-		return pipe.XAck(ctx, a.Stream, a.Group, a.IDs...)
+		args := make([]any, 0, 3+len(a.IDs))
+		args = append(args, "xack", a.Stream, a.Group)
+		args = appendIDs(args, a.IDs)
+		cmd := goredis.NewIntCmd(ctx, args...) // XAck, but for its arguments (appendIDs)
+		_ = pipe.Process(ctx, cmd)
+		return cmd
 	}
 	keys, args, err := settleArgs(a)
 	if err != nil {
@@ -742,9 +749,7 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 	}
 	args := make([]any, 0, size)
 	args = append(args, a.Group, leaseValue, len(a.IDs))
-	for _, id := range a.IDs {
-		args = append(args, id)
-	}
+	args = appendIDs(args, a.IDs)
 	args = append(args, len(a.RetryDone))
 	for _, r := range a.RetryDone {
 		if r.member == "" {
@@ -800,6 +805,60 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 		args = append(args, 0, 0, 0, 0, 0, 0)
 	}
 	return []string{a.Stream, retryKey, leaseKey, stateKey, timersKey, holdsKey}, args, nil
+}
+
+// appendIDs appends the IDs to a command's arguments as pointers to them: a *string goes into an
+// interface without an allocation (go-redis writes it as the string), a string with one, for every
+// message at every hop. The IDs must not change until the command ran.
+func appendIDs(args []any, ids []string) []any {
+	for i := range ids {
+		args = append(args, &ids[i])
+	}
+	return args
+}
+
+// argSlab is the memory of a commit's field values: the arguments of its commands, in one slice,
+// and the values they point to as strings (see appendIDs: a string or a []byte in an interface
+// costs an allocation, per field of every output at every hop).
+type argSlab struct {
+	args []any
+	strs []string
+}
+
+func newArgSlab(outputs int) *argSlab {
+	return &argSlab{args: make([]any, 0, 4*outputs), strs: make([]string, 0, 2*outputs)}
+}
+
+// str makes v an argument. An earlier argument still points to the value it had when strs grows.
+func (s *argSlab) str(v string) any {
+	s.strs = append(s.strs, v)
+	return &s.strs[len(s.strs)-1]
+}
+
+// fields are encodeFields(e, FieldPayload, e.Payload) in s: the same fields, in the same order.
+func (s *argSlab) fields(e Entry) ([]any, error) {
+	var headers []byte
+	if len(e.Headers) > 0 {
+		var err error
+		if headers, err = marshalStrings(e.Headers); err != nil {
+			return nil, fmt.Errorf("redis: encoding entry headers: %w", err)
+		}
+	}
+	start := len(s.args)
+	s.args = append(s.args, FieldPayload, s.str(unsafe.String(&e.Payload[0], len(e.Payload))))
+	if e.Key != "" {
+		s.args = append(s.args, FieldKey, s.str(e.Key))
+	}
+	if headers != nil {
+		s.args = append(s.args, FieldHeaders, s.str(unsafe.String(&headers[0], len(headers))))
+	}
+	if e.TraceParent != "" {
+		s.args = append(s.args, FieldTraceParent, s.str(e.TraceParent))
+	}
+	if e.TraceState != "" {
+		s.args = append(s.args, FieldTraceState, s.str(e.TraceState))
+	}
+	return s.args[start:len(s.args):len(s.args)], nil
 }
 
 // byTime returns timers, earliest first.

@@ -364,7 +364,7 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 		}
 	}
 	if hasTraceParent {
-		e.setTraceContext(toString(traceParent), hasTraceState, traceState)
+		e.setTraceContext(toString(traceParent), hasTraceState, toString(traceState))
 	}
 	return e, nil
 }
@@ -372,16 +372,14 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 // setTraceContext takes an entry's trace context as W3C Trace Context asks of a receiver: an
 // invalid traceparent is not used and not passed on, and neither is the tracestate that came with
 // it; an invalid tracestate alone is dropped and the traceparent kept.
-func (e *Entry) setTraceContext(traceParent string, hasState bool, state any) {
+func (e *Entry) setTraceContext(traceParent string, hasState bool, state string) {
 	if !validTraceParent(traceParent) {
 		e.TraceDropped = true
 		return
 	}
 	e.TraceParent = traceParent
-	if hasState {
-		if s := toString(state); validTraceState(s) {
-			e.TraceState = s
-		}
+	if hasState && validTraceState(state) {
+		e.TraceState = state
 	}
 }
 
@@ -411,7 +409,7 @@ func decodeFlat(msg goredis.XMessage, maxSize int64) (Entry, error) {
 	}
 	if hasTraceParent {
 		state, hasState := msg.Values[FieldTraceState]
-		e.setTraceContext(traceParent, hasState, state)
+		e.setTraceContext(traceParent, hasState, toString(state))
 	}
 	p, err := marshalStrings(obj)
 	if err != nil {

@@ -114,8 +114,13 @@ func hasHashTag(key string) bool {
 }
 
 // encodeOutput encodes an output of a commit: its entry's fields, and its payload when that goes
-// under a key of its own.
-func (c *Client) encodeOutput(o *Output) ([]any, *offloaded, error) {
+// under a key of its own. With args, an entry that keeps its payload has its fields in args.
+func (c *Client) encodeOutput(o *Output, args *argSlab) ([]any, *offloaded, error) {
+	if p := o.Entry.Payload; args != nil && o.staged == "" && len(p) > 0 &&
+		(int64(len(p)) <= c.offloadOver || !c.offloads(o.Stream, o)) {
+		values, err := args.fields(o.Entry)
+		return values, nil, err
+	}
 	if o.staged != "" {
 		values, err := encodeFields(o.Entry, FieldPayloadRef, o.staged)
 		return values, &offloaded{key: o.staged}, err

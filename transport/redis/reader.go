@@ -155,6 +155,9 @@ func (c *Client) readGroupOnce(ctx context.Context, a ReadArgs, id string, block
 	if block < 0 {
 		block = -1 // go-redis: a negative Block sends no BLOCK argument
 	}
+	if c.rawReadable(block) {
+		return c.readGroupRaw(ctx, a, id, block)
+	}
 	res, err := c.rdb.XReadGroup(ctx, &goredis.XReadGroupArgs{
 		Group:    a.Group,
 		Consumer: a.Consumer,
