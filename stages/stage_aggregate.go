@@ -297,14 +297,7 @@ type adding struct {
 
 // groupOf is the group m counts in: group_by's value.
 func (s *aggregateStage) groupOf(m *Message) (string, error) {
-	if err := decodeRead(m, s.reads); err != nil {
-		return "", err
-	}
-	group, err := s.groupBy.EvalString(&expr.Env{Msg: m.Value})
-	if err != nil {
-		return "", evalError(err)
-	}
-	return group, nil
+	return stateKey(s.groupBy, s.reads, m)
 }
 
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once

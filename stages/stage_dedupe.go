@@ -88,12 +88,9 @@ type dedupeStage struct {
 const keyTimerPrefix = "key:"
 
 func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
-	if err := decodeRead(m, s.reads); err != nil {
-		return out, err
-	}
-	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+	key, err := stateKey(s.key, s.reads, m)
 	if err != nil {
-		return out, evalError(err)
+		return out, err
 	}
 	if err := checkStateKey(key); err != nil {
 		return out, err
@@ -140,10 +137,7 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
 // (StatePrefetcher): the key, and the count of keys.
 func (s *dedupeStage) StateKeys(m *Message, keys []string) []string {
-	if decodeRead(m, s.reads) != nil {
-		return keys
-	}
-	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+	key, err := stateKey(s.key, s.reads, m)
 	if err != nil {
 		return keys
 	}
