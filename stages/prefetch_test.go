@@ -95,7 +95,7 @@ stage "st" {
 }
 
 // timersFailing is a memState whose SetTimer fails while fail is set: an attempt that fails after
-// its window was written.
+// its window was written (the timer that emits it on update comes after).
 type timersFailing struct {
 	*memState
 	fail bool
@@ -126,6 +126,7 @@ stage "st" {
     type = "tumbling"
     size = "1m"
   }
+  emit      = "on_update"
   aggregate = { n = count(), total = sum(msg.amount) }
 }
 `+sinkA)
