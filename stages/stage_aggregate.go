@@ -392,6 +392,29 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 	return out, s.putGroup(ctx, st, w.Group, g)
 }
 
+// TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher), so that the windows
+// that close in a batch are read at once, not a round trip each for the window and one for its
+// group: a closing window's state, its group's index and the count of groups; an emitting one's
+// state; the index of a group whose closed sessions are forgotten.
+func (s *aggregateStage) TimerStateKeys(timer string, keys []string) []string {
+	if group, ok := strings.CutPrefix(timer, forgetPrefix); ok {
+		return append(keys, groupPrefix+group)
+	}
+	if key, ok := strings.CutPrefix(timer, updatePrefix); ok {
+		return append(keys, windowPrefix+key)
+	}
+	key, ok := strings.CutPrefix(timer, windowPrefix)
+	if !ok {
+		return keys
+	}
+	// The window's state is named as its timer; its key is the group, NUL, the window's id.
+	keys = append(keys, timer)
+	if i := strings.LastIndexByte(key, 0); i >= 0 {
+		keys = append(keys, groupPrefix+key[:i], KeyCountKey)
+	}
+	return keys
+}
+
 // result is a window's output payload.
 func (s *aggregateStage) result(w *windowState) map[string]any {
 	v := make(map[string]any, len(s.fields)+2)
