@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/stages"
@@ -23,7 +25,7 @@ import (
 // from then on). Each key's time is its own, and it is mostly the other keys' messages that move
 // its partition's watermark past it. The input comes in two jobs, one after the other; after each,
 // the state holds exactly the keys whose time is not up, each with the time of its first message
-// and a timer due when its time is up, and their count, and nothing else.
+// and in a timer due when its time is up, and their count, and nothing else.
 func TestDedupeDropsDuplicatesAndForgetsKeysByTheirOwnTime(t *testing.T) {
 	const perJob, keys, partitions = 140, 7, 3
 	const step, within = int64(10_000), int64(5 * 60_000) // ms
@@ -155,14 +157,25 @@ sink "out" {
 					if err != nil {
 						t.Fatal(err)
 					}
+					// A timer may forget several keys (those whose first messages of a batch came at
+					// the same time): each remembered key is in one, due at its time.
 					due := map[string]float64{}
 					for _, z := range timers {
-						due[fmt.Sprint(z.Member)] = z.Score
+						keys, ok := stages.TimerMembers("key:", fmt.Sprint(z.Member), nil)
+						if !ok {
+							t.Errorf("job %d, partition %d: a timer %q of no keys", job, p, z.Member)
+						}
+						for _, key := range keys {
+							if _, twice := due[key]; twice {
+								t.Errorf("job %d, partition %d: two timers of key %s", job, p, key)
+							}
+							due[key] = z.Score
+						}
 					}
 					wantState, wantDue := map[string]string{}, map[string]float64{}
 					for key, f := range mem.remembered {
 						wantState[key] = strconv.FormatInt(f, 10)
-						wantDue["key:"+key] = float64(f + within)
+						wantDue[key] = float64(f + within)
 					}
 					if !maps.Equal(state, wantState) || !maps.Equal(due, wantDue) {
 						t.Errorf("job %d, partition %d at watermark %d: remembers %v with timers %v, want %v with timers %v",
@@ -272,4 +285,102 @@ sink "out" {
 		t.Fatalf("%.0f bytes per key on Redis, estimated %.0f", perKey, estimate)
 	}
 	t.Logf("%.0f bytes per key on Redis, estimated %.0f", perKey, estimate)
+}
+
+// A dedupe stage upgraded in place goes on from the state that an earlier flowrun wrote, a timer
+// per key ("key:<key>"), while it writes timers that keys share: the keys whose first messages
+// come at the same time. Before the job the state remembers old1 (its minute is up at 61s) and
+// old2 (at 110s); the job's 58 new keys come ten to a second from 60s to 65s, then old1 (its
+// minute up: passed, remembered from 65s) and old2 (a duplicate). The state then holds exactly
+// the 60 keys, each with its first time and in a timer due a minute later, and their count.
+func TestDedupeGoesOnFromTimersOfAKeyEach(t *testing.T) {
+	const within = int64(60_000)
+	src := `
+pipeline "upgraded" {}
+variable "out" {}
+topic "in" {
+  partitions = 1
+  key        = msg.key
+}
+source "gen" {
+  kind   = "generate"
+  count  = 60
+  output = topic.in
+  template = {
+    key = index < 58 ? "n${index}" : (index == 58 ? "old1" : "old2")
+    at  = index < 58 ? 60000 + floor(index / 10) * 1000 : 65000
+  }
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.in
+  key        = msg.key
+  within     = "1m"
+  event_time = msg.at
+}
+sink "out" {
+  kind  = "file"
+  input = stage.once
+  path  = var.out
+}
+`
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := b.open(t)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			plan := buildSource(t, src, "out="+out)
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			hash, timersKey := keys.State("in", 0, "once"), keys.Timers("in", 0, "once")
+			if err := c.Universal().HSet(ctx, hash, "old1", "1000", "old2", "50000", stages.KeyCountKey, "2").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Universal().ZAdd(ctx, timersKey, goredis.Z{Score: 61000, Member: "key:old1"}, goredis.Z{Score: 110000, Member: "key:old2"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			j := runJob(t, c, plan, runtime.Options{})
+			if n := j.node(t, "once"); n.In != 60 || n.Out != 59 || n.Duplicates != 1 {
+				t.Fatalf("once: %+v, want 60 in, 59 out, 1 duplicate (old2)", n)
+			}
+			wantState := map[string]string{"old1": "65000", "old2": "50000"}
+			for i := range 58 {
+				wantState["n"+strconv.Itoa(i)] = strconv.Itoa(60000 + i/10*1000)
+			}
+			state, err := c.Universal().HGetAll(ctx, hash).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if count := state[stages.KeyCountKey]; count != strconv.Itoa(len(wantState)) {
+				t.Errorf("the key count is %q for %d keys", count, len(wantState))
+			}
+			delete(state, stages.KeyCountKey)
+			delete(state, redis.WatermarkField)
+			if !maps.Equal(state, wantState) {
+				t.Errorf("state %v, want %v", state, wantState)
+			}
+			timers, err := c.Universal().ZRangeWithScores(ctx, timersKey, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			due := map[string]int64{}
+			for _, z := range timers {
+				members, ok := stages.TimerMembers("key:", fmt.Sprint(z.Member), nil)
+				if !ok {
+					t.Errorf("a timer %q of no keys", z.Member)
+				}
+				for _, key := range members {
+					due[key] = int64(z.Score)
+				}
+			}
+			for key, first := range wantState {
+				f, _ := strconv.ParseInt(first, 10, 64)
+				if due[key] != f+within {
+					t.Errorf("key %s (first at %d) is in a timer due at %d, want %d", key, f, due[key], f+within)
+				}
+			}
+			if len(due) != len(wantState) {
+				t.Errorf("timers of %d keys, want %d: %v", len(due), len(wantState), due)
+			}
+		})
+	}
 }

@@ -22,19 +22,27 @@ import (
 // once (a window that opens the next), and those fire in the next round.
 const maxTimerRounds = 16
 
+// timerWritesPerPage bounds the state writes that the timers of one batch make, per timer of
+// maxTimerRounds pages: a timer that many members share (a dedupe's keys of one time) writes for
+// each, and the batch stops firing once its timers have written maxTimerRounds pages of this many
+// each (a timer of one window or key writes a few).
+const timerWritesPerPage = 8
+
 // fireTimers calls the processor's OnTimer for the timers due at the batch's watermark wm (Unix
 // ms) and returns the outputs they made, of which deadLetters went to the stage's dead letters (an
 // Output with DeadLetter: a message that waited in the state, such as a lookup's with as_of, and
 // failed for good when its timer fired; the message was absorbed when it came, so its dead letter
 // is no outcome of it, see outcomes.go). A batch fires at most maxTimerRounds pages of a batch's
-// size, so that one commit stays bounded however many windows close at once; left is then the time
-// of the earliest timer still due (0: none), which the next turn fires (see endTime).
+// size, and stops once they have written timerWritesPerPage state changes per timer of those pages,
+// so that one commit stays bounded however many windows close at once; left is then the time of
+// the earliest timer still due (0: none), which the next turn fires (see endTime).
 func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *state.Batch, wm int64) (outs []redis.Output, deadLetters int, left int64, err error) {
 	n := w.u.node
 	if wm <= 0 {
 		return nil, 0, 0, nil
 	}
 	fired := map[string]bool{}
+	budget := st.Changes() + maxTimerRounds*timerWritesPerPage*w.r.opts.BatchSize
 	for round := 0; ; round++ {
 		due, err := st.DueTimers(ctx, wm, int64(w.r.opts.BatchSize), fired)
 		if err != nil || len(due) == 0 {
@@ -51,6 +59,9 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 			st.Prefetch(ctx, keys)
 		}
 		for _, t := range due {
+			if st.Changes() > budget {
+				return outs, deadLetters, t.At, nil
+			}
 			fired[t.Name] = true
 			a := st.Attempt(wm)
 			if err := a.CancelTimer(ctx, t.Name); err != nil {

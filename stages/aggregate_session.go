@@ -77,7 +77,7 @@ func (s *aggregateStage) addToSession(ctx context.Context, a *adding) error {
 		w.Start, w.End = min(w.Start, a.at), max(w.End, a.at+gap)
 	}
 	key := windowKey(a.group, id)
-	if err := s.fold(ctx, a.st, key, w, a.values, a.at); err != nil {
+	if err := s.fold(ctx, a.st, key, w, a.values, a.at, true); err != nil {
 		return err
 	}
 	// Its result will carry its start, which may lie before what OutputWatermark says of later

@@ -46,7 +46,8 @@ func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 		if err != nil {
 			return err
 		}
-		if w == nil {
+		opened := w == nil
+		if opened {
 			g, err := s.loadGroup(ctx, a.st, a.group)
 			if err != nil {
 				return err
@@ -60,7 +61,7 @@ func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 			}
 			w = s.newWindow(a.group, start, end)
 		}
-		if err := s.fold(ctx, a.st, key, w, a.values, a.at); err != nil {
+		if err := s.fold(ctx, a.st, key, w, a.values, a.at, opened); err != nil {
 			return err
 		}
 		a.added = true
@@ -73,10 +74,13 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 	return &windowState{Group: group, Start: start, End: end, Fields: make([]accumulator, len(s.fields))}
 }
 
-// fold adds one message's values to a window and writes it, with its timers: the one that closes it,
-// at its end plus grace (moved when a session's end moves), and, with emit = "on_update", one that
-// emits its value after this batch.
-func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64) error {
+// fold adds one message's values to a window and writes it, with its timers: with closes, the one
+// that closes it, at its end plus grace, and, with emit = "on_update", one that emits its value
+// after this batch. closes is for a window that the message opened, or a session (whose end may
+// move): a tumbling or hopping window's timer, set with its state when it opened, stays until it
+// closes the window, and setting it again at every message was a timer to write per window of
+// every batch.
+func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64, closes bool) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.fn, values[i], at)
 	}
@@ -89,8 +93,10 @@ func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *wind
 		return err
 	}
 	s.decoded.keep(st.Partition(), key, b, w)
-	if err := st.SetTimer(ctx, name, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
-		return err
+	if closes {
+		if err := st.SetTimer(ctx, name, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
+			return err
+		}
 	}
 	if s.onUpdate {
 		// Due at once: timers fire after the batch's messages, so this emits once per batch.

@@ -46,6 +46,10 @@ type Message struct {
 	// Changed forgets it.
 	timeBy *expr.Program
 	timeAt time.Time
+	// keyBy and keyOf are, likewise, the state key that stateKey last read with the expression
+	// keyBy (a dedupe's key, an aggregate's group_by): StateKeys reads it before Process does.
+	keyBy *expr.Program
+	keyOf string
 }
 
 // NewMessage returns a message whose payload is decoded only when something needs its fields, so
@@ -204,6 +208,24 @@ func decodeRead(m *Message, fields []string) error {
 		return m.Decode()
 	}
 	return m.decodeFields(fields)
+}
+
+// stateKey is the string that the expression e, which reads the fields reads of m (fieldsRead),
+// makes of m: the key of a kind's state (a dedupe's key, an aggregate's group_by), evaluated once
+// per message although the runtime asks for it first (StateKeys) and the kind again (Process).
+func stateKey(e *expr.Program, reads []string, m *Message) (string, error) {
+	if m.keyBy == e {
+		return m.keyOf, nil
+	}
+	if err := decodeRead(m, reads); err != nil {
+		return "", err
+	}
+	key, err := e.EvalString(&expr.Env{Msg: m.Value})
+	if err != nil {
+		return "", evalError(err)
+	}
+	m.keyBy, m.keyOf = e, key
+	return key, nil
 }
 
 // decodeFor decodes what the expression e reads of the message: the fields it names when the
@@ -380,7 +402,7 @@ func (m *Message) Unchanged() []byte { return m.raw }
 // encodes Value again. A kind that modifies a decoded message calls it (a Go stage function need not:
 // its results are taken as changed).
 func (m *Message) Changed() {
-	m.timeBy = nil
+	m.timeBy, m.keyBy = nil, nil
 	if m.only != nil && m.raw != nil {
 		// Decoded in part (decodeFields): the fields it did not decode are taken from the
 		// payload, or the payload written would lose them.

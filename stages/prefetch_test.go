@@ -95,7 +95,7 @@ stage "st" {
 }
 
 // timersFailing is a memState whose SetTimer fails while fail is set: an attempt that fails after
-// its window was written.
+// its window was written (the timer that emits it on update comes after).
 type timersFailing struct {
 	*memState
 	fail bool
@@ -126,6 +126,7 @@ stage "st" {
     type = "tumbling"
     size = "1m"
   }
+  emit      = "on_update"
   aggregate = { n = count(), total = sum(msg.amount) }
 }
 `+sinkA)
@@ -144,4 +145,104 @@ stage "st" {
 	_, errs = st.batch(t, proc, event("a", 0.2, 100, ""))
 	noErrors(t, errs)
 	wantWindows(t, "the window", windows(t, st.end(t, proc), "n", "total"), "a [0, 1) n=2 total=101")
+}
+
+// checkedTimers is a TimerHandler that holds each timer's reads to what TimerStateKeys named for
+// it.
+type checkedTimers struct {
+	t     *testing.T
+	inner TimerHandler
+	st    *readLog
+	fired int
+}
+
+func (c *checkedTimers) OnTimer(ctx context.Context, st State, name string, at time.Time, out []Output) ([]Output, error) {
+	named := c.inner.(TimerStatePrefetcher).TimerStateKeys(name, nil)
+	c.st.read = nil
+	out, err := c.inner.OnTimer(ctx, st, name, at, out)
+	for _, k := range c.st.read {
+		if !slices.Contains(named, k) {
+			c.t.Errorf("timer %q: OnTimer read %q, which TimerStateKeys did not name (%q)", name, k, named)
+		}
+	}
+	c.fired++
+	return out, err
+}
+
+// TestTimerStateKeysNameWhatOnTimerReads: every state key that the aggregate (tumbling, hopping,
+// sessions, emitting on update) and dedupe kinds read for a timer is one their TimerStateKeys named
+// for it, so that the reads of a batch's timers are one round trip.
+func TestTimerStateKeysNameWhatOnTimerReads(t *testing.T) {
+	aggregate := func(w, emit string) string {
+		return `
+stage "st" {
+  kind       = "aggregate"
+  input      = topic.in
+  output     = topic.a
+  group_by   = msg.user
+  event_time = msg.at
+  max_keys   = 10
+  emit       = "` + emit + `"
+  window {` + w + `}
+  aggregate = { n = count(), total = sum(msg.amount) }
+}
+` + sinkA
+	}
+	tumbling, hopping, session := `
+    type = "tumbling"
+    size = "1m"
+`, `
+    type    = "hopping"
+    size    = "3m"
+    advance = "1m"
+`, `
+    type = "session"
+    gap  = "1m"
+`
+	for name, src := range map[string]string{
+		"tumbling":           aggregate(tumbling, "on_close"),
+		"hopping":            aggregate(hopping, "on_close"),
+		"session":            aggregate(session, "on_close"),
+		"tumbling on update": aggregate(tumbling, "on_update"),
+		"dedupe": `
+stage "st" {
+  kind       = "dedupe"
+  input      = topic.in
+  output     = topic.a
+  key        = msg.user
+  event_time = msg.at
+  within     = "2m"
+}
+` + sinkA,
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &readLog{memState: newMemState()}
+			st.self = st
+			p := plan(t, src)
+			st.eventTime = flow.EventTimeOf(p.Stage("st"))
+			proc, err := CompileStateful(p.Stage("st"), Env{Node: "st"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := proc.TimerHandler.(TimerStatePrefetcher); !ok {
+				t.Fatal("the kind names no state keys of its timers")
+			}
+			checked := &checkedTimers{t: t, inner: proc.TimerHandler, st: st}
+			proc.TimerHandler = checked
+			for _, batch := range [][]string{
+				{event("a", 0, 1, ""), event("b", 0.5, 2, "")},
+				{event("a", 1.5, 3, ""), event("c", 2.2, 5, "")},
+				{event("a", 4.5, 4, ""), event("b", 9, 6, "")},
+			} {
+				_, errs := st.batch(t, proc, batch...)
+				noErrors(t, errs)
+			}
+			if proc.FireAtEnd {
+				st.end(t, proc)
+			}
+			if checked.fired == 0 {
+				t.Fatal("no timer fired")
+			}
+		})
+	}
 }

@@ -297,14 +297,7 @@ type adding struct {
 
 // groupOf is the group m counts in: group_by's value.
 func (s *aggregateStage) groupOf(m *Message) (string, error) {
-	if err := decodeRead(m, s.reads); err != nil {
-		return "", err
-	}
-	group, err := s.groupBy.EvalString(&expr.Env{Msg: m.Value})
-	if err != nil {
-		return "", evalError(err)
-	}
-	return group, nil
+	return stateKey(s.groupBy, s.reads, m)
 }
 
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
@@ -397,6 +390,29 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 		g.ClosedUntil = max(g.ClosedUntil, w.End)
 	}
 	return out, s.putGroup(ctx, st, w.Group, g)
+}
+
+// TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher), so that the windows
+// that close in a batch are read at once, not a round trip each for the window and one for its
+// group: a closing window's state, its group's index and the count of groups; an emitting one's
+// state; the index of a group whose closed sessions are forgotten.
+func (s *aggregateStage) TimerStateKeys(timer string, keys []string) []string {
+	if group, ok := strings.CutPrefix(timer, forgetPrefix); ok {
+		return append(keys, groupPrefix+group)
+	}
+	if key, ok := strings.CutPrefix(timer, updatePrefix); ok {
+		return append(keys, windowPrefix+key)
+	}
+	key, ok := strings.CutPrefix(timer, windowPrefix)
+	if !ok {
+		return keys
+	}
+	// The window's state is named as its timer; its key is the group, NUL, the window's id.
+	keys = append(keys, timer)
+	if i := strings.LastIndexByte(key, 0); i >= 0 {
+		keys = append(keys, groupPrefix+key[:i], KeyCountKey)
+	}
+	return keys
 }
 
 // result is a window's output payload.

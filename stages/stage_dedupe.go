@@ -3,7 +3,6 @@ package stages
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -84,16 +83,14 @@ type dedupeStage struct {
 	reads []string
 }
 
-// keyTimer is the name of the timer that forgets a key.
-func keyTimer(key string) string { return "key:" + key }
+// keyTimerPrefix names the timers that forget keys: the keys whose first messages of a batch share
+// an event time (to the millisecond) share one (TimerGroupName); a key alone has "key:<key>".
+const keyTimerPrefix = "key:"
 
 func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
-	if err := decodeRead(m, s.reads); err != nil {
-		return out, err
-	}
-	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+	key, err := stateKey(s.key, s.reads, m)
 	if err != nil {
-		return out, evalError(err)
+		return out, err
 	}
 	if err := checkStateKey(key); err != nil {
 		return out, err
@@ -131,7 +128,7 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 	if err := st.Put(ctx, key, []byte(strconv.FormatInt(at.UnixMilli(), 10))); err != nil {
 		return out, err
 	}
-	if err := st.SetTimer(ctx, keyTimer(key), at.Add(s.within)); err != nil {
+	if err := SetTimerMember(ctx, st, keyTimerPrefix, at.Add(s.within), key); err != nil {
 		return out, err
 	}
 	return append(out, Output{Topic: s.out, Message: *m}), nil
@@ -140,27 +137,58 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
 // (StatePrefetcher): the key, and the count of keys.
 func (s *dedupeStage) StateKeys(m *Message, keys []string) []string {
-	if decodeRead(m, s.reads) != nil {
-		return keys
-	}
-	key, err := s.key.EvalString(&expr.Env{Msg: m.Value})
+	key, err := stateKey(s.key, s.reads, m)
 	if err != nil {
 		return keys
 	}
 	return append(keys, key, KeyCountKey)
 }
 
-// OnTimer forgets a key: the watermark is within past its first message. A key's timer is set with
-// it and cancelled only by forgetting it, so the key is there to count out.
+// OnTimer forgets the keys of a timer whose time is up: those the state holds with a first message
+// within or more before the watermark. A key of the timer that the state holds with a later first
+// message was passed on again since (its time was up, or the message was within or more from its
+// first), with a timer at that time too; one that it does not hold was forgotten by another timer
+// of the key. So each key is forgotten once, at the end of the batch whose watermark passed its
+// time, as a timer of its own would forget it.
 func (s *dedupeStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
-	key, ok := strings.CutPrefix(name, "key:")
+	keys, ok := TimerMembers(keyTimerPrefix, name, nil)
 	if !ok {
 		return out, nil
 	}
-	if err := st.Delete(ctx, key); err != nil {
+	watermark, err := st.Watermark(ctx)
+	if err != nil {
 		return out, err
 	}
-	return out, s.keys.release(ctx, st)
+	for _, key := range keys {
+		first, found, err := st.Get(ctx, key)
+		if err != nil {
+			return out, err
+		}
+		if !found {
+			continue
+		}
+		if ms, err := strconv.ParseInt(string(first), 10, 64); err == nil && time.UnixMilli(ms).Add(s.within).After(watermark) {
+			continue
+		}
+		if err := st.Delete(ctx, key); err != nil {
+			return out, err
+		}
+		if err := s.keys.release(ctx, st); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher): its keys, and the
+// count of keys.
+func (s *dedupeStage) TimerStateKeys(timer string, keys []string) []string {
+	n := len(keys)
+	keys, ok := TimerMembers(keyTimerPrefix, timer, keys)
+	if !ok || len(keys) == n {
+		return keys
+	}
+	return append(keys, KeyCountKey)
 }
 
 func absDuration(d time.Duration) time.Duration {
@@ -172,10 +200,13 @@ func absDuration(d time.Duration) time.Duration {
 
 // The memory of a dedupe stage's state, for flowrun validate --json. Each remembered key is a field
 // of the state hash (the key, and its first event time in 13 digits) and a member of the timer set
-// ("key:" and the key, scored by its due time). Measured with MEMORY USAGE on Redis 7.0 (jemalloc),
-// a partition of more than 128 keys, whose hash and sorted set are then a hash table and a skip list,
-// takes about 180 bytes per key besides twice the key's length; a smaller one (listpacks) takes less.
-// The keys' length is the pipeline's data, unknown to the estimate: it assumes a UUID's.
+// ("key:" and the key, scored by its due time) or, where the first messages of several keys in a
+// batch came at the same time (to the millisecond), a part of the one member they share (the key and
+// its length, TimerGroupName). Measured with MEMORY USAGE on Redis 7.0 (jemalloc), a partition of
+// more than 128 keys of their own times, whose hash and sorted set are then a hash table and a skip
+// list, takes about 180 bytes per key besides twice the key's length; a smaller one (listpacks), or
+// keys that share timers, take less. The keys' length is the pipeline's data, unknown to the
+// estimate: it assumes a UUID's.
 const (
 	dedupeBytesPerKeyBase  = 180
 	DedupeAssumedKeyLength = 36
@@ -187,4 +218,5 @@ func DedupeBytesPerKey(keyLength int) int64 { return dedupeBytesPerKeyBase + 2*i
 
 // DedupeBytesPerKeyFormula is DedupeBytesPerKey in words, for flowrun validate --json.
 const DedupeBytesPerKeyFormula = "180 + 2 * the key's length in bytes, per remembered key: a field of the state hash and a " +
-	"member of the timer set, as Redis 7 stores them past 128 keys a partition (fewer take less)"
+	"member of the timer set, as Redis 7 stores them past 128 keys a partition (fewer take less, and so do keys " +
+	"whose first messages share a time, which share a timer)"

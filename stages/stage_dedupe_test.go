@@ -65,3 +65,28 @@ stage "once" {
 		t.Fatalf("a key that begins with NUL: %v, want a permanent error", errs[0])
 	}
 }
+
+// A dedupe's key is evaluated once per message (the runtime asks for it before Process does), and
+// again once the message changed.
+func TestDedupeKeyIsReadAgainOnceTheMessageChanged(t *testing.T) {
+	proc, _ := statefulProcessor(t, `
+stage "once" {
+  kind   = "dedupe"
+  input  = topic.in
+  output = topic.a
+  key    = msg.id
+  within = "1h"
+  event_time = msg.at
+}
+`+sinkA, "once")
+	d := proc.StatePrefetcher
+	m := NewMessage("", []byte(`{"id":"a","at":1}`), nil)
+	if keys := d.StateKeys(&m, nil); len(keys) != 2 || keys[0] != "a" {
+		t.Fatalf("state keys %q, want a and the count", keys)
+	}
+	m.Value["id"] = "b"
+	m.Changed()
+	if keys := d.StateKeys(&m, nil); len(keys) != 2 || keys[0] != "b" {
+		t.Fatalf("state keys %q once the message changed, want b and the count", keys)
+	}
+}

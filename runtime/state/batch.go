@@ -7,8 +7,10 @@ package state
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,9 @@ type Batch struct {
 	cancel  map[string]bool
 	holdAt  map[string]int64
 	release map[string]bool
+	// groups are the members of the timers that attempts shared (AddTimerMember), by prefix and
+	// time, until they are named (nameGroups) and join timerAt.
+	groups map[timerGroup][]string
 	// watermark is what the batch commits as the partition's own watermark, in Unix ms (SetWatermark);
 	// moved says it changed.
 	watermark int64
@@ -111,6 +116,14 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	}
 }
 
+// Changes counts the batch's state changes so far: keys set and deleted, timers and holds set and
+// removed (a timer group counts as one until it is named).
+func (b *Batch) Changes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.set) + len(b.del) + len(b.timerAt) + len(b.cancel) + len(b.holdAt) + len(b.release) + len(b.groups)
+}
+
 // SetWatermark makes the batch commit the partition's own watermark (redis.WatermarkField).
 func (b *Batch) SetWatermark(at int64) {
 	b.mu.Lock()
@@ -125,6 +138,7 @@ func (b *Batch) Writes() *redis.StateWrites {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.nameGroups()
 	if len(b.set)+len(b.del)+len(b.timerAt)+len(b.cancel)+len(b.holdAt)+len(b.release) == 0 && !b.moved {
 		return nil
 	}
@@ -171,6 +185,7 @@ func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string
 	// The committed timers that the batch has changed or fired are still in Redis, and may be the
 	// earliest: the first count that it has not are among the first count + changed + fired.
 	b.mu.Lock()
+	b.nameGroups()
 	changed := int64(len(b.timerAt) + len(b.cancel) + len(fired))
 	b.mu.Unlock()
 	committed, err := b.store.DueTimers(ctx, b.keys.Timers, wm, count+changed)
@@ -249,6 +264,7 @@ type Attempt struct {
 	cancel  map[string]bool
 	holdAt  map[string]int64
 	release map[string]bool
+	members []groupMember // AddTimerMember's
 	// watermark is the partition's watermark as of the attempt's message, in Unix ms.
 	watermark int64
 	// late and duplicates count the attempt's Record calls.
@@ -277,8 +293,64 @@ func (a *Attempt) Join() {
 	b.set, b.del = overlay(b.set, b.del, a.set, a.del)
 	b.timerAt, b.cancel = overlay(b.timerAt, b.cancel, a.timerAt, a.cancel)
 	b.holdAt, b.release = overlay(b.holdAt, b.release, a.holdAt, a.release)
+	for _, m := range a.members {
+		if b.groups == nil {
+			b.groups = map[timerGroup][]string{}
+		}
+		b.groups[m.timerGroup] = append(b.groups[m.timerGroup], m.member)
+	}
 	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
 	b.spare = a.emptied()
+}
+
+// timerGroup is the prefix and time (Unix ms) of the timer that members share (AddTimerMember).
+type timerGroup struct {
+	prefix string
+	at     int64
+}
+
+// groupMember is an attempt's member of a timer group.
+type groupMember struct {
+	timerGroup
+	member string
+}
+
+// nameGroups makes the timer groups of the batch's attempts so far timers: each group's members,
+// sorted and each once, name its timer (stages.TimerGroupName). A group of one member is named
+// prefix+member, as SetTimer would name the member's own timer (moving a timer of that name from
+// an earlier batch, which the member no longer needs), unless another group of the batch is of
+// that member alone: a member added again at another time has a timer at each (the kind's
+// OnTimer finds out which it is due at), not one that the last group to be named would move. A
+// member added after that, by a timer of the batch, makes a timer of its own group. Called with
+// b.mu held, before the batch's timers are read (DueTimers) or written (Writes).
+func (b *Batch) nameGroups() {
+	if len(b.groups) == 0 {
+		return
+	}
+	alone := map[string]int{} // prefix+member: the groups of that member alone
+	for g, members := range b.groups {
+		slices.Sort(members)
+		members = slices.Compact(members)
+		b.groups[g] = members
+		if len(members) == 1 {
+			alone[g.prefix+members[0]]++
+		}
+	}
+	for g, members := range b.groups {
+		name := ""
+		if len(members) == 1 && !strings.HasPrefix(members[0], "\x00") {
+			name = g.prefix + members[0]
+			if at, set := b.timerAt[name]; alone[name] > 1 || set && at != g.at {
+				name = ""
+			}
+		}
+		if name == "" {
+			name = stages.TimerGroupName(g.prefix, g.at, members)
+		}
+		b.timerAt = put(b.timerAt, name, g.at)
+		delete(b.cancel, name)
+	}
+	clear(b.groups)
 }
 
 // emptied returns the attempt with no writes and no outcomes, for the next attempt of its batch.
@@ -286,6 +358,10 @@ func (a *Attempt) emptied() *Attempt {
 	a.set, a.del = empty(a.set), empty(a.del)
 	a.timerAt, a.cancel = empty(a.timerAt), empty(a.cancel)
 	a.holdAt, a.release = empty(a.holdAt), empty(a.release)
+	a.members = a.members[:0]
+	if cap(a.members) > 64 {
+		a.members = nil
+	}
 	a.late, a.duplicates = 0, 0
 	return a
 }
@@ -393,6 +469,13 @@ func (a *Attempt) SetTimer(_ context.Context, name string, at time.Time) error {
 	return nil
 }
 
+// AddTimerMember adds member to the timer of prefix due at at, which the members that the batch's
+// attempts add with the same prefix and time share (stages.TimerGrouper).
+func (a *Attempt) AddTimerMember(_ context.Context, prefix string, at time.Time, member string) error {
+	a.members = append(a.members, groupMember{timerGroup{prefix, at.UnixMilli()}, member})
+	return nil
+}
+
 func (a *Attempt) CancelTimer(_ context.Context, name string) error {
 	delete(a.timerAt, name)
 	a.cancel = put(a.cancel, name, true)
@@ -429,7 +512,10 @@ func (a *Attempt) Record(o stages.Outcome) {
 
 func (a *Attempt) Partition() int { return a.batch.partition }
 
-var _ stages.State = (*Attempt)(nil)
+var (
+	_ stages.State        = (*Attempt)(nil)
+	_ stages.TimerGrouper = (*Attempt)(nil)
+)
 
 func put[V any](m map[string]V, k string, v V) map[string]V {
 	if m == nil {

@@ -159,3 +159,58 @@ func TestAnAttemptReusedStartsEmpty(t *testing.T) {
 		t.Errorf("the batch has %d late, %d duplicates, writes %v, timers %v; want 1, 1, a only, t at 5", late, dups, w.Set, w.Timers)
 	}
 }
+
+// TestTimerMembersShareATimer: the members that a batch's attempts add with the same prefix and
+// time share one timer, named by them; a member alone has the name SetTimer would give its own
+// timer, unless the batch has it alone at two times (it then has a timer at each, not one that
+// the last to be named would move); a failed attempt's members are dropped with its writes; the
+// batch's due timers and its writes see them all.
+func TestTimerMembersShareATimer(t *testing.T) {
+	_, c := open(t)
+	ctx := context.Background()
+	b := NewBatch(c, Keys{Hash: "state", Timers: "timers", Holds: "holds"}, 0)
+	add := func(join bool, adds ...any) {
+		a := b.Attempt(0)
+		for i := 0; i < len(adds); i += 2 {
+			if err := a.AddTimerMember(ctx, "key:", time.UnixMilli(int64(adds[i].(int))), adds[i+1].(string)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if join {
+			a.Join()
+		} else {
+			a.Failed()
+		}
+	}
+	add(true, 100, "b", 100, "a")
+	add(true, 100, "c", 100, "a")
+	add(false, 100, "d", 300, "e") // failed: neither d nor e has a timer
+	add(true, 200, "x")
+	add(true, 300, "y", 400, "y") // y alone at two times
+	want := map[string]int64{
+		stages.TimerGroupName("key:", 100, []string{"a", "b", "c"}): 100,
+		"key:x": 200,
+		stages.TimerGroupName("key:", 300, []string{"y"}): 300,
+		stages.TimerGroupName("key:", 400, []string{"y"}): 400,
+	}
+	due, err := b.DueTimers(ctx, 250, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) != 2 || due[0].At != 100 || due[1] != (redis.DueTimer{Name: "key:x", At: 200}) {
+		t.Fatalf("due at 250: %+v, want the group of a, b and c at 100 and x's at 200", due)
+	}
+	w := b.Writes()
+	if len(w.Timers) != len(want) {
+		t.Fatalf("timers %q, want %q", w.Timers, want)
+	}
+	for name, at := range want {
+		if w.Timers[name] != at {
+			t.Errorf("timer %q at %d, want %d (timers %q)", name, w.Timers[name], at, w.Timers)
+		}
+		members, ok := stages.TimerMembers("key:", name, nil)
+		if !ok || len(members) == 0 {
+			t.Errorf("timer %q: members %q, %v", name, members, ok)
+		}
+	}
+}
