@@ -48,26 +48,10 @@ stage "st" {
     size    = "3m"
     advance = "1m"
 `),
-		"dedupe": `
-stage "st" {
-  kind       = "dedupe"
-  input      = topic.in
-  output     = topic.a
-  key        = msg.user
-  event_time = msg.at
-  within     = "2m"
-}
-` + sinkA,
+		"dedupe": prefetchDedupe,
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := &readLog{memState: newMemState()}
-			st.self = st
-			p := plan(t, src)
-			st.eventTime = flow.EventTimeOf(p.Stage("st"))
-			proc, err := CompileStateful(p.Stage("st"), Env{Node: "st"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st, proc := compileLogged(t, src)
 			prefetcher := proc.StatePrefetcher
 			if prefetcher == nil {
 				t.Fatal("the kind names no state keys ahead")
@@ -204,26 +188,10 @@ stage "st" {
 		"hopping":            aggregate(hopping, "on_close"),
 		"session":            aggregate(session, "on_close"),
 		"tumbling on update": aggregate(tumbling, "on_update"),
-		"dedupe": `
-stage "st" {
-  kind       = "dedupe"
-  input      = topic.in
-  output     = topic.a
-  key        = msg.user
-  event_time = msg.at
-  within     = "2m"
-}
-` + sinkA,
+		"dedupe":             prefetchDedupe,
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := &readLog{memState: newMemState()}
-			st.self = st
-			p := plan(t, src)
-			st.eventTime = flow.EventTimeOf(p.Stage("st"))
-			proc, err := CompileStateful(p.Stage("st"), Env{Node: "st"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st, proc := compileLogged(t, src)
 			if _, ok := proc.TimerHandler.(TimerStatePrefetcher); !ok {
 				t.Fatal("the kind names no state keys of its timers")
 			}
@@ -245,4 +213,30 @@ stage "st" {
 			}
 		})
 	}
+}
+
+// prefetchDedupe is a dedupe stage "st" of the keys msg.user within 2 minutes of msg.at.
+const prefetchDedupe = `
+stage "st" {
+  kind       = "dedupe"
+  input      = topic.in
+  output     = topic.a
+  key        = msg.user
+  event_time = msg.at
+  within     = "2m"
+}
+` + sinkA
+
+// compileLogged compiles the stage "st" of the pipeline src, on a state that logs its reads.
+func compileLogged(t *testing.T, src string) (*readLog, StatefulStage) {
+	t.Helper()
+	st := &readLog{memState: newMemState()}
+	st.self = st
+	p := plan(t, src)
+	st.eventTime = flow.EventTimeOf(p.Stage("st"))
+	proc, err := CompileStateful(p.Stage("st"), Env{Node: "st"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, proc
 }

@@ -50,16 +50,7 @@ stage "once" {
 
 // A key may not be one of the state entries that are flowrun's own.
 func TestDedupeRefusesKeysThatBeginWithNUL(t *testing.T) {
-	proc, st := statefulProcessor(t, `
-stage "once" {
-  kind   = "dedupe"
-  input  = topic.in
-  output = topic.a
-  key    = msg.id
-  within = "1h"
-  event_time = msg.at
-}
-`+sinkA, "once")
+	proc, st := statefulProcessor(t, dedupeByID, "once")
 	_, errs := st.batch(t, proc, `{"id":"\u0000keys","at":1}`)
 	if errs[0] == nil || !IsPermanent(errs[0]) {
 		t.Fatalf("a key that begins with NUL: %v, want a permanent error", errs[0])
@@ -69,16 +60,7 @@ stage "once" {
 // A dedupe's key is evaluated once per message (the runtime asks for it before Process does), and
 // again once the message changed.
 func TestDedupeKeyIsReadAgainOnceTheMessageChanged(t *testing.T) {
-	proc, _ := statefulProcessor(t, `
-stage "once" {
-  kind   = "dedupe"
-  input  = topic.in
-  output = topic.a
-  key    = msg.id
-  within = "1h"
-  event_time = msg.at
-}
-`+sinkA, "once")
+	proc, _ := statefulProcessor(t, dedupeByID, "once")
 	d := proc.StatePrefetcher
 	m := NewMessage("", []byte(`{"id":"a","at":1}`), nil)
 	if keys := d.StateKeys(&m, nil); len(keys) != 2 || keys[0] != "a" {
@@ -90,3 +72,15 @@ stage "once" {
 		t.Fatalf("state keys %q once the message changed, want b and the count", keys)
 	}
 }
+
+// dedupeByID is a dedupe stage "once" of the keys msg.id within an hour of msg.at.
+const dedupeByID = `
+stage "once" {
+  kind   = "dedupe"
+  input  = topic.in
+  output = topic.a
+  key    = msg.id
+  within = "1h"
+  event_time = msg.at
+}
+` + sinkA
