@@ -262,31 +262,10 @@ func (s *natsSource) session(ctx context.Context, nc *nats.Conn, js jetstream.Je
 			"unacknowledged", info.NumAckPending-ours, "ack_wait", s.ackWait)
 	}
 
-	// A batch of the pull is what the writer can take at once; no more than may be in flight.
-	it, err := cons.Messages(jetstream.PullMaxMessages(min(s.maxPending, 500)))
-	if err != nil {
-		return false, err
-	}
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
-	defer it.Stop()
-	stop := context.AfterFunc(rctx, it.Stop) // Next has no context: stopping ends it
-	defer stop()
 	msgs, ended := make(chan jetstream.Msg), make(chan error, 1)
-	go func() {
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				ended <- err
-				return
-			}
-			select {
-			case msgs <- msg:
-			case <-rctx.Done():
-				return
-			}
-		}
-	}()
+	go func() { ended <- s.pull(rctx, cons, msgs) }()
 	tick := s.clock.NewTicker(natsLagEvery)
 	defer tick.Stop()
 	for {
@@ -315,6 +294,51 @@ func (s *natsSource) session(ctx context.Context, nc *nats.Conn, js jetstream.Je
 				return progressed, natsEmitError{err}
 			}
 			progressed = true
+		}
+	}
+}
+
+// The source's pull requests (natsSource.pull): how long each waits at most for messages, and how
+// often JetStream says, while it has none, that it still holds the request.
+const (
+	natsFetchWait      = 30 * time.Second
+	natsFetchHeartbeat = 5 * time.Second
+)
+
+// pull passes the consumer's messages on to msgs, in the order JetStream delivers them, until an
+// error (which it returns) or until ctx ends: a pull request of a batch (what the writer can take
+// at once; no more than may be in flight) at a time, each sent once the one before has ended.
+//
+// One request at a time, rather than the jetstream client's Messages iterator, which keeps one
+// ahead: the iterator asks for more only when a message arrives, and not while its last request is
+// still being sent; so when all of a batch arrives before that send is done (its goroutine
+// descheduled on a busy machine), it waits without a request at the server, until it misses
+// JetStream's heartbeats: messages neither delivered nor lost, for twice its heartbeat interval
+// (30s by default). A request that ends without an error (its batch delivered, or it expired with
+// none) is followed by the next; one that fails (heartbeats missed, the consumer gone) ends the
+// session, whose successor accounts for any message delivered and not received.
+func (s *natsSource) pull(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) error {
+	batch := min(s.maxPending, 500)
+	for {
+		// The context's deadline is the request's expiry (less a little: the client waits a
+		// moment longer than the server), and ending the context ends the request.
+		fctx, cancel := context.WithTimeout(ctx, natsFetchWait+time.Second)
+		b, err := cons.Fetch(batch, jetstream.FetchContext(fctx), jetstream.FetchHeartbeat(natsFetchHeartbeat))
+		if err != nil {
+			cancel()
+			return err
+		}
+		for msg := range b.Messages() {
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				cancel()
+				return ctx.Err()
+			}
+		}
+		cancel()
+		if err := b.Error(); err != nil {
+			return fmt.Errorf("nats: a pull request failed: %w", err)
 		}
 	}
 }
