@@ -300,24 +300,24 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 		}
 		return decodeFlat(msg, maxSize)
 	}
-	key, hasKey := msg.Values[FieldKey]
-	headers, hasHeaders := msg.Values[FieldHeaders]
-	traceParent, hasTraceParent := msg.Values[FieldTraceParent]
-	traceState, hasTraceState := msg.Values[FieldTraceState]
+	key, withKey := msg.Values[FieldKey]
+	headers, withHeaders := msg.Values[FieldHeaders]
+	traceParent, withTraceParent := msg.Values[FieldTraceParent]
+	traceState, withTraceState := msg.Values[FieldTraceState]
 	if maxSize > 0 {
 		// The fields looked up anyway give the size without walking the map, unless the entry
 		// has fields of other names.
 		size, n := len(FieldPayload)+fieldLen(payload), 1
-		if hasKey {
+		if withKey {
 			size, n = size+len(FieldKey)+fieldLen(key), n+1
 		}
-		if hasHeaders {
+		if withHeaders {
 			size, n = size+len(FieldHeaders)+fieldLen(headers), n+1
 		}
-		if hasTraceParent {
+		if withTraceParent {
 			size, n = size+len(FieldTraceParent)+fieldLen(traceParent), n+1
 		}
-		if hasTraceState {
+		if withTraceState {
 			size, n = size+len(FieldTraceState)+fieldLen(traceState), n+1
 		}
 		total := int64(size)
@@ -328,45 +328,71 @@ func decodeEntry(msg goredis.XMessage, maxSize int64) (Entry, error) {
 			return Entry{}, tooLarge(msg, total, maxSize)
 		}
 	}
-	e := Entry{ID: msg.ID}
-	p := viewBytes(payload)
+	f := rawFields{has: hasPayload, payload: viewBytes(payload)}
+	if withKey {
+		f.has, f.key = f.has|hasKey, viewBytes(key)
+	}
+	if withHeaders {
+		f.has, f.headers = f.has|hasHeaders, viewBytes(headers)
+	}
+	if withTraceParent {
+		f.has, f.traceParent = f.has|hasTraceParent, viewBytes(traceParent)
+	}
+	if withTraceState {
+		f.has, f.traceState = f.has|hasTraceState, viewBytes(traceState)
+	}
+	e, reason := f.entry(msg.ID)
+	if reason != "" {
+		return Entry{}, malformed(msg, reason)
+	}
+	return e, nil
+}
+
+// entry decodes the fields of an entry that has a payload field, by the rules of every reader
+// (decodeEntry, from go-redis's map; a raw read, from the reply): the entry, or why it is
+// malformed.
+func (f *rawFields) entry(id string) (Entry, string) {
+	p := f.payload
 	// Checked first: gjson's validator recurses once per level of nesting, and a payload of
 	// millions of brackets would overflow the goroutine's stack.
 	if err := jsonscan.Check(p); err != nil {
-		return Entry{}, malformed(msg, "payload is "+err.Error())
+		return Entry{}, "payload is " + err.Error()
 	}
 	// Every entry of every hop is checked: gjson's validator accepts what encoding/json.Valid
 	// accepts (FuzzDecodeEntry compares them) at less than half the cost.
 	if !gjson.ValidBytes(p) {
-		return Entry{}, malformed(msg, "payload is not valid JSON")
+		return Entry{}, "payload is not valid JSON"
 	}
-	e.Payload = p
-	if hasKey {
-		e.Key = toString(key)
-		if !validText(e.Key) {
-			return Entry{}, malformed(msg, "key is not valid UTF-8")
+	e := Entry{ID: id, Payload: p}
+	if f.has&hasKey != 0 {
+		if !utf8.Valid(f.key) {
+			return Entry{}, "key is not valid UTF-8"
 		}
+		e.Key = string(f.key)
 	}
-	if hasHeaders {
-		b := toBytes(headers)
-		if !utf8.Valid(b) {
+	if f.has&hasHeaders != 0 {
+		if !utf8.Valid(f.headers) {
 			// encoding/json would turn the bytes into U+FFFD without a word.
-			return Entry{}, malformed(msg, "headers are not valid UTF-8")
+			return Entry{}, "headers are not valid UTF-8"
 		}
-		h, plain := plainStrings(b)
+		h, plain := plainStrings(f.headers)
 		if !plain {
-			if err := json.Unmarshal(b, &h); err != nil {
-				return Entry{}, malformed(msg, "headers are not a JSON object of strings: "+err.Error())
+			if err := json.Unmarshal(f.headers, &h); err != nil {
+				return Entry{}, "headers are not a JSON object of strings: " + err.Error()
 			}
 		}
 		if len(h) > 0 {
 			e.Headers = h
 		}
 	}
-	if hasTraceParent {
-		e.setTraceContext(toString(traceParent), hasTraceState, toString(traceState))
+	if f.has&hasTraceParent != 0 {
+		var state string
+		if f.has&hasTraceState != 0 {
+			state = string(f.traceState)
+		}
+		e.setTraceContext(string(f.traceParent), f.has&hasTraceState != 0, state)
 	}
-	return e, nil
+	return e, ""
 }
 
 // setTraceContext takes an entry's trace context as W3C Trace Context asks of a receiver: an

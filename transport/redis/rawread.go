@@ -2,18 +2,13 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/tidwall/gjson"
-
-	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
 // A group read's reply, parsed by flowrun rather than by go-redis.
@@ -417,6 +412,7 @@ type rawFields struct {
 // pending) and adds it to b. offloaded: the entry has a payload_ref field and no payload, and
 // nothing was added.
 func (c *Client) addRawEntry(b *Batch, s *respScanner, ids *idArena) (offloaded, ok bool) {
+	entry := s.i
 	if n, ok := s.array(); !ok || n != 2 {
 		return false, false
 	}
@@ -432,7 +428,6 @@ func (c *Client) addRawEntry(b *Batch, s *respScanner, ids *idArena) (offloaded,
 		b.Deleted = append(b.Deleted, string(id))
 		return false, true
 	}
-	fields := s.i
 	var f rawFields
 	usual, ref := true, false
 	for range n / 2 {
@@ -476,15 +471,10 @@ func (c *Client) addRawEntry(b *Batch, s *respScanner, ids *idArena) (offloaded,
 	}
 	// The general way: the entry as go-redis would have given it, through DecodeEntry.
 	end := s.i
-	s.i = fields
-	values := make(map[string]any, n/2)
-	for range n / 2 {
-		name, _ := s.bulk()
-		value, _ := s.bulk()
-		values[string(name)] = string(value) // a repeated field: the last wins, as in go-redis
-	}
+	s.i = entry
+	msg, _ := s.message() // read once already
 	s.i = end
-	b.add(goredis.XMessage{ID: string(id), Values: values}, c.maxEntrySize)
+	b.add(msg, c.maxEntrySize)
 	return false, true
 }
 
@@ -526,39 +516,8 @@ func (f *rawFields) decode(id string, maxSize int64) (Entry, bool) {
 	if maxSize > 0 && f.size > maxSize {
 		return Entry{}, false
 	}
-	p := f.payload
-	if jsonscan.Check(p) != nil || !gjson.ValidBytes(p) {
-		return Entry{}, false
-	}
-	e := Entry{ID: id, Payload: p}
-	if f.has&hasKey != 0 {
-		if !utf8.Valid(f.key) {
-			return Entry{}, false
-		}
-		e.Key = string(f.key)
-	}
-	if f.has&hasHeaders != 0 {
-		if !utf8.Valid(f.headers) {
-			return Entry{}, false
-		}
-		h, plain := plainStrings(f.headers)
-		if !plain {
-			if err := json.Unmarshal(f.headers, &h); err != nil {
-				return Entry{}, false
-			}
-		}
-		if len(h) > 0 {
-			e.Headers = h
-		}
-	}
-	if f.has&hasTraceParent != 0 {
-		var state string
-		if f.has&hasTraceState != 0 {
-			state = string(f.traceState)
-		}
-		e.setTraceContext(string(f.traceParent), f.has&hasTraceState != 0, state)
-	}
-	return e, true
+	e, reason := f.entry(id)
+	return e, reason == ""
 }
 
 // idArena makes the IDs of a read's entries as strings that share a few small buffers, rather
