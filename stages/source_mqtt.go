@@ -252,8 +252,7 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 	if err != nil {
 		return false, err
 	}
-	// The handler hands messages over, and gives up when the connection is lost (the client
-	// waits for it to return before it shuts down). The broker sends no more QoS 1 messages than
+	// The handler hands messages over (handOver). The broker sends no more QoS 1 messages than
 	// receive_maximum before their PUBACKs.
 	msgs := make(chan *paho.Publish, int(s.receiveMax)+64)
 	var lastErr error
@@ -268,10 +267,7 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 	client := paho.NewClient(paho.ClientConfig{
 		Conn: conn, EnableManualAcknowledgment: true, SendAcksInterval: mqttSendAcksEvery,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(r paho.PublishReceived) (bool, error) {
-			select {
-			case msgs <- r.Packet:
-			case <-conn.lost:
-			}
+			handOver(msgs, conn.lost, r.Packet)
 			return true, nil
 		}},
 		OnClientError: setErr,
@@ -340,6 +336,25 @@ func (s *mqttSource) session(ctx context.Context, out Emitter) (progressed bool,
 			}
 			progressed = true
 		}
+	}
+}
+
+// handOver passes a message from paho's handler to the session's loop, and none once the
+// connection is lost. After a loss the broker delivers again, in order, every message that was not
+// acknowledged, so what the loop passes on must be what came up to some message, without a gap:
+// a message dropped while a later one went on would come back after it, out of order. paho may
+// still call the handler after a loss (for packets it had read), so the check comes first; waiting
+// gives up on a loss too, as the loop may have left (paho waits for the handler before it shuts
+// down).
+func handOver(msgs chan<- *paho.Publish, lost <-chan struct{}, p *paho.Publish) {
+	select {
+	case <-lost:
+		return
+	default:
+	}
+	select {
+	case msgs <- p:
+	case <-lost:
 	}
 }
 
