@@ -390,7 +390,8 @@ func formatNumber(v Value) string {
 	if v.s != "" {
 		return v.s
 	}
-	return string(appendNumber(nil, v.n))
+	var buf [32]byte // most numbers' digits: one allocation, the string's
+	return string(appendNumber(buf[:0], v.n))
 }
 
 func appendNumber(b []byte, f float64) []byte {
