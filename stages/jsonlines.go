@@ -57,6 +57,7 @@ func readJSONLines(ctx context.Context, in io.Reader, lr lineReader, out Emitter
 		readLines(ctx, bufio.NewReaderSize(in, 64<<10), lr, chunks)
 	}()
 	n := lr.line
+	var id []byte
 	for {
 		var ls []line
 		select {
@@ -67,7 +68,8 @@ func readJSONLines(ctx context.Context, in io.Reader, lr lineReader, out Emitter
 		for _, l := range ls {
 			if l.read > 0 {
 				n++
-				at := Origin{ID: lr.run + ":" + strconv.FormatInt(n, 10), File: lr.name, Line: n}
+				id = strconv.AppendInt(append(append(id[:0], lr.run...), ':'), n, 10)
+				at := Origin{ID: string(id), File: lr.name, Line: n} // <run>:<line>
 				if lr.position != nil {
 					at.Position = lr.position(l.end, n)
 				}
