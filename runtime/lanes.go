@@ -125,7 +125,7 @@ func (r *processing) inParallel(count int, f func(k int)) {
 func (r *processing) processLane(n *node, msgs []*message, indexes []int, results []result, p pass) {
 	p.measured = r.measuring()
 	defer r.record(p.measured)
-	buf := make([]redis.Output, 0, len(indexes))
+	buf := make([]redis.Output, 0, n.outputsPer(len(indexes)))
 	for k, i := range indexes {
 		results[i], buf = r.processMessage(n, msgs[i], buf, p)
 		if results[i].abandoned {

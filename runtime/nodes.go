@@ -89,6 +89,16 @@ type node struct {
 	backpressureLog sync.Once    // the first wait at a capped topic is logged
 }
 
+// outputsPer is room for the outputs of n messages: one each, most stages write, but none for a
+// sink, whose outputs are at most a rare dead letter (a sink's batch of Outputs, zeroed and
+// never used, was a tenth of the bytes a pass-through job allocated).
+func (n *node) outputsPer(messages int) int {
+	if n.typ == "sink" {
+		return 0
+	}
+	return messages
+}
+
 // lifecycle is the open, flush and close of a handler whose kind implements them (the optional
 // stages.Opener, stages.Flusher and io.Closer).
 type lifecycle struct{ impl any }

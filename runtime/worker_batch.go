@@ -81,7 +81,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	total := b.Len() + len(due) + len(badRetries)
 	// One allocation each for the batch's outputs (most stages write one per input), acks and
 	// messages: the steady state allocates per batch, not per message.
-	c.args = redis.CommitArgs{Outputs: make([]redis.Output, 0, total), IDs: make([]string, 0, total)}
+	c.args = redis.CommitArgs{Outputs: make([]redis.Output, 0, w.u.node.outputsPer(total)), IDs: make([]string, 0, total)}
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
 	msgs := w.messagesOf(b, due)

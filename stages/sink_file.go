@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 
 	"github.com/flowrun/flowrun/flow"
 )
@@ -53,6 +55,7 @@ type fileSink struct {
 	truncate bool // empty the file when the run opens it (mode = "truncate")
 	f        *os.File
 	w        *LineWriter
+	synced   groupSync
 }
 
 func (s *fileSink) Open(context.Context) error {
@@ -84,7 +87,34 @@ func (s *fileSink) Flush(context.Context) error {
 	if err := s.w.Flush(); err != nil {
 		return err
 	}
-	return s.f.Sync()
+	return s.synced.sync(s.f.Sync)
+}
+
+// groupSync syncs a file for the batches of every partition of a sink, which share it: a batch
+// whose lines were written while another batch's sync ran waits for it, and the batches that
+// waited meanwhile share the next sync, which starts after all of their writes and so covers them
+// all. A sync per batch was a twentieth of a pass-through job's CPU.
+type groupSync struct {
+	written atomic.Uint64 // flushes whose writes are done, numbered from 1
+	mu      sync.Mutex    // held while syncing
+	synced  uint64        // the flushes that a sync, started after them, made durable
+}
+
+// sync makes the caller's writes, done, durable: by a sync of its own, or by one that started
+// after them. A failed sync covers nothing: each of its waiters then syncs again.
+func (g *groupSync) sync(syncFile func() error) error {
+	mine := g.written.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.synced >= mine {
+		return nil
+	}
+	covers := g.written.Load() // writes done before the sync starts, ours among them
+	if err := syncFile(); err != nil {
+		return err
+	}
+	g.synced = covers
+	return nil
 }
 
 func (s *fileSink) Close() error {

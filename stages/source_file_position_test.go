@@ -29,3 +29,19 @@ func TestFilePositionEncodesAsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestPositionEncoderEncodesEveryPositionWhole: the encoder, which encodes a reading's path, epoch
+// and head once, makes each line's position as appendJSON makes it whole, within the file's first
+// bytes (whose head changes with every line) and past them.
+func TestPositionEncoderEncodesEveryPositionWhole(t *testing.T) {
+	head := []byte(`{"a":1}` + "\n" + `{"b":"` + string(make([]byte, 2000)) + `"}`)[:fingerprintLen]
+	e := newPositionEncoder(filePosition{Path: "in<1>.jsonl", Epoch: "e1"}, head)
+	for i, offset := range []int64{0, 8, 500, 1023, 1024, 1025, 5000, 5000, 9} {
+		want := filePosition{Path: "in<1>.jsonl", Epoch: "e1", Offset: offset, Line: int64(i)}
+		want.HeadLen = int(min(offset, fingerprintLen))
+		want.Head = headHash(head[:want.HeadLen])
+		if got := e.encode(offset, int64(i)); got != string(want.appendJSON(nil)) {
+			t.Errorf("at %d: %s, want %s", offset, got, want.appendJSON(nil))
+		}
+	}
+}

@@ -3,6 +3,7 @@ package expr
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -428,5 +429,20 @@ func TestHugeExponent(t *testing.T) {
 	}
 	if v, ok := parseNumber("-2.5e-99999999"); !ok || v.n != 0 {
 		t.Errorf("got %v %v", v, ok)
+	}
+}
+
+// An integer is printed by its own shortcut: it must print what AppendFloat prints, up to the
+// largest integers a float64 holds exactly and past them.
+func TestIntegersPrintAsFloatsDo(t *testing.T) {
+	ns := []float64{1, -1, 7, 1002, -1002, 1e15, -1e15, 123456789012345, exactInt - 1, -(exactInt - 1),
+		exactInt, exactInt + 2, 1e21, 2.5, -0.5}
+	for i := 1; i < 2000; i++ {
+		ns = append(ns, float64(i*i*i*7919), -float64(i*104729))
+	}
+	for _, f := range ns {
+		if got, want := string(appendNumber(nil, f)), strconv.FormatFloat(f, 'f', -1, 64); got != want {
+			t.Errorf("appendNumber(%v) = %q, want %q", f, got, want)
+		}
 	}
 }

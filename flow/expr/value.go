@@ -390,7 +390,8 @@ func formatNumber(v Value) string {
 	if v.s != "" {
 		return v.s
 	}
-	return string(appendNumber(nil, v.n))
+	var buf [32]byte // most numbers' digits: one allocation, the string's
+	return string(appendNumber(buf[:0], v.n))
 }
 
 func appendNumber(b []byte, f float64) []byte {
@@ -403,6 +404,10 @@ func appendNumber(b []byte, f float64) []byte {
 		// cty prints negative zero as "-0"; float64 arithmetic produces it
 		// in places cty does not, so normalise.
 		return append(b, '0')
+	case f == math.Trunc(f) && math.Abs(f) < exactInt:
+		// An integer, as most keys and ids are: the same digits as
+		// AppendFloat's, in a fraction of its time.
+		return strconv.AppendInt(b, int64(f), 10)
 	}
 	return strconv.AppendFloat(b, f, 'f', -1, 64)
 }
