@@ -233,7 +233,8 @@ func (a CommitArgs) settles() bool {
 // run time inside EXEC (WRONGTYPE: a non-stream key at an output name) does not stop the
 // commands after it, so the ack checks first that every output's key is a stream and acks
 // nothing when one is not. Effectively-once outputs are written by a script that can fail at run
-// time too (WRONGTYPE, OOM); the ack checks their markers first, likewise.
+// time too (WRONGTYPE, OOM); the ack checks their markers first, likewise. A stateless commit
+// under a lease is fenced by WATCH instead of the script, in two round trips (watched.go).
 //
 // On a cluster with outputs in other slots it is two steps: the outputs (go-redis sends one
 // pipeline per node, in parallel), then, only if every output was written, the ack. A cluster
@@ -274,6 +275,9 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 		return nil, c.WriteMarks(ctx, a.Marks)
 	}
 	if plan.atomic {
+		if c.watchable(a, plan) {
+			return c.commitWatched(ctx, a, plan)
+		}
 		return c.commitAtomic(ctx, a, plan)
 	}
 	ids, err := c.writeOutputs(ctx, c.rdb.Pipeline(), plan)
@@ -649,37 +653,52 @@ func (c *Client) writeOutputs(ctx context.Context, pipe goredis.Pipeliner, p *co
 }
 
 func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
-	pipe := c.rdb.TxPipeline()
+	ids, aborted, err := p.commitTx(ctx, c.rdb.TxPipeline(), a, func(pipe goredis.Pipeliner) goredis.Cmder {
+		return queueSettle(ctx, pipe, a, p.guards, p.streams)
+	})
+	if aborted { // nothing was written: the connection watched a key (it never should)
+		return nil, wrap(goredis.TxFailedErr, "committing to", a.Stream)
+	}
+	return ids, err
+}
+
+// commitTx runs the transaction pipe of the outputs, the watermarks and, when the commit settles,
+// the settle that queue adds. aborted says that a key the connection watched changed, so that EXEC
+// ran nothing (see commitWatched).
+func (p *commitPlan) commitTx(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, queue func(goredis.Pipeliner) goredis.Cmder) (ids []string, aborted bool, err error) {
 	collect := p.queueOutputs(ctx, pipe)
 	collectMarks := queueMarks(ctx, pipe, a.Marks)
 	var ack goredis.Cmder
 	if a.settles() {
-		ack = queueSettle(ctx, pipe, a, p.guards, p.streams)
+		ack = queue(pipe)
 	}
 	_, execErr := pipe.Exec(ctx)
-	ids, err := collect()
+	if errors.Is(execErr, goredis.TxFailedErr) {
+		return nil, true, nil
+	}
+	ids, err = collect()
 	if err == nil {
 		err = collectMarks()
 	}
 	if err != nil {
 		if ack != nil && isUnwritten(ack.Err()) {
-			return ids, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
+			return ids, false, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
 		}
 		if ack != nil && strings.HasPrefix(errText(err), "EXECABORT") && ack.Err() != nil && !strings.HasPrefix(ack.Err().Error(), "EXECABORT") {
 			// Redis refused to queue the ack (NOPERM on its script, say) and discarded the whole
 			// transaction: the outputs only say EXECABORT, the ack says why.
-			return ids, settleError(ack.Err(), a)
+			return ids, false, settleError(ack.Err(), a)
 		}
-		return ids, err
+		return ids, false, err
 	}
 	if ack != nil {
 		if err := ack.Err(); err != nil {
-			return ids, settleError(err, a)
+			return ids, false, settleError(err, a)
 		}
 	} else if execErr != nil {
-		return ids, wrap(execErr, "committing to", a.Stream)
+		return ids, false, wrap(execErr, "committing to", a.Stream)
 	}
-	return ids, nil
+	return ids, false, nil
 }
 
 // errText is the text of the error at the end of err's chain: the server's reply.
