@@ -547,14 +547,16 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 	// message at every hop.
 	adds := make([]goredis.Cmder, len(p.plain))
 	xadds := xaddBatch{slab: make([]any, 0, p.xaddArgCount())}
+	// The XADDs in one slice: a command each was an allocation per message at every hop.
+	cmds := make([]goredis.StringCmd, len(p.plain))
 	for i, o := range p.plain {
 		if o.off != nil {
 			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.body()}, o.values...)...)
 			continue
 		}
-		cmd := goredis.NewStringCmd(ctx, xadds.of(o)...)
-		_ = pipe.Process(ctx, cmd) // queued: its reply is read after Exec
-		adds[i] = cmd
+		cmds[i] = *goredis.NewStringCmd(ctx, xadds.of(o)...)
+		_ = pipe.Process(ctx, &cmds[i]) // queued: its reply is read after Exec
+		adds[i] = &cmds[i]
 	}
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, s := range p.order {
