@@ -739,12 +739,7 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		return checkpointScript.Eval(ctx, pipe, keys, leaseValue, c.Value, len(streams))
 	}
 	if a.Lease == nil && a.RetryKey == "" && len(guards)+len(streams) == 0 && a.State.empty() {
-		args := make([]any, 0, 3+len(a.IDs))
-		args = append(args, "xack", a.Stream, a.Group)
-		args = appendIDs(args, a.IDs)
-		cmd := goredis.NewIntCmd(ctx, args...) // XAck, but for its arguments (appendIDs)
-		_ = pipe.Process(ctx, cmd)
-		return cmd
+		return queueXAck(ctx, pipe, a)
 	}
 	keys, args, err := settleArgs(a)
 	if err != nil {
@@ -753,6 +748,17 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		return cmd
 	}
 	return settleScript.Eval(ctx, pipe, append(append(keys, guards...), streams...), append(args, len(streams))...)
+}
+
+// queueXAck adds the plain XACK of a batch's inputs to a pipeline: go-redis's XAck, but for its
+// arguments (appendIDs).
+func queueXAck(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) *goredis.IntCmd {
+	args := make([]any, 0, 3+len(a.IDs))
+	args = append(args, "xack", a.Stream, a.Group)
+	args = appendIDs(args, a.IDs)
+	cmd := goredis.NewIntCmd(ctx, args...)
+	_ = pipe.Process(ctx, cmd)
+	return cmd
 }
 
 // settleArgs encodes the settle script's keys and arguments.

@@ -44,7 +44,7 @@ func (c *Client) watchable(a CommitArgs, p *commitPlan) bool {
 // aborted twice goes through the settle script, as do the next commits to its streams for a while.
 func (c *Client) commitWatched(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
 	conn := c.watched.rdb.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	for range 2 {
 		if ok, err := watchCommit(ctx, conn, a, p); !ok {
 			if err != nil && strings.HasPrefix(errText(err), "NOPERM") {
@@ -59,12 +59,7 @@ func (c *Client) commitWatched(ctx context.Context, a CommitArgs, p *commitPlan)
 			beforeWatchedExec()
 		}
 		ids, aborted, err := p.commitTx(ctx, conn.TxPipeline(), a, func(pipe goredis.Pipeliner) goredis.Cmder {
-			args := make([]any, 0, 3+len(a.IDs))
-			args = append(args, "xack", a.Stream, a.Group)
-			args = appendIDs(args, a.IDs)
-			cmd := goredis.NewIntCmd(ctx, args...) // XAck, but for its arguments (appendIDs)
-			_ = pipe.Process(ctx, cmd)
-			return cmd
+			return queueXAck(ctx, pipe, a)
 		})
 		if !aborted {
 			return ids, err

@@ -77,53 +77,51 @@ func TestWatchedCommitWritesOnce(t *testing.T) {
 	})
 }
 
-// TestWatchedCommitOfAReplacedOutputAcksNothing: an output stream is replaced by another type of
-// key between the check and EXEC. EXEC runs nothing; the settle script finds the key and acks
-// nothing: no input is acked without its output.
-func TestWatchedCommitOfAReplacedOutputAcksNothing(t *testing.T) {
-	forEach(t, singleBackends(), func(t *testing.T, c *Client, k Keys) {
-		ctx := ctxT(t)
-		in, lease, b := leasedBatch(t, c, k, 6)
-		out := k.Stream("out", 0)
-		addRaw(t, c, out, "payload", `{"n":-1}`) // a stream when checked
-		outs := make([]Output, b.Len())
-		for i, e := range b.Entries {
-			outs[i] = Output{Stream: out, Entry: Entry{Key: e.Key, Payload: e.Payload}}
-		}
-		betweenCheckAndExec(t, func() {
-			if err := c.Universal().Set(ctx, out, "another application's value", 0).Err(); err != nil {
-				t.Error(err)
-			}
+// TestWatchedCommitAbortedAcksNothing: between the check and EXEC, an output stream is replaced by
+// another type of key, or another owner takes the lease. EXEC runs nothing, and the settle script
+// finds what changed and acks nothing: no input is acked without its output, nor by a process
+// that lost its lease.
+func TestWatchedCommitAbortedAcksNothing(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(ctx context.Context, c *Client, out string, lease Lease) error
+		want   func(err error) bool
+	}{
+		{"output replaced", func(ctx context.Context, c *Client, out string, _ Lease) error {
+			return c.Universal().Set(ctx, out, "another application's value", 0).Err()
+		}, func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "WRONGTYPE") && Unrecoverable(err)
+		}},
+		{"lease taken", func(ctx context.Context, c *Client, _ string, lease Lease) error {
+			return c.Universal().Set(ctx, lease.Key, "owner-b#99", goredis.KeepTTL).Err()
+		}, func(err error) bool { return errors.Is(err, ErrLeaseLost) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			forEach(t, singleBackends(), func(t *testing.T, c *Client, k Keys) {
+				ctx := ctxT(t)
+				in, lease, b := leasedBatch(t, c, k, 6)
+				out := k.Stream("out", 0)
+				addRaw(t, c, out, "payload", `{"n":-1}`) // a stream when checked
+				outs := make([]Output, b.Len())
+				for i, e := range b.Entries {
+					outs[i] = Output{Stream: out, Entry: Entry{Key: e.Key, Payload: e.Payload}}
+				}
+				betweenCheckAndExec(t, func() {
+					if err := tc.change(ctx, c, out, lease); err != nil {
+						t.Error(err)
+					}
+				})
+				_, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease})
+				if !tc.want(err) {
+					t.Fatalf("err = %v", err)
+				}
+				if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
+					t.Fatalf("%d entries pending, want all %d: inputs were acked", p, b.Len())
+				}
+			})
 		})
-		_, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease})
-		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !Unrecoverable(err) {
-			t.Fatalf("commit to a replaced output: err = %v, want an unrecoverable WRONGTYPE", err)
-		}
-		if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
-			t.Fatalf("%d entries pending, want all %d: inputs were acked without their outputs", p, b.Len())
-		}
-	})
-}
-
-// TestWatchedCommitOfALostLeaseAcksNothing: another owner takes the lease between the check and
-// EXEC. EXEC runs nothing, and the commit reports the lease lost with nothing acked.
-func TestWatchedCommitOfALostLeaseAcksNothing(t *testing.T) {
-	forEach(t, singleBackends(), func(t *testing.T, c *Client, k Keys) {
-		ctx := ctxT(t)
-		in, lease, b := leasedBatch(t, c, k, 6)
-		betweenCheckAndExec(t, func() {
-			if err := c.Universal().Set(ctx, lease.Key, "owner-b#99", goredis.KeepTTL).Err(); err != nil {
-				t.Error(err)
-			}
-		})
-		_, err := c.Commit(ctx, CommitArgs{Outputs: outputsFor(k, b), Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease})
-		if !errors.Is(err, ErrLeaseLost) {
-			t.Fatalf("commit under a lease taken meanwhile: err = %v, want ErrLeaseLost", err)
-		}
-		if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
-			t.Fatalf("%d entries pending, want all %d: a process that lost its lease acked", p, b.Len())
-		}
-	})
+	}
 }
 
 // TestCommitsAcrossAScriptFlush: the scripts a commit runs are flushed from Redis between batches
