@@ -104,6 +104,9 @@ type Client struct {
 	// raw reads learnt of the replies (rawread.go); nil for a Client not made by Open.
 	readTimeout time.Duration
 	readHints   *readHints
+	// watched are the streams that commits fenced by WATCH leave alone for a while (watched.go);
+	// nil on a cluster, where commits are not fenced so.
+	watched *watchedStreams
 }
 
 // WithMaxEntrySize returns a client on the same connections whose group reads (ReadGroup,
@@ -252,12 +255,12 @@ func openSingle(ctx context.Context, opts Options, o *goredis.Options, desc stri
 		return nil, &ConnectError{Addr: desc, User: userOf(o.Username), TLS: o.TLSConfig != nil, Err: err}
 	}
 	c := &Client{rdb: rdb, desc: desc, user: userOf(o.Username), conns: conns,
-		readTimeout: o.ReadTimeout, readHints: &readHints{}}
+		readTimeout: o.ReadTimeout, readHints: &readHints{}, watched: newWatchedStreams(rdb)}
 	// INFO cluster: an error (for example from miniredis, which lacks the section, or an ACL
 	// user without INFO) means we cannot tell, and a plain client is the right guess.
 	info, err := rdb.Info(ctx, "cluster").Result()
 	if err == nil && strings.Contains(info, "cluster_enabled:1") {
-		c.cluster = true
+		c.cluster, c.watched = true, nil
 	}
 	// miniredis answers INFO with two sections of its own and refuses the others so.
 	c.miniredis = err != nil && strings.Contains(err.Error(), "section (cluster) is not supported")

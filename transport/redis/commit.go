@@ -233,7 +233,8 @@ func (a CommitArgs) settles() bool {
 // run time inside EXEC (WRONGTYPE: a non-stream key at an output name) does not stop the
 // commands after it, so the ack checks first that every output's key is a stream and acks
 // nothing when one is not. Effectively-once outputs are written by a script that can fail at run
-// time too (WRONGTYPE, OOM); the ack checks their markers first, likewise.
+// time too (WRONGTYPE, OOM); the ack checks their markers first, likewise. A stateless commit
+// under a lease is fenced by WATCH instead of the script, in two round trips (watched.go).
 //
 // On a cluster with outputs in other slots it is two steps: the outputs (go-redis sends one
 // pipeline per node, in parallel), then, only if every output was written, the ack. A cluster
@@ -274,6 +275,9 @@ func (c *Client) Commit(ctx context.Context, a CommitArgs) ([]string, error) {
 		return nil, c.WriteMarks(ctx, a.Marks)
 	}
 	if plan.atomic {
+		if c.watchable(a, plan) {
+			return c.commitWatched(ctx, a, plan)
+		}
 		return c.commitAtomic(ctx, a, plan)
 	}
 	ids, err := c.writeOutputs(ctx, c.rdb.Pipeline(), plan)
@@ -543,14 +547,16 @@ func (p *commitPlan) queueOutputs(ctx context.Context, pipe goredis.Pipeliner) f
 	// message at every hop.
 	adds := make([]goredis.Cmder, len(p.plain))
 	xadds := xaddBatch{slab: make([]any, 0, p.xaddArgCount())}
+	// The XADDs in one slice: a command each was an allocation per message at every hop.
+	cmds := make([]goredis.StringCmd, len(p.plain))
 	for i, o := range p.plain {
 		if o.off != nil {
 			adds[i] = offloadScript.Eval(ctx, pipe, []string{o.stream, o.off.key}, append([]any{o.off.body()}, o.values...)...)
 			continue
 		}
-		cmd := goredis.NewStringCmd(ctx, xadds.of(o)...)
-		_ = pipe.Process(ctx, cmd) // queued: its reply is read after Exec
-		adds[i] = cmd
+		cmds[i] = *goredis.NewStringCmd(ctx, xadds.of(o)...)
+		_ = pipe.Process(ctx, &cmds[i]) // queued: its reply is read after Exec
+		adds[i] = &cmds[i]
 	}
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, s := range p.order {
@@ -649,37 +655,52 @@ func (c *Client) writeOutputs(ctx context.Context, pipe goredis.Pipeliner, p *co
 }
 
 func (c *Client) commitAtomic(ctx context.Context, a CommitArgs, p *commitPlan) ([]string, error) {
-	pipe := c.rdb.TxPipeline()
+	ids, aborted, err := p.commitTx(ctx, c.rdb.TxPipeline(), a, func(pipe goredis.Pipeliner) goredis.Cmder {
+		return queueSettle(ctx, pipe, a, p.guards, p.streams)
+	})
+	if aborted { // nothing was written: the connection watched a key (it never should)
+		return nil, wrap(goredis.TxFailedErr, "committing to", a.Stream)
+	}
+	return ids, err
+}
+
+// commitTx runs the transaction pipe of the outputs, the watermarks and, when the commit settles,
+// the settle that queue adds. aborted says that a key the connection watched changed, so that EXEC
+// ran nothing (see commitWatched).
+func (p *commitPlan) commitTx(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, queue func(goredis.Pipeliner) goredis.Cmder) (ids []string, aborted bool, err error) {
 	collect := p.queueOutputs(ctx, pipe)
 	collectMarks := queueMarks(ctx, pipe, a.Marks)
 	var ack goredis.Cmder
 	if a.settles() {
-		ack = queueSettle(ctx, pipe, a, p.guards, p.streams)
+		ack = queue(pipe)
 	}
 	_, execErr := pipe.Exec(ctx)
-	ids, err := collect()
+	if errors.Is(execErr, goredis.TxFailedErr) {
+		return nil, true, nil
+	}
+	ids, err = collect()
 	if err == nil {
 		err = collectMarks()
 	}
 	if err != nil {
 		if ack != nil && isUnwritten(ack.Err()) {
-			return ids, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
+			return ids, false, fmt.Errorf("%w (nothing was acked: the outputs failed inside the transaction)", err)
 		}
 		if ack != nil && strings.HasPrefix(errText(err), "EXECABORT") && ack.Err() != nil && !strings.HasPrefix(ack.Err().Error(), "EXECABORT") {
 			// Redis refused to queue the ack (NOPERM on its script, say) and discarded the whole
 			// transaction: the outputs only say EXECABORT, the ack says why.
-			return ids, settleError(ack.Err(), a)
+			return ids, false, settleError(ack.Err(), a)
 		}
-		return ids, err
+		return ids, false, err
 	}
 	if ack != nil {
 		if err := ack.Err(); err != nil {
-			return ids, settleError(err, a)
+			return ids, false, settleError(err, a)
 		}
 	} else if execErr != nil {
-		return ids, wrap(execErr, "committing to", a.Stream)
+		return ids, false, wrap(execErr, "committing to", a.Stream)
 	}
-	return ids, nil
+	return ids, false, nil
 }
 
 // errText is the text of the error at the end of err's chain: the server's reply.
@@ -718,12 +739,7 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		return checkpointScript.Eval(ctx, pipe, keys, leaseValue, c.Value, len(streams))
 	}
 	if a.Lease == nil && a.RetryKey == "" && len(guards)+len(streams) == 0 && a.State.empty() {
-		args := make([]any, 0, 3+len(a.IDs))
-		args = append(args, "xack", a.Stream, a.Group)
-		args = appendIDs(args, a.IDs)
-		cmd := goredis.NewIntCmd(ctx, args...) // XAck, but for its arguments (appendIDs)
-		_ = pipe.Process(ctx, cmd)
-		return cmd
+		return queueXAck(ctx, pipe, a)
 	}
 	keys, args, err := settleArgs(a)
 	if err != nil {
@@ -732,6 +748,17 @@ func queueSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs, guar
 		return cmd
 	}
 	return settleScript.Eval(ctx, pipe, append(append(keys, guards...), streams...), append(args, len(streams))...)
+}
+
+// queueXAck adds the plain XACK of a batch's inputs to a pipeline: go-redis's XAck, but for its
+// arguments (appendIDs).
+func queueXAck(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) *goredis.IntCmd {
+	args := make([]any, 0, 3+len(a.IDs))
+	args = append(args, "xack", a.Stream, a.Group)
+	args = appendIDs(args, a.IDs)
+	cmd := goredis.NewIntCmd(ctx, args...)
+	_ = pipe.Process(ctx, cmd)
+	return cmd
 }
 
 // settleArgs encodes the settle script's keys and arguments.
