@@ -236,19 +236,21 @@ func TestRunFailsAtStartWithoutPermissions(t *testing.T) {
 }
 
 // A user whose permissions are taken away while the run goes on: the run ends naming the refused
-// command, instead of retrying it forever. Both ways a commit's transaction can be refused are
-// tried: its XADD refused, and its ack's script refused, which leaves the XADDs with only
-// EXECABORT to say (the runtime then asks again what the start-up check asked).
+// command, instead of retrying it forever. The ways a commit's transaction can be refused are
+// tried: its XADD refused; its ack refused (a plain XACK, in a stateless commit fenced by WATCH);
+// and, effectively once, its scripts refused. The last two leave the XADDs with only EXECABORT to
+// say (the runtime then asks again what the start-up check asked).
 func TestPermissionsTakenWhileRunningEndTheRun(t *testing.T) {
-	for _, c := range []struct{ name, revoke, want string }{
-		{"xadd", "-xadd", "xadd"},
-		{"scripts", "-@scripting", "eval"},
+	for _, c := range []struct{ name, delivery, revoke, want string }{
+		{"xadd", "at_least_once", "-xadd", "xadd"},
+		{"xack", "at_least_once", "-xack", "xack"},
+		{"scripts", "effectively_once", "-@scripting", "eval"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			admin := openURLs(t, srv.URL())
 			ctx := context.Background()
-			plan := buildTestdata(t, "copy.hcl")
+			plan := buildTestdata(t, "copy.hcl", "delivery="+c.delivery)
 			setUser(t, srv, "app", "reset", "on", ">pw", "~*", "+@all")
 			var log syncBuffer
 			rt, err := runtime.New(plan, runtime.Options{Redis: openURLs(t, "redis://app:pw@"+srv.Addr()), Logger: newLogger(&log),

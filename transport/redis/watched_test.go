@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,43 @@ func TestCommitWithoutWatch(t *testing.T) {
 	}
 	if !c.watched.busy(nil) {
 		t.Fatal("the client still tries WATCH, which its user may not send")
+	}
+}
+
+// TestTheAccessCheckFindsWatchRefused: the start-up check of a user that may not WATCH passes (the
+// command is optional), and the client then commits without sending it, so the server's ACL log
+// records no refusal.
+func TestTheAccessCheckFindsWatchRefused(t *testing.T) {
+	srv := redistest.Shared(t)
+	user := fmt.Sprintf("nowatch%d", runs.Add(1))
+	setUser(t, srv, user, "on", ">pw", "~*", "+@all", "-watch")
+	c := openAs(t, srv, user)
+	k := testKeys(t)
+	ctx := ctxT(t)
+	in, lease, b := leasedBatch(t, c, k, 10)
+	outs := outputsFor(k, b)
+	a := NewAccess(k)
+	var streams []string
+	for _, o := range outs {
+		if !slices.Contains(streams, o.Stream) {
+			streams = append(streams, o.Stream)
+		}
+	}
+	a.Settle("stage s", in, "stage", "", lease.Key, StateKeys{}, nil, streams)
+	if err := c.CheckAccess(ctx, a.Checks()); err != nil {
+		t.Fatalf("the check refused a user without WATCH: %v", err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease}); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(t, c, in, "stage"); n != 0 {
+		t.Fatalf("%d entries pending, want 0", n)
+	}
+	if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) > 0 {
+		t.Fatalf("the server refused commands of the commit: %v %v", log, err)
 	}
 }
