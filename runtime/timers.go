@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -113,16 +114,25 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 // timerOrigin names an output of a timer for effectively-once delivery by the timer, its time and
 // the output's content: a batch processed again after a crash makes the same outputs, which are then
 // written once, while a timer that fires again at the same time with something new to say (an
-// on_update emit after a later batch) is not taken for a repeat. The payload is encoded once, here.
+// on_update emit after a later batch) is not taken for a repeat. A timer that members share
+// (stages.TimerGroupName, such as the windows of an aggregate that close together) is named by all
+// of them, too long to name each of its outputs: its name's hash stands for it. The payload is
+// encoded once, here.
 func timerOrigin(t redis.DueTimer, m *stages.Message, partition int) (*message, error) {
 	payload, err := m.Payload()
 	if err != nil {
 		return nil, err
 	}
 	*m = stages.NewMessage(m.Key, payload, m.Headers)
+	name := t.Name
+	if strings.HasPrefix(name, "\x00") {
+		g := fnv.New64a()
+		g.Write([]byte(name))
+		name = fmt.Sprintf("group-%x", g.Sum64())
+	}
 	h := fnv.New64a()
 	h.Write([]byte(m.Key))
 	h.Write([]byte{0})
 	h.Write(payload)
-	return &message{id: fmt.Sprintf("timer-%s-%d-%x", t.Name, t.At, h.Sum64()), partition: partition}, nil
+	return &message{id: fmt.Sprintf("timer-%s-%d-%x", name, t.At, h.Sum64()), partition: partition}, nil
 }

@@ -80,6 +80,11 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // move): a tumbling or hopping window's timer, set with its state when it opened, stays until it
 // closes the window, and setting it again at every message was a timer to write per window of
 // every batch.
+//
+// The tumbling and hopping windows that open in one batch and close at the same time share one
+// timer (SetTimerMember), as the windows of all groups end together: a timer per window was a
+// timer to add and one to remove per window, and a firing of its own each. A session's timer is
+// its own, and moves with its end.
 func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64, closes bool) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.fn, values[i], at)
@@ -93,8 +98,14 @@ func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *wind
 		return err
 	}
 	s.decoded.keep(st.Partition(), key, b, w)
-	if closes {
-		if err := st.SetTimer(ctx, name, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
+	closesAt := time.UnixMilli(w.End + s.grace.Milliseconds())
+	switch {
+	case closes && s.session:
+		if err := st.SetTimer(ctx, name, closesAt); err != nil {
+			return err
+		}
+	case closes:
+		if err := SetTimerMember(ctx, st, windowPrefix, closesAt, key); err != nil {
 			return err
 		}
 	}
@@ -123,20 +134,27 @@ func (s *aggregateStage) load(ctx context.Context, st State, key string) (*windo
 	return &w, nil
 }
 
-// forgetWindow deletes a window's state and cancels its timers and hold.
+// forgetWindow deletes a window's state and cancels its timers and hold. A tumbling or hopping
+// window is forgotten as it closes, by its timer, which the runtime cancels as it fires (or which
+// it shares with other windows, and fires once for all of them): only a session, which may be
+// merged into another, has a timer to cancel here, and a hold. Only with emit = "on_update" has a
+// window a timer that emits its value.
 func (s *aggregateStage) forgetWindow(ctx context.Context, st State, key string) error {
 	if err := st.Delete(ctx, windowPrefix+key); err != nil {
 		return err
 	}
-	if err := st.CancelTimer(ctx, windowPrefix+key); err != nil {
-		return err
-	}
 	if s.session {
+		if err := st.CancelTimer(ctx, windowPrefix+key); err != nil {
+			return err
+		}
 		if err := st.Release(ctx, windowPrefix+key); err != nil {
 			return err
 		}
 	}
-	return st.CancelTimer(ctx, updatePrefix+key)
+	if s.onUpdate {
+		return st.CancelTimer(ctx, updatePrefix+key)
+	}
+	return nil
 }
 
 // loadGroup reads a group's index of its open windows; nil when it has none.

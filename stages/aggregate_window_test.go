@@ -1,9 +1,13 @@
 package stages
 
 import (
+	"context"
 	"encoding/json"
 	"math"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // TestWindowStateEncodesAsJSON: a window's state, encoded by hand, is what encoding/json makes of
@@ -42,5 +46,52 @@ func TestWindowStateEncodesAsJSON(t *testing.T) {
 		if _, err := w.appendJSON(nil); err == nil {
 			t.Errorf("%+v encoded, want the error encoding/json gives", bad)
 		}
+	}
+}
+
+// groupingState is a memState that shares timers as the runtime's State does (TimerGrouper): it
+// keeps the members added, for the test to name their timers.
+type groupingState struct {
+	*memState
+	members map[string][]string // by prefix and time, "w:60000"
+}
+
+func (s *groupingState) AddTimerMember(_ context.Context, prefix string, at time.Time, member string) error {
+	group := prefix + strconv.FormatInt(at.UnixMilli(), 10)
+	s.members[group] = append(s.members[group], member)
+	return nil
+}
+
+// Tumbling windows that open in one batch and close at the same time share one timer, which closes
+// them all: a, b and c open [0, 1m) in the first batch, with no timer of their own, and the timer
+// that they share, once the second batch moves the watermark to 1m, emits the three and forgets
+// them, groups and all.
+func TestWindowsThatCloseTogetherShareATimer(t *testing.T) {
+	proc, st := statefulProcessor(t, aggregateSrc(`type = "tumbling"`+"\n    size = \"1m\"", "0s", `"dead_letter"`), "agg")
+	grouping := &groupingState{memState: st, members: map[string][]string{}}
+	st.self = grouping
+	outs, errs := st.batch(t, proc, event("b", 0.1, 1, ""), event("a", 0.2, 2, ""), event("c", 0.3, 4, ""), event("a", 0.4, 8, ""))
+	noErrors(t, errs)
+	if len(outs) != 0 || len(st.timers) != 0 {
+		t.Fatalf("the first batch: outputs %v, timers %v; want none", outs, st.timers)
+	}
+	members := grouping.members["w:"+strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)]
+	slices.Sort(members)
+	if want := []string{windowKey("a", epoch.UnixMilli()), windowKey("b", epoch.UnixMilli()), windowKey("c", epoch.UnixMilli())}; !slices.Equal(members, want) ||
+		len(grouping.members) != 1 {
+		t.Fatalf("timer members %q, want the three windows, due at 1m: %q", grouping.members, want)
+	}
+	due := epoch.Add(time.Minute).UnixMilli()
+	st.timers[TimerGroupName(windowPrefix, due, members)] = due // as the runtime names it
+	outs, errs = st.batch(t, proc, event("a", 1, 16, ""))
+	noErrors(t, errs)
+	wantWindows(t, "the shared timer", windows(t, outs, "n", "total"), "a [0, 1) n=2 total=10\nb [0, 1) n=1 total=1\nc [0, 1) n=1 total=4")
+	for key := range st.values {
+		if key != windowPrefix+windowKey("a", epoch.Add(time.Minute).UnixMilli()) && key != groupPrefix+"a" && key != KeyCountKey {
+			t.Errorf("the state still holds %q", key)
+		}
+	}
+	if n := st.keyCount(t); n != 1 {
+		t.Errorf("%d groups counted, want 1 (a's next window)", n)
 	}
 }

@@ -356,28 +356,39 @@ func (s *aggregateStage) OutputWatermark(watermark time.Time) time.Time {
 	return watermark.Add(-s.grace - s.size)
 }
 
-// OnTimer emits a window's result: when it closes, and then forgets it; or, with emit = "on_update",
-// after a batch that changed it.
+// OnTimer emits the results of windows: of those that close, and then forgets them; or, with emit
+// = "on_update", of one that a batch changed. A closing timer is a window's own (a session's, or a
+// window's as flowrun wrote them before 2026-12) or one that windows closing at the same time share
+// (TimerGroupName).
 func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
 	if group, ok := strings.CutPrefix(name, forgetPrefix); ok {
 		return out, s.forgetClosed(ctx, st, group)
 	}
-	key, closing := strings.CutPrefix(name, windowPrefix)
-	if !closing {
-		var ok bool
-		if key, ok = strings.CutPrefix(name, updatePrefix); !ok {
-			return out, nil
+	if key, ok := strings.CutPrefix(name, updatePrefix); ok {
+		w, err := s.load(ctx, st, key)
+		if err != nil || w == nil {
+			return out, err
+		}
+		return append(out, s.resultOutput(w)), nil
+	}
+	keys, _ := TimerMembers(windowPrefix, name, nil)
+	for _, key := range keys {
+		var err error
+		if out, err = s.close(ctx, st, key, out); err != nil {
+			return out, err
 		}
 	}
+	return out, nil
+}
+
+// close emits a window's result and forgets it, with its entry in its group's index. A window that
+// the state no longer holds closed already.
+func (s *aggregateStage) close(ctx context.Context, st State, key string, out []Output) ([]Output, error) {
 	w, err := s.load(ctx, st, key)
 	if err != nil || w == nil {
 		return out, err
 	}
-	out = append(out, Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w),
-		Headers: map[string]string{EventTimeHeader: strconv.FormatInt(w.Start, 10)}}})
-	if !closing {
-		return out, nil
-	}
+	out = append(out, s.resultOutput(w))
 	if err := s.forgetWindow(ctx, st, key); err != nil {
 		return out, err
 	}
@@ -394,8 +405,8 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 
 // TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher), so that the windows
 // that close in a batch are read at once, not a round trip each for the window and one for its
-// group: a closing window's state, its group's index and the count of groups; an emitting one's
-// state; the index of a group whose closed sessions are forgotten.
+// group: each closing window's state and its group's index, and the count of groups; an emitting
+// one's state; the index of a group whose closed sessions are forgotten.
 func (s *aggregateStage) TimerStateKeys(timer string, keys []string) []string {
 	if group, ok := strings.CutPrefix(timer, forgetPrefix); ok {
 		return append(keys, groupPrefix+group)
@@ -403,16 +414,24 @@ func (s *aggregateStage) TimerStateKeys(timer string, keys []string) []string {
 	if key, ok := strings.CutPrefix(timer, updatePrefix); ok {
 		return append(keys, windowPrefix+key)
 	}
-	key, ok := strings.CutPrefix(timer, windowPrefix)
-	if !ok {
-		return keys
+	closing, _ := TimerMembers(windowPrefix, timer, nil)
+	for _, key := range closing {
+		// A window's key is its group, NUL, its id.
+		keys = append(keys, windowPrefix+key)
+		if i := strings.LastIndexByte(key, 0); i >= 0 {
+			keys = append(keys, groupPrefix+key[:i])
+		}
 	}
-	// The window's state is named as its timer; its key is the group, NUL, the window's id.
-	keys = append(keys, timer)
-	if i := strings.LastIndexByte(key, 0); i >= 0 {
-		keys = append(keys, groupPrefix+key[:i], KeyCountKey)
+	if len(closing) > 0 {
+		keys = append(keys, KeyCountKey)
 	}
 	return keys
+}
+
+// resultOutput is a window's result, as the stage emits it.
+func (s *aggregateStage) resultOutput(w *windowState) Output {
+	return Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w),
+		Headers: map[string]string{EventTimeHeader: strconv.FormatInt(w.Start, 10)}}}
 }
 
 // result is a window's output payload.
