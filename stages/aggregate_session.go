@@ -2,7 +2,6 @@ package stages
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -111,11 +110,7 @@ func (s *aggregateStage) forgetClosed(ctx context.Context, st State, group strin
 		return st.Delete(ctx, groupPrefix+group)
 	}
 	g.ClosedUntil = 0
-	b, err := json.Marshal(g)
-	if err != nil {
-		return err
-	}
-	return st.Put(ctx, groupPrefix+group, b)
+	return st.Put(ctx, groupPrefix+group, g.appendJSON(nil))
 }
 
 // merge folds another window of the group in: a session that an event joined to this one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -93,5 +94,44 @@ func TestWindowsThatCloseTogetherShareATimer(t *testing.T) {
 	}
 	if n := st.keyCount(t); n != 1 {
 		t.Errorf("%d groups counted, want 1 (a's next window)", n)
+	}
+}
+
+// TestGroupStateCodec: a group's index, encoded by hand, is what encoding/json makes of it, and
+// reads back by hand as encoding/json reads it; JSON of another shape (written otherwise, or
+// changed by hand) is left to encoding/json.
+func TestGroupStateCodec(t *testing.T) {
+	groups := []*groupState{
+		{Windows: []openWindow{{ID: 1764478800000, Start: 1764478800000, End: 1764478860000}}},
+		{Windows: []openWindow{{ID: -60000, Start: -60000, End: 0}, {ID: 0, Start: 0, End: 60000}}},
+		{Next: 3, Windows: []openWindow{{ID: 2, Start: 5, End: 9}}, ClosedUntil: 4},
+		{Next: 7, Windows: []openWindow{}, ClosedUntil: -1},
+		{},
+	}
+	for i, g := range groups {
+		got := g.appendJSON(nil)
+		want, err := json.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("group %d:\ngot  %s\nwant %s", i, got, want)
+		}
+		var decoded groupState
+		if err := json.Unmarshal(want, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		parsed, ok := parseGroupState(want)
+		if !ok || !reflect.DeepEqual(*parsed, decoded) {
+			t.Errorf("group %d: %s parsed as %+v (%v), encoding/json reads %+v", i, want, parsed, ok, decoded)
+		}
+	}
+	for _, other := range []string{
+		`{"w": [{"i":1,"s":1,"e":2}]}`, `{"w":[{"s":1,"i":1,"e":2}]}`, `{"w":[{"i":1,"s":1,"e":2,"x":0}]}`,
+		`{"w":[]} `, `{"w":[],"n":1}`, `{"w":[{"i":1.5,"s":1,"e":2}]}`, `{"w":[{"i":99999999999999999999,"s":1,"e":2}]}`, `{"w":[}`, ``,
+	} {
+		if g, ok := parseGroupState([]byte(other)); ok {
+			t.Errorf("%s parsed by hand as %+v, want it left to encoding/json", other, g)
+		}
 	}
 }
