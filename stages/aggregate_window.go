@@ -17,15 +17,25 @@ import (
 //
 // The state of a group is an index of its open windows (groupPrefix and the group: a groupState),
 // which exists while the group has an open window and is what max_keys counts, and each window's
-// accumulators (windowPrefix and windowKey: a windowState). A window's id is its start for tumbling
+// accumulators (windowName: a windowState). A window's id is its start for tumbling
 // and hopping windows, which are aligned and so never share one; a session's start moves as events
 // join it, so the index numbers the group's sessions instead. A window's timers are named by its
 // key: windowPrefix closes it, updatePrefix emits its value after a batch (emit = "on_update").
 const windowPrefix, updatePrefix, groupPrefix, forgetPrefix = "w:", "u:", "g:", "c:"
 
-func windowKey(group string, id int64) string {
-	return group + "\x00" + strconv.FormatInt(id, 10)
+// windowName is the name of a window's state, windowPrefix and its key, the group, NUL and its id
+// (made at once: a message names its window to read it ahead, to load it and to write it), and of
+// its own timer.
+func windowName(group string, id int64) string {
+	b := make([]byte, 0, len(windowPrefix)+len(group)+21)
+	b = append(b, windowPrefix...)
+	b = append(b, group...)
+	b = append(b, 0)
+	return string(strconv.AppendInt(b, id, 10))
 }
+
+// keyOf is the key of the window whose state is named name.
+func keyOf(name string) string { return name[len(windowPrefix):] }
 
 // addToWindows folds one message into the tumbling or hopping windows of its group that hold its
 // event time and have not closed, and lists those that have in a.late.
@@ -41,8 +51,8 @@ func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 			a.late = append(a.late, openWindow{ID: start, Start: start, End: end})
 			continue
 		}
-		key := windowKey(a.group, start)
-		w, err := s.load(ctx, a.st, key)
+		name := windowName(a.group, start)
+		w, err := s.load(ctx, a.st, name)
 		if err != nil {
 			return err
 		}
@@ -61,7 +71,7 @@ func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 			}
 			w = s.newWindow(a.group, start, end)
 		}
-		if err := s.fold(ctx, a.st, key, w, a.values, a.at, opened); err != nil {
+		if err := s.fold(ctx, a.st, name, w, a.values, a.at, opened); err != nil {
 			return err
 		}
 		a.added = true
@@ -85,7 +95,7 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // timer (SetTimerMember), as the windows of all groups end together: a timer per window was a
 // timer to add and one to remove per window, and a firing of its own each. A session's timer is
 // its own, and moves with its end.
-func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64, closes bool) error {
+func (s *aggregateStage) fold(ctx context.Context, st State, name string, w *windowState, values []any, at int64, closes bool) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.fn, values[i], at)
 	}
@@ -93,11 +103,10 @@ func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *wind
 	if err != nil {
 		return err
 	}
-	name := windowPrefix + key // of its state and of the timer that closes it
 	if err := st.Put(ctx, name, b); err != nil {
 		return err
 	}
-	s.decoded.keep(st.Partition(), key, b, w)
+	s.decoded.keep(st.Partition(), name, b, w)
 	closesAt := time.UnixMilli(w.End + s.grace.Milliseconds())
 	switch {
 	case closes && s.session:
@@ -105,31 +114,32 @@ func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *wind
 			return err
 		}
 	case closes:
-		if err := SetTimerMember(ctx, st, windowPrefix, closesAt, key); err != nil {
+		if err := SetTimerMember(ctx, st, windowPrefix, closesAt, keyOf(name)); err != nil {
 			return err
 		}
 	}
 	if s.onUpdate {
 		// Due at once: timers fire after the batch's messages, so this emits once per batch.
-		return st.SetTimer(ctx, updatePrefix+key, time.UnixMilli(at))
+		return st.SetTimer(ctx, updatePrefix+keyOf(name), time.UnixMilli(at))
 	}
 	return nil
 }
 
-func (s *aggregateStage) load(ctx context.Context, st State, key string) (*windowState, error) {
-	b, found, err := st.Get(ctx, windowPrefix+key)
+// load reads the window whose state is named name (windowName); nil when the state has none.
+func (s *aggregateStage) load(ctx context.Context, st State, name string) (*windowState, error) {
+	b, found, err := st.Get(ctx, name)
 	if err != nil || !found {
 		return nil, err
 	}
-	if w := s.decoded.take(st.Partition(), key, b); w != nil {
+	if w := s.decoded.take(st.Partition(), name, b); w != nil {
 		return w, nil
 	}
 	var w windowState
 	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, Permanent(fmt.Errorf("the state of window %q cannot be read: %w", key, err))
+		return nil, Permanent(fmt.Errorf("the state of window %q cannot be read: %w", keyOf(name), err))
 	}
 	if len(w.Fields) != len(s.fields) {
-		return nil, Permanent(fmt.Errorf("the state of window %q has %d fields, the stage %d: the aggregate changed under existing state", key, len(w.Fields), len(s.fields)))
+		return nil, Permanent(fmt.Errorf("the state of window %q has %d fields, the stage %d: the aggregate changed under existing state", keyOf(name), len(w.Fields), len(s.fields)))
 	}
 	return &w, nil
 }
@@ -139,20 +149,20 @@ func (s *aggregateStage) load(ctx context.Context, st State, key string) (*windo
 // it shares with other windows, and fires once for all of them): only a session, which may be
 // merged into another, has a timer to cancel here, and a hold. Only with emit = "on_update" has a
 // window a timer that emits its value.
-func (s *aggregateStage) forgetWindow(ctx context.Context, st State, key string) error {
-	if err := st.Delete(ctx, windowPrefix+key); err != nil {
+func (s *aggregateStage) forgetWindow(ctx context.Context, st State, name string) error {
+	if err := st.Delete(ctx, name); err != nil {
 		return err
 	}
 	if s.session {
-		if err := st.CancelTimer(ctx, windowPrefix+key); err != nil {
+		if err := st.CancelTimer(ctx, name); err != nil {
 			return err
 		}
-		if err := st.Release(ctx, windowPrefix+key); err != nil {
+		if err := st.Release(ctx, name); err != nil {
 			return err
 		}
 	}
 	if s.onUpdate {
-		return st.CancelTimer(ctx, updatePrefix+key)
+		return st.CancelTimer(ctx, updatePrefix+keyOf(name))
 	}
 	return nil
 }
@@ -212,49 +222,53 @@ func (s *aggregateStage) putGroup(ctx context.Context, st State, group string, g
 // instead of decoding its JSON again: a window is decoded once per process, not once per message.
 // The bytes are compared, so the cache cannot be out of date, whatever the state went through (a
 // failed attempt, another process); a window taken out is the taker's to change, and is kept again
-// only once written.
+// only once written. A window is kept by its name, with its partition.
 type windowCache struct {
 	mu      sync.Mutex
-	windows map[windowCacheKey]cachedWindow
-}
-
-type windowCacheKey struct {
-	partition int
-	key       string
+	windows map[string]cachedWindow
 }
 
 type cachedWindow struct {
-	raw []byte
-	w   *windowState
+	partition int
+	raw       []byte
+	w         *windowState
 }
 
 // maxCachedWindows bounds the cache; past it, it starts again empty.
 const maxCachedWindows = 1 << 16
 
 // take returns the window that raw encodes, if the cache has it, and forgets it.
-func (c *windowCache) take(partition int, key string, raw []byte) *windowState {
+func (c *windowCache) take(partition int, name string, raw []byte) *windowState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := windowCacheKey{partition, key}
-	cw, ok := c.windows[k]
+	cw, ok := c.windows[name]
 	if !ok {
 		return nil
 	}
-	delete(c.windows, k)
-	if !bytes.Equal(cw.raw, raw) {
+	delete(c.windows, name)
+	if cw.partition != partition || !bytes.Equal(cw.raw, raw) {
 		return nil
 	}
 	return cw.w
 }
 
 // keep remembers the window w that raw encodes, as written to the state.
-func (c *windowCache) keep(partition int, key string, raw []byte, w *windowState) {
+func (c *windowCache) keep(partition int, name string, raw []byte, w *windowState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.windows == nil || len(c.windows) >= maxCachedWindows {
-		c.windows = make(map[windowCacheKey]cachedWindow)
+		c.windows = make(map[string]cachedWindow)
 	}
-	c.windows[windowCacheKey{partition, key}] = cachedWindow{raw: raw, w: w}
+	c.windows[name] = cachedWindow{partition: partition, raw: raw, w: w}
+}
+
+// holds reports whether the cache has a window of that name, which is then most likely open: it
+// was written, and a window that closed is never written again.
+func (c *windowCache) holds(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.windows[name]
+	return ok
 }
 
 // windowState is a window's accumulators, as its state holds them (JSON).

@@ -78,7 +78,7 @@ func TestWindowsThatCloseTogetherShareATimer(t *testing.T) {
 	}
 	members := grouping.members["w:"+strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)]
 	slices.Sort(members)
-	if want := []string{windowKey("a", epoch.UnixMilli()), windowKey("b", epoch.UnixMilli()), windowKey("c", epoch.UnixMilli())}; !slices.Equal(members, want) ||
+	if want := []string{keyOf(windowName("a", epoch.UnixMilli())), keyOf(windowName("b", epoch.UnixMilli())), keyOf(windowName("c", epoch.UnixMilli()))}; !slices.Equal(members, want) ||
 		len(grouping.members) != 1 {
 		t.Fatalf("timer members %q, want the three windows, due at 1m: %q", grouping.members, want)
 	}
@@ -88,7 +88,7 @@ func TestWindowsThatCloseTogetherShareATimer(t *testing.T) {
 	noErrors(t, errs)
 	wantWindows(t, "the shared timer", windows(t, outs, "n", "total"), "a [0, 1) n=2 total=10\nb [0, 1) n=1 total=1\nc [0, 1) n=1 total=4")
 	for key := range st.values {
-		if key != windowPrefix+windowKey("a", epoch.Add(time.Minute).UnixMilli()) && key != groupPrefix+"a" && key != KeyCountKey {
+		if key != windowName("a", epoch.Add(time.Minute).UnixMilli()) && key != groupPrefix+"a" && key != KeyCountKey {
 			t.Errorf("the state still holds %q", key)
 		}
 	}

@@ -242,23 +242,9 @@ func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out 
 	if err != nil {
 		return out, err
 	}
-	values := make([]any, len(s.fields))
-	for i, f := range s.fields {
-		if f.Arg == nil {
-			continue
-		}
-		v, err := f.Arg.Eval(&expr.Env{Msg: m.Value})
-		if err != nil {
-			return out, evalError(err)
-		}
-		values[i] = v.Interface()
-		if f.By != nil {
-			by, err := f.By.Eval(&expr.Env{Msg: m.Value})
-			if err != nil {
-				return out, evalError(err)
-			}
-			values[i] = byArgs{value: values[i], by: by.Interface()}
-		}
+	values, err := s.arguments(m)
+	if err != nil {
+		return out, err
 	}
 	a := &adding{st: st, group: group, at: at.UnixMilli(), watermark: watermark.UnixMilli(), values: values}
 	if s.session {
@@ -295,30 +281,66 @@ type adding struct {
 	late      []openWindow // the windows it is late for; for a session, the one it would have made
 }
 
+// arguments are the values of the aggregate fields' arguments on m, by field (nil for count()),
+// evaluated in one environment.
+func (s *aggregateStage) arguments(m *Message) ([]any, error) {
+	values := make([]any, len(s.fields))
+	var env *expr.Env
+	for i, f := range s.fields {
+		if f.Arg == nil {
+			continue
+		}
+		if env == nil {
+			env = &expr.Env{Msg: m.Value}
+		}
+		v, err := f.Arg.Eval(env)
+		if err != nil {
+			return nil, evalError(err)
+		}
+		values[i] = v.Interface()
+		if f.By != nil {
+			by, err := f.By.Eval(env)
+			if err != nil {
+				return nil, evalError(err)
+			}
+			values[i] = byArgs{value: values[i], by: by.Interface()}
+		}
+	}
+	return values, nil
+}
+
 // groupOf is the group m counts in: group_by's value.
 func (s *aggregateStage) groupOf(m *Message) (string, error) {
 	return stateKey(s.groupBy, s.reads, m)
 }
 
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
-// (StatePrefetcher): the group's index, the count of groups and, for tumbling and hopping windows,
-// the windows that hold its event time (a session's are found through the index).
+// (StatePrefetcher): for tumbling and hopping windows, the windows that hold its event time and,
+// when one of them may open, the group's index and the count of groups; for a session, the index
+// and the count (its sessions are found through the index). A window of the stage's cache (which
+// it wrote) is taken for open, and its group's index is read only when a window opens: most
+// messages open no window. A wrong guess costs Process a read of its own.
 func (s *aggregateStage) StateKeys(m *Message, keys []string) []string {
 	group, err := s.groupOf(m)
 	if err != nil {
 		return keys // Process reports it
 	}
-	keys = append(keys, groupPrefix+group, KeyCountKey)
 	if s.session {
-		return keys
+		return append(keys, groupPrefix+group, KeyCountKey)
 	}
 	at, err := EventTime(s.eventTime, m)
 	if err != nil {
 		return keys
 	}
 	ms, size, advance := at.UnixMilli(), s.size.Milliseconds(), s.advance.Milliseconds()
+	mayOpen := false
 	for start := floorDiv(ms, advance) * advance; start > ms-size; start -= advance {
-		keys = append(keys, windowPrefix+windowKey(group, start))
+		name := windowName(group, start)
+		keys = append(keys, name)
+		mayOpen = mayOpen || !s.decoded.holds(name)
+	}
+	if mayOpen {
+		keys = append(keys, groupPrefix+group, KeyCountKey)
 	}
 	return keys
 }
@@ -365,7 +387,7 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 		return out, s.forgetClosed(ctx, st, group)
 	}
 	if key, ok := strings.CutPrefix(name, updatePrefix); ok {
-		w, err := s.load(ctx, st, key)
+		w, err := s.load(ctx, st, windowPrefix+key)
 		if err != nil || w == nil {
 			return out, err
 		}
@@ -384,19 +406,25 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 // close emits a window's result and forgets it, with its entry in its group's index. A window that
 // the state no longer holds closed already.
 func (s *aggregateStage) close(ctx context.Context, st State, key string, out []Output) ([]Output, error) {
-	w, err := s.load(ctx, st, key)
+	name := windowPrefix + key
+	w, err := s.load(ctx, st, name)
 	if err != nil || w == nil {
 		return out, err
 	}
 	out = append(out, s.resultOutput(w))
-	if err := s.forgetWindow(ctx, st, key); err != nil {
+	if err := s.forgetWindow(ctx, st, name); err != nil {
 		return out, err
 	}
 	g, err := s.loadGroup(ctx, st, w.Group)
 	if err != nil || g == nil {
 		return out, err // nil: a window written before groups had an index
 	}
-	g.Windows = slices.DeleteFunc(g.Windows, func(o openWindow) bool { return windowKey(w.Group, o.ID) == key })
+	// The key is the group, NUL, the id.
+	id, err := strconv.ParseInt(key[strings.LastIndexByte(key, 0)+1:], 10, 64)
+	if err != nil {
+		return out, Permanent(fmt.Errorf("the window %q has no id", key))
+	}
+	g.Windows = slices.DeleteFunc(g.Windows, func(o openWindow) bool { return o.ID == id })
 	if s.session {
 		g.ClosedUntil = max(g.ClosedUntil, w.End)
 	}
