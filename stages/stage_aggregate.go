@@ -139,6 +139,9 @@ func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 	if a.advance == 0 {
 		a.advance = a.size // tumbling
 	}
+	if !slices.ContainsFunc(a.fields, func(f aggregateField) bool { return f.Arg != nil }) {
+		a.noArguments = make([]any, len(a.fields))
+	}
 	exprs := []*expr.Program{a.groupBy, a.eventTime}
 	for _, f := range a.fields {
 		exprs = append(exprs, f.Arg, f.By)
@@ -224,6 +227,8 @@ type aggregateStage struct {
 	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
 	decoded       windowCache
+	// noArguments are the arguments of every message, read only, when no field has one (count()).
+	noArguments []any
 	// reads are the fields of a message that the stage's expressions read: the others are not
 	// decoded (fieldsRead; nil: all are).
 	reads []string
@@ -282,8 +287,11 @@ type adding struct {
 }
 
 // arguments are the values of the aggregate fields' arguments on m, by field (nil for count()),
-// evaluated in one environment.
+// evaluated in one environment. Aggregates of count() alone share noArguments.
 func (s *aggregateStage) arguments(m *Message) ([]any, error) {
+	if s.noArguments != nil {
+		return s.noArguments, nil
+	}
 	values := make([]any, len(s.fields))
 	var env *expr.Env
 	for i, f := range s.fields {
