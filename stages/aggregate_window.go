@@ -94,7 +94,7 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // The tumbling and hopping windows that open in one batch and close at the same time share one
 // timer (SetTimerMember), as the windows of all groups end together: a timer per window was a
 // timer to add and one to remove per window, and a firing of its own each. A session's timer is
-// its own, and moves with its end.
+// its own, and moves with its end; so is each window's of an effectively-once stage (ownTimers).
 func (s *aggregateStage) fold(ctx context.Context, st State, name string, w *windowState, values []any, at int64, closes bool) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.fn, values[i], at)
@@ -109,7 +109,7 @@ func (s *aggregateStage) fold(ctx context.Context, st State, name string, w *win
 	s.decoded.keep(st.Partition(), name, b, w)
 	closesAt := time.UnixMilli(w.End + s.grace.Milliseconds())
 	switch {
-	case closes && s.session:
+	case closes && s.ownTimers:
 		if err := st.SetTimer(ctx, name, closesAt); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -134,4 +135,24 @@ func TestGroupStateCodec(t *testing.T) {
 			t.Errorf("%s parsed by hand as %+v, want it left to encoding/json", other, g)
 		}
 	}
+}
+
+// An effectively-once aggregate names a timer's outputs by the timer, so each window keeps a timer
+// of its own (a batch processed again may open its windows in other batches, which would share
+// timers otherwise): a and b open [0, 1m) in one batch, each with its timer, which closes it.
+func TestEffectivelyOnceWindowsKeepTimersOfTheirOwn(t *testing.T) {
+	eo := `"dead_letter"` + "\n  delivery   = \"effectively_once\""
+	proc, st := statefulProcessor(t, aggregateSrc(`type = "tumbling"`+"\n    size = \"1m\"", "0s", eo), "agg")
+	grouping := &groupingState{memState: st, members: map[string][]string{}}
+	st.self = grouping
+	_, errs := st.batch(t, proc, event("a", 0.1, 1, ""), event("b", 0.2, 2, ""))
+	noErrors(t, errs)
+	due := epoch.Add(time.Minute).UnixMilli()
+	want := map[string]int64{windowName("a", epoch.UnixMilli()): due, windowName("b", epoch.UnixMilli()): due}
+	if len(grouping.members) != 0 || !maps.Equal(st.timers, want) {
+		t.Fatalf("timers %v, members %q; want a timer per window %v", st.timers, grouping.members, want)
+	}
+	outs, errs := st.batch(t, proc, event("a", 1, 4, ""))
+	noErrors(t, errs)
+	wantWindows(t, "their timers", windows(t, outs, "n", "total"), "a [0, 1) n=1 total=1\nb [0, 1) n=1 total=2")
 }
