@@ -91,10 +91,13 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // closes the window, and setting it again at every message was a timer to write per window of
 // every batch.
 //
-// The tumbling and hopping windows that open in one batch and close at the same time share one
-// timer (SetTimerMember), as the windows of all groups end together: a timer per window was a
-// timer to add and one to remove per window, and a firing of its own each. A session's timer is
-// its own, and moves with its end; so is each window's of an effectively-once stage (ownTimers).
+// Each window has a closing timer of its own. Windows that close together could share one, as a
+// dedupe's keys do, saving a timer to add and remove per window; but a process of an earlier
+// version fires a shared timer as none of its own, so during a rolling upgrade (or after a
+// rollback) the windows of a partition it took over would never be emitted; and an
+// effectively-once stage names a timer's outputs by the timer, which a batch processed again after
+// a crash, cut otherwise, would share out otherwise. OnTimer reads shared timers all the same
+// (TimerMembers), so that a later version may write them.
 func (s *aggregateStage) fold(ctx context.Context, st State, name string, w *windowState, values []any, at int64, closes bool) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.fn, values[i], at)
@@ -107,14 +110,8 @@ func (s *aggregateStage) fold(ctx context.Context, st State, name string, w *win
 		return err
 	}
 	s.decoded.keep(st.Partition(), name, b, w)
-	closesAt := time.UnixMilli(w.End + s.grace.Milliseconds())
-	switch {
-	case closes && s.ownTimers:
-		if err := st.SetTimer(ctx, name, closesAt); err != nil {
-			return err
-		}
-	case closes:
-		if err := SetTimerMember(ctx, st, windowPrefix, closesAt, keyOf(name)); err != nil {
+	if closes {
+		if err := st.SetTimer(ctx, name, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
 			return err
 		}
 	}

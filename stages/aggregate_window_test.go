@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"reflect"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -64,27 +63,28 @@ func (s *groupingState) AddTimerMember(_ context.Context, prefix string, at time
 	return nil
 }
 
-// Tumbling windows that open in one batch and close at the same time share one timer, which closes
-// them all: a, b and c open [0, 1m) in the first batch, with no timer of their own, and the timer
-// that they share, once the second batch moves the watermark to 1m, emits the three and forgets
-// them, groups and all.
-func TestWindowsThatCloseTogetherShareATimer(t *testing.T) {
+// A timer that windows closing at the same time share (TimerGroupName, which a later version may
+// write) closes them all: a, b and c open [0, 1m) in the first batch, each with a timer of its
+// own; replaced by one that the three share, it emits them, once the second batch moves the
+// watermark to 1m, and forgets them, groups and all.
+func TestATimerThatWindowsShareClosesThemAll(t *testing.T) {
 	proc, st := statefulProcessor(t, aggregateSrc(`type = "tumbling"`+"\n    size = \"1m\"", "0s", `"dead_letter"`), "agg")
-	grouping := &groupingState{memState: st, members: map[string][]string{}}
-	st.self = grouping
 	outs, errs := st.batch(t, proc, event("b", 0.1, 1, ""), event("a", 0.2, 2, ""), event("c", 0.3, 4, ""), event("a", 0.4, 8, ""))
 	noErrors(t, errs)
-	if len(outs) != 0 || len(st.timers) != 0 {
-		t.Fatalf("the first batch: outputs %v, timers %v; want none", outs, st.timers)
-	}
-	members := grouping.members["w:"+strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)]
-	slices.Sort(members)
-	if want := []string{keyOf(windowName("a", epoch.UnixMilli())), keyOf(windowName("b", epoch.UnixMilli())), keyOf(windowName("c", epoch.UnixMilli()))}; !slices.Equal(members, want) ||
-		len(grouping.members) != 1 {
-		t.Fatalf("timer members %q, want the three windows, due at 1m: %q", grouping.members, want)
-	}
 	due := epoch.Add(time.Minute).UnixMilli()
-	st.timers[TimerGroupName(windowPrefix, due, members)] = due // as the runtime names it
+	var members []string
+	for _, g := range []string{"a", "b", "c"} {
+		name := windowName(g, epoch.UnixMilli())
+		if st.timers[name] != due {
+			t.Fatalf("the first batch: timers %v; want one per window, due at 1m", st.timers)
+		}
+		delete(st.timers, name)
+		members = append(members, keyOf(name))
+	}
+	if len(outs) != 0 || len(st.timers) != 0 {
+		t.Fatalf("the first batch: outputs %v, timers %v; want none but the windows'", outs, st.timers)
+	}
+	st.timers[TimerGroupName(windowPrefix, due, members)] = due
 	outs, errs = st.batch(t, proc, event("a", 1, 16, ""))
 	noErrors(t, errs)
 	wantWindows(t, "the shared timer", windows(t, outs, "n", "total"), "a [0, 1) n=2 total=10\nb [0, 1) n=1 total=1\nc [0, 1) n=1 total=4")
@@ -137,22 +137,26 @@ func TestGroupStateCodec(t *testing.T) {
 	}
 }
 
-// An effectively-once aggregate names a timer's outputs by the timer, so each window keeps a timer
-// of its own (a batch processed again may open its windows in other batches, which would share
-// timers otherwise): a and b open [0, 1m) in one batch, each with its timer, which closes it.
-func TestEffectivelyOnceWindowsKeepTimersOfTheirOwn(t *testing.T) {
-	eo := `"dead_letter"` + "\n  delivery   = \"effectively_once\""
-	proc, st := statefulProcessor(t, aggregateSrc(`type = "tumbling"`+"\n    size = \"1m\"", "0s", eo), "agg")
-	grouping := &groupingState{memState: st, members: map[string][]string{}}
-	st.self = grouping
-	_, errs := st.batch(t, proc, event("a", 0.1, 1, ""), event("b", 0.2, 2, ""))
-	noErrors(t, errs)
-	due := epoch.Add(time.Minute).UnixMilli()
-	want := map[string]int64{windowName("a", epoch.UnixMilli()): due, windowName("b", epoch.UnixMilli()): due}
-	if len(grouping.members) != 0 || !maps.Equal(st.timers, want) {
-		t.Fatalf("timers %v, members %q; want a timer per window %v", st.timers, grouping.members, want)
+// Each window keeps a timer of its own, even where the state would share timers (TimerGrouper),
+// effectively once or not: an earlier version takes a shared timer for none of its own (its
+// windows would never be emitted), and an effectively-once stage names a timer's outputs by the
+// timer, which a batch processed again may share out otherwise. a and b open [0, 1m) in one batch,
+// each with its timer, which closes it.
+func TestWindowsKeepTimersOfTheirOwn(t *testing.T) {
+	for _, delivery := range []string{"at_least_once", "effectively_once"} {
+		attrs := `"dead_letter"` + "\n  delivery   = \"" + delivery + "\""
+		proc, st := statefulProcessor(t, aggregateSrc(`type = "tumbling"`+"\n    size = \"1m\"", "0s", attrs), "agg")
+		grouping := &groupingState{memState: st, members: map[string][]string{}}
+		st.self = grouping
+		_, errs := st.batch(t, proc, event("a", 0.1, 1, ""), event("b", 0.2, 2, ""))
+		noErrors(t, errs)
+		due := epoch.Add(time.Minute).UnixMilli()
+		want := map[string]int64{windowName("a", epoch.UnixMilli()): due, windowName("b", epoch.UnixMilli()): due}
+		if len(grouping.members) != 0 || !maps.Equal(st.timers, want) {
+			t.Fatalf("%s: timers %v, members %q; want a timer per window %v", delivery, st.timers, grouping.members, want)
+		}
+		outs, errs := st.batch(t, proc, event("a", 1, 4, ""))
+		noErrors(t, errs)
+		wantWindows(t, "their timers", windows(t, outs, "n", "total"), "a [0, 1) n=1 total=1\nb [0, 1) n=1 total=2")
 	}
-	outs, errs := st.batch(t, proc, event("a", 1, 4, ""))
-	noErrors(t, errs)
-	wantWindows(t, "their timers", windows(t, outs, "n", "total"), "a [0, 1) n=1 total=1\nb [0, 1) n=1 total=2")
 }

@@ -129,7 +129,6 @@ func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 		session: w.String(windowFieldType) == windowSession, gap: w.Duration(windowFieldGap),
 		onUpdate: s.Config.String(aggregateFieldEmit) == aggregateEmitOnUpdate, keys: newKeyLimit(s),
 	}
-	a.ownTimers = a.session || s.Delivery == flow.EffectivelyOnce
 	for _, f := range s.Config.Aggregates(aggregateFieldAggregate) {
 		fn, ok := aggregateFunctions[f.Func]
 		if !ok {
@@ -227,12 +226,7 @@ type aggregateStage struct {
 	onUpdate      bool
 	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
-	// ownTimers: each window has a timer of its own, named by it. A session's end moves, and so
-	// does its timer. An effectively-once stage names a timer's outputs by the timer, so that a
-	// batch processed again writes them once: windows that share timers would be shared out by
-	// the batches that opened them, which a batch processed again may cut otherwise.
-	ownTimers bool
-	decoded   windowCache
+	decoded       windowCache
 	// noArguments are the arguments of every message, read only, when no field has one (count()).
 	noArguments []any
 	// reads are the fields of a message that the stage's expressions read: the others are not
@@ -393,9 +387,8 @@ func (s *aggregateStage) OutputWatermark(watermark time.Time) time.Time {
 }
 
 // OnTimer emits the results of windows: of those that close, and then forgets them; or, with emit
-// = "on_update", of one that a batch changed. A closing timer is a window's own (ownTimers, or as
-// flowrun wrote them all before 2026-12) or one that windows closing at the same time share
-// (TimerGroupName).
+// = "on_update", of one that a batch changed. A closing timer is a window's own, as flowrun writes them, or
+// one that windows closing at the same time share (TimerGroupName), as a later version may write.
 func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
 	if group, ok := strings.CutPrefix(name, forgetPrefix); ok {
 		return out, s.forgetClosed(ctx, st, group)
