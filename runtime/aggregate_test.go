@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // An aggregate stage's job emits every window once, with exact counts and sums: those the watermark
@@ -274,6 +276,103 @@ sink "print_counts" {
 				if string(v) != want {
 					t.Errorf("%s counts %q keys at the end, want %s", stage, v, want)
 				}
+			}
+		})
+	}
+}
+
+// An aggregate stage upgraded in place goes on from the state that an earlier flowrun wrote, a
+// timer per window ("w:<group>\x00<start>"), while the windows it opens share timers. Before the
+// job the state holds u0's window [0, 1m) of 5 events, due at 1m, and u1's [1m, 2m) of 7, due at
+// 2m; the job's 30 events come from 1m to 2m, for u0, u1 and u2 in turn. The old timers close the
+// old windows, u1's with its 10 new events in it, and each window is emitted once; then the state
+// holds no window, group, count or timer.
+func TestAggregateGoesOnFromTimersOfAWindowEach(t *testing.T) {
+	src := `
+pipeline "upgraded" {}
+variable "out" {}
+topic "in" {
+  partitions = 1
+  key        = msg.user
+}
+source "gen" {
+  kind   = "generate"
+  count  = 30
+  output = topic.in
+  template = {
+    user = "u${index % 3}"
+    at   = 60000 + index * 2000
+  }
+}
+stage "agg" {
+  kind       = "aggregate"
+  input      = topic.in
+  group_by   = msg.user
+  event_time = msg.at
+  window {
+    type = "tumbling"
+    size = "1m"
+  }
+  aggregate = { n = count() }
+}
+sink "out" {
+  kind  = "file"
+  input = stage.agg
+  path  = var.out
+}
+`
+	oldState := []any{
+		"w:u0\x000", `{"g":"u0","s":0,"e":60000,"f":[{"n":5}]}`,
+		"g:u0", `{"w":[{"i":0,"s":0,"e":60000}]}`,
+		"w:u1\x0060000", `{"g":"u1","s":60000,"e":120000,"f":[{"n":7}]}`,
+		"g:u1", `{"w":[{"i":60000,"s":60000,"e":120000}]}`,
+		stages.KeyCountKey, "2",
+	}
+	want := map[string]float64{"u0 0": 5, "u0 60000": 10, "u1 60000": 17, "u2 60000": 10}
+	for _, b := range allBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := b.open(t)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			plan := buildSource(t, src, "out="+out)
+			keys := redis.Keys{Prefix: plan.KeyPrefix}
+			hash, timersKey := keys.State("in", 0, "agg"), keys.Timers("in", 0, "agg")
+			if err := c.Universal().HSet(ctx, hash, oldState...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Universal().ZAdd(ctx, timersKey, goredis.Z{Score: 60000, Member: "w:u0\x000"}, goredis.Z{Score: 120000, Member: "w:u1\x0060000"}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			runJob(t, c, plan, runtime.Options{})
+			got := map[string]float64{}
+			for _, m := range jsonLines(t, readFile(t, out)) {
+				start, err := time.Parse(time.RFC3339, m["window"].(map[string]any)["start"].(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := m["key"].(string) + " " + strconv.FormatInt(start.UnixMilli(), 10)
+				if _, twice := got[w]; twice {
+					t.Errorf("window %s emitted twice", w)
+				}
+				got[w] = m["n"].(float64)
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("results %v, want %v", got, want)
+			}
+			state, err := c.Universal().HGetAll(ctx, hash).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			delete(state, redis.WatermarkField)
+			if count := state[stages.KeyCountKey]; count != "0" {
+				t.Errorf("the group count is %q, want 0", count)
+			}
+			delete(state, stages.KeyCountKey)
+			if len(state) != 0 {
+				t.Errorf("the state still holds %q", state)
+			}
+			if n, err := c.Universal().ZCard(ctx, timersKey).Result(); err != nil || n != 0 {
+				t.Errorf("%d timers left (%v), want none", n, err)
 			}
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/flow"
@@ -79,9 +81,10 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 				return nil, 0, 0, fmt.Errorf("timer %s: %w", t.Name, err)
 			}
 			a.Join()
+			named := outputsNamedBy(t)
 			for i := range results {
 				o := &results[i]
-				origin, err := timerOrigin(t, &o.Message, w.u.partition)
+				origin, err := timerOrigin(named, &o.Message, w.u.partition)
 				if err == nil && o.DeadLetter != "" {
 					origin.msg = o.Message
 					outs = append(outs, w.r.deadLetterMessage(n, origin, errors.New(o.DeadLetter), 1, w.r.clock.Now()))
@@ -110,11 +113,12 @@ func (w *worker) fireTimers(ctx context.Context, th stages.TimerHandler, st *sta
 	}
 }
 
-// timerOrigin names an output of a timer for effectively-once delivery by the timer, its time and
-// the output's content: a batch processed again after a crash makes the same outputs, which are then
-// written once, while a timer that fires again at the same time with something new to say (an
-// on_update emit after a later batch) is not taken for a repeat. The payload is encoded once, here.
-func timerOrigin(t redis.DueTimer, m *stages.Message, partition int) (*message, error) {
+// timerOrigin names an output of a timer for effectively-once delivery by the timer, its time
+// (named, outputsNamedBy) and the output's content: a batch processed again after a crash makes the
+// same outputs, which are then written once, while a timer that fires again at the same time with
+// something new to say (an on_update emit after a later batch) is not taken for a repeat. The
+// payload is encoded once, here.
+func timerOrigin(named string, m *stages.Message, partition int) (*message, error) {
 	payload, err := m.Payload()
 	if err != nil {
 		return nil, err
@@ -124,5 +128,19 @@ func timerOrigin(t redis.DueTimer, m *stages.Message, partition int) (*message, 
 	h.Write([]byte(m.Key))
 	h.Write([]byte{0})
 	h.Write(payload)
-	return &message{id: fmt.Sprintf("timer-%s-%d-%x", t.Name, t.At, h.Sum64()), partition: partition}, nil
+	return &message{id: fmt.Sprintf("timer-%s-%x", named, h.Sum64()), partition: partition}, nil
+}
+
+// outputsNamedBy is what names the outputs of a firing of timer t: its name and time. A timer
+// that members share (stages.TimerGroupName, such as the windows of an aggregate that close
+// together) is named by all of them, too long to name each of its outputs: its name's hash stands
+// for it.
+func outputsNamedBy(t redis.DueTimer) string {
+	name := t.Name
+	if strings.HasPrefix(name, "\x00") {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		name = fmt.Sprintf("group-%x", h.Sum64())
+	}
+	return name + "-" + strconv.FormatInt(t.At, 10)
 }

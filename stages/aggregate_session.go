@@ -2,7 +2,6 @@ package stages
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -70,19 +69,19 @@ func (s *aggregateStage) addToSession(ctx context.Context, a *adding) error {
 				return err
 			}
 			w.merge(other, s.fields)
-			if err := s.forgetWindow(ctx, a.st, windowKey(a.group, o.ID)); err != nil {
+			if err := s.forgetWindow(ctx, a.st, windowName(a.group, o.ID)); err != nil {
 				return err
 			}
 		}
 		w.Start, w.End = min(w.Start, a.at), max(w.End, a.at+gap)
 	}
-	key := windowKey(a.group, id)
-	if err := s.fold(ctx, a.st, key, w, a.values, a.at, true); err != nil {
+	name := windowName(a.group, id)
+	if err := s.fold(ctx, a.st, name, w, a.values, a.at, true); err != nil {
 		return err
 	}
 	// Its result will carry its start, which may lie before what OutputWatermark says of later
 	// results: hold the watermark the stage passes on there until it closes.
-	if err := a.st.Hold(ctx, windowPrefix+key, time.UnixMilli(w.Start)); err != nil {
+	if err := a.st.Hold(ctx, name, time.UnixMilli(w.Start)); err != nil {
 		return err
 	}
 	g.Windows = append(others, openWindow{ID: id, Start: w.Start, End: w.End})
@@ -92,10 +91,10 @@ func (s *aggregateStage) addToSession(ctx context.Context, a *adding) error {
 
 // loadSession reads a session that its group's index lists.
 func (s *aggregateStage) loadSession(ctx context.Context, st State, group string, id int64) (*windowState, error) {
-	key := windowKey(group, id)
-	w, err := s.load(ctx, st, key)
+	name := windowName(group, id)
+	w, err := s.load(ctx, st, name)
 	if err == nil && w == nil {
-		err = Permanent(fmt.Errorf("the state of session %q, which its group's index lists, is missing", key))
+		err = Permanent(fmt.Errorf("the state of session %q, which its group's index lists, is missing", keyOf(name)))
 	}
 	return w, err
 }
@@ -111,11 +110,7 @@ func (s *aggregateStage) forgetClosed(ctx context.Context, st State, group strin
 		return st.Delete(ctx, groupPrefix+group)
 	}
 	g.ClosedUntil = 0
-	b, err := json.Marshal(g)
-	if err != nil {
-		return err
-	}
-	return st.Put(ctx, groupPrefix+group, b)
+	return st.Put(ctx, groupPrefix+group, g.appendJSON(nil))
 }
 
 // merge folds another window of the group in: a session that an event joined to this one.

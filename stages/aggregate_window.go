@@ -17,15 +17,25 @@ import (
 //
 // The state of a group is an index of its open windows (groupPrefix and the group: a groupState),
 // which exists while the group has an open window and is what max_keys counts, and each window's
-// accumulators (windowPrefix and windowKey: a windowState). A window's id is its start for tumbling
+// accumulators (windowName: a windowState). A window's id is its start for tumbling
 // and hopping windows, which are aligned and so never share one; a session's start moves as events
 // join it, so the index numbers the group's sessions instead. A window's timers are named by its
 // key: windowPrefix closes it, updatePrefix emits its value after a batch (emit = "on_update").
 const windowPrefix, updatePrefix, groupPrefix, forgetPrefix = "w:", "u:", "g:", "c:"
 
-func windowKey(group string, id int64) string {
-	return group + "\x00" + strconv.FormatInt(id, 10)
+// windowName is the name of a window's state, windowPrefix and its key, the group, NUL and its id
+// (made at once: a message names its window to read it ahead, to load it and to write it), and of
+// its own timer.
+func windowName(group string, id int64) string {
+	b := make([]byte, 0, len(windowPrefix)+len(group)+21)
+	b = append(b, windowPrefix...)
+	b = append(b, group...)
+	b = append(b, 0)
+	return string(strconv.AppendInt(b, id, 10))
 }
+
+// keyOf is the key of the window whose state is named name.
+func keyOf(name string) string { return name[len(windowPrefix):] }
 
 // addToWindows folds one message into the tumbling or hopping windows of its group that hold its
 // event time and have not closed, and lists those that have in a.late.
@@ -41,8 +51,8 @@ func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 			a.late = append(a.late, openWindow{ID: start, Start: start, End: end})
 			continue
 		}
-		key := windowKey(a.group, start)
-		w, err := s.load(ctx, a.st, key)
+		name := windowName(a.group, start)
+		w, err := s.load(ctx, a.st, name)
 		if err != nil {
 			return err
 		}
@@ -61,7 +71,7 @@ func (s *aggregateStage) addToWindows(ctx context.Context, a *adding) error {
 			}
 			w = s.newWindow(a.group, start, end)
 		}
-		if err := s.fold(ctx, a.st, key, w, a.values, a.at, opened); err != nil {
+		if err := s.fold(ctx, a.st, name, w, a.values, a.at, opened); err != nil {
 			return err
 		}
 		a.added = true
@@ -80,7 +90,15 @@ func (s *aggregateStage) newWindow(group string, start, end int64) *windowState 
 // move): a tumbling or hopping window's timer, set with its state when it opened, stays until it
 // closes the window, and setting it again at every message was a timer to write per window of
 // every batch.
-func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *windowState, values []any, at int64, closes bool) error {
+//
+// Each window has a closing timer of its own. Windows that close together could share one, as a
+// dedupe's keys do, saving a timer to add and remove per window; but a process of an earlier
+// version fires a shared timer as none of its own, so during a rolling upgrade (or after a
+// rollback) the windows of a partition it took over would never be emitted; and an
+// effectively-once stage names a timer's outputs by the timer, which a batch processed again after
+// a crash, cut otherwise, would share out otherwise. OnTimer reads shared timers all the same
+// (TimerMembers), so that a later version may write them.
+func (s *aggregateStage) fold(ctx context.Context, st State, name string, w *windowState, values []any, at int64, closes bool) error {
 	for i, f := range s.fields {
 		w.Fields[i].add(f.fn, values[i], at)
 	}
@@ -88,11 +106,10 @@ func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *wind
 	if err != nil {
 		return err
 	}
-	name := windowPrefix + key // of its state and of the timer that closes it
 	if err := st.Put(ctx, name, b); err != nil {
 		return err
 	}
-	s.decoded.keep(st.Partition(), key, b, w)
+	s.decoded.keep(st.Partition(), name, b, w)
 	if closes {
 		if err := st.SetTimer(ctx, name, time.UnixMilli(w.End+s.grace.Milliseconds())); err != nil {
 			return err
@@ -100,43 +117,51 @@ func (s *aggregateStage) fold(ctx context.Context, st State, key string, w *wind
 	}
 	if s.onUpdate {
 		// Due at once: timers fire after the batch's messages, so this emits once per batch.
-		return st.SetTimer(ctx, updatePrefix+key, time.UnixMilli(at))
+		return st.SetTimer(ctx, updatePrefix+keyOf(name), time.UnixMilli(at))
 	}
 	return nil
 }
 
-func (s *aggregateStage) load(ctx context.Context, st State, key string) (*windowState, error) {
-	b, found, err := st.Get(ctx, windowPrefix+key)
+// load reads the window whose state is named name (windowName); nil when the state has none.
+func (s *aggregateStage) load(ctx context.Context, st State, name string) (*windowState, error) {
+	b, found, err := st.Get(ctx, name)
 	if err != nil || !found {
 		return nil, err
 	}
-	if w := s.decoded.take(st.Partition(), key, b); w != nil {
+	if w := s.decoded.take(st.Partition(), name, b); w != nil {
 		return w, nil
 	}
 	var w windowState
 	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, Permanent(fmt.Errorf("the state of window %q cannot be read: %w", key, err))
+		return nil, Permanent(fmt.Errorf("the state of window %q cannot be read: %w", keyOf(name), err))
 	}
 	if len(w.Fields) != len(s.fields) {
-		return nil, Permanent(fmt.Errorf("the state of window %q has %d fields, the stage %d: the aggregate changed under existing state", key, len(w.Fields), len(s.fields)))
+		return nil, Permanent(fmt.Errorf("the state of window %q has %d fields, the stage %d: the aggregate changed under existing state", keyOf(name), len(w.Fields), len(s.fields)))
 	}
 	return &w, nil
 }
 
-// forgetWindow deletes a window's state and cancels its timers and hold.
-func (s *aggregateStage) forgetWindow(ctx context.Context, st State, key string) error {
-	if err := st.Delete(ctx, windowPrefix+key); err != nil {
-		return err
-	}
-	if err := st.CancelTimer(ctx, windowPrefix+key); err != nil {
+// forgetWindow deletes a window's state and cancels its timers and hold. A tumbling or hopping
+// window is forgotten as it closes, by its timer, which the runtime cancels as it fires (or which
+// it shares with other windows, and fires once for all of them): only a session, which may be
+// merged into another, has a timer to cancel here, and a hold. Only with emit = "on_update" has a
+// window a timer that emits its value.
+func (s *aggregateStage) forgetWindow(ctx context.Context, st State, name string) error {
+	if err := st.Delete(ctx, name); err != nil {
 		return err
 	}
 	if s.session {
-		if err := st.Release(ctx, windowPrefix+key); err != nil {
+		if err := st.CancelTimer(ctx, name); err != nil {
+			return err
+		}
+		if err := st.Release(ctx, name); err != nil {
 			return err
 		}
 	}
-	return st.CancelTimer(ctx, updatePrefix+key)
+	if s.onUpdate {
+		return st.CancelTimer(ctx, updatePrefix+keyOf(name))
+	}
+	return nil
 }
 
 // loadGroup reads a group's index of its open windows; nil when it has none.
@@ -144,6 +169,9 @@ func (s *aggregateStage) loadGroup(ctx context.Context, st State, group string) 
 	b, found, err := st.Get(ctx, groupPrefix+group)
 	if err != nil || !found {
 		return nil, err
+	}
+	if g, ok := parseGroupState(b); ok {
+		return g, nil
 	}
 	var g groupState
 	if err := json.Unmarshal(b, &g); err != nil {
@@ -183,11 +211,7 @@ func (s *aggregateStage) putGroup(ctx context.Context, st State, group string, g
 		}
 	}
 	slices.SortFunc(g.Windows, func(a, b openWindow) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.ID, b.ID)) })
-	b, err := json.Marshal(g)
-	if err != nil {
-		return err
-	}
-	return st.Put(ctx, groupPrefix+group, b)
+	return st.Put(ctx, groupPrefix+group, g.appendJSON(nil))
 }
 
 // windowCache keeps the windows that the stage encoded last, each with the bytes it wrote, so that
@@ -195,49 +219,53 @@ func (s *aggregateStage) putGroup(ctx context.Context, st State, group string, g
 // instead of decoding its JSON again: a window is decoded once per process, not once per message.
 // The bytes are compared, so the cache cannot be out of date, whatever the state went through (a
 // failed attempt, another process); a window taken out is the taker's to change, and is kept again
-// only once written.
+// only once written. A window is kept by its name, with its partition.
 type windowCache struct {
 	mu      sync.Mutex
-	windows map[windowCacheKey]cachedWindow
-}
-
-type windowCacheKey struct {
-	partition int
-	key       string
+	windows map[string]cachedWindow
 }
 
 type cachedWindow struct {
-	raw []byte
-	w   *windowState
+	partition int
+	raw       []byte
+	w         *windowState
 }
 
 // maxCachedWindows bounds the cache; past it, it starts again empty.
 const maxCachedWindows = 1 << 16
 
 // take returns the window that raw encodes, if the cache has it, and forgets it.
-func (c *windowCache) take(partition int, key string, raw []byte) *windowState {
+func (c *windowCache) take(partition int, name string, raw []byte) *windowState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := windowCacheKey{partition, key}
-	cw, ok := c.windows[k]
+	cw, ok := c.windows[name]
 	if !ok {
 		return nil
 	}
-	delete(c.windows, k)
-	if !bytes.Equal(cw.raw, raw) {
+	delete(c.windows, name)
+	if cw.partition != partition || !bytes.Equal(cw.raw, raw) {
 		return nil
 	}
 	return cw.w
 }
 
 // keep remembers the window w that raw encodes, as written to the state.
-func (c *windowCache) keep(partition int, key string, raw []byte, w *windowState) {
+func (c *windowCache) keep(partition int, name string, raw []byte, w *windowState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.windows == nil || len(c.windows) >= maxCachedWindows {
-		c.windows = make(map[windowCacheKey]cachedWindow)
+		c.windows = make(map[string]cachedWindow)
 	}
-	c.windows[windowCacheKey{partition, key}] = cachedWindow{raw: raw, w: w}
+	c.windows[name] = cachedWindow{partition: partition, raw: raw, w: w}
+}
+
+// holds reports whether the cache has a window of that name, which is then most likely open: it
+// was written, and a window that closed is never written again.
+func (c *windowCache) holds(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.windows[name]
+	return ok
 }
 
 // windowState is a window's accumulators, as its state holds them (JSON).
@@ -337,6 +365,117 @@ type groupState struct {
 	// ClosedUntil is the latest end of the group's sessions that have closed, while an event that
 	// falls before it could still be on time otherwise; 0 for tumbling and hopping windows.
 	ClosedUntil int64 `json:"c,omitempty"`
+}
+
+// appendJSON appends the group's index as encoding/json encodes it (TestGroupStateCodec): a group's
+// index is read and written as each of its windows opens and closes, and reflection made that a
+// tenth of a tumbling count's own time.
+func (g *groupState) appendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if g.Next != 0 {
+		b = append(b, `"n":`...)
+		b = strconv.AppendInt(b, g.Next, 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"w":`...)
+	if g.Windows == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, w := range g.Windows {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"i":`...)
+			b = strconv.AppendInt(b, w.ID, 10)
+			b = append(b, `,"s":`...)
+			b = strconv.AppendInt(b, w.Start, 10)
+			b = append(b, `,"e":`...)
+			b = strconv.AppendInt(b, w.End, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if g.ClosedUntil != 0 {
+		b = append(b, `,"c":`...)
+		b = strconv.AppendInt(b, g.ClosedUntil, 10)
+	}
+	return append(b, '}')
+}
+
+// parseGroupState reads a group's index as appendJSON writes it; ok is false for anything else,
+// which encoding/json then reads (or refuses).
+func parseGroupState(b []byte) (_ *groupState, ok bool) {
+	g := &groupState{}
+	p := jsonPrefixes{b: b}
+	if !p.take(`{`) {
+		return nil, false
+	}
+	if p.take(`"n":`) {
+		if g.Next, ok = p.int(); !ok || !p.take(`,`) {
+			return nil, false
+		}
+	}
+	if !p.take(`"w":`) {
+		return nil, false
+	}
+	if !p.take("null") {
+		if !p.take(`[`) {
+			return nil, false
+		}
+		g.Windows = []openWindow{}
+		for first := true; !p.take(`]`); first = false {
+			var w openWindow
+			if !first && !p.take(`,`) || !p.take(`{"i":`) {
+				return nil, false
+			}
+			if w.ID, ok = p.int(); !ok || !p.take(`,"s":`) {
+				return nil, false
+			}
+			if w.Start, ok = p.int(); !ok || !p.take(`,"e":`) {
+				return nil, false
+			}
+			if w.End, ok = p.int(); !ok || !p.take(`}`) {
+				return nil, false
+			}
+			g.Windows = append(g.Windows, w)
+		}
+	}
+	if p.take(`,"c":`) {
+		if g.ClosedUntil, ok = p.int(); !ok {
+			return nil, false
+		}
+	}
+	return g, p.take(`}`) && len(p.b) == 0
+}
+
+// jsonPrefixes reads JSON of a known shape from its start: the fixed parts and integers.
+type jsonPrefixes struct{ b []byte }
+
+// take consumes s if the rest begins with it.
+func (p *jsonPrefixes) take(s string) bool {
+	if len(p.b) < len(s) || string(p.b[:len(s)]) != s {
+		return false
+	}
+	p.b = p.b[len(s):]
+	return true
+}
+
+// int consumes an integer, as strconv.AppendInt writes it.
+func (p *jsonPrefixes) int() (int64, bool) {
+	n := 0
+	if n < len(p.b) && p.b[n] == '-' {
+		n++
+	}
+	for n < len(p.b) && '0' <= p.b[n] && p.b[n] <= '9' {
+		n++
+	}
+	v, err := strconv.ParseInt(string(p.b[:n]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	p.b = p.b[n:]
+	return v, true
 }
 
 // openWindow is a window in its group's index: the id in its state key and timers, and its bounds.

@@ -139,6 +139,9 @@ func newAggregateStage(s *flow.Stage, _ Env) (StatefulStage, error) {
 	if a.advance == 0 {
 		a.advance = a.size // tumbling
 	}
+	if !slices.ContainsFunc(a.fields, func(f aggregateField) bool { return f.Arg != nil }) {
+		a.noArguments = make([]any, len(a.fields))
+	}
 	exprs := []*expr.Program{a.groupBy, a.eventTime}
 	for _, f := range a.fields {
 		exprs = append(exprs, f.Arg, f.By)
@@ -224,6 +227,8 @@ type aggregateStage struct {
 	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
 	decoded       windowCache
+	// noArguments are the arguments of every message, read only, when no field has one (count()).
+	noArguments []any
 	// reads are the fields of a message that the stage's expressions read: the others are not
 	// decoded (fieldsRead; nil: all are).
 	reads []string
@@ -242,23 +247,9 @@ func (s *aggregateStage) Process(ctx context.Context, st State, m *Message, out 
 	if err != nil {
 		return out, err
 	}
-	values := make([]any, len(s.fields))
-	for i, f := range s.fields {
-		if f.Arg == nil {
-			continue
-		}
-		v, err := f.Arg.Eval(&expr.Env{Msg: m.Value})
-		if err != nil {
-			return out, evalError(err)
-		}
-		values[i] = v.Interface()
-		if f.By != nil {
-			by, err := f.By.Eval(&expr.Env{Msg: m.Value})
-			if err != nil {
-				return out, evalError(err)
-			}
-			values[i] = byArgs{value: values[i], by: by.Interface()}
-		}
+	values, err := s.arguments(m)
+	if err != nil {
+		return out, err
 	}
 	a := &adding{st: st, group: group, at: at.UnixMilli(), watermark: watermark.UnixMilli(), values: values}
 	if s.session {
@@ -295,30 +286,69 @@ type adding struct {
 	late      []openWindow // the windows it is late for; for a session, the one it would have made
 }
 
+// arguments are the values of the aggregate fields' arguments on m, by field (nil for count()),
+// evaluated in one environment. Aggregates of count() alone share noArguments.
+func (s *aggregateStage) arguments(m *Message) ([]any, error) {
+	if s.noArguments != nil {
+		return s.noArguments, nil
+	}
+	values := make([]any, len(s.fields))
+	var env *expr.Env
+	for i, f := range s.fields {
+		if f.Arg == nil {
+			continue
+		}
+		if env == nil {
+			env = &expr.Env{Msg: m.Value}
+		}
+		v, err := f.Arg.Eval(env)
+		if err != nil {
+			return nil, evalError(err)
+		}
+		values[i] = v.Interface()
+		if f.By != nil {
+			by, err := f.By.Eval(env)
+			if err != nil {
+				return nil, evalError(err)
+			}
+			values[i] = byArgs{value: values[i], by: by.Interface()}
+		}
+	}
+	return values, nil
+}
+
 // groupOf is the group m counts in: group_by's value.
 func (s *aggregateStage) groupOf(m *Message) (string, error) {
 	return stateKey(s.groupBy, s.reads, m)
 }
 
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
-// (StatePrefetcher): the group's index, the count of groups and, for tumbling and hopping windows,
-// the windows that hold its event time (a session's are found through the index).
+// (StatePrefetcher): for tumbling and hopping windows, the windows that hold its event time and,
+// when one of them may open, the group's index and the count of groups; for a session, the index
+// and the count (its sessions are found through the index). A window of the stage's cache (which
+// it wrote) is taken for open, and its group's index is read only when a window opens: most
+// messages open no window. A wrong guess costs Process a read of its own.
 func (s *aggregateStage) StateKeys(m *Message, keys []string) []string {
 	group, err := s.groupOf(m)
 	if err != nil {
 		return keys // Process reports it
 	}
-	keys = append(keys, groupPrefix+group, KeyCountKey)
 	if s.session {
-		return keys
+		return append(keys, groupPrefix+group, KeyCountKey)
 	}
 	at, err := EventTime(s.eventTime, m)
 	if err != nil {
 		return keys
 	}
 	ms, size, advance := at.UnixMilli(), s.size.Milliseconds(), s.advance.Milliseconds()
+	mayOpen := false
 	for start := floorDiv(ms, advance) * advance; start > ms-size; start -= advance {
-		keys = append(keys, windowPrefix+windowKey(group, start))
+		name := windowName(group, start)
+		keys = append(keys, name)
+		mayOpen = mayOpen || !s.decoded.holds(name)
+	}
+	if mayOpen {
+		keys = append(keys, groupPrefix+group, KeyCountKey)
 	}
 	return keys
 }
@@ -356,36 +386,52 @@ func (s *aggregateStage) OutputWatermark(watermark time.Time) time.Time {
 	return watermark.Add(-s.grace - s.size)
 }
 
-// OnTimer emits a window's result: when it closes, and then forgets it; or, with emit = "on_update",
-// after a batch that changed it.
+// OnTimer emits the results of windows: of those that close, and then forgets them; or, with emit
+// = "on_update", of one that a batch changed. A closing timer is a window's own, as flowrun writes them, or
+// one that windows closing at the same time share (TimerGroupName), as a later version may write.
 func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ time.Time, out []Output) ([]Output, error) {
 	if group, ok := strings.CutPrefix(name, forgetPrefix); ok {
 		return out, s.forgetClosed(ctx, st, group)
 	}
-	key, closing := strings.CutPrefix(name, windowPrefix)
-	if !closing {
-		var ok bool
-		if key, ok = strings.CutPrefix(name, updatePrefix); !ok {
-			return out, nil
+	if key, ok := strings.CutPrefix(name, updatePrefix); ok {
+		w, err := s.load(ctx, st, windowPrefix+key)
+		if err != nil || w == nil {
+			return out, err
+		}
+		return append(out, s.resultOutput(w)), nil
+	}
+	keys, _ := TimerMembers(windowPrefix, name, nil)
+	for _, key := range keys {
+		var err error
+		if out, err = s.close(ctx, st, key, out); err != nil {
+			return out, err
 		}
 	}
-	w, err := s.load(ctx, st, key)
+	return out, nil
+}
+
+// close emits a window's result and forgets it, with its entry in its group's index. A window that
+// the state no longer holds closed already.
+func (s *aggregateStage) close(ctx context.Context, st State, key string, out []Output) ([]Output, error) {
+	name := windowPrefix + key
+	w, err := s.load(ctx, st, name)
 	if err != nil || w == nil {
 		return out, err
 	}
-	out = append(out, Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w),
-		Headers: map[string]string{EventTimeHeader: strconv.FormatInt(w.Start, 10)}}})
-	if !closing {
-		return out, nil
-	}
-	if err := s.forgetWindow(ctx, st, key); err != nil {
+	out = append(out, s.resultOutput(w))
+	if err := s.forgetWindow(ctx, st, name); err != nil {
 		return out, err
 	}
 	g, err := s.loadGroup(ctx, st, w.Group)
 	if err != nil || g == nil {
 		return out, err // nil: a window written before groups had an index
 	}
-	g.Windows = slices.DeleteFunc(g.Windows, func(o openWindow) bool { return windowKey(w.Group, o.ID) == key })
+	// The key is the group, NUL, the id.
+	id, err := strconv.ParseInt(key[strings.LastIndexByte(key, 0)+1:], 10, 64)
+	if err != nil {
+		return out, Permanent(fmt.Errorf("the window %q has no id", key))
+	}
+	g.Windows = slices.DeleteFunc(g.Windows, func(o openWindow) bool { return o.ID == id })
 	if s.session {
 		g.ClosedUntil = max(g.ClosedUntil, w.End)
 	}
@@ -394,8 +440,8 @@ func (s *aggregateStage) OnTimer(ctx context.Context, st State, name string, _ t
 
 // TimerStateKeys names what OnTimer reads for a timer (TimerStatePrefetcher), so that the windows
 // that close in a batch are read at once, not a round trip each for the window and one for its
-// group: a closing window's state, its group's index and the count of groups; an emitting one's
-// state; the index of a group whose closed sessions are forgotten.
+// group: each closing window's state and its group's index, and the count of groups; an emitting
+// one's state; the index of a group whose closed sessions are forgotten.
 func (s *aggregateStage) TimerStateKeys(timer string, keys []string) []string {
 	if group, ok := strings.CutPrefix(timer, forgetPrefix); ok {
 		return append(keys, groupPrefix+group)
@@ -403,16 +449,24 @@ func (s *aggregateStage) TimerStateKeys(timer string, keys []string) []string {
 	if key, ok := strings.CutPrefix(timer, updatePrefix); ok {
 		return append(keys, windowPrefix+key)
 	}
-	key, ok := strings.CutPrefix(timer, windowPrefix)
-	if !ok {
-		return keys
+	closing, _ := TimerMembers(windowPrefix, timer, nil)
+	for _, key := range closing {
+		// A window's key is its group, NUL, its id.
+		keys = append(keys, windowPrefix+key)
+		if i := strings.LastIndexByte(key, 0); i >= 0 {
+			keys = append(keys, groupPrefix+key[:i])
+		}
 	}
-	// The window's state is named as its timer; its key is the group, NUL, the window's id.
-	keys = append(keys, timer)
-	if i := strings.LastIndexByte(key, 0); i >= 0 {
-		keys = append(keys, groupPrefix+key[:i], KeyCountKey)
+	if len(closing) > 0 {
+		keys = append(keys, KeyCountKey)
 	}
 	return keys
+}
+
+// resultOutput is a window's result, as the stage emits it.
+func (s *aggregateStage) resultOutput(w *windowState) Output {
+	return Output{Topic: s.out, Message: Message{Key: w.Group, Value: s.result(w),
+		Headers: map[string]string{EventTimeHeader: strconv.FormatInt(w.Start, 10)}}}
 }
 
 // result is a window's output payload.

@@ -369,7 +369,10 @@ func (a *Attempt) emptied() *Attempt {
 // empty empties a map of an attempt for reuse; a large one is dropped instead, as clearing it
 // would cost every later attempt as much as it holds.
 func empty[V any](m map[string]V) map[string]V {
-	if len(m) > 64 {
+	switch {
+	case len(m) == 0: // most attempts write a kind or two of change: the others are empty already
+		return m
+	case len(m) > 64:
 		return nil
 	}
 	clear(m)
@@ -379,6 +382,9 @@ func empty[V any](m map[string]V) map[string]V {
 // overlay lays an attempt's writes of one kind (values set, keys removed) over the batch's: a
 // value set undoes an earlier removal of its key, a removal an earlier value.
 func overlay[V any](set map[string]V, removed map[string]bool, moreSet map[string]V, moreRemoved map[string]bool) (map[string]V, map[string]bool) {
+	if len(moreSet) == 0 && len(moreRemoved) == 0 {
+		return set, removed // ranging over empty maps is not free, and most kinds of change are
+	}
 	for k, v := range moreSet {
 		set = put(set, k, v)
 		delete(removed, k)
