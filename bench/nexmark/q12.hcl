@@ -22,9 +22,12 @@ source "bids" {
   output = topic.bids
 }
 
+# Keyed by what the query groups by: each bidder's bids are in one partition as they are written,
+# so the aggregate reads them there (keyed otherwise, it would read a repartition topic, a hop of
+# its own).
 topic "bids" {
   partitions = 4
-  key        = msg.auction
+  key        = msg.bidder
 }
 
 stage "per_bidder" {
