@@ -178,16 +178,24 @@ func TestCommitsAcrossAScriptFlush(t *testing.T) {
 	})
 }
 
-// TestCommitWithoutWatch: a Redis user that may not WATCH (an ACL from before commits were fenced
-// so) commits through the settle script, whole, and its client stops trying WATCH.
-func TestCommitWithoutWatch(t *testing.T) {
+// withoutWatch opens a client as a user that may do anything but WATCH, with a batch of 10 read
+// from stream in under lease.
+func withoutWatch(t *testing.T) (*redistest.Server, *Client, Keys, string, Lease, Batch) {
+	t.Helper()
 	srv := redistest.Shared(t)
 	user := fmt.Sprintf("nowatch%d", runs.Add(1))
 	setUser(t, srv, user, "on", ">pw", "~*", "+@all", "-watch")
 	c := openAs(t, srv, user)
 	k := testKeys(t)
-	ctx := ctxT(t)
 	in, lease, b := leasedBatch(t, c, k, 10)
+	return srv, c, k, in, lease, b
+}
+
+// TestCommitWithoutWatch: a Redis user that may not WATCH (an ACL from before commits were fenced
+// so) commits through the settle script, whole, and its client stops trying WATCH.
+func TestCommitWithoutWatch(t *testing.T) {
+	_, c, k, in, lease, b := withoutWatch(t)
+	ctx := ctxT(t)
 	if _, err := c.Commit(ctx, CommitArgs{Outputs: outputsFor(k, b), Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,13 +218,8 @@ func TestCommitWithoutWatch(t *testing.T) {
 // command is optional), and the client then commits without sending it, so the server's ACL log
 // records no refusal.
 func TestTheAccessCheckFindsWatchRefused(t *testing.T) {
-	srv := redistest.Shared(t)
-	user := fmt.Sprintf("nowatch%d", runs.Add(1))
-	setUser(t, srv, user, "on", ">pw", "~*", "+@all", "-watch")
-	c := openAs(t, srv, user)
-	k := testKeys(t)
+	srv, c, k, in, lease, b := withoutWatch(t)
 	ctx := ctxT(t)
-	in, lease, b := leasedBatch(t, c, k, 10)
 	outs := outputsFor(k, b)
 	a := NewAccess(k)
 	var streams []string
