@@ -175,8 +175,8 @@ func (a *Access) Settle(who, stream, group, retryKey, leaseKey string, state Sta
 	if leaseKey != "" {
 		a.add(who, leaseKey, 1, "get", leaseKey)
 	}
-	if leaseKey != "" && state.Hash == "" {
-		a.watched(who, leaseKey, streams)
+	if leaseKey != "" {
+		a.watched(who, leaseKey, streams, state)
 	}
 	if retryKey != "" {
 		a.add(who, retryKey, 1, "zrem", retryKey, "retry")
@@ -210,16 +210,18 @@ func (a *Access) CommitOnce(who, stream, group, retryKey, leaseKey string, state
 		a.add(who, retryKey, 1, "zrem", retryKey, "retry")
 		a.add(who, retryKey, 1, "zadd", retryKey, "0", "retry")
 	}
-	if state.Hash == "" {
-		a.watched(who, leaseKey, outputs) // a batch without outputs to mark
-	}
+	a.watched(who, leaseKey, outputs, state) // a batch without outputs to mark
 }
 
-// watched adds the optional commands of a stateless commit fenced by WATCH (watched.go), which a
-// unit under a lease makes when its batch has nothing else to settle: WATCH of the lease and of
-// the streams its outputs may go to, and UNWATCH.
-func (a *Access) watched(who, leaseKey string, streams []string) {
+// watched adds the commands of a commit fenced by WATCH (watched.go), which a unit under a lease
+// makes when its batch has nothing to settle but acks and state: WATCH of the lease, of the
+// streams its outputs may go to and of its state's keys, and UNWATCH. The TYPE of each of those
+// keys is guards', State's and Holds', as are the state's writes.
+func (a *Access) watched(who, leaseKey string, streams []string, state StateKeys) {
 	keys := append([]string{leaseKey}, streams...)
+	if state.Hash != "" {
+		keys = append(keys, state.Hash, state.Timers, state.Holds)
+	}
 	a.addCheck(true, who, keys, 1, append([]string{"watch"}, keys...)...)
 	a.addCheck(true, who, nil, 1, "unwatch")
 }
@@ -375,9 +377,11 @@ func (a *Access) StateFingerprint(who, record string, state []string) {
 }
 
 // State adds what a stateful stage's unit sends on its partition's state hash and timer set: the
-// reads (ReadState, ReadStates, ReadWatermarks, DueTimers), and the writes that the settle script
-// makes (Settle with the same keys).
+// reads (ReadState, ReadStates, ReadWatermarks, DueTimers), and the checks and writes that the
+// settle script makes (Settle with the same keys).
 func (a *Access) State(who, hash, timers string) {
+	a.add(who, hash, 1, "type", hash)
+	a.add(who, timers, 1, "type", timers)
 	a.add(who, hash, 1, "hget", hash, "field")
 	a.add(who, hash, 1, "hmget", hash, "field")
 	a.add(who, timers, 1, "zrangebyscore", timers, "-inf", "0", "withscores", "limit", "0", "1")
@@ -389,6 +393,7 @@ func (a *Access) State(who, hash, timers string) {
 
 // Holds adds the reads of a stateful stage's holds (Holds); their writes go with the settle.
 func (a *Access) Holds(who, key string) {
+	a.add(who, key, 1, "type", key)
 	a.add(who, key, 1, "zrange", key, "0", "0", "withscores")
 	a.add(who, key, 1, "zadd", key, "0", "hold")
 	a.add(who, key, 1, "zrem", key, "hold")

@@ -101,9 +101,24 @@ for g = guarded + 1, #KEYS do
     return redis.error_reply('` + unwrittenPrefix + ` ' .. KEYS[g] .. ' is not a stream: the outputs were not written')
   end
 end
-local i = 3
+` + checkStateTypes + `local i = 3
 ` + settleSteps + `return acked
 `)
+
+// checkStateTypes are the settle and effectively-once scripts' check, before they write anything,
+// that each state key they may write holds its type or nothing: KEYS[4] the state hash, KEYS[5]
+// the timer set and KEYS[6] the holds set (each the input stream, KEYS[1], when unused). Without
+// it, a key of another type there (another application's) would let the batch be acked and its
+// state then fail to be written.
+const checkStateTypes = `for g, want in pairs({[4] = 'hash', [5] = 'zset', [6] = 'zset'}) do
+  if KEYS[g] ~= KEYS[1] then
+    local t = redis.call('TYPE', KEYS[g]).ok
+    if t ~= want and t ~= 'none' then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[g] .. ' holds a ' .. t .. ', not a ' .. want .. ': nothing was acked')
+    end
+  end
+end
+`
 
 // settleSteps are the settle script's steps from the IDs on, shared with the effectively-once
 // commit script (onceScript): the Lua variable i is the index in ARGV of the number of IDs to ack,
@@ -304,7 +319,7 @@ for g = 8, #KEYS - marks do
     return redis.error_reply('WRONGTYPE ' .. KEYS[g] .. ' holds a ' .. t .. ', not a stream: nothing was written and nothing was acked')
   end
 end
-local i = 6
+` + checkStateTypes + `local i = 6
 for o = 1, tonumber(ARGV[5]) do
   if ARGV[i + 2] ~= '' then
     local gone = unstaged(ARGV[i + 2], ARGV[i + 3])

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -96,4 +98,36 @@ func TestReadStatesOfSeveralHashes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestStateOfAnotherTypeAcksNothing: another application's key of another type sits where a
+// stateful stage keeps its state. The commit, by the settle script or the effectively-once one,
+// fails as WRONGTYPE before it acks anything or writes state, on every backend.
+func TestStateOfAnotherTypeAcksNothing(t *testing.T) {
+	for _, once := range []bool{false, true} {
+		t.Run(fmt.Sprintf("effectively once %v", once), func(t *testing.T) {
+			forEach(t, allBackends(), func(t *testing.T, c *Client, k Keys) {
+				ctx := ctxT(t)
+				in, lease, b := leasedBatch(t, c, k, 6)
+				outs := outputsFor(k, b)
+				if once {
+					outs = onceOutputs(k, b)
+				}
+				state := stateBatches(k)[0]
+				if err := c.Universal().Set(ctx, state.TimersKey, "another application's value", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				_, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease, State: state})
+				if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !Unrecoverable(err) {
+					t.Fatalf("err = %v, want WRONGTYPE", err)
+				}
+				if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
+					t.Fatalf("%d entries pending, want all %d: inputs were acked", p, b.Len())
+				}
+				if n, err := c.Universal().HLen(ctx, state.Key).Result(); err != nil || n != 0 {
+					t.Fatalf("the state hash holds %d, %v: state was written", n, err)
+				}
+			})
+		})
+	}
 }

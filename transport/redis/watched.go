@@ -8,28 +8,34 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// A stateless unit's commit on a single server (outputs and acks, fenced by the lease) is fenced
-// with WATCH instead of the settle script when it can be: the script received every input's ID
-// as an argument, and an ID that passes through Lua (an argument made a Lua string, then a Redis
-// string again for XACK) cost Redis more than the XACK itself, about 0.4 us per message at every
-// hop.
+// A unit's commit on a single server (outputs, acks and a stateful stage's state, fenced by the
+// lease) is fenced with WATCH instead of the settle script when it can be: the script received
+// every input's ID, and every state key, value and timer, as an argument, and each argument that
+// passes through Lua (made a Lua string, then a Redis string again for XACK or HSET) cost Redis
+// more than the command that used it: about 0.4 us per message at every hop for an ID, and as much
+// again for the state a message changes.
 //
-// commitWatched first watches the lease and the output streams and reads them (one round trip),
-// then, if the lease holds the commit's value and no output's key holds another type, sends the
-// transaction with a plain XACK. EXEC runs nothing if any watched key changed since (the lease
-// renewed, lost or expired, which aborts EXEC since Redis 6.0.9; an output stream written by
-// another writer, deleted or replaced): what it runs is what the script would have checked. Whenever anything is not as expected, the
-// commit goes through the settle script (commitAtomic) instead, which decides and reports as
-// before.
+// commitWatched first watches the lease, the output streams and the state's keys and reads them
+// (one round trip), then, if the lease holds the commit's value and no key holds another type than
+// the commit writes, sends the transaction: the XADDs, the state's writes as the script makes them
+// (HSET, HDEL, ZADD and ZREM, in its order) and a plain XACK. EXEC runs nothing if any watched key
+// changed since (the lease renewed, lost or expired, which aborts EXEC since Redis 6.0.9; an
+// output stream written by another writer, deleted or replaced; a state key replaced): what it
+// runs is what the script would have checked. Whenever anything is not as expected, the commit
+// goes through the settle script (commitAtomic) instead, which decides and reports as before.
 
-// watchable reports whether commitWatched can make a commit: a single server, a lease, acks and
-// nothing else to settle, plain outputs only (no markers, no payloads under their own keys, whose
-// scripts can fail inside EXEC), and no output stream whose watched commits were aborted lately
-// (see watchedStreams).
+// watchable reports whether commitWatched can make a commit: a single server, a lease, acks,
+// perhaps state, and nothing else to settle (no retries, no checkpoint), plain outputs only (no
+// markers, no payloads under their own keys, whose scripts can fail inside EXEC), and no output
+// stream whose watched commits were aborted lately (see watchedStreams).
 func (c *Client) watchable(a CommitArgs, p *commitPlan) bool {
 	if c.watched == nil || a.Lease == nil || len(a.IDs) == 0 || a.Checkpoint != nil ||
-		len(a.RetryDone)+len(a.Retries) > 0 || !a.State.empty() || len(p.order)+len(p.guards) > 0 {
+		len(a.RetryDone)+len(a.Retries) > 0 || len(p.order)+len(p.guards) > 0 {
 		return false
+	}
+	if s := a.State; !s.empty() && (s.TimersKey == "" && len(s.Timers)+len(s.Cancel) > 0 ||
+		s.HoldsKey == "" && len(s.Holds)+len(s.Release) > 0) {
+		return false // the script reports timers or holds without a key
 	}
 	for _, o := range p.plain {
 		if o.off != nil {
@@ -59,7 +65,7 @@ func (c *Client) commitWatched(ctx context.Context, a CommitArgs, p *commitPlan)
 			beforeWatchedExec()
 		}
 		ids, aborted, err := p.commitTx(ctx, conn.TxPipeline(), a, func(pipe goredis.Pipeliner) goredis.Cmder {
-			return queueXAck(ctx, pipe, a)
+			return queueWatchedSettle(ctx, pipe, a)
 		})
 		if !aborted {
 			return ids, err
@@ -73,34 +79,127 @@ func (c *Client) commitWatched(ctx context.Context, a CommitArgs, p *commitPlan)
 // transaction: where another client's change aborts it.
 var beforeWatchedExec func()
 
-// watchCommit watches the lease and the output streams of a commit on conn and reports whether
-// the lease holds the commit's value and every output stream is a stream or does not exist yet,
-// and what error the server answered instead.
+// watchCommit watches the lease, the output streams and the state's keys of a commit on conn and
+// reports whether the lease holds the commit's value and every other key holds what the commit
+// writes to it or does not exist yet, and what error the server answered instead.
 func watchCommit(ctx context.Context, conn *goredis.Conn, a CommitArgs, p *commitPlan) (bool, error) {
-	keys := make([]any, 0, 2+len(p.streams))
+	watched := watchedTypes(a, p)
+	keys := make([]any, 0, 2+len(watched))
 	keys = append(keys, "watch", a.Lease.Key)
-	for _, s := range p.streams {
-		keys = append(keys, s)
+	for _, w := range watched {
+		keys = append(keys, w.key)
 	}
 	var lease *goredis.StringCmd
-	types := make([]*goredis.StatusCmd, len(p.streams))
+	types := make([]*goredis.StatusCmd, len(watched))
 	_, err := conn.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		_ = pipe.Process(ctx, goredis.NewStatusCmd(ctx, keys...))
 		lease = pipe.Get(ctx, a.Lease.Key)
-		for i, s := range p.streams {
-			types[i] = pipe.Type(ctx, s)
+		for i, w := range watched {
+			types[i] = pipe.Type(ctx, w.key)
 		}
 		return nil
 	})
 	if err != nil || lease.Val() != a.Lease.Value() {
 		return false, err
 	}
-	for _, t := range types {
-		if t.Val() != "stream" && t.Val() != "none" {
+	for i, t := range types {
+		if t.Val() != watched[i].typ && t.Val() != "none" {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// keyType is a key that a watched commit writes, and the type of key it writes it as.
+type keyType struct{ key, typ string }
+
+// watchedTypes are the keys a watched commit writes besides the lease: its output streams and the
+// state's hash, timer set and holds set that it changes.
+func watchedTypes(a CommitArgs, p *commitPlan) []keyType {
+	keys := make([]keyType, 0, len(p.streams)+3)
+	for _, s := range p.streams {
+		keys = append(keys, keyType{s, "stream"})
+	}
+	s := a.State
+	if s.empty() {
+		return keys
+	}
+	if len(s.Set)+len(s.Delete) > 0 {
+		keys = append(keys, keyType{s.Key, "hash"})
+	}
+	if len(s.Timers)+len(s.Cancel) > 0 {
+		keys = append(keys, keyType{s.TimersKey, "zset"})
+	}
+	if len(s.Holds)+len(s.Release) > 0 {
+		keys = append(keys, keyType{s.HoldsKey, "zset"})
+	}
+	return keys
+}
+
+// queueWatchedSettle adds the settle of a watched commit to its transaction: the state's writes,
+// as the settle script makes them and in its order, then the plain XACK. The command it returns
+// reports the first error of them all.
+func queueWatchedSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArgs) goredis.Cmder {
+	s := a.State
+	if s.empty() {
+		return queueXAck(ctx, pipe, a)
+	}
+	var writes []goredis.Cmder
+	queue := func(args []any) {
+		cmd := goredis.NewCmd(ctx, args...)
+		_ = pipe.Process(ctx, cmd)
+		writes = append(writes, cmd)
+	}
+	if len(s.Set) > 0 {
+		args := make([]any, 0, 2+2*len(s.Set))
+		args = append(args, "hset", s.Key)
+		for k, v := range s.Set {
+			args = append(args, k, v)
+		}
+		queue(args)
+	}
+	if len(s.Delete) > 0 {
+		queue(appendIDs(append(make([]any, 0, 2+len(s.Delete)), "hdel", s.Key), s.Delete))
+	}
+	if len(s.Timers) > 0 {
+		args := make([]any, 0, 2+2*len(s.Timers))
+		args = append(args, "zadd", s.TimersKey)
+		for _, t := range byTime(s.Timers) { // earliest first, as the script has them
+			args = append(args, t.At, t.Name)
+		}
+		queue(args)
+	}
+	if len(s.Cancel) > 0 {
+		queue(appendIDs(append(make([]any, 0, 2+len(s.Cancel)), "zrem", s.TimersKey), s.Cancel))
+	}
+	if len(s.Holds) > 0 {
+		args := make([]any, 0, 2+2*len(s.Holds))
+		args = append(args, "zadd", s.HoldsKey)
+		for name, at := range s.Holds {
+			args = append(args, at, name)
+		}
+		queue(args)
+	}
+	if len(s.Release) > 0 {
+		queue(appendIDs(append(make([]any, 0, 2+len(s.Release)), "zrem", s.HoldsKey), s.Release))
+	}
+	return stateSettle{IntCmd: queueXAck(ctx, pipe, a), writes: writes}
+}
+
+// stateSettle is the XACK of a watched commit with state, whose error is the first of the state's
+// writes and the XACK: a write that failed inside EXEC is reported, as the script would report it.
+type stateSettle struct {
+	*goredis.IntCmd
+	writes []goredis.Cmder
+}
+
+func (s stateSettle) Err() error {
+	for _, w := range s.writes {
+		if err := w.Err(); err != nil {
+			return err
+		}
+	}
+	return s.IntCmd.Err()
 }
 
 // watchedStreams are the output streams that watched commits leave to the settle script for a

@@ -78,24 +78,29 @@ func TestWatchedCommitWritesOnce(t *testing.T) {
 	})
 }
 
-// TestWatchedCommitAbortedAcksNothing: between the check and EXEC, an output stream is replaced by
-// another type of key, or another owner takes the lease. EXEC runs nothing, and the settle script
-// finds what changed and acks nothing: no input is acked without its output, nor by a process
-// that lost its lease.
+// TestWatchedCommitAbortedAcksNothing: between the check and EXEC, an output stream or the state
+// hash is replaced by another type of key, or another owner takes the lease. EXEC runs nothing,
+// and the settle script finds what changed and acks nothing: no input is acked without its output
+// and its state, nor by a process that lost its lease.
 func TestWatchedCommitAbortedAcksNothing(t *testing.T) {
 	cases := []struct {
 		name   string
-		change func(ctx context.Context, c *Client, out string, lease Lease) error
+		change func(ctx context.Context, c *Client, out string, lease Lease, state *StateWrites) error
 		want   func(err error) bool
 	}{
-		{"output replaced", func(ctx context.Context, c *Client, out string, _ Lease) error {
+		{"output replaced", func(ctx context.Context, c *Client, out string, _ Lease, _ *StateWrites) error {
 			return c.Universal().Set(ctx, out, "another application's value", 0).Err()
 		}, func(err error) bool {
 			return err != nil && strings.Contains(err.Error(), "WRONGTYPE") && Unrecoverable(err)
 		}},
-		{"lease taken", func(ctx context.Context, c *Client, _ string, lease Lease) error {
+		{"lease taken", func(ctx context.Context, c *Client, _ string, lease Lease, _ *StateWrites) error {
 			return c.Universal().Set(ctx, lease.Key, "owner-b#99", goredis.KeepTTL).Err()
 		}, func(err error) bool { return errors.Is(err, ErrLeaseLost) }},
+		{"state replaced", func(ctx context.Context, c *Client, _ string, _ Lease, state *StateWrites) error {
+			return c.Universal().Set(ctx, state.Key, "another application's value", 0).Err()
+		}, func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "WRONGTYPE") && Unrecoverable(err)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,17 +113,21 @@ func TestWatchedCommitAbortedAcksNothing(t *testing.T) {
 				for i, e := range b.Entries {
 					outs[i] = Output{Stream: out, Entry: Entry{Key: e.Key, Payload: e.Payload}}
 				}
+				state := stateBatches(k)[0]
 				betweenCheckAndExec(t, func() {
-					if err := tc.change(ctx, c, out, lease); err != nil {
+					if err := tc.change(ctx, c, out, lease, state); err != nil {
 						t.Error(err)
 					}
 				})
-				_, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease})
+				_, err := c.Commit(ctx, CommitArgs{Outputs: outs, Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease, State: state})
 				if !tc.want(err) {
 					t.Fatalf("err = %v", err)
 				}
 				if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
 					t.Fatalf("%d entries pending, want all %d: inputs were acked", p, b.Len())
+				}
+				if n, err := c.Universal().ZCard(ctx, state.TimersKey).Result(); err != nil || n != 0 {
+					t.Fatalf("the timer set holds %d, %v: state was written", n, err)
 				}
 			})
 		})
@@ -245,4 +254,90 @@ func TestTheAccessCheckFindsWatchRefused(t *testing.T) {
 	if log, err := admin.Do(ctx, "ACL", "LOG").Slice(); err != nil || len(log) > 0 {
 		t.Fatalf("the server refused commands of the commit: %v %v", log, err)
 	}
+}
+
+// stateOf is a stateful stage's state on a partition, as Redis holds it: the hash's fields, then
+// the timers and the holds with their times.
+func stateOf(t *testing.T, c *Client, s *StateWrites) []string {
+	t.Helper()
+	ctx := ctxT(t)
+	hash, err := c.Universal().HGetAll(ctx, s.Key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for k, v := range hash {
+		out = append(out, "hash "+k+"="+v)
+	}
+	for name, key := range map[string]string{"timer": s.TimersKey, "hold": s.HoldsKey} {
+		zs, err := c.Universal().ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range zs {
+			out = append(out, fmt.Sprintf("%s %v=%v", name, z.Member, z.Score))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// stateBatches are two batches' state writes on the state keys of k: every kind of write, a key
+// set then deleted, a timer set then cancelled, a hold set then released.
+func stateBatches(k Keys) [2]*StateWrites {
+	keys := func(s *StateWrites) *StateWrites {
+		s.Key, s.TimersKey, s.HoldsKey = k.State("in", 0, "st"), k.Timers("in", 0, "st"), k.Holds("in", 0, "st")
+		return s
+	}
+	return [2]*StateWrites{
+		keys(&StateWrites{Set: map[string][]byte{"a": []byte("1"), "b": []byte("2"), "c": []byte{0, 255}},
+			Timers: map[string]int64{"close:a": 30, "close:b": 10, "close:c": 20}, Holds: map[string]int64{"h1": 5, "h2": 7}}),
+		keys(&StateWrites{Set: map[string][]byte{"a": []byte("3")}, Delete: []string{"b"}, Timers: map[string]int64{"close:d": 40},
+			Cancel: []string{"close:b"}, Holds: map[string]int64{"h3": 9}, Release: []string{"h1"}}),
+	}
+}
+
+// TestWatchedCommitWritesStateAsTheScript: a stateful stage's commits under a lease on a single
+// server are watched, and leave the state, the timers and the holds as the settle script leaves
+// them.
+func TestWatchedCommitWritesStateAsTheScript(t *testing.T) {
+	forEach(t, singleBackends(), func(t *testing.T, c *Client, k Keys) {
+		ctx := ctxT(t)
+		watched := c.watched
+		var want []string
+		for _, run := range []struct {
+			keys    Keys
+			watched bool
+		}{{testKeys(t), false}, {k, true}} {
+			c.watched = nil // as on a cluster: every commit goes through the script
+			if run.watched {
+				c.watched = watched
+			}
+			tries := 0
+			betweenCheckAndExec(t, func() { tries++ })
+			in, lease, b := leasedBatch(t, c, run.keys, 4)
+			states := stateBatches(run.keys)
+			for i, s := range states {
+				part := Batch{Entries: b.Entries[2*i : 2*i+2]}
+				if _, err := c.Commit(ctx, CommitArgs{Outputs: outputsFor(run.keys, part), Stream: in, Group: "stage", IDs: part.IDs(),
+					Lease: &lease, State: s}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := pending(t, c, in, "stage"); n != 0 {
+				t.Fatalf("%d entries pending, want 0", n)
+			}
+			got := stateOf(t, c, states[0])
+			if !run.watched {
+				want = got
+				continue
+			}
+			if tries != 2 {
+				t.Fatalf("%d watched commits, want both", tries)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("watched commits left\n%v\nthe settle script\n%v", got, want)
+			}
+		}
+	})
 }
