@@ -365,8 +365,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // waitForWithin is waitFor with a deadline of its own.
 func waitForWithin(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
+	waitForEvery(t, what, within, 20*time.Millisecond, cond)
+}
+
+// waitForEvery is waitForWithin polling every interval, for a condition that reads a view which
+// its server refreshes only when it has not been read for a while.
+func waitForEvery(t *testing.T, what string, within, interval time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
