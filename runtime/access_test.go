@@ -241,10 +241,17 @@ func TestRunFailsAtStartWithoutPermissions(t *testing.T) {
 // and, effectively once, its scripts refused. The last two leave the XADDs with only EXECABORT to
 // say (the runtime then asks again what the start-up check asked).
 func TestPermissionsTakenWhileRunningEndTheRun(t *testing.T) {
-	for _, c := range []struct{ name, delivery, revoke, want string }{
-		{"xadd", "at_least_once", "-xadd", "xadd"},
-		{"xack", "at_least_once", "-xack", "xack"},
-		{"scripts", "effectively_once", "-@scripting", "eval"},
+	for _, c := range []struct {
+		name, delivery, revoke, want string
+		writes                       bool // the output may be written before the refusal
+	}{
+		{"xadd", "at_least_once", "-xadd", "xadd", false},
+		{"xack", "at_least_once", "-xack", "xack", false},
+		{"scripts", "effectively_once", "-@scripting", "eval", false},
+		// Redis 7.0 refuses a command inside a script with an ERR that names no command. The
+		// effectively-once script has written the output when its XACK is refused (Lua undoes
+		// nothing); the input stays unacked.
+		{"xack in a script", "effectively_once", "-xack", "ack", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -274,11 +281,17 @@ func TestPermissionsTakenWhileRunningEndTheRun(t *testing.T) {
 			}
 			err = <-done
 			if err == nil || !strings.Contains(strings.ToLower(err.Error()), c.want) ||
-				!strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "may not run") {
+				!strings.Contains(err.Error(), "NOPERM") && !strings.Contains(err.Error(), "may not run") &&
+					!strings.Contains(err.Error(), "can't run this command") {
 				t.Fatalf("the run ended with %v, want the refused %s named\n%s", err, c.want, log.String())
 			}
-			if n, err := admin.StreamLen(ctx, keys.Stream("out", 0)); err != nil || n != 0 {
+			if n, err := admin.StreamLen(ctx, keys.Stream("out", 0)); err != nil || n != 0 && !c.writes {
 				t.Errorf("the stage wrote %d entries (%v) without permission", n, err)
+			}
+			if c.writes {
+				if n, err := admin.Universal().XPending(ctx, keys.Stream("in", 0), "work").Result(); err != nil || n.Count != 1 {
+					t.Errorf("the input's pending entries: %v, %v; want the one, unacked", n, err)
+				}
 			}
 		})
 	}

@@ -39,11 +39,13 @@ func errUnexpected(v any) error { return fmt.Errorf("unexpected reply %v", v) }
 // unrecoverableReplies are the beginnings of Redis replies that refuse the request itself, whenever
 // it is sent: the user may not run the command or touch the key (NOPERM), the credentials are wrong
 // (WRONGPASS, NOAUTH), the server does not know the command, or a key the pipeline uses holds
-// another type (WRONGTYPE). Waiting changes none of them; an operator must. Replies that heal by
+// another type (WRONGTYPE); a script may not run a command (Redis 7.0 says so with an ERR, not
+// NOPERM, and does not name the command). Waiting changes none of them; an operator must. Replies that heal by
 // themselves (LOADING, BUSY, READONLY during a failover, CLUSTERDOWN, TRYAGAIN, OOM while consumers
 // catch up, MISCONF once the disk has room) are not among them.
 var unrecoverableReplies = []string{
 	"NOPERM", "WRONGPASS", "NOAUTH", "WRONGTYPE", "ERR unknown command", "ERR unknown subcommand",
+	"ERR The user executing the script can't run this command",
 }
 
 // Unrecoverable reports whether err is a failure that retrying will not heal: a Redis reply that

@@ -23,6 +23,7 @@ func TestUnrecoverable(t *testing.T) {
 		{errors.New("WRONGTYPE Operation against a key holding the wrong kind of value"), true},
 		{fmt.Errorf("redis: reclaiming k: %w", errors.New("ERR unknown command 'XAUTOCLAIM', with args beginning with: ")), true},
 		{errors.New("ERR Error running script (call to f_1): @user_script:1: NOPERM this user has no permissions to run the 'zadd' command"), true},
+		{fmt.Errorf("redis: acking group g on s: %w", errors.New("ERR The user executing the script can't run this command or subcommand script: 39a1f8, on @user_script:29.")), true},
 		{errors.New("LOADING Redis is loading the dataset in memory"), false},
 		{errors.New("OOM command not allowed when used memory > 'maxmemory'."), false},
 		{errors.New("READONLY You can't write against a read only replica."), false},
