@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -46,17 +47,15 @@ func evalEventTime(e *expr.Program, m *Message) (time.Time, error) {
 	if err := m.decodeFor(e); err != nil {
 		return time.Time{}, err
 	}
-	v, err := e.Eval(&expr.Env{Msg: m.Value})
+	env := borrowEnv(m.Value)
+	defer returnEnv(env)
+	v, err := e.Eval(env)
 	if err != nil {
 		return time.Time{}, evalError(err)
 	}
 	switch x := v.Interface().(type) {
 	case string:
-		t, err := time.Parse(time.RFC3339Nano, x)
-		if err != nil {
-			return time.Time{}, Permanent(fmt.Errorf("the event time %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", x))
-		}
-		return t, nil
+		return eventTimeOfString(x)
 	case float64:
 		return time.UnixMilli(int64(x)), nil
 	case json.Number:
@@ -67,6 +66,45 @@ func evalEventTime(e *expr.Program, m *Message) (time.Time, error) {
 		return time.UnixMilli(ms), nil
 	}
 	return time.Time{}, Permanent(fmt.Errorf("the event time is %s, not an RFC 3339 string or Unix milliseconds", v))
+}
+
+// eventTimeOfString is the event time of a string value.
+func eventTimeOfString(x string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, x)
+	if err != nil {
+		return time.Time{}, Permanent(fmt.Errorf("the event time %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", x))
+	}
+	return t, nil
+}
+
+// scannedEventTime is the event time of a field's value as its JSON text holds it (scanFields),
+// where that tells it as the expression would: a string without escapes that is an RFC 3339 time,
+// or an integer of up to 15 digits (which a float64, as the expression reads it, holds exactly).
+// ok is false for any other value, which the expression evaluates (and refuses, where it does).
+func scannedEventTime(raw []byte) (at time.Time, ok bool) {
+	switch {
+	case isPlainString(raw):
+		at, err := eventTimeOfString(string(raw[1 : len(raw)-1]))
+		return at, err == nil
+	case isSmallInteger(raw):
+		ms, err := strconv.ParseInt(string(raw), 10, 64)
+		return time.UnixMilli(ms), err == nil
+	}
+	return time.Time{}, false
+}
+
+// isSmallInteger reports whether the JSON text of a number is an integer of 1 to 15 digits.
+func isSmallInteger(raw []byte) bool {
+	digits := bytes.TrimPrefix(raw, []byte("-"))
+	if len(digits) == 0 || len(digits) > 15 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // EventTimeHeader carries the event time, in Unix milliseconds, of a message whose event time is

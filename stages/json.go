@@ -134,6 +134,42 @@ func (d *decoder) memberName(names []string) (string, bool) {
 	return "", false
 }
 
+// rawMembers finds, in the object at d.i, the members named names, decoding nothing: values[i]
+// is the JSON text of the value of the last member named names[i] (a repeated name: the last one
+// wins, as decoding keeps it), nil when there is none. It returns false, telling nothing, when a
+// member's name has escapes, which may spell one of names.
+func (d *decoder) rawMembers(names []string, values [][]byte) bool {
+	d.i++ // {
+	d.space()
+	if d.data[d.i] == '}' {
+		return true
+	}
+	for {
+		d.space()
+		start := d.i + 1
+		end := start + bytes.IndexByte(d.data[start:], '"')
+		if bytes.IndexByte(d.data[start:end], '\\') >= 0 {
+			return false
+		}
+		d.i = end + 1
+		d.space()
+		d.i++ // :
+		d.space()
+		from := d.i
+		d.skip()
+		for i, n := range names {
+			if string(d.data[start:end]) == n {
+				values[i] = bytes.TrimRight(d.data[from:d.i], " \t\n\r") // a number ends where its delimiter begins
+			}
+		}
+		d.space()
+		d.i++ // , or }
+		if d.data[d.i-1] == '}' {
+			return true
+		}
+	}
+}
+
 // skip moves past the value at d.i without decoding it.
 func (d *decoder) skip() {
 	d.space()

@@ -220,12 +220,72 @@ func stateKey(e *expr.Program, reads []string, m *Message) (string, error) {
 	if err := decodeRead(m, reads); err != nil {
 		return "", err
 	}
-	key, err := e.EvalString(&expr.Env{Msg: m.Value})
+	env := borrowEnv(m.Value)
+	key, err := e.EvalString(env)
+	returnEnv(env)
 	if err != nil {
 		return "", evalError(err)
 	}
 	m.keyBy, m.keyOf = e, key
 	return key, nil
+}
+
+// scannedStateKey is stateKey for a kind that reads nothing of a message but its key and its
+// event time by the expression at (nil: the entry's time), a dedupe: when the key is a field
+// (msg.id) that holds a string without escapes, it is read from the payload as it arrived, which
+// is then never decoded; the event time is read with it when it is a field that holds a plain time
+// (scannedEventTime), and kept for EventTime.
+func scannedStateKey(e, at *expr.Program, reads []string, m *Message) (string, error) {
+	if m.keyBy == e {
+		return m.keyOf, nil
+	}
+	keyField, ok := e.Field()
+	if !ok || !m.checked || m.Value != nil || len(m.raw) == 0 {
+		return stateKey(e, reads, m)
+	}
+	timeField, timed := at.Field()
+	var raw [2][]byte
+	if !scanFields(m.raw, []string{keyField, timeField}, raw[:]) || !isPlainString(raw[0]) {
+		return stateKey(e, reads, m)
+	}
+	m.keyBy, m.keyOf = e, string(raw[0][1:len(raw[0])-1])
+	if t, ok := scannedEventTime(raw[1]); timed && ok {
+		m.timeBy, m.timeAt = at, t
+	}
+	return m.keyOf, nil
+}
+
+// scanFields finds top-level fields of a payload that reading checked (NewEntryMessage), decoding
+// nothing (decoder.rawMembers); false when the payload is no object, or a field's name has escapes.
+func scanFields(payload []byte, names []string, values [][]byte) bool {
+	d := decoder{data: payload}
+	d.space()
+	return d.i < len(payload) && payload[d.i] == '{' && d.rawMembers(names, values)
+}
+
+// isPlainString reports whether the JSON text of a value is a string without escapes: the string
+// is the text between its quotes.
+func isPlainString(raw []byte) bool {
+	return len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw[1:len(raw)-1], '\\') < 0
+}
+
+// msgEnvs are the environments that a stateful kind's key and event time are evaluated in, for
+// every message before its batch is processed: an Env given to an expression escapes (its nodes
+// are called through function values), and a new one each time was an allocation per message for
+// each expression.
+var msgEnvs = sync.Pool{New: func() any { return new(expr.Env) }}
+
+// borrowEnv lends an environment of the message msg, which returnEnv gives back once nothing
+// reads it any more.
+func borrowEnv(msg map[string]any) *expr.Env {
+	env := msgEnvs.Get().(*expr.Env)
+	env.Msg = msg
+	return env
+}
+
+func returnEnv(env *expr.Env) {
+	env.Msg = nil // kept by the pool, it must not keep the message alive
+	msgEnvs.Put(env)
 }
 
 // decodeFor decodes what the expression e reads of the message: the fields it names when the

@@ -299,7 +299,8 @@ func (s *aggregateStage) arguments(m *Message) ([]any, error) {
 			continue
 		}
 		if env == nil {
-			env = &expr.Env{Msg: m.Value}
+			env = borrowEnv(m.Value)
+			defer returnEnv(env)
 		}
 		v, err := f.Arg.Eval(env)
 		if err != nil {

@@ -88,7 +88,7 @@ type dedupeStage struct {
 const keyTimerPrefix = "key:"
 
 func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error) {
-	key, err := stateKey(s.key, s.reads, m)
+	key, err := scannedStateKey(s.key, s.eventTime, s.reads, m)
 	if err != nil {
 		return out, err
 	}
@@ -125,7 +125,7 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 			return out, err
 		}
 	}
-	if err := st.Put(ctx, key, []byte(strconv.FormatInt(at.UnixMilli(), 10))); err != nil {
+	if err := st.Put(ctx, key, strconv.AppendInt(nil, at.UnixMilli(), 10)); err != nil {
 		return out, err
 	}
 	if err := SetTimerMember(ctx, st, keyTimerPrefix, at.Add(s.within), key); err != nil {
@@ -137,7 +137,7 @@ func (s *dedupeStage) Process(ctx context.Context, st State, m *Message, out []O
 // StateKeys names what Process reads for m, so that the runtime reads a batch's keys at once
 // (StatePrefetcher): the key, and the count of keys.
 func (s *dedupeStage) StateKeys(m *Message, keys []string) []string {
-	key, err := stateKey(s.key, s.reads, m)
+	key, err := scannedStateKey(s.key, s.eventTime, s.reads, m)
 	if err != nil {
 		return keys
 	}

@@ -1,8 +1,13 @@
 package stages
 
 import (
+	"context"
 	"fmt"
 	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/flowrun/flowrun/transport/jsonscan"
 )
 
 // max_keys bounds the keys a dedupe stage remembers per partition: a third key's message is
@@ -84,3 +89,74 @@ stage "once" {
   event_time = msg.at
 }
 ` + sinkA
+
+// A dedupe reads its key and event time from an entry's payload as it arrived, when they are a
+// string and a string or whole number: it decodes nothing of the message, which it passes on as it
+// came.
+func TestDedupeDecodesNothingOfAPlainEntry(t *testing.T) {
+	proc, st := statefulProcessor(t, dedupeByID, "once")
+	m := NewEntryMessage("", []byte(`{"id":"a","pad":"xxxx","at":60000}`), nil)
+	keys := proc.StatePrefetcher.StateKeys(&m, nil)
+	at, err := EventTime(proc.Processor.(*dedupeStage).eventTime, &m)
+	if err != nil || len(keys) != 2 || keys[0] != "a" || at.UnixMilli() != 60000 {
+		t.Fatalf("key %q, event time %v, %v; want a, at 60000 ms", keys, at, err)
+	}
+	outs, err := proc.Processor.Process(context.Background(), st, &m, nil)
+	if err != nil || len(outs) != 1 {
+		t.Fatalf("Process: %d outputs, %v; want the message passed on", len(outs), err)
+	}
+	if m.Value != nil {
+		t.Errorf("the message was decoded: %v", m.Value)
+	}
+}
+
+// FuzzDedupeScannedAsDecoded: the key and event time that a dedupe reads from an entry's payload
+// as it arrived (scannedStateKey, scannedEventTime) are those the expressions make of the payload
+// decoded, errors alike, whatever the payload holds.
+func FuzzDedupeScannedAsDecoded(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"a","at":60000}`,
+		` { "at" : 1764478823000 , "id" : "k1" } `,
+		`{"id":"a","id":"b","at":1,"at":2}`,                    // the last of a repeated name
+		`{"i\u0064":"a","id":"b","at":1}`,                      // a name with escapes
+		`{"id":"a\"b\\c\u00e9","at":"2026-01-02T15:04:05.5Z"}`, // a key with escapes
+		`{"id":"","at":"not a time"}`,
+		`{"id":"a","at":"2026-01-02T15:04:05+01:00"}`,
+		`{"id":"a","at":"2026-13-02T15:04:05Z"}`,
+		`{"id":"a","at":"2026-01-02T15:04:05\u005a"}`,
+		`{"id":12,"at":1.5}`,
+		`{"id":-0,"at":-12}`,
+		`{"id":true,"at":1e3}`,
+		`{"id":null,"at":null}`,
+		`{"id":{"x":"}"},"at":[1]}`,
+		`{"id":"a","at":1234567890123456}`,
+		`{"id":"a","at":123456789012345}`,
+		`{"at":5}`,
+		`{"id":"a"}`,
+		`{}`,
+		`{"id":"\u0000keys","at":1}`,
+		`null`,
+		`[{"id":"a"}]`,
+		`"id"`,
+	} {
+		f.Add([]byte(s))
+	}
+	proc, _ := statefulProcessor(f, dedupeByID, "once")
+	d := proc.Processor.(*dedupeStage)
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if jsonscan.Check(p) != nil || !gjson.ValidBytes(p) {
+			return // reading an entry refuses it
+		}
+		scanned, decoded := NewEntryMessage("", p, nil), NewMessage("", p, nil)
+		key, keyErr := scannedStateKey(d.key, d.eventTime, d.reads, &scanned)
+		wantKey, wantKeyErr := stateKey(d.key, d.reads, &decoded)
+		if key != wantKey || fmt.Sprint(keyErr) != fmt.Sprint(wantKeyErr) {
+			t.Fatalf("%s: key %q, %v; decoded %q, %v", p, key, keyErr, wantKey, wantKeyErr)
+		}
+		at, atErr := EventTime(d.eventTime, &scanned)
+		wantAt, wantAtErr := EventTime(d.eventTime, &decoded)
+		if !at.Equal(wantAt) || fmt.Sprint(atErr) != fmt.Sprint(wantAtErr) {
+			t.Fatalf("%s: event time %v, %v; decoded %v, %v", p, at, atErr, wantAt, wantAtErr)
+		}
+	})
+}

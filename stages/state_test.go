@@ -200,7 +200,7 @@ func (s *memState) keyCount(t *testing.T) int64 {
 }
 
 // statefulProcessor compiles the stage name of the pipeline with a fresh memState.
-func statefulProcessor(t *testing.T, stagesSrc, name string) (StatefulStage, *memState) {
+func statefulProcessor(t testing.TB, stagesSrc, name string) (StatefulStage, *memState) {
 	t.Helper()
 	st := newMemState()
 	p := plan(t, stagesSrc)

@@ -79,6 +79,9 @@ type node struct {
 	val     Value // the folded value when isConst
 
 	shape *Shape // what Scope.Msg says of the value a traversal of msg reads; nil elsewhere
+
+	// field is the top-level field of the message that a node of msg.field reads; "" elsewhere.
+	field string
 }
 
 // styp is the static type of a node: a Kind when known, or tAny.
@@ -500,6 +503,16 @@ func (p *Program) Fields() (fields []string, more bool) {
 		return nil, false
 	}
 	return p.fields, p.wholeMsg
+}
+
+// Field returns the field of the message that an expression of the form msg.NAME reads, and false
+// for any other expression. Its value is the field's, as it was decoded: a reader that has the
+// field's value without the message decoded (a string field in the payload) has the value already.
+func (p *Program) Field() (string, bool) {
+	if p == nil || p.root == nil || p.root.field == "" {
+		return "", false
+	}
+	return p.root.field, true
 }
 
 // Range is the source range of the expression.

@@ -446,3 +446,19 @@ func TestIntegersPrintAsFloatsDo(t *testing.T) {
 		}
 	}
 }
+
+// Field names the field of an expression that is a message's field, and only of such a one: its
+// value is the field's as decoded.
+func TestField(t *testing.T) {
+	s := &Scope{Roots: []string{"msg"}, Functions: Functions()}
+	for src, want := range map[string]string{
+		`msg.id`: "id", `(msg.id)`: "id",
+		`msg.a.b`: "", `msg["id"]`: "", `upper(msg.id)`: "", `"${msg.id}-x"`: "", `msg`: "", `"id"`: "",
+		`[for m in [msg] : m.id][0]`: "",
+	} {
+		field, ok := mustCompile(t, src, s).Field()
+		if field != want || ok != (want != "") {
+			t.Errorf("Field of %s = %q, %v; want %q", src, field, ok, want)
+		}
+	}
+}

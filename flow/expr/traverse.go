@@ -88,6 +88,7 @@ func (c *compiler) scopeTraversal(e *hclsyntax.ScopeTraversalExpr) *node {
 		if len(steps) == 1 && steps[0].attr {
 			// The most common shape, msg.field, without the loop.
 			s := &steps[0]
+			n.field = s.name
 			n.eval = func(env *Env) (Value, *EvalError) {
 				if m, ok := env.Msg.(map[string]any); ok {
 					if x, ok := m[s.name]; ok {

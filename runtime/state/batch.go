@@ -53,8 +53,12 @@ type Batch struct {
 	holdAt  map[string]int64
 	release map[string]bool
 	// groups are the members of the timers that attempts shared (AddTimerMember), by prefix and
-	// time, until they are named (nameGroups) and join timerAt.
-	groups map[timerGroup][]string
+	// time, until they are named (nameGroups) and join timerAt. lastGroup and lastMembers are the
+	// group an attempt joined last: the next attempt's member is most often of the same group
+	// (a dedupe's keys of the same time), and joins it without a look-up.
+	groups      map[timerGroup]*[]string
+	lastGroup   timerGroup
+	lastMembers *[]string
 	// watermark is what the batch commits as the partition's own watermark, in Unix ms (SetWatermark);
 	// moved says it changed.
 	watermark int64
@@ -105,6 +109,11 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	}
 	if len(wanted) == 0 {
 		return
+	}
+	if b.set == nil {
+		// The keys a batch reads are, mostly, those it writes: made for as many, the batch's map
+		// of values does not grow (and copy itself) several times while its attempts join.
+		b.set = make(map[string][]byte, len(wanted))
 	}
 	vals, err := b.store.ReadStates(ctx, b.keys.Hash, wanted)
 	for i, k := range wanted {
@@ -265,6 +274,12 @@ type Attempt struct {
 	holdAt  map[string]int64
 	release map[string]bool
 	members []groupMember // AddTimerMember's
+	// values holds the copies of the small values the attempt puts (keep), many to an
+	// allocation: a copy of its own for each was two allocations per message of a dedupe (the
+	// key's first time, and the count of keys).
+	// The attempt is reused through its batch (spare), and the room already taken is never
+	// written again, so the values joined to the batch stay as they were put.
+	values []byte
 	// watermark is the partition's watermark as of the attempt's message, in Unix ms.
 	watermark int64
 	// late and duplicates count the attempt's Record calls.
@@ -294,13 +309,26 @@ func (a *Attempt) Join() {
 	b.timerAt, b.cancel = overlay(b.timerAt, b.cancel, a.timerAt, a.cancel)
 	b.holdAt, b.release = overlay(b.holdAt, b.release, a.holdAt, a.release)
 	for _, m := range a.members {
-		if b.groups == nil {
-			b.groups = map[timerGroup][]string{}
+		if b.lastMembers == nil || m.timerGroup != b.lastGroup {
+			b.lastGroup, b.lastMembers = m.timerGroup, b.membersOf(m.timerGroup)
 		}
-		b.groups[m.timerGroup] = append(b.groups[m.timerGroup], m.member)
+		*b.lastMembers = append(*b.lastMembers, m.member)
 	}
 	b.late, b.duplicates = b.late+a.late, b.duplicates+a.duplicates
 	b.spare = a.emptied()
+}
+
+// membersOf returns the members of a group so far, which the group's new members join.
+func (b *Batch) membersOf(g timerGroup) *[]string {
+	if members := b.groups[g]; members != nil {
+		return members
+	}
+	if b.groups == nil {
+		b.groups = map[timerGroup]*[]string{}
+	}
+	members := new([]string)
+	b.groups[g] = members
+	return members
 }
 
 // timerGroup is the prefix and time (Unix ms) of the timer that members share (AddTimerMember).
@@ -328,15 +356,15 @@ func (b *Batch) nameGroups() {
 		return
 	}
 	alone := map[string]int{} // prefix+member: the groups of that member alone
-	for g, members := range b.groups {
-		slices.Sort(members)
-		members = slices.Compact(members)
-		b.groups[g] = members
-		if len(members) == 1 {
+	for g, p := range b.groups {
+		slices.Sort(*p)
+		*p = slices.Compact(*p)
+		if members := *p; len(members) == 1 {
 			alone[g.prefix+members[0]]++
 		}
 	}
-	for g, members := range b.groups {
+	for g, p := range b.groups {
+		members := *p
 		name := ""
 		if len(members) == 1 && !strings.HasPrefix(members[0], "\x00") {
 			name = g.prefix + members[0]
@@ -351,6 +379,7 @@ func (b *Batch) nameGroups() {
 		delete(b.cancel, name)
 	}
 	clear(b.groups)
+	b.lastMembers = nil
 }
 
 // emptied returns the attempt with no writes and no outcomes, for the next attempt of its batch.
@@ -455,9 +484,32 @@ func (a *Attempt) Put(_ context.Context, key string, value []byte) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	a.set = put(a.set, key, append([]byte(nil), value...))
+	a.set = put(a.set, key, a.keep(value))
 	delete(a.del, key)
 	return nil
+}
+
+// The values a Put copies into the attempt's shared memory (values): the small ones, a chunk of
+// them at a time. A large value takes an allocation of its own, so that a value kept in the
+// batch keeps no more than its neighbours of a chunk alive.
+const (
+	sharedValueMax = 256
+	valueChunk     = 4096
+)
+
+// keep returns a copy of value that the caller's later changes to value do not reach.
+func (a *Attempt) keep(value []byte) []byte {
+	n := len(value)
+	if n == 0 || n > sharedValueMax {
+		return append([]byte(nil), value...) // nil for an empty value, as it always was
+	}
+	if cap(a.values)-len(a.values) < n {
+		a.values = make([]byte, 0, valueChunk)
+	}
+	start := len(a.values)
+	a.values = append(a.values, value...)
+	// Capped, so that appending to the copy moves it rather than writing over the next value.
+	return a.values[start : start+n : start+n]
 }
 
 func (a *Attempt) Delete(_ context.Context, key string) error {

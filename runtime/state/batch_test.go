@@ -214,3 +214,33 @@ func TestTimerMembersShareATimer(t *testing.T) {
 		}
 	}
 }
+
+// TestPutCopiesSmallValuesTogether: the small values an attempt puts are copied many to an
+// allocation (a dedupe puts two a message), and each copy stays as it was put: neither the
+// caller's later change to its value nor an append to another copy reaches it.
+func TestPutCopiesSmallValuesTogether(t *testing.T) {
+	ctx := context.Background()
+	b := NewBatch(storeOfNothing{}, Keys{Hash: "h"}, 0)
+	a := b.Attempt(0)
+	value := []byte("1764478823000")
+	if n := testing.AllocsPerRun(100, func() { _ = a.Put(ctx, "k", value) }); n >= 1 {
+		t.Errorf("%v allocations a Put of a small value, want fewer than one", n)
+	}
+	_ = a.Put(ctx, "a", value)
+	_ = a.Put(ctx, "b", []byte("2"))
+	copy(value, "9999999999999")
+	got, _, _ := a.Get(ctx, "a")
+	_ = append(got, "xyz"...)
+	a.Join()
+	a = b.Attempt(0)
+	_ = a.Put(ctx, "c", []byte("3")) // the reused attempt's copies go after the batch's
+	for key, want := range map[string]string{"a": "1764478823000", "b": "2", "c": "3"} {
+		if v, _, _ := a.Get(ctx, key); string(v) != want {
+			t.Errorf("Get(%q) = %q, want %q", key, v, want)
+		}
+	}
+	_ = a.Put(ctx, "e", []byte{})
+	if v, found, _ := a.Get(ctx, "e"); v != nil || !found {
+		t.Errorf("an empty value put reads as %q, %v; want nil, true, as it always did", v, found)
+	}
+}
