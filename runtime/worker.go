@@ -3,9 +3,11 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime/state"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -101,6 +103,13 @@ func (w *worker) run(ctx context.Context) error {
 				continue // there may be more due
 			}
 		}
+		if ahead != nil && ahead.processed {
+			var err error
+			if ahead, err = w.commitProcessed(ctx, ahead.prepared, args); err != nil {
+				return err
+			}
+			continue
+		}
 		batch, recovered, err := w.read(ctx, args, &ahead)
 		if recovered {
 			continue
@@ -124,7 +133,10 @@ func (w *worker) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if ahead != nil && ahead.err == nil && ahead.batch.Len() > 0 {
+	if ahead != nil && ahead.processed && ahead.prepared != nil {
+		return w.commit(ctx, ahead.prepared) // processed just before the stop
+	}
+	if ahead != nil && !ahead.processed && ahead.err == nil && ahead.batch.Len() > 0 {
 		// Read just before the stop: a batch that was read is processed.
 		return w.process(ctx, ahead.batch, nil, nil)
 	}
@@ -206,10 +218,13 @@ func (w *worker) readArgs(args redis.ReadArgs) redis.ReadArgs {
 	return args
 }
 
-// readResult is a read's batch or error.
+// readResult is a read's batch or error; or, where the worker processed it while the batch before
+// committed (commitOverlapped), what it made of the batch: processed, and the commit it prepared.
 type readResult struct {
-	batch redis.Batch
-	err   error
+	batch     redis.Batch
+	err       error
+	processed bool
+	prepared  *batchCommit // nil: nothing to commit, or the batch is to be processed again
 }
 
 // processReadingAhead processes a batch read from the stream, and commits it while it reads the
@@ -226,7 +241,19 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 	if w.time != nil {
 		w.time.Begin()
 	}
-	c := w.prepare(ctx, b, nil, nil)
+	return w.commitReadingAhead(ctx, w.prepare(ctx, b, nil, nil), args)
+}
+
+// commitProcessed commits a batch that the worker processed while the batch before committed
+// (commitOverlapped), reading the next meanwhile.
+func (w *worker) commitProcessed(ctx context.Context, c *batchCommit, args redis.ReadArgs) (*readResult, error) {
+	w.r.activity.add(1)
+	defer w.r.activity.add(-1)
+	return w.commitReadingAhead(ctx, c, args)
+}
+
+// commitReadingAhead commits a processed batch (see processReadingAhead), while it reads the next.
+func (w *worker) commitReadingAhead(ctx context.Context, c *batchCommit, args redis.ReadArgs) (*readResult, error) {
 	if c == nil {
 		return nil, nil
 	}
@@ -237,8 +264,11 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 	ahead := make(chan readResult, 1)
 	go func() {
 		b, err := w.r.rdb.ReadGroup(ctx, read)
-		ahead <- readResult{b, err}
+		ahead <- readResult{batch: b, err: err}
 	}()
+	if w.overlaps() {
+		return w.commitOverlapped(ctx, c, ahead)
+	}
 	err := w.commit(ctx, c)
 	done := w.r.activity.waiting() // the read ahead may wait on the clock for entries
 	next := <-ahead
@@ -247,6 +277,57 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 		return nil, err
 	}
 	return &next, nil
+}
+
+// overlaps reports whether the worker processes the batch it read ahead while the batch before
+// commits (commitOverlapped): where a batch's processing depends on nothing the commit before it
+// writes, and delivers nothing outside Redis. That is a stateless stage's unit without watermarks,
+// at least once: a stateful stage reads the state the commit before writes, a sink delivers, and
+// effectively-once outputs are left as they are.
+func (w *worker) overlaps() bool {
+	n := w.u.node
+	_, stage := n.handler.(*stageHandler)
+	return stage && !n.stateful && w.time == nil && n.delivery != flow.EffectivelyOnce
+}
+
+// commitOverlapped commits c while it processes the batch that ahead brings: a unit's turns then
+// keep the process and Redis busy at once, where the commit's round trip left the process waiting
+// and processing left Redis idle. The batch's commit is sent after c's has ended well, as the next
+// turn's (its outputs after c's in every stream). When c's commit does not end well, the batch is
+// given up as a batch read ahead is: its entries are pending for this consumer, and the recovery
+// (or the partition's new owner) reads them again.
+func (w *worker) commitOverlapped(ctx context.Context, c *batchCommit, ahead <-chan readResult) (*readResult, error) {
+	if err := w.admit(ctx, c.admits); err != nil {
+		<-ahead
+		w.r.fail(fmt.Errorf("%s %s: %w", w.u.node.typ, w.u.node.name, err))
+		return nil, errStopped
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := w.r.rdb.Commit(w.r.hard, c.args)
+		sent <- err
+	}()
+	select {
+	case next := <-ahead:
+		if next.err == nil && next.batch.Len() > 0 && !w.recover && ctx.Err() == nil {
+			next.processed, next.prepared = true, w.prepare(ctx, next.batch, nil, nil)
+		}
+		if err := w.committed(ctx, c, <-sent); err != nil || w.recover {
+			return nil, err
+		}
+		return &next, nil
+	case err := <-sent:
+		// The commit ended before the read: what came of it counts at once, and the batch read
+		// ahead is processed next turn, as without overlap.
+		err = w.committed(ctx, c, err)
+		done := w.r.activity.waiting() // the read ahead may wait on the clock for entries
+		next := <-ahead
+		done()
+		if err != nil || w.recover {
+			return nil, err
+		}
+		return &next, nil
+	}
 }
 
 // claimIdle is how long an entry stays pending before a consumer of a partition without lease takes

@@ -21,6 +21,15 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 		return errStopped
 	}
 	_, err := r.rdb.Commit(r.hard, c.args)
+	return w.committed(ctx, c, err)
+}
+
+// committed records what came of a batch's commit, which ended with err: the outputs it let through
+// the gates of capped partitions, the counts and watermarks of a commit that ended well, and the
+// recovery of one that did not (or a lost lease).
+func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error {
+	n := w.u.node
+	r := w.r
 	for _, g := range c.admits {
 		if err == nil {
 			g.Written(1)
