@@ -305,6 +305,13 @@ func (w *worker) commitOverlapped(ctx context.Context, c *batchCommit, ahead <-c
 	sent := make(chan error, 1)
 	go func() {
 		_, err := w.r.rdb.Commit(w.r.hard, c.args)
+		if err == nil && !c.abandoned {
+			// What the batch did counts as soon as it is written, not once the next batch is
+			// processed, which may wait on retries: a reader of the metrics that saw the outputs
+			// downstream sees them counted here. (Counting touches nothing of the worker's.)
+			w.counted(c)
+			c.counted = true
+		}
 		sent <- err
 	}()
 	select {

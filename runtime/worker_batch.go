@@ -67,8 +67,10 @@ type batchCommit struct {
 	// commit waits until each has room.
 	admits []*backpressure.Gate
 	state  *state.Batch // a stateful stage's, whose outcomes count once the batch is committed
-	// counts are what the batch did, counted once it is committed (outcomes.go).
-	counts *batchCounts
+	// counts are what the batch did, counted once it is committed (outcomes.go); counted says
+	// they were (commitOverlapped counts as soon as the commit ends).
+	counts  *batchCounts
+	counted bool
 }
 
 // prepare processes a batch (see process) and returns what to commit, or nil when there is

@@ -60,7 +60,9 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 	if !c.abandoned {
 		w.timeCommitted()
 	}
-	w.counted(c)
+	if !c.counted {
+		w.counted(c)
+	}
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}
