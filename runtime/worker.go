@@ -270,13 +270,19 @@ func (w *worker) commitReadingAhead(ctx context.Context, c *batchCommit, args re
 		return w.commitOverlapped(ctx, c, ahead)
 	}
 	err := w.commit(ctx, c)
-	done := w.r.activity.waiting() // the read ahead may wait on the clock for entries
-	next := <-ahead
-	done()
+	next := w.awaitRead(ahead)
 	if err != nil || w.recover {
 		return nil, err
 	}
 	return &next, nil
+}
+
+// awaitRead waits for the batch read ahead, as a worker that waits: the read may wait on the
+// clock for entries.
+func (w *worker) awaitRead(ahead <-chan readResult) readResult {
+	done := w.r.activity.waiting()
+	defer done()
+	return <-ahead
 }
 
 // overlaps reports whether the worker processes the batch it read ahead while the batch before
@@ -327,9 +333,7 @@ func (w *worker) commitOverlapped(ctx context.Context, c *batchCommit, ahead <-c
 		// The commit ended before the read: what came of it counts at once, and the batch read
 		// ahead is processed next turn, as without overlap.
 		err = w.committed(ctx, c, err)
-		done := w.r.activity.waiting() // the read ahead may wait on the clock for entries
-		next := <-ahead
-		done()
+		next := w.awaitRead(ahead)
 		if err != nil || w.recover {
 			return nil, err
 		}

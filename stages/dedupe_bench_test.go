@@ -11,17 +11,7 @@ import (
 // naming its state keys, reading its event time as the watermarks do, then Process, on a state in
 // memory.
 func BenchmarkDedupeMessage(b *testing.B) {
-	src := `
-stage "once" {
-  kind       = "dedupe"
-  input      = topic.in
-  output     = topic.a
-  key        = msg.id
-  within     = "1h"
-  event_time = msg.at
-}
-` + sinkA
-	p := plan(b, src)
+	p := plan(b, dedupeByID)
 	proc, err := CompileStateful(p.Stage("once"), Env{Node: "once"})
 	if err != nil {
 		b.Fatal(err)
