@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"math"
 	"sync/atomic"
 
@@ -55,7 +56,13 @@ func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partitio
 		if err != nil {
 			return "", 0, err
 		}
-		key, err = t.Key.EvalString(&expr.Env{Msg: fields})
+		var plain bool
+		if name, ok := t.Key.Field(); ok {
+			key, plain = plainKey(fields[name])
+		}
+		if !plain {
+			key, err = t.Key.EvalString(&expr.Env{Msg: fields})
+		}
 		stages.ReturnFields(lent)
 		if err != nil {
 			return "", 0, stages.Permanent(err)
@@ -68,6 +75,34 @@ func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partitio
 		return "", fallback % t.Partitions, nil
 	}
 	return key, redis.Partition(key, t.Partitions), nil
+}
+
+// plainKey returns the key that a topic keyed by a field (key = msg.NAME) gets from the field's
+// decoded value v, when that is v itself: a string, or the JSON text of an integer that a number
+// prints as (no sign but a minus, no leading zero, at most 15 digits: exact in a float64, which
+// prints it with the same digits). Anything else (other numbers, a missing field, null, a bool, a
+// list) is for the expression to convert or refuse. It spares a keyed source's every message an
+// evaluation, a parse of its number, and the number's digits made again.
+func plainKey(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case json.Number:
+		digits := string(v)
+		if len(digits) > 0 && digits[0] == '-' {
+			digits = digits[1:]
+		}
+		if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && (len(digits) > 1 || len(v) > 1) {
+			return "", false // "0" is plain; "-0" prints as "0", "007" as "7"
+		}
+		for i := 0; i < len(digits); i++ {
+			if digits[i] < '0' || digits[i] > '9' {
+				return "", false
+			}
+		}
+		return string(v), true
+	}
+	return "", false
 }
 
 // entryOf encodes a message as a stream entry.

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/flowrun/flowrun/flow"
+	"github.com/flowrun/flowrun/flow/expr"
 	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
@@ -79,5 +80,72 @@ sink "o" {
 		if want := r.keys.Stream(c.topic, redis.Partition(c.want, 4)); out.Stream != want {
 			t.Errorf("%s: stream %s, want %s", c.name, out.Stream, want)
 		}
+	}
+}
+
+// TestAFieldKeyIsTheKeyExpressionsValue: a topic keyed by a field (key = msg.k) takes a string or a
+// plain integer as its key without evaluating the expression (plainKey); whatever it takes so is
+// what the expression makes of the field, and whatever else the expression converts or refuses.
+func TestAFieldKeyIsTheKeyExpressionsValue(t *testing.T) {
+	topic := func(key string) *flow.Topic {
+		cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(`
+pipeline "p" {}
+topic "in" {
+  partitions = 4
+  key        = ` + key + `
+}
+sink "s" {
+  kind  = "stdout"
+  input = topic.in
+}
+`)})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		plan, diags := flow.Compile(cfg, flow.Options{})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		return plan.Topic("in")
+	}
+	in := topic("msg.k")
+	if name, ok := in.Key.Field(); !ok || name != "k" {
+		t.Fatalf("msg.k: Field() = %q, %v", name, ok)
+	}
+	for _, key := range []string{`msg.k.a`, `"${msg.k}-"`, `upper(msg.k)`, `msg["k"]`, `msg`} {
+		if name, ok := topic(key).Key.Field(); ok {
+			t.Errorf("%s: Field() = %q, true", key, name)
+		}
+	}
+	plain := 0
+	for _, v := range []string{
+		`"abc"`, `""`, `"caf\u00e9"`, `"a\"b"`, `0`, `-0`, `7`, `-7`, `007`, `1002`, `-1002`,
+		`123456789012345`, `1234567890123456`, `-123456789012345`, `12345678901234567890`,
+		`1.0`, `1.5`, `1e3`, `1E3`, `-0.0`, `100000000000000000000`, `0.1`, `true`, `null`,
+		`[1]`, `{"a":1}`,
+	} {
+		payload := []byte(`{"j":1,"k":` + v + `}`)
+		m := stages.NewEntryMessage("", payload, nil)
+		fields, lent, err := m.BorrowFields([]string{"k"}, false)
+		if err != nil {
+			t.Fatal(v, err)
+		}
+		want, wantErr := in.Key.EvalString(&expr.Env{Msg: fields})
+		got, ok := plainKey(fields["k"])
+		stages.ReturnFields(lent)
+		if ok {
+			plain++
+			if wantErr != nil || got != want {
+				t.Errorf("plainKey(%s) = %q; the expression makes %q (%v)", v, got, want, wantErr)
+			}
+		}
+		m = stages.NewEntryMessage("", payload, nil)
+		routed, _, err := route(in, &m, 0)
+		if (err == nil) != (wantErr == nil) || routed != want {
+			t.Errorf("key of %s: routed as %q (%v); the expression makes %q (%v)", v, routed, err, want, wantErr)
+		}
+	}
+	if plain != 11 {
+		t.Errorf("%d values taken plain; want 11: the strings and the plain integers", plain)
 	}
 }

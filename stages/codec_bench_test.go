@@ -28,3 +28,19 @@ stage "m" {
 		}
 	}
 }
+
+// BenchmarkBorrowFieldsOfABid is a topic key read from a line of a file source (Nexmark's q0 keys
+// its bids by auction, their first field): what route costs a source for every message.
+func BenchmarkBorrowFieldsOfABid(b *testing.B) {
+	line := []byte(`{"auction":1002,"bidder":1000,"channel":"Apple","dateTime":1767225600004,"price":1148,"url":"https://example.com/item/262950"}`)
+	names := []string{"auction"}
+	b.ReportAllocs()
+	for b.Loop() {
+		m := NewEntryMessage("", line, nil)
+		fields, lent, err := m.BorrowFields(names, false)
+		if err != nil || fields["auction"] == nil {
+			b.Fatal(fields, err)
+		}
+		ReturnFields(lent)
+	}
+}

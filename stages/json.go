@@ -116,6 +116,70 @@ func (d *decoder) fieldsInto(m map[string]any, names []string) map[string]any {
 	}
 }
 
+// topFields is fieldsInto(m, names) for the outermost object of the text (see namedFields).
+func (d *decoder) topFields(m map[string]any, names []string) map[string]any {
+	if names == nil {
+		return d.fieldsInto(m, nil)
+	}
+	return d.namedFields(m, names)
+}
+
+// namedFields is fieldsInto(m, names) for the outermost object of the text, names not nil: it stops
+// reading once it has every name and nothing after can be a member of one of those names, where
+// fieldsOf reads on to the object's end (a repeated name: the last one wins). Neither may be
+// repeated when the rest of the text has no backslash (a name written with escapes) and does
+// not hold one of the names' bytes at all: a key read from a message's first field then skips
+// the rest of the payload unread. It leaves d.i inside the object, so is only for the outermost.
+func (d *decoder) namedFields(m map[string]any, names []string) map[string]any {
+	d.i++ // {
+	d.space()
+	if d.data[d.i] == '}' {
+		d.i++
+		return m
+	}
+	distinct := 0
+	for i, n := range names {
+		if !slices.Contains(names[:i], n) {
+			distinct++
+		}
+	}
+	for {
+		d.space()
+		k, wanted := d.memberName(names)
+		d.space()
+		d.i++ // :
+		if wanted {
+			m[k] = d.value()
+			if len(m) == distinct && !d.namedAgain(names) {
+				return m
+			}
+		} else {
+			d.skip()
+		}
+		d.space()
+		d.i++ // , or }
+		if d.data[d.i-1] == '}' {
+			return m
+		}
+	}
+}
+
+// namedAgain reports whether a member after d.i might have one of names: the rest of the text has
+// a backslash, or one of the names' bytes anywhere (in a member's name, or in a value: that is
+// rare, and telling them apart would cost the reading that stopping saves).
+func (d *decoder) namedAgain(names []string) bool {
+	rest := d.data[d.i:]
+	if bytes.IndexByte(rest, '\\') >= 0 {
+		return true
+	}
+	for _, n := range names {
+		if n == "" || bytes.Contains(rest, unsafe.Slice(unsafe.StringData(n), len(n))) {
+			return true
+		}
+	}
+	return false
+}
+
 // memberName reads a member's name and says whether it is one of names, making a string of it only
 // when it is one or has escapes to undo.
 func (d *decoder) memberName(names []string) (string, bool) {

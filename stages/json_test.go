@@ -244,6 +244,10 @@ func FuzzFields(f *testing.F) {
 	f.Add([]byte(`{ "a" : true , "b" : false }`), "b", "")
 	f.Add([]byte(`null`), "a", "b")
 	f.Add([]byte(` [{"a":1}]`), "a", "b")
+	// A name found, then the same name again later (namedFields stops only when it cannot be).
+	f.Add([]byte(`{"a":1,"b":2,"a":3}`), "a", "a")
+	f.Add([]byte(`{"a":1,"b":2,"\u0061":3}`), "a", "a")
+	f.Add([]byte(`{"a":1,"b":{"a":2}}`), "a", "a")
 	f.Fuzz(func(t *testing.T, p []byte, n1, n2 string) {
 		names := []string{n1, n2}
 		whole := NewMessage("", p, nil)
@@ -270,6 +274,34 @@ func FuzzFields(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFieldsStopOnlyWhereNoNameCanFollow: Fields stops reading an object once it has every name
+// asked for and nothing after can repeat one (namedFields); a member named again after, plainly or
+// with escapes, still wins, as in Decode, and a name's bytes in a value or a nested object are no
+// member of the outermost.
+func TestFieldsStopOnlyWhereNoNameCanFollow(t *testing.T) {
+	for _, c := range []struct {
+		payload string
+		names   []string
+		want    map[string]any
+	}{
+		{`{"auction":1002,"bidder":1000,"url":"https://example.com/item/1"}`, []string{"auction"}, map[string]any{"auction": json.Number("1002")}},
+		{`{"a":1,"b":2,"a":3}`, []string{"a"}, map[string]any{"a": json.Number("3")}},
+		{`{"a":1,"b":2,"\u0061":3}`, []string{"a"}, map[string]any{"a": json.Number("3")}},
+		{`{"a":1,"b":"a","c":{"a":4}}`, []string{"a"}, map[string]any{"a": json.Number("1")}},
+		{`{"a":1,"b":2,"a":3}`, []string{"a", "a"}, map[string]any{"a": json.Number("3")}},
+		{`{"a":1,"b":2,"c":3}`, []string{"c", "a"}, map[string]any{"a": json.Number("1"), "c": json.Number("3")}},
+		{`{"a":1,"b":2}`, []string{"a", "x"}, map[string]any{"a": json.Number("1")}},
+		{`{"":1,"b":2,"":5}`, []string{""}, map[string]any{"": json.Number("5")}},
+	} {
+		for _, m := range []Message{NewMessage("", []byte(c.payload), nil), NewEntryMessage("", []byte(c.payload), nil)} {
+			got, err := m.Fields(c.names, false)
+			if err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Fields(%s, %q) = %#v, %v; want %#v", c.payload, c.names, got, err, c.want)
+			}
+		}
+	}
 }
 
 // TestFieldsOfAnEntryThatIsNoObject: reading a stream checks that an entry's payload is valid JSON,

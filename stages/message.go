@@ -145,9 +145,9 @@ func (m *Message) fieldsInto(into map[string]any, names []string, more bool) (fi
 		return nil, false, err
 	}
 	if into == nil {
-		return d.fieldsOf(names), false, nil
+		return d.topFields(make(map[string]any, len(names)), names), false, nil
 	}
-	return d.fieldsInto(into, names), true, nil
+	return d.topFields(into, names), true, nil
 }
 
 // notObject is the error of a valid JSON payload whose value, at i, is not an object.
@@ -184,7 +184,7 @@ func (m *Message) decodeFields(names []string) error {
 	if err := notObject(m.raw, d.i); err != nil { // as in Fields
 		return err
 	}
-	m.Value, m.only = d.fieldsOf(want), want
+	m.Value, m.only = d.topFields(make(map[string]any, len(want)), want), want
 	return nil
 }
 
