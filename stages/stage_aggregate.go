@@ -293,14 +293,11 @@ func (s *aggregateStage) arguments(m *Message) ([]any, error) {
 		return s.noArguments, nil
 	}
 	values := make([]any, len(s.fields))
-	var env *expr.Env
+	env := borrowEnv(m.Value) // a field has an argument: noArguments is nil
+	defer returnEnv(env)
 	for i, f := range s.fields {
 		if f.Arg == nil {
 			continue
-		}
-		if env == nil {
-			env = borrowEnv(m.Value)
-			defer returnEnv(env)
 		}
 		v, err := f.Arg.Eval(env)
 		if err != nil {
