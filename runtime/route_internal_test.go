@@ -14,7 +14,7 @@ import (
 // changed payload, a changed key or another key expression computes it again. (The entry's key is
 // set apart from its payload's field here, to tell the two ways apart.)
 func TestAnUnchangedMessageKeepsItsKey(t *testing.T) {
-	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(`
+	plan := compileSource(t, `
 pipeline "p" {}
 topic "in" {
   partitions = 4
@@ -42,14 +42,7 @@ sink "o" {
   kind  = "stdout"
   input = topic.other
 }
-`)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	plan, diags := flow.Compile(cfg, flow.Options{})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+`)
 	r := &processing{keys: redis.Keys{Prefix: "p"}, streams: map[string][]string{}}
 	n := &node{name: "a", input: plan.Topic("in")}
 	payload := []byte(`{"k":"from-payload","j":"other-key"}`)
@@ -88,25 +81,17 @@ sink "o" {
 // what the expression makes of the field, and whatever else the expression converts or refuses.
 func TestAFieldKeyIsTheKeyExpressionsValue(t *testing.T) {
 	topic := func(key string) *flow.Topic {
-		cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(`
+		return compileSource(t, `
 pipeline "p" {}
 topic "in" {
   partitions = 4
-  key        = ` + key + `
+  key        = `+key+`
 }
 sink "s" {
   kind  = "stdout"
   input = topic.in
 }
-`)})
-		if diags.HasErrors() {
-			t.Fatal(diags)
-		}
-		plan, diags := flow.Compile(cfg, flow.Options{})
-		if diags.HasErrors() {
-			t.Fatal(diags)
-		}
-		return plan.Topic("in")
+`).Topic("in")
 	}
 	in := topic("msg.k")
 	if name, ok := in.Key.Field(); !ok || name != "k" {
@@ -148,4 +133,18 @@ sink "s" {
 	if plain != 11 {
 		t.Errorf("%d values taken plain; want 11: the strings and the plain integers", plain)
 	}
+}
+
+// compileSource compiles a pipeline from its source, failing the test on any error.
+func compileSource(t *testing.T, src string) *flow.Plan {
+	t.Helper()
+	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	plan, diags := flow.Compile(cfg, flow.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return plan
 }

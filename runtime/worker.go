@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -305,8 +304,7 @@ func (w *worker) overlaps() bool {
 func (w *worker) commitOverlapped(ctx context.Context, c *batchCommit, ahead <-chan readResult) (*readResult, error) {
 	if err := w.admit(ctx, c.admits); err != nil {
 		<-ahead
-		w.r.fail(fmt.Errorf("%s %s: %w", w.u.node.typ, w.u.node.name, err))
-		return nil, errStopped
+		return nil, err
 	}
 	sent := make(chan error, 1)
 	go func() {

@@ -14,13 +14,10 @@ import (
 
 // commit writes a prepared batch's outputs with its acks and retry moves in one step.
 func (w *worker) commit(ctx context.Context, c *batchCommit) error {
-	n := w.u.node
-	r := w.r
 	if err := w.admit(ctx, c.admits); err != nil {
-		r.fail(fmt.Errorf("%s %s: %w", n.typ, n.name, err))
-		return errStopped
+		return err
 	}
-	_, err := r.rdb.Commit(r.hard, c.args)
+	_, err := w.r.rdb.Commit(w.r.hard, c.args)
 	return w.committed(ctx, c, err)
 }
 
@@ -71,7 +68,7 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 
 // admit waits until every capped partition that a batch writes to has room for its outputs. A
 // stop ends the wait: the batch is processed, and committing it beats doing it again.
-// Its error is one that waiting does not heal.
+// A failure that waiting does not heal fails the run, and admit returns errStopped.
 func (w *worker) admit(ctx context.Context, gates []*backpressure.Gate) error {
 	if len(gates) == 0 {
 		return nil
@@ -93,7 +90,8 @@ func (w *worker) admit(ctx context.Context, gates []*backpressure.Gate) error {
 			for g, n := range admitted {
 				g.Dropped(n)
 			}
-			return err
+			w.r.fail(fmt.Errorf("%s %s: %w", w.u.node.typ, w.u.node.name, err))
+			return errStopped
 		}
 		admitted[g] = n
 	}

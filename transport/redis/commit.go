@@ -864,9 +864,10 @@ func settleArgs(a CommitArgs) ([]string, []any, error) {
 	return []string{a.Stream, retryKey, leaseKey, stateKey, timersKey, holdsKey}, args, nil
 }
 
-// appendIDs appends the IDs to a command's arguments as pointers to them: a *string goes into an
-// interface without an allocation (go-redis writes it as the string), a string with one, for every
-// message at every hop. The IDs must not change until the command ran.
+// appendIDs appends the IDs (or other strings: a state's keys) to a command's arguments as pointers
+// to them: a *string goes into an interface without an allocation (go-redis writes it as the
+// string), a string with one, for every message at every hop. They must not change until the
+// command ran.
 func appendIDs(args []any, ids []string) []any {
 	for i := range ids {
 		args = append(args, &ids[i])

@@ -150,39 +150,35 @@ func queueWatchedSettle(ctx context.Context, pipe goredis.Pipeliner, a CommitArg
 		_ = pipe.Process(ctx, cmd)
 		writes = append(writes, cmd)
 	}
+	// remove queues cmd (HDEL, ZREM) of names on key; zadd the members of a sorted set, earliest
+	// first, as the script has the timers (the order of members changes nothing else).
+	remove := func(cmd, key string, names []string) {
+		if len(names) > 0 {
+			queue(appendIDs(append(make([]any, 0, 2+len(names)), cmd, key), names))
+		}
+	}
+	zadd := func(key string, members map[string]int64) {
+		if len(members) == 0 {
+			return
+		}
+		args := append(make([]any, 0, 2+2*len(members)), "zadd", key)
+		for _, t := range byTime(members) {
+			args = append(args, t.At, t.Name)
+		}
+		queue(args)
+	}
 	if len(s.Set) > 0 {
-		args := make([]any, 0, 2+2*len(s.Set))
-		args = append(args, "hset", s.Key)
+		args := append(make([]any, 0, 2+2*len(s.Set)), "hset", s.Key)
 		for k, v := range s.Set {
 			args = append(args, k, v)
 		}
 		queue(args)
 	}
-	if len(s.Delete) > 0 {
-		queue(appendIDs(append(make([]any, 0, 2+len(s.Delete)), "hdel", s.Key), s.Delete))
-	}
-	if len(s.Timers) > 0 {
-		args := make([]any, 0, 2+2*len(s.Timers))
-		args = append(args, "zadd", s.TimersKey)
-		for _, t := range byTime(s.Timers) { // earliest first, as the script has them
-			args = append(args, t.At, t.Name)
-		}
-		queue(args)
-	}
-	if len(s.Cancel) > 0 {
-		queue(appendIDs(append(make([]any, 0, 2+len(s.Cancel)), "zrem", s.TimersKey), s.Cancel))
-	}
-	if len(s.Holds) > 0 {
-		args := make([]any, 0, 2+2*len(s.Holds))
-		args = append(args, "zadd", s.HoldsKey)
-		for name, at := range s.Holds {
-			args = append(args, at, name)
-		}
-		queue(args)
-	}
-	if len(s.Release) > 0 {
-		queue(appendIDs(append(make([]any, 0, 2+len(s.Release)), "zrem", s.HoldsKey), s.Release))
-	}
+	remove("hdel", s.Key, s.Delete)
+	zadd(s.TimersKey, s.Timers)
+	remove("zrem", s.TimersKey, s.Cancel)
+	zadd(s.HoldsKey, s.Holds)
+	remove("zrem", s.HoldsKey, s.Release)
 	return stateSettle{IntCmd: queueXAck(ctx, pipe, a), writes: writes}
 }
 
