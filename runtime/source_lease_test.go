@@ -82,10 +82,14 @@ func (e *leaseExpirer) before(ctx context.Context, c goredis.Cmder) {
 	if e.seen.Add(1) != e.at {
 		return
 	}
-	err := e.admin.Universal().Del(ctx, e.lease).Err()
-	if e.taken && err == nil {
+	// One command either way: between a DEL and a SET, this process's renewal could take the
+	// free lease again before the other process's SET overwrote it.
+	var err error
+	if e.taken {
 		err = e.admin.Universal().Set(ctx, e.lease, "another-process#1", time.Minute).Err()
 		e.foreign.Store(err == nil)
+	} else {
+		err = e.admin.Universal().Del(ctx, e.lease).Err()
 	}
 	if err == nil {
 		e.done.Add(1)
