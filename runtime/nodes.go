@@ -91,9 +91,10 @@ type node struct {
 
 // outputsPer is room for the outputs of n messages: one each, most stages write, but none for a
 // sink, whose outputs are at most a rare dead letter (a sink's batch of Outputs, zeroed and
-// never used, was a tenth of the bytes a pass-through job allocated).
+// never used, was a tenth of the bytes a pass-through job allocated), nor for a stage whose
+// outputs are results its timers write (an aggregate's windows), not the messages it read.
 func (n *node) outputsPer(messages int) int {
-	if n.typ == "sink" {
+	if n.typ == "sink" || n.stage != nil && n.stage.Spec != nil && n.stage.Spec.Results {
 		return 0
 	}
 	return messages
