@@ -47,6 +47,9 @@ type worker struct {
 	tableWaits bool
 	// mem is the memory of the last batch's messages, which the next reuses (worker_batch.go).
 	mem batchMemory
+	// committedState is a stateful stage's last committed batch state, whose memory the next
+	// batch's reuses (beginState); nil after a commit that did not end well.
+	committedState *state.Batch
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {

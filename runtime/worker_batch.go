@@ -117,7 +117,11 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 	if err != nil || !n.stateful {
 		return err
 	}
-	c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
+	if c.state, w.committedState = w.committedState, nil; c.state != nil {
+		c.state.Reuse()
+	} else {
+		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
+	}
 	for i, m := range msgs {
 		m.state, m.watermark = c.state, watermarks[i]
 	}
@@ -282,10 +286,11 @@ func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
 }
 
 // batchMemory is the memory of a worker's last batch of messages, which the next batch reuses.
-// A worker processes and commits one batch at a time, and nothing holds a stateless node's
-// messages once their batch is committed (its outputs, dead letters and retries are copies): a
-// thousand messages are half a megabyte to allocate, clear and collect at every hop otherwise. A
-// stateful node's batch state may refer to its messages: it takes new memory for each batch.
+// A worker processes and commits one batch at a time, and nothing holds a node's messages once
+// their batch is committed: its outputs, dead letters and retries are copies, a stateful stage's
+// state writes are encoded values and its batch state ends with the batch, and a kind gets a
+// message for the call only (stages.StatefulProcessor). A thousand messages are half a megabyte
+// to allocate, clear and collect at every hop otherwise.
 type batchMemory struct {
 	msgs []message
 	ptrs []*message
@@ -293,18 +298,15 @@ type batchMemory struct {
 
 // messageMemory returns empty slices with room for n messages and pointers to them.
 func (w *worker) messageMemory(n int) ([]message, []*message) {
-	if w.u.node.stateful || cap(w.mem.msgs) < n {
+	if cap(w.mem.msgs) < n {
 		return make([]message, 0, n), make([]*message, 0, n)
 	}
 	return w.mem.msgs[:0], w.mem.ptrs[:0]
 }
 
-// reuse keeps a batch's messages for the next batch of a stateless node, and clears those of
-// the last batch that this one did not overwrite, so that they keep no payload alive.
+// reuse keeps a batch's messages for the next batch, and clears those of the last batch that
+// this one did not overwrite, so that they keep no payload alive.
 func (w *worker) reuse(msgs []message, ptrs []*message) {
-	if w.u.node.stateful {
-		return
-	}
 	if len(msgs) < len(w.mem.msgs) && cap(msgs) == cap(w.mem.msgs) {
 		clear(msgs[len(msgs):len(w.mem.msgs)])
 	}

@@ -60,6 +60,7 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 	if !c.counted {
 		w.counted(c)
 	}
+	w.committedState = c.state // written: the next batch may reuse its memory
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}

@@ -279,6 +279,8 @@ type StatefulStage struct {
 // StatefulProcessor is the processor of a stateful stage (StatefulStage): Process gets, with each
 // message, the state of the message's input partition as this attempt sees it. Like a Processor's,
 // it appends the outputs of m to out; an error fails the attempt, and its state writes with it.
+// Like st, m is good for the call only: the runtime reuses a batch's messages for the next batch,
+// so a kind keeps what it needs of a message in its state, not a pointer to it.
 type StatefulProcessor interface {
 	Process(ctx context.Context, st State, m *Message, out []Output) ([]Output, error)
 }
