@@ -163,7 +163,7 @@ func (w *worker) read(ctx context.Context, args redis.ReadArgs, ahead **readResu
 				return batch, true, nil
 			}
 			ids := batch.IDs()
-			w.recovery = maxID(ids)
+			w.recovery = redis.MaxID(ids)
 		}
 	default:
 		batch, err = w.r.rdb.ReadGroup(ctx, w.readArgs(args))
@@ -430,17 +430,3 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 	return true, w.process(ctx, redis.Batch{}, due, bad)
 }
 
-// maxID returns the greatest of stream IDs.
-func maxID(ids []string) string {
-	best := ""
-	for _, id := range ids {
-		if best == "" {
-			best = id
-			continue
-		}
-		if c, err := redis.CompareIDs(id, best); err == nil && c > 0 {
-			best = id
-		}
-	}
-	return best
-}

@@ -137,7 +137,7 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 func (w *worker) endState(c *batchCommit, b redis.Batch) (string, error) {
 	n, hard := w.u.node, w.r.hard
 	if w.time != nil && b.Len() > 0 {
-		w.time.Reached(maxID(b.IDs()))
+		w.time.Reached(redis.MaxID(b.IDs()))
 	}
 	var timersLeft, waiting int64
 	if n.timers != nil {

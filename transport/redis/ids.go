@@ -99,6 +99,22 @@ func IDMillis(id string) (int64, error) {
 	return int64(x.ms), nil
 }
 
+// MaxID returns the greatest of stream IDs, each parsed once; "" when there are none. What is not
+// an ID is passed over, unless nothing else is there.
+func MaxID(ids []string) string {
+	best, bestID := "", streamID{}
+	for _, id := range ids {
+		x, err := parseID(id)
+		switch {
+		case best == "":
+			best, bestID = id, x
+		case err == nil && x.compare(bestID) > 0:
+			best, bestID = id, x
+		}
+	}
+	return best
+}
+
 // CompareIDs compares two stream IDs numerically ("<ms>-<seq>" or "<ms>"), returning -1, 0 or
 // +1. It returns an error if either is not an ID.
 func CompareIDs(a, b string) (int, error) {

@@ -110,6 +110,21 @@ func TestCompareIDs(t *testing.T) {
 	}
 }
 
+func TestMaxID(t *testing.T) {
+	cases := []struct {
+		ids  []string
+		want string
+	}{
+		{nil, ""}, {[]string{"5-1"}, "5-1"}, {[]string{"2-0", "10-0", "9-9"}, "10-0"},
+		{[]string{"3-2", "3-10", "3-9"}, "3-10"}, {[]string{"7-0", "x", "6-0"}, "7-0"},
+	}
+	for _, c := range cases {
+		if got := MaxID(c.ids); got != c.want {
+			t.Errorf("MaxID(%q) = %q, want %q", c.ids, got, c.want)
+		}
+	}
+}
+
 func TestIDMillis(t *testing.T) {
 	for id, want := range map[string]int64{"1700000000000-3": 1700000000000, "42": 42, "0-1": 0} {
 		if got, err := IDMillis(id); err != nil || got != want {
