@@ -50,6 +50,10 @@ type worker struct {
 	// committedState is a stateful stage's last committed batch state, whose memory the next
 	// batch's reuses (beginState); nil after a commit that did not end well.
 	committedState *state.Batch
+	// aheadMem is the memory of the messages made of a batch read ahead (makeAhead), and made
+	// what was made of the batch that read took up last, for prepare.
+	aheadMem batchMemory
+	made     *madeAhead
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -151,7 +155,7 @@ func (w *worker) run(ctx context.Context) error {
 func (w *worker) read(ctx context.Context, args redis.ReadArgs, ahead **readResult) (batch redis.Batch, recovered bool, err error) {
 	switch {
 	case *ahead != nil:
-		batch, err = (*ahead).batch, (*ahead).err
+		batch, err, w.made = (*ahead).batch, (*ahead).err, (*ahead).made
 		*ahead = nil
 	case w.recover:
 		args.Count = w.u.node.reads.count(args.Count)
@@ -227,6 +231,7 @@ type readResult struct {
 	err       error
 	processed bool
 	prepared  *batchCommit // nil: nothing to commit, or the batch is to be processed again
+	made      *madeAhead   // a stateful stage's messages of batch, made while the commit ran
 }
 
 // processReadingAhead processes a batch read from the stream, and commits it while it reads the
@@ -264,9 +269,15 @@ func (w *worker) commitReadingAhead(ctx context.Context, c *batchCommit, args re
 	}
 	read := w.readArgs(args)
 	ahead := make(chan readResult, 1)
+	n := w.u.node
+	makes := n.stateful && n.prefetch != nil
 	go func() {
 		b, err := w.r.rdb.ReadGroup(ctx, read)
-		ahead <- readResult{batch: b, err: err}
+		res := readResult{batch: b, err: err}
+		if err == nil && makes {
+			res.made = w.makeAhead(b)
+		}
+		ahead <- res
 	}()
 	if w.overlaps() {
 		return w.commitOverlapped(ctx, c, ahead)
@@ -429,4 +440,3 @@ func (w *worker) retryDue(ctx context.Context) (bool, error) {
 	}
 	return true, w.process(ctx, redis.Batch{}, due, bad)
 }
-
