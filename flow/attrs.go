@@ -19,6 +19,9 @@ type Attrs struct {
 	// or as another type, is a programming error (a misspelt name), which panics at once rather
 	// than reading as a silent zero.
 	declared map[string]Type
+	// refused are the attributes written with a value that was refused (and reported where it was
+	// written): they read as unset, and a kind's checks report nothing more of them (KindCheck).
+	refused map[string]bool
 }
 
 // Field is one entry of an object of per-message expressions, such as one name of a map stage's set.

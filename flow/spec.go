@@ -200,18 +200,32 @@ type KindCheck struct {
 func (k *KindCheck) Has(name string) bool { _, ok := k.block.Attributes[name]; return ok }
 
 // Errorf reports an error at the attribute (or, when the block does not set it, at the block).
+//
+// It reports nothing at an attribute whose value was refused (a malformed or negative duration, a
+// string where a number goes): that was reported where the value is written, and a check of it,
+// which reads it as unset, would only report the same mistake again, less clearly. So are Warnf
+// and BlockErrorf.
 func (k *KindCheck) Errorf(attribute, summary, format string, args ...any) {
+	if k.Config.refused[attribute] {
+		return
+	}
 	k.c.errorf(k.rangeOf(attribute), summary, fmt.Sprintf(format, args...))
 }
 
 // Warnf reports a warning at the attribute (or, when the block does not set it, at the block).
 func (k *KindCheck) Warnf(attribute, summary, format string, args ...any) {
+	if k.Config.refused[attribute] {
+		return
+	}
 	k.c.warnf(k.rangeOf(attribute), summary, fmt.Sprintf(format, args...))
 }
 
 // BlockErrorf reports an error at an attribute of the block's first nested block of that type, such
 // as an aggregate's window { gap }: at the nested block's header when it does not set the attribute.
 func (k *KindCheck) BlockErrorf(block, attribute, summary, format string, args ...any) {
+	if nested := k.Config.Blocks(block); len(nested) > 0 && nested[0].refused[attribute] {
+		return
+	}
 	k.c.errorf(k.nestedRangeOf(block, attribute), summary, fmt.Sprintf(format, args...))
 }
 

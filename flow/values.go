@@ -16,8 +16,9 @@ import (
 
 // decodeAttributes evaluates a block's attributes by their declarations: constants are evaluated and
 // checked against their type and constraints, per-message expressions are compiled, references are
-// resolved, and defaults fill in what is absent. Attributes that fail are left out, so that the
-// caller can go on and report every error of the pipeline at once.
+// resolved, and defaults fill in what is absent. Attributes that fail are left out (and marked
+// refused, see Attrs.refused), so that the caller can go on and report every error of the pipeline
+// at once.
 func (c *compiler) decodeAttributes(specs []Attribute, attrs hcl.Attributes) Attrs {
 	out := Attrs{declared: make(map[string]Type, len(specs))}
 	for _, spec := range specs {
@@ -36,6 +37,10 @@ func (c *compiler) decodeAttributes(specs []Attribute, attrs hcl.Attributes) Att
 		v, ok := c.decodeValue(spec, a)
 		switch {
 		case !ok:
+			if out.refused == nil {
+				out.refused = map[string]bool{}
+			}
+			out.refused[spec.Name] = true
 		case v != nil:
 			out.set(spec.Name, v)
 		case spec.Default != nil:

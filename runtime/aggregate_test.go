@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime"
 	"github.com/flowrun/flowrun/runtime/admin"
 	"github.com/flowrun/flowrun/stages"
@@ -281,6 +282,23 @@ sink "print_counts" {
 	}
 }
 
+// writeEarlierState writes, before a run of plan, the state that an earlier flowrun left to a
+// stateful stage on partition 0 of topic in: the state hash's fields and values, and timers (each
+// member due at its score). It returns the state hash and the timer set.
+func writeEarlierState(t *testing.T, c *redis.Client, plan *flow.Plan, stage string, fields []any, timers ...goredis.Z) (hash, timersKey string) {
+	t.Helper()
+	ctx := context.Background()
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	hash, timersKey = keys.State("in", 0, stage), keys.Timers("in", 0, stage)
+	if err := c.Universal().HSet(ctx, hash, fields...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Universal().ZAdd(ctx, timersKey, timers...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return hash, timersKey
+}
+
 // An aggregate stage upgraded in place goes on from the state that an earlier flowrun wrote, a
 // timer per window ("w:<group>\x00<start>"), while the windows it opens share timers. Before the
 // job the state holds u0's window [0, 1m) of 5 events, due at 1m, and u1's [1m, 2m) of 7, due at
@@ -335,14 +353,8 @@ sink "out" {
 			c := b.open(t)
 			out := filepath.Join(t.TempDir(), "out.jsonl")
 			plan := buildSource(t, src, "out="+out)
-			keys := redis.Keys{Prefix: plan.KeyPrefix}
-			hash, timersKey := keys.State("in", 0, "agg"), keys.Timers("in", 0, "agg")
-			if err := c.Universal().HSet(ctx, hash, oldState...).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Universal().ZAdd(ctx, timersKey, goredis.Z{Score: 60000, Member: "w:u0\x000"}, goredis.Z{Score: 120000, Member: "w:u1\x0060000"}).Err(); err != nil {
-				t.Fatal(err)
-			}
+			hash, timersKey := writeEarlierState(t, c, plan, "agg", oldState,
+				goredis.Z{Score: 60000, Member: "w:u0\x000"}, goredis.Z{Score: 120000, Member: "w:u1\x0060000"})
 			runJob(t, c, plan, runtime.Options{})
 			got := map[string]float64{}
 			for _, m := range jsonLines(t, readFile(t, out)) {

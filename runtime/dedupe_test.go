@@ -330,14 +330,8 @@ sink "out" {
 			c := b.open(t)
 			out := filepath.Join(t.TempDir(), "out.jsonl")
 			plan := buildSource(t, src, "out="+out)
-			keys := redis.Keys{Prefix: plan.KeyPrefix}
-			hash, timersKey := keys.State("in", 0, "once"), keys.Timers("in", 0, "once")
-			if err := c.Universal().HSet(ctx, hash, "old1", "1000", "old2", "50000", stages.KeyCountKey, "2").Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Universal().ZAdd(ctx, timersKey, goredis.Z{Score: 61000, Member: "key:old1"}, goredis.Z{Score: 110000, Member: "key:old2"}).Err(); err != nil {
-				t.Fatal(err)
-			}
+			hash, timersKey := writeEarlierState(t, c, plan, "once", []any{"old1", "1000", "old2", "50000", stages.KeyCountKey, "2"},
+				goredis.Z{Score: 61000, Member: "key:old1"}, goredis.Z{Score: 110000, Member: "key:old2"})
 			j := runJob(t, c, plan, runtime.Options{})
 			if n := j.node(t, "once"); n.In != 60 || n.Out != 59 || n.Duplicates != 1 {
 				t.Fatalf("once: %+v, want 60 in, 59 out, 1 duplicate (old2)", n)

@@ -76,61 +76,17 @@ func isNumberByte(c byte) bool {
 	return '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
 }
 
-func (d *decoder) object() map[string]any { return d.fieldsOf(nil) }
+func (d *decoder) object() map[string]any { return d.fields(make(map[string]any), nil) }
 
-// fieldsOf decodes, of the object at d.i, the members named in names, and skips the others; nil
-// names decodes them all.
-func (d *decoder) fieldsOf(names []string) map[string]any {
-	return d.fieldsInto(make(map[string]any, len(names)), names)
-}
-
-// fieldsInto is fieldsOf into m, which must be empty.
-func (d *decoder) fieldsInto(m map[string]any, names []string) map[string]any {
-	d.i++ // {
-	d.space()
-	if d.data[d.i] == '}' {
-		d.i++
-		return m
-	}
-	for {
-		d.space()
-		var k string
-		wanted := true
-		if names == nil {
-			k = d.string()
-		} else {
-			k, wanted = d.memberName(names)
-		}
-		d.space()
-		d.i++ // :
-		if wanted {
-			m[k] = d.value() // a repeated name: the last one wins, as in encoding/json
-		} else {
-			d.skip()
-		}
-		d.space()
-		d.i++ // , or }
-		if d.data[d.i-1] == '}' {
-			return m
-		}
-	}
-}
-
-// topFields is fieldsInto(m, names) for the outermost object of the text (see namedFields).
-func (d *decoder) topFields(m map[string]any, names []string) map[string]any {
-	if names == nil {
-		return d.fieldsInto(m, nil)
-	}
-	return d.namedFields(m, names)
-}
-
-// namedFields is fieldsInto(m, names) for the outermost object of the text, names not nil: it stops
-// reading once it has every name and nothing after can be a member of one of those names, where
-// fieldsOf reads on to the object's end (a repeated name: the last one wins). Neither may be
-// repeated when the rest of the text has no backslash (a name written with escapes) and does
-// not hold one of the names' bytes at all: a key read from a message's first field then skips
-// the rest of the payload unread. It leaves d.i inside the object, so is only for the outermost.
-func (d *decoder) namedFields(m map[string]any, names []string) map[string]any {
+// fields decodes, of the object at d.i, the members named in names into m, which must be empty,
+// and skips the others; nil names decodes them all (object). A repeated name: the last one wins,
+// as in encoding/json.
+//
+// With names, it stops reading once it has every name and nothing after can be a member of one of
+// those names (namedAgain): a key read from a message's first field then skips the rest of the
+// payload unread. Stopping leaves d.i inside the object, so names are only for the outermost
+// object of the text; the objects inside it are decoded whole.
+func (d *decoder) fields(m map[string]any, names []string) map[string]any {
 	d.i++ // {
 	d.space()
 	if d.data[d.i] == '}' {
@@ -145,12 +101,18 @@ func (d *decoder) namedFields(m map[string]any, names []string) map[string]any {
 	}
 	for {
 		d.space()
-		k, wanted := d.memberName(names)
+		var k string
+		wanted := true
+		if names == nil {
+			k = d.string()
+		} else {
+			k, wanted = d.memberName(names)
+		}
 		d.space()
 		d.i++ // :
 		if wanted {
 			m[k] = d.value()
-			if len(m) == distinct && !d.namedAgain(names) {
+			if names != nil && len(m) == distinct && !d.namedAgain(names) {
 				return m
 			}
 		} else {

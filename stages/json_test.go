@@ -244,7 +244,7 @@ func FuzzFields(f *testing.F) {
 	f.Add([]byte(`{ "a" : true , "b" : false }`), "b", "")
 	f.Add([]byte(`null`), "a", "b")
 	f.Add([]byte(` [{"a":1}]`), "a", "b")
-	// A name found, then the same name again later (namedFields stops only when it cannot be).
+	// A name found, then the same name again later (fields stops only when it cannot be).
 	f.Add([]byte(`{"a":1,"b":2,"a":3}`), "a", "a")
 	f.Add([]byte(`{"a":1,"b":2,"\u0061":3}`), "a", "a")
 	f.Add([]byte(`{"a":1,"b":{"a":2}}`), "a", "a")
@@ -277,7 +277,7 @@ func FuzzFields(f *testing.F) {
 }
 
 // TestFieldsStopOnlyWhereNoNameCanFollow: Fields stops reading an object once it has every name
-// asked for and nothing after can repeat one (namedFields); a member named again after, plainly or
+// asked for and nothing after can repeat one (decoder.fields); a member named again after, plainly or
 // with escapes, still wins, as in Decode, and a name's bytes in a value or a nested object are no
 // member of the outermost.
 func TestFieldsStopOnlyWhereNoNameCanFollow(t *testing.T) {

@@ -140,14 +140,14 @@ func (m *Message) fieldsInto(into map[string]any, names []string, more bool) (fi
 	d := decoder{data: m.raw, share: m.checked}
 	d.space()
 	// A checked payload is valid JSON, but not necessarily an object (an entry's may be null, a
-	// list, ...): fieldsOf would read past its end.
+	// list, ...): decoding its fields would read past its end.
 	if err := notObject(m.raw, d.i); err != nil {
 		return nil, false, err
 	}
 	if into == nil {
-		return d.topFields(make(map[string]any, len(names)), names), false, nil
+		return d.fields(make(map[string]any, len(names)), names), false, nil
 	}
-	return d.topFields(into, names), true, nil
+	return d.fields(into, names), true, nil
 }
 
 // notObject is the error of a valid JSON payload whose value, at i, is not an object.
@@ -184,7 +184,7 @@ func (m *Message) decodeFields(names []string) error {
 	if err := notObject(m.raw, d.i); err != nil { // as in Fields
 		return err
 	}
-	m.Value, m.only = d.topFields(make(map[string]any, len(want)), want), want
+	m.Value, m.only = d.fields(make(map[string]any, len(want)), want), want
 	return nil
 }
 

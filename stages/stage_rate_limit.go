@@ -79,9 +79,7 @@ func checkLimit(limit flow.Attrs, errorf func(attribute, summary, format string,
 	switch {
 	case !(rate > 0) || math.IsInf(rate, 1):
 		errorf(rateLimitFieldRate, "Invalid rate", "rate must be a number greater than 0, such as 100: how many messages may go per %s.", per)
-	case !limit.Has(rateLimitFieldPer):
-		// not a duration: reported where it was written
-	case per <= 0:
+	case per <= 0: // or refused: reported where it is written, and not again (flow.KindCheck.Errorf)
 		errorf(rateLimitFieldPer, "Invalid per", "per must be a positive duration, such as \"1s\".")
 	case float64(per)/rate < float64(time.Microsecond):
 		errorf(rateLimitFieldRate, "Invalid rate", "rate = %v per %s is more than one message a microsecond, which is as fine as a rate limit counts.", rate, per)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/flowrun/flowrun/flow"
 )
 
@@ -456,4 +458,85 @@ func TestAnEntryMessageDecodesAsAnyOther(t *testing.T) {
 	if err := notAnObject.Decode(); err == nil || !IsPermanent(err) {
 		t.Errorf("an entry whose payload is an array decodes with %v, want a permanent error", err)
 	}
+}
+
+// An attribute whose value is refused (a negative or malformed duration) is reported once, where
+// it is written: the kind's own checks, which read it as unset, report nothing more of it.
+func TestARefusedValueIsReportedOnce(t *testing.T) {
+	aggregateWindow := func(window string) string {
+		return `stage "agg" {
+  kind      = "aggregate"
+  input     = topic.in
+  output    = topic.out
+  group_by  = msg.k
+  window {
+    ` + window + `
+  }
+  aggregate = { n = count() }
+}`
+	}
+	for _, tc := range []struct{ name, block string }{
+		{"dedupe within", `stage "once" {
+  kind   = "dedupe"
+  input  = topic.in
+  output = topic.out
+  key    = msg.id
+  within = "-5m"
+}`},
+		{"pattern within", `stage "p" {
+  kind     = "pattern"
+  input    = topic.in
+  output   = topic.out
+  key      = msg.card
+  sequence = [{ name = "a", where = msg.amount < 2 }, { name = "b", where = msg.amount > 500 }]
+  within   = "-5m"
+  select   = { card = b.card }
+}`},
+		{"aggregate size", aggregateWindow(`type = "tumbling"` + "\n    size = \"-5m\"")},
+		{"aggregate gap", aggregateWindow(`type = "session"` + "\n    gap  = \"soon\"")},
+		{"aggregate advance", aggregateWindow(`type = "hopping"` + "\n    size = \"1m\"\n    advance = \"-10s\"")},
+		{"rate_limit per", `stage "limit" {
+  kind   = "rate_limit"
+  input  = topic.in
+  output = topic.out
+  rate   = 10
+  per    = "-1s"
+}`},
+		{"http sink rate_limit per", `sink "hook" {
+  kind  = "http"
+  input = topic.out
+  url   = "http://localhost:1/"
+  rate_limit {
+    rate = 10
+    per  = "soon"
+  }
+}`},
+	} {
+		src := "pipeline \"t\" {}\ntopic \"in\" {}\ntopic \"out\" {}\nsource \"s\" {\n  kind   = \"stdin\"\n  output = topic.in\n}\n" +
+			"sink \"out\" {\n  kind  = \"stdout\"\n  input = topic.out\n}\n" + tc.block + "\n"
+		cfg, diags := flow.LoadSource(map[string][]byte{"t.hcl": []byte(src)})
+		if !diags.HasErrors() {
+			_, diags = flow.Compile(cfg, flow.Options{})
+		}
+		diags = errorsOf(diags)
+		if len(diags) != 1 || diags[0].Summary != "Invalid duration" || diags[0].Subject == nil {
+			t.Errorf("%s: %v, want one error: Invalid duration", tc.name, diags)
+			continue
+		}
+		r := diags[0].Subject
+		if got := src[r.Start.Byte:r.End.Byte]; got != `"-5m"` && got != `"soon"` && got != `"-10s"` && got != `"-1s"` {
+			t.Errorf("%s: the error is at %q, want the value", tc.name, got)
+		}
+	}
+}
+
+// errorsOf returns the errors among diags, without the warnings.
+func errorsOf(diags hcl.Diagnostics) hcl.Diagnostics {
+	var out hcl.Diagnostics
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 // Commits whose writes fail inside the transaction that acks: what is acknowledged, and what the
@@ -131,4 +133,55 @@ func TestCheckpointOfAFailingDedupScript(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCommitRefusedInAScriptWritesNothing: the user's permission to run a command of the settle
+// or the effectively-once script is taken away while a run goes on (ACL SETUSER). Lua undoes
+// nothing, so each script checks its commands, on their keys, before its first write: the commit
+// writes nothing and acks nothing, and its error, unrecoverable, names the command. Settling, an
+// XACK followed by a refused ZADD would have acked inputs whose retries were never scheduled
+// (lost); effectively once, XADDs followed by a refused XACK would have left outputs that the
+// inputs, processed again, write again.
+func TestCommitRefusedInAScriptWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name, revoke, command string
+		once                  bool
+	}{
+		{"settle, its retries refused", "-zadd", "ZADD", false},
+		{"effectively once, its ack refused", "-xack", "XACK", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			user := fmt.Sprintf("revoked%d", runs.Add(1))
+			setUser(t, srv, user, "on", ">pw", "~*", "+@all")
+			c := openAs(t, srv, user)
+			k := testKeys(t)
+			in, lease, b := leasedBatch(t, c, k, 4)
+			out, retryKey := k.Stream("out", 0), k.Retry("in", 0, "stage")
+			now := time.Now()
+			args := CommitArgs{Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease, RetryKey: retryKey,
+				Retries: []Retry{{Entry: b.Entries[0], Attempts: 1, FirstFailure: now, Due: now}}}
+			if tc.once {
+				for _, e := range b.Entries[1:] {
+					args.Outputs = append(args.Outputs, Output{Stream: out, Entry: Entry{Key: e.Key, Payload: e.Payload},
+						DedupKey: k.Dedup("out", 0, "stage", "in", 0, e.ID, 0)})
+				}
+			}
+			setUser(t, srv, user, tc.revoke)
+			_, err := c.Commit(ctx, args)
+			if err == nil || !Unrecoverable(err) || !strings.Contains(err.Error(), tc.command) {
+				t.Fatalf("commit without %s: err = %v, want an unrecoverable error naming it", tc.command, err)
+			}
+			if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
+				t.Errorf("%d entries pending, want all %d: the commit acked some", p, b.Len())
+			}
+			if n := xlen(t, c, out); n != 0 {
+				t.Errorf("%d outputs written by a commit that acked nothing", n)
+			}
+			if n, err := c.Universal().Exists(ctx, retryKey).Result(); err != nil || n != 0 {
+				t.Errorf("the retry set exists (%d, %v): the commit scheduled retries", n, err)
+			}
+		})
+	}
 }

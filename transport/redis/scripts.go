@@ -59,7 +59,9 @@ return 0
 
 // settleScript settles a batch on its input partition in one atomic step: it checks the lease,
 // acks the entries, removes finished retries from the retry set and schedules new ones, and writes
-// a stateful stage's state and timers. One call per batch.
+// a stateful stage's state and timers. One call per batch. It checks, before it writes anything,
+// that its user may run each command it will run (aclCheckLua): a command refused after the ack
+// would leave the input acked and its retry or state unwritten, which loses it.
 //
 // In a transaction that also writes effectively-once outputs it checks first that they were
 // written: the effectively-once script (xaddOnceScript) runs before it in the same EXEC, and a
@@ -85,8 +87,8 @@ return 0
 //	holds to set and their (ms, name) pairs, the number of holds to release and them. Lua's unpack has a
 //	stack limit, so each command takes
 //	at most 1000 arguments.
-//	returns the number acked, or a LEASELOST or UNWRITTEN error
-var settleScript = goredis.NewScript(`
+//	returns the number acked, or a LEASELOST, UNWRITTEN, WRONGTYPE or NOPERM error
+var settleScript = goredis.NewScript(aclCheckLua + `
 if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
@@ -101,7 +103,11 @@ for g = guarded + 1, #KEYS do
     return redis.error_reply('` + unwrittenPrefix + ` ' .. KEYS[g] .. ' is not a stream: the outputs were not written')
   end
 end
-` + checkStateTypes + `local i = 3
+` + checkStateTypes + `local refused = settleRefusal(3)
+if refused then
+  return refused
+end
+local i = 3
 ` + settleSteps + `return acked
 `)
 
@@ -120,36 +126,82 @@ const checkStateTypes = `for g, want in pairs({[4] = 'hash', [5] = 'zset', [6] =
 end
 `
 
+// settleOps are the settle steps' commands, in the order of their arguments (after the lease's):
+// the command, the index in KEYS of its key, and how many arguments each counted item takes (the
+// retries to add are counted once per (due ms, member) pair, the state's writes per argument).
+const settleOps = `local settleOps = {{'XACK', 1, 1}, {'ZREM', 2, 1}, {'ZADD', 2, 2}, {'HSET', 4, 1}, {'HDEL', 4, 1},
+  {'ZADD', 5, 1}, {'ZREM', 5, 1}, {'ZADD', 6, 1}, {'ZREM', 6, 1}}
+`
+
+// aclCheckLua defines refusal, with which the settle and effectively-once scripts check, before
+// their first write, that their user may run each command they will run, on its key: Lua undoes
+// nothing, so a command refused after a write (a permission taken away while the run goes on)
+// would leave the script's work half done: the effectively-once outputs written and their inputs
+// unacked (written again once processed again: a duplicate), or inputs acked and their retries
+// or state unwritten (lost). The refusal is a NOPERM error, which ends the run (Unrecoverable),
+// having written nothing. Each (command, key) is checked once per call, whatever the number of
+// messages (an offloaded payload's own key, once per such message, aside). Redis before 7.0 and
+// the embedded miniredis lack redis.acl_check_cmd: there the scripts check nothing (and a refusal
+// after a write is as it was before).
+//
+// settleRefusal checks the settle steps' commands (settleSteps), those that the arguments from
+// ARGV[i], the number of IDs to ack, make run, and returns the refusal, if any, and the index after
+// the settle arguments.
+const aclCheckLua = settleOps + `local aclCheck = redis.acl_check_cmd
+local mayRun = {}
+local function refusal(command, key, ...)
+  if type(aclCheck) ~= 'function' then
+    return nil
+  end
+  local byKey = mayRun[command]
+  if not byKey then
+    byKey = {}
+    mayRun[command] = byKey
+  end
+  if byKey[key] == nil then
+    byKey[key] = aclCheck(command, key, ...)
+  end
+  if not byKey[key] then
+    return redis.error_reply('NOPERM this user may not run ' .. command .. ' on the key ' .. key ..
+      ': nothing was written and nothing was acked')
+  end
+end
+local function settleRefusal(i)
+  for _, op in ipairs(settleOps) do
+    local c = op[3] * tonumber(ARGV[i])
+    if c > 0 then
+      local refused
+      if op[1] == 'XACK' then
+        refused = refusal('XACK', KEYS[1], ARGV[1], ARGV[i + 1])
+      else
+        refused = refusal(op[1], KEYS[op[2]], unpack(ARGV, i + 1, i + math.min(c, 2)))
+      end
+      if refused then
+        return refused, i
+      end
+    end
+    i = i + 1 + c
+  end
+  return nil, i
+end
+`
+
 // settleSteps are the settle script's steps from the IDs on, shared with the effectively-once
-// commit script (onceScript): the Lua variable i is the index in ARGV of the number of IDs to ack,
-// KEYS[1] the input stream, KEYS[2] the retry set, KEYS[4] the state hash, KEYS[5] the timer set
-// and KEYS[6] the holds set. They define acked, the number of entries acked, and leave i after
-// the arguments they read.
-const settleSteps = `local n = tonumber(ARGV[i])
-i = i + 1
-local acked = 0
-for j = i, i + n - 1, 1000 do
-  acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, j, math.min(j + 999, i + n - 1)))
-end
-i = i + n
-local m = tonumber(ARGV[i])
-i = i + 1
-for j = i, i + m - 1, 1000 do
-  redis.call('ZREM', KEYS[2], unpack(ARGV, j, math.min(j + 999, i + m - 1)))
-end
-i = i + m
-local k = 2 * tonumber(ARGV[i])
-i = i + 1
-for j = i, i + k - 1, 1000 do
-  redis.call('ZADD', KEYS[2], unpack(ARGV, j, math.min(j + 999, i + k - 1)))
-end
-i = i + k
-local ops = {{'HSET', 4}, {'HDEL', 4}, {'ZADD', 5}, {'ZREM', 5}, {'ZADD', 6}, {'ZREM', 6}}
-for _, op in ipairs(ops) do
-  local c = tonumber(ARGV[i])
+// commit script (onceScript), which both define settleOps (aclCheckLua): the Lua variable i is the
+// index in ARGV of the number of IDs to ack, KEYS[1] the input stream, KEYS[2] the retry set,
+// KEYS[4] the state hash, KEYS[5] the timer set and KEYS[6] the holds set. They define acked, the
+// number of entries acked, and leave i after the arguments they read.
+const settleSteps = `local acked = 0
+for _, op in ipairs(settleOps) do
+  local c = op[3] * tonumber(ARGV[i])
   i = i + 1
   for j = i, i + c - 1, 1000 do
-    redis.call(op[1], KEYS[op[2]], unpack(ARGV, j, math.min(j + 999, i + c - 1)))
+    local last = math.min(j + 999, i + c - 1)
+    if op[1] == 'XACK' then
+      acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, j, last))
+    else
+      redis.call(op[1], KEYS[op[2]], unpack(ARGV, j, last))
+    end
   end
   i = i + c
 end
@@ -288,7 +340,9 @@ return ids
 // its first write).
 //
 // A payload staged for the commit (stageLarge) is checked to be there with the rest, before the
-// first write.
+// first write, and so is the user's permission to run each command it will run on its key
+// (aclCheckLua): a refusal after the first XADD would leave the outputs written and the inputs
+// unacked, to be written again.
 //
 // The commit key (LeaseCommit of the lease) holds the ID of the last commit made by this script
 // under the lease: the same call sent again (a client that retries after a lost reply) finds it
@@ -303,9 +357,9 @@ return ids
 //	(offload.go) or else an empty string, the number of field/value strings and them; then the settle arguments from the
 //	number of IDs to ack on, as settleScript's; then per watermarks hash twice the number of
 //	fields to set and their (field, value) pairs; then the number of watermarks hashes
-//	returns {1, the IDs of the outputs...}, {0} when the commit was already made, or a LEASELOST
-//	or WRONGTYPE error
-var onceScript = goredis.NewScript(keepPayloadLua + `
+//	returns {1, the IDs of the outputs...}, {0} when the commit was already made, or a LEASELOST,
+//	UNWRITTEN, WRONGTYPE or NOPERM error
+var onceScript = goredis.NewScript(keepPayloadLua + aclCheckLua + `
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return redis.error_reply('` + leaseLostPrefix + ` lease ' .. KEYS[3] .. ' is not held by ' .. ARGV[2])
 end
@@ -318,17 +372,41 @@ for g = 8, #KEYS - marks do
   if t ~= 'stream' and t ~= 'none' then
     return redis.error_reply('WRONGTYPE ' .. KEYS[g] .. ' holds a ' .. t .. ', not a stream: nothing was written and nothing was acked')
   end
+  local refused = refusal('XADD', KEYS[g], '*', 'field', 'value')
+  if refused then
+    return refused
+  end
 end
-` + checkStateTypes + `local i = 6
+` + checkStateTypes + `-- keepPayload's writes
+local function payloadRefusal(stream, key, payload)
+  if payload == '' then
+    return refusal('RENAME', key .. ':staged', key) or refusal('PERSIST', key) or
+      refusal('ZADD', stream .. ':payloads', '0', 'member')
+  end
+  return refusal('SET', key, 'payload') or refusal('ZADD', stream .. ':payloads', '0', 'member')
+end
+local i = 6
 for o = 1, tonumber(ARGV[5]) do
   if ARGV[i + 2] ~= '' then
-    local gone = unstaged(ARGV[i + 2], ARGV[i + 3])
-    if gone then
-      return gone
+    local refused = unstaged(ARGV[i + 2], ARGV[i + 3]) or payloadRefusal(KEYS[tonumber(ARGV[i])], ARGV[i + 2], ARGV[i + 3])
+    if refused then
+      return refused
     end
     i = i + 1
   end
   i = i + 4 + tonumber(ARGV[i + 3])
+end
+local refused, m = settleRefusal(i)
+for k = #KEYS - marks + 1, #KEYS do
+  local c = tonumber(ARGV[m])
+  if c > 0 then
+    refused = refused or refusal('HSET', KEYS[k], ARGV[m + 1], ARGV[m + 2])
+  end
+  m = m + 1 + c
+end
+refused = refused or refusal('SET', KEYS[7], ARGV[3], 'PX', ARGV[4])
+if refused then
+  return refused
 end
 local ids = {1}
 i = 6
