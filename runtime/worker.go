@@ -50,10 +50,6 @@ type worker struct {
 	// committedState is a stateful stage's last committed batch state, whose memory the next
 	// batch's reuses (beginState); nil after a commit that did not end well.
 	committedState *state.Batch
-	// aheadMem is the memory of the messages made of a batch read ahead (makeAhead), and made
-	// what was made of the batch that read took up last, for prepare.
-	aheadMem batchMemory
-	made     *madeAhead
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -155,7 +151,7 @@ func (w *worker) run(ctx context.Context) error {
 func (w *worker) read(ctx context.Context, args redis.ReadArgs, ahead **readResult) (batch redis.Batch, recovered bool, err error) {
 	switch {
 	case *ahead != nil:
-		batch, err, w.made = (*ahead).batch, (*ahead).err, (*ahead).made
+		batch, err = (*ahead).batch, (*ahead).err
 		*ahead = nil
 	case w.recover:
 		args.Count = w.u.node.reads.count(args.Count)
@@ -231,7 +227,6 @@ type readResult struct {
 	err       error
 	processed bool
 	prepared  *batchCommit // nil: nothing to commit, or the batch is to be processed again
-	made      *madeAhead   // a stateful stage's messages of batch, made while the commit ran
 }
 
 // processReadingAhead processes a batch read from the stream, and commits it while it reads the
@@ -269,15 +264,9 @@ func (w *worker) commitReadingAhead(ctx context.Context, c *batchCommit, args re
 	}
 	read := w.readArgs(args)
 	ahead := make(chan readResult, 1)
-	n := w.u.node
-	makes := n.stateful && n.prefetch != nil
 	go func() {
 		b, err := w.r.rdb.ReadGroup(ctx, read)
-		res := readResult{batch: b, err: err}
-		if err == nil && makes {
-			res.made = w.makeAhead(b)
-		}
-		ahead <- res
+		ahead <- readResult{batch: b, err: err}
 	}()
 	if w.overlaps() {
 		return w.commitOverlapped(ctx, c, ahead)

@@ -86,13 +86,8 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	c.args = redis.CommitArgs{Outputs: make([]redis.Output, 0, w.u.node.outputsPer(total)), IDs: make([]string, 0, total)}
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
-	msgs, keys := w.made.of(b, due)
-	w.made = nil
-	if msgs == nil {
-		msgs = w.messagesOf(&w.mem, b, due)
-		keys = w.stateKeysOf(msgs)
-	}
-	if err := w.beginState(c, msgs, keys, b.Len() > 0); err != nil {
+	msgs := w.messagesOf(b, due)
+	if err := w.beginState(c, msgs, b.Len() > 0); err != nil {
 		return w.again(ctx, "reading the watermark failed; the batch will be processed again", err)
 	}
 	retries := w.processMessages(ctx, c, msgs, &retryDone)
@@ -104,27 +99,20 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	return w.finishBatch(ctx, c, retryDone, retries)
 }
 
-// stateKeysOf returns the state keys that a stateful stage's messages will read, as its kind
-// names them (stages.StatePrefetcher); nil for other nodes. The kind decodes and keeps the fields
-// it reads of each message, and the event times that the watermarks read then decode nothing more.
-func (w *worker) stateKeysOf(msgs []*message) []string {
-	n := w.u.node
-	if !n.stateful || n.prefetch == nil {
-		return nil
-	}
-	var keys []string
-	for _, m := range msgs {
-		keys = n.prefetch.StateKeys(&m.msg, keys)
-	}
-	return keys
-}
-
 // beginState starts what a batch does to watermarks and state: each message's watermark, and a
-// stateful stage's batch state, with the keys its messages will read (stateKeysOf) fetched at
-// once. A batch that was read is processed and committed whether or not the worker stops
-// meanwhile: its reads too, within the drain time (the runner's hard context).
-func (w *worker) beginState(c *batchCommit, msgs []*message, keys []string, read bool) error {
+// stateful stage's batch state, with the keys its messages will read fetched at once. A batch
+// that was read is processed and committed whether or not the worker stops meanwhile: its reads
+// too, within the drain time (the runner's hard context).
+func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 	n, hard := w.u.node, w.r.hard
+	// The kind names its keys first: it decodes and keeps the fields it reads of each message, and
+	// the event times that the watermarks read then decode nothing more.
+	var keys []string
+	if n.stateful && n.prefetch != nil {
+		for _, m := range msgs {
+			keys = n.prefetch.StateKeys(&m.msg, keys)
+		}
+	}
 	watermarks, err := w.beginTime(hard, msgs, read)
 	if err != nil || !n.stateful {
 		return err
@@ -261,9 +249,9 @@ func (w *worker) deadLetterUnreadable(c *batchCommit, b redis.Batch, badRetries 
 	}
 }
 
-// messagesOf makes the messages of a batch's entries and due retries, in that order, in mem.
-func (w *worker) messagesOf(mem *batchMemory, b redis.Batch, due []redis.Retry) []*message {
-	backing, msgs := mem.take(len(b.Entries) + len(due))
+// messagesOf makes the messages of a batch's entries and due retries, in that order.
+func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
+	backing, msgs := w.messageMemory(len(b.Entries) + len(due))
 	for _, e := range b.Entries {
 		backing = append(backing, message{
 			id:          e.ID,
@@ -293,7 +281,7 @@ func (w *worker) messagesOf(mem *batchMemory, b redis.Batch, due []redis.Retry) 
 	for i := range backing {
 		msgs = append(msgs, &backing[i])
 	}
-	mem.keep(backing, msgs)
+	w.reuse(backing, msgs)
 	return msgs
 }
 
@@ -308,52 +296,21 @@ type batchMemory struct {
 	ptrs []*message
 }
 
-// take returns empty slices with room for n messages and pointers to them.
-func (mem *batchMemory) take(n int) ([]message, []*message) {
-	if cap(mem.msgs) < n {
+// messageMemory returns empty slices with room for n messages and pointers to them.
+func (w *worker) messageMemory(n int) ([]message, []*message) {
+	if cap(w.mem.msgs) < n {
 		return make([]message, 0, n), make([]*message, 0, n)
 	}
-	return mem.msgs[:0], mem.ptrs[:0]
+	return w.mem.msgs[:0], w.mem.ptrs[:0]
 }
 
-// keep keeps a batch's messages for the next batch, and clears those of the last batch that
+// reuse keeps a batch's messages for the next batch, and clears those of the last batch that
 // this one did not overwrite, so that they keep no payload alive.
-func (mem *batchMemory) keep(msgs []message, ptrs []*message) {
-	if len(msgs) < len(mem.msgs) && cap(msgs) == cap(mem.msgs) {
-		clear(msgs[len(msgs):len(mem.msgs)])
+func (w *worker) reuse(msgs []message, ptrs []*message) {
+	if len(msgs) < len(w.mem.msgs) && cap(msgs) == cap(w.mem.msgs) {
+		clear(msgs[len(msgs):len(w.mem.msgs)])
 	}
-	*mem = batchMemory{msgs: msgs, ptrs: ptrs}
-}
-
-// madeAhead are the messages of a stateful stage's batch read ahead, and the state keys they will
-// read, made while the batch before committed: naming the keys decodes the fields the kind reads,
-// a sixth of an aggregate's CPU, which the commit's round trip otherwise left the process waiting
-// for. Nothing of them depends on what that commit writes.
-type madeAhead struct {
-	first *redis.Entry // the batch's first entry, which tells the batch apart
-	msgs  []*message
-	keys  []string
-}
-
-// makeAhead makes the messages of a batch read ahead, and their state keys, in the worker's
-// memory for batches read ahead (aheadMem): the worker may process due retries (in mem) before
-// it takes the batch up. It runs on the reading goroutine, while the worker commits, and touches
-// nothing the commit does.
-func (w *worker) makeAhead(b redis.Batch) *madeAhead {
-	if len(b.Entries) == 0 {
-		return nil
-	}
-	msgs := w.messagesOf(&w.aheadMem, b, nil)
-	return &madeAhead{first: &b.Entries[0], msgs: msgs, keys: w.stateKeysOf(msgs)}
-}
-
-// of returns the messages and state keys made ahead of batch b; nil when they were not made, or
-// made of another batch.
-func (m *madeAhead) of(b redis.Batch, due []redis.Retry) ([]*message, []string) {
-	if m == nil || len(due) > 0 || len(b.Entries) != len(m.msgs) || &b.Entries[0] != m.first {
-		return nil, nil
-	}
-	return m.msgs, m.keys
+	w.mem = batchMemory{msgs: msgs, ptrs: ptrs}
 }
 
 // processMessages runs the batch's messages through the node and collects what to commit: their
