@@ -148,6 +148,7 @@ func (r *accessCheck) unitAccess(a *redis.Access, u *unit) {
 			markers = append(markers, o.dedup)
 		} else {
 			streams = append(streams, o.stream)
+			markers = r.payloadGuard(markers, o)
 		}
 	}
 	var state redis.StateKeys
@@ -272,9 +273,24 @@ func (r *accessCheck) outputsAccess(a *redis.Access) {
 // offloadAccess lists what writing an output with its payload offloaded sends, when the pipeline
 // offloads payloads and the output may be offloaded.
 func (r *accessCheck) offloadAccess(a *redis.Access, who string, o accessOutput) {
-	if r.plan.OffloadOver > 0 && !o.inline && r.owned(o.stream) {
+	if r.offloads(o) {
 		a.Offload(who, o.stream)
 	}
+}
+
+// offloads reports whether an output's payload may be offloaded: the pipeline offloads payloads,
+// and the output goes to one of its streams.
+func (r *accessCheck) offloads(o accessOutput) bool {
+	return r.plan.OffloadOver > 0 && !o.inline && r.owned(o.stream)
+}
+
+// payloadGuard adds to the keys that a settle or checkpoint checks exist the payload key of a
+// plain output that may be offloaded: the commit acks only once its script wrote the payload.
+func (r *accessCheck) payloadGuard(guards []string, o accessOutput) []string {
+	if !r.offloads(o) {
+		return guards
+	}
+	return append(guards, redis.PayloadKey(o.stream, "token"))
 }
 
 // owned reports whether a stream is one of the pipeline's, under its key prefix: only those have
@@ -320,12 +336,15 @@ func (r *accessCheck) producerAccess(a *redis.Access, p *producingSource) {
 			markers = append(markers, dedup)
 		} else {
 			streams = append(streams, s)
+			markers = r.payloadGuard(markers, accessOutput{stream: s})
 		}
 		a.Output(who, s, dedup)
 		r.offloadAccess(a, who, accessOutput{stream: s})
 	}
-	a.Output(who, r.keys.DeadLetter(p.node.name), "")
-	r.offloadAccess(a, who, accessOutput{stream: r.keys.DeadLetter(p.node.name)})
+	deadLetters := accessOutput{stream: r.keys.DeadLetter(p.node.name)}
+	markers = r.payloadGuard(markers, deadLetters)
+	a.Output(who, deadLetters.stream, "")
+	r.offloadAccess(a, who, deadLetters)
 	a.UpstreamLag(who, r.keys.SourceUpstreamLag(p.node.name))
 	if p.positionKey != "" {
 		a.Checkpoint(who, p.positionKey, p.leaseKey, markers, streams)

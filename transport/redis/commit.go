@@ -304,7 +304,7 @@ type commitPlan struct {
 	plain  []plainOutput         // outputs without a dedup key, in order
 	dedup  map[string]*dedupCall // per stream, outputs with a dedup key
 	order  []string              // streams of dedup calls, in first-use order
-	// guards are the last marker of each dedup call and the payload key of each staged plain
+	// guards are the last marker of each dedup call and the payload key of each offloaded plain
 	// output: see settleScript.
 	guards []string
 	// streams are the streams of the plain outputs, which the settle checks are streams: see
@@ -354,7 +354,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		return c.planFenced(a, p)
 	}
 	args := newArgSlab(len(a.Outputs))
-	var staged []string // the payload keys of plain outputs whose payloads were staged
+	var offloaded []string // the payload keys of plain outputs whose payloads are offloaded
 	slot := -1
 	sameSlot := true
 	last := "" // the key seen last: a batch's outputs mostly go to a few streams in turn
@@ -392,10 +392,12 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		see(o.Stream)
 		if o.DedupKey == "" {
 			p.plain = append(p.plain, plainOutput{index: i, stream: o.Stream, values: values, maxLen: o.MaxLen, off: off})
-			if o.staged != "" {
-				// Its payload key exists after the commit only if its script wrote the entry: the
-				// script fails when the staged payload is gone, and the stream is a stream anyway.
-				staged = append(staged, o.staged)
+			if off != nil {
+				// Its payload key exists after the commit only if its script wrote the entry, and
+				// the script writes nothing when one of its writes would fail (a staged payload
+				// gone, a command the user may not run, its XADD refused for lack of memory):
+				// the stream is a stream all the same, so the settle checks the key.
+				offloaded = append(offloaded, off.key)
 			}
 			continue
 		}
@@ -421,7 +423,7 @@ func (c *Client) planCommit(a CommitArgs) (*commitPlan, error) {
 		d := p.dedup[s]
 		p.guards = append(p.guards, d.keys[len(d.keys)-1])
 	}
-	p.guards = append(p.guards, staged...)
+	p.guards = append(p.guards, offloaded...)
 	seen := map[string]bool{}
 	for _, o := range p.plain {
 		if !seen[o.stream] {

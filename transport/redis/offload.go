@@ -281,16 +281,17 @@ end
 
 // offloadScript appends one entry whose payload is offloaded: the XADD, then the payload's key and
 // its index entry. A failing XADD (WRONGTYPE) writes nothing, nor does a staged payload that is
-// gone; once it has written, a script runs to its end, so the entry and its payload exist together
-// or not at all.
+// gone, nor a user who may not run one of the three writes (refusalLua); once it has written, a
+// script runs to its end, so the entry and its payload exist together or not at all.
 //
 //	KEYS[1] stream, KEYS[2] payload key; ARGV[1] payload ('' when staged), then the entry's
 //	field/value strings
 //	returns the entry's ID
-var offloadScript = goredis.NewScript(keepPayloadLua + `
-local gone = unstaged(KEYS[2], ARGV[1])
-if gone then
-  return gone
+var offloadScript = goredis.NewScript(keepPayloadLua + refusalLua + `
+local refused = unstaged(KEYS[2], ARGV[1]) or refusal('XADD', KEYS[1], '*', 'field', 'value') or
+  payloadRefusal(KEYS[1], KEYS[2], ARGV[1])
+if refused then
+  return refused
 end
 local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
 keepPayload(KEYS[1], id, KEYS[2], ARGV[1])

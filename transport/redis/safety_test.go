@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/flowrun/flowrun/internal/redistest"
 )
 
@@ -183,5 +185,37 @@ func TestCommitRefusedInAScriptWritesNothing(t *testing.T) {
 				t.Errorf("the retry set exists (%d, %v): the commit scheduled retries", n, err)
 			}
 		})
+	}
+}
+
+// TestOffloadRefusedInAScriptWritesNothing: a commit whose output's payload is offloaded, by a
+// user who may no longer SET (the payload's key), writes no entry without its payload: the script
+// checks its writes before the XADD, and the inputs stay pending.
+func TestOffloadRefusedInAScriptWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := ctxT(t)
+	user := fmt.Sprintf("revoked%d", runs.Add(1))
+	setUser(t, srv, user, "on", ">pw", "~*", "+@all")
+	c := openAs(t, srv, user).WithOffloadOver(1 << 10)
+	k := testKeys(t)
+	in, lease, b := leasedBatch(t, c, k, 2)
+	out := k.Stream("out", 0)
+	// The stream exists: the settle's check that each output stream is a stream passes.
+	if err := c.Universal().XAdd(ctx, &goredis.XAddArgs{Stream: out, Values: []any{"payload", "{}"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	large := []byte(`{"pad":"` + strings.Repeat("x", 4<<10) + `"}`)
+	args := CommitArgs{Stream: in, Group: "stage", IDs: b.IDs(), Lease: &lease,
+		Outputs: []Output{{Stream: out, Entry: Entry{Key: "k", Payload: large}}}}
+	setUser(t, srv, user, "-set")
+	_, err := c.Commit(ctx, args)
+	if err == nil || !Unrecoverable(err) || !strings.Contains(err.Error(), "SET") {
+		t.Errorf("commit without SET: err = %v, want an unrecoverable error naming it", err)
+	}
+	if n := xlen(t, c, out); n != 1 {
+		t.Errorf("%d entries written without their payload", n-1)
+	}
+	if p := pending(t, c, in, "stage"); p != int64(b.Len()) {
+		t.Errorf("%d entries pending, want all %d: the commit acked some", p, b.Len())
 	}
 }

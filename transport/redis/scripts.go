@@ -71,8 +71,10 @@ return 0
 //
 // Plain outputs (without markers) are checked too: each stream they were written to must be a
 // stream now, or an XADD failed at run time (WRONGTYPE: another application's key at an output's
-// name) and acking would lose the inputs. A plain output whose payload was staged (stageLarge) is
-// checked by its payload key, which its script makes only with the entry.
+// name) and acking would lose the inputs. A plain output whose payload is offloaded (offload.go,
+// staged or not) is checked by its payload key, which its script makes only with the entry: the
+// script writes nothing when its XADD is refused for lack of memory, which the stream's type
+// would not show.
 //
 //	KEYS[1] input stream, KEYS[2] retry set (the stream again when unused), KEYS[3] lease key
 //	(the stream again when not fenced), KEYS[4] state hash, KEYS[5] timer set and KEYS[6] holds
@@ -133,21 +135,18 @@ const settleOps = `local settleOps = {{'XACK', 1, 1}, {'ZREM', 2, 1}, {'ZADD', 2
   {'ZADD', 5, 1}, {'ZREM', 5, 1}, {'ZADD', 6, 1}, {'ZREM', 6, 1}}
 `
 
-// aclCheckLua defines refusal, with which the settle and effectively-once scripts check, before
-// their first write, that their user may run each command they will run, on its key: Lua undoes
-// nothing, so a command refused after a write (a permission taken away while the run goes on)
-// would leave the script's work half done: the effectively-once outputs written and their inputs
-// unacked (written again once processed again: a duplicate), or inputs acked and their retries
-// or state unwritten (lost). The refusal is a NOPERM error, which ends the run (Unrecoverable),
-// having written nothing. Each (command, key) is checked once per call, whatever the number of
-// messages (an offloaded payload's own key, once per such message, aside). Redis before 7.0 and
-// the embedded miniredis lack redis.acl_check_cmd: there the scripts check nothing (and a refusal
+// refusalLua defines refusal, with which a script checks, before its first write, that its user
+// may run each command it will run, on its key: Lua undoes nothing, so a command refused after a
+// write (a permission taken away while the run goes on) would leave the script's work half done:
+// effectively-once outputs written and their inputs unacked (written again once processed again:
+// a duplicate), inputs acked and their retries or state unwritten (lost), or an entry written
+// without its offloaded payload. The refusal is a NOPERM error, which ends the run (Unrecoverable),
+// having written nothing. Each (command, key) is checked once per call. Redis before 7.0 and the
+// embedded miniredis lack redis.acl_check_cmd: there the scripts check nothing (and a refusal
 // after a write is as it was before).
 //
-// settleRefusal checks the settle steps' commands (settleSteps), those that the arguments from
-// ARGV[i], the number of IDs to ack, make run, and returns the refusal, if any, and the index after
-// the settle arguments.
-const aclCheckLua = settleOps + `local aclCheck = redis.acl_check_cmd
+// payloadRefusal checks keepPayload's writes (keepPayloadLua) of an offloaded payload.
+const refusalLua = `local aclCheck = redis.acl_check_cmd
 local mayRun = {}
 local function refusal(command, key, ...)
   if type(aclCheck) ~= 'function' then
@@ -166,7 +165,20 @@ local function refusal(command, key, ...)
       ': nothing was written and nothing was acked')
   end
 end
-local function settleRefusal(i)
+local function payloadRefusal(stream, key, payload)
+  if payload == '' then
+    return refusal('RENAME', key .. ':staged', key) or refusal('PERSIST', key) or
+      refusal('ZADD', stream .. ':payloads', '0', 'member')
+  end
+  return refusal('SET', key, 'payload') or refusal('ZADD', stream .. ':payloads', '0', 'member')
+end
+`
+
+// aclCheckLua is refusalLua with settleRefusal, with which the settle and effectively-once scripts
+// check the settle steps' commands (settleSteps), those that the arguments from ARGV[i], the number
+// of IDs to ack, make run: it returns the refusal, if any, and the index after the settle
+// arguments.
+const aclCheckLua = settleOps + refusalLua + `local function settleRefusal(i)
   for _, op in ipairs(settleOps) do
     local c = op[3] * tonumber(ARGV[i])
     if c > 0 then
@@ -377,15 +389,7 @@ for g = 8, #KEYS - marks do
     return refused
   end
 end
-` + checkStateTypes + `-- keepPayload's writes
-local function payloadRefusal(stream, key, payload)
-  if payload == '' then
-    return refusal('RENAME', key .. ':staged', key) or refusal('PERSIST', key) or
-      refusal('ZADD', stream .. ':payloads', '0', 'member')
-  end
-  return refusal('SET', key, 'payload') or refusal('ZADD', stream .. ':payloads', '0', 'member')
-end
-local i = 6
+` + checkStateTypes + `local i = 6
 for o = 1, tonumber(ARGV[5]) do
   if ARGV[i + 2] ~= '' then
     local refused = unstaged(ARGV[i + 2], ARGV[i + 3]) or payloadRefusal(KEYS[tonumber(ARGV[i])], ARGV[i + 2], ARGV[i + 3])
