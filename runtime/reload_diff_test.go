@@ -39,7 +39,9 @@ sink "all" {
 }
 `
 
-func compileDiff(t *testing.T, src string) *flow.Plan {
+// compileSource compiles a pipeline from its source, with the Go functions the stages package
+// registers, failing the test on any error.
+func compileSource(t *testing.T, src string) *flow.Plan {
 	t.Helper()
 	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(src)})
 	plan, more := flow.Compile(cfg, flow.Options{GoFuncs: stages.Names(), LookupEnv: func(string) (string, bool) { return "", false }})
@@ -71,7 +73,7 @@ func TestDiffPlans(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			was, next := compileDiff(t, diffPipeline), compileDiff(t, strings.Replace(diffPipeline, c.old, c.new, 1))
+			was, next := compileSource(t, diffPipeline), compileSource(t, strings.Replace(diffPipeline, c.old, c.new, 1))
 			if c.opts.NoFusion {
 				was.Unfuse()
 				next.Unfuse()

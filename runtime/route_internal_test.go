@@ -134,17 +134,3 @@ sink "s" {
 		t.Errorf("%d values taken plain; want 11: the strings and the plain integers", plain)
 	}
 }
-
-// compileSource compiles a pipeline from its source, failing the test on any error.
-func compileSource(t *testing.T, src string) *flow.Plan {
-	t.Helper()
-	cfg, diags := flow.LoadSource(map[string][]byte{"p.hcl": []byte(src)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	plan, diags := flow.Compile(cfg, flow.Options{})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	return plan
-}
