@@ -72,6 +72,9 @@ type Batch struct {
 	// takes over emptied: an attempt per message would otherwise make its maps afresh, which was
 	// a sixth of what an aggregate allocated.
 	spare *Attempt
+	// committing is the partition's batch before this one while its commit is in flight (Over):
+	// Redis may or may not hold its writes yet, so this batch reads them from it, under its own.
+	committing *Batch
 }
 
 // NewBatch starts the state of a batch on a partition.
@@ -95,9 +98,28 @@ func (b *Batch) Reuse() *Batch {
 	clear(b.groups)
 	clear(b.fetched)
 	b.lastGroup, b.lastMembers = timerGroup{}, nil
+	b.committing = nil
 	b.watermark, b.moved = 0, false
 	b.late, b.duplicates = 0, 0
 	return b
+}
+
+// Over lays the batch over the partition's batch before it, whose commit is in flight while this
+// batch is processed (nil: none is). The commit is one atomic step, so each read of Redis finds
+// either none or all of its writes; this batch reads the keys, timers and holds that the batch
+// before it wrote from that batch instead, and finds the same either way. The batch before is not
+// written any more: its writes are what its commit sends. Called before the batch's first read;
+// Settled ends it.
+func (b *Batch) Over(committing *Batch) {
+	b.committing = committing
+}
+
+// Settled ends Over once the batch has read all it reads: the batch before it is then committed,
+// or the batch is given up.
+func (b *Batch) Settled() {
+	if b != nil {
+		b.committing = nil
+	}
 }
 
 // Outcomes are the batch's recorded outcomes: messages found late, and duplicates.
@@ -123,6 +145,9 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	// again if the read fails.
 	wanted := keys[:0]
 	for _, k := range keys {
+		if b.committing.wrote(k) {
+			continue // read from the batch before (Get)
+		}
 		if _, ahead := b.fetched[k]; !ahead {
 			b.fetched[k] = nil
 			wanted = append(wanted, k)
@@ -144,6 +169,15 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 			b.fetched[k] = vals[i]
 		}
 	}
+}
+
+// wrote reports whether the batch set or deleted key; false for a nil batch.
+func (b *Batch) wrote(key string) bool {
+	if b == nil {
+		return false
+	}
+	_, set := b.set[key]
+	return set || b.del[key]
 }
 
 // Changes counts the batch's state changes so far: keys set and deleted, timers and holds set and
@@ -210,13 +244,18 @@ func LoadWatermark(ctx context.Context, store Store, hash string) (int64, error)
 }
 
 // DueTimers returns up to count of the timers due at wm, as the batch sees them: those committed,
-// less those the batch cancelled, moved later or fired already, with those it set; earliest first.
+// less those the batch (or the batch before, Over) cancelled, moved or fired already, with those
+// they set; earliest first.
 func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string]bool) ([]redis.DueTimer, error) {
-	// The committed timers that the batch has changed or fired are still in Redis, and may be the
-	// earliest: the first count that it has not are among the first count + changed + fired.
+	// The committed timers that the batches have changed or fired are still in Redis, and may be
+	// the earliest: the first count that they have not are among the first count + changed + fired.
 	b.mu.Lock()
 	b.nameGroups()
+	before := b.committing
 	changed := int64(len(b.timerAt) + len(b.cancel) + len(fired))
+	if before != nil {
+		changed += int64(len(before.timerAt) + len(before.cancel))
+	}
 	b.mu.Unlock()
 	committed, err := b.store.DueTimers(ctx, b.keys.Timers, wm, count+changed)
 	if err != nil {
@@ -227,10 +266,21 @@ func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	changedHere := func(name string) bool {
+		_, moved := b.timerAt[name]
+		return moved || b.cancel[name] || fired[name]
+	}
 	var due []redis.DueTimer
 	for _, t := range committed {
-		if _, moved := b.timerAt[t.Name]; !moved && !b.cancel[t.Name] && !fired[t.Name] {
+		if !changedHere(t.Name) && !before.changedTimer(t.Name) {
 			due = append(due, t)
+		}
+	}
+	if before != nil {
+		for name, at := range before.timerAt {
+			if at <= wm && !changedHere(name) {
+				due = append(due, redis.DueTimer{Name: name, At: at})
+			}
 		}
 	}
 	for name, at := range b.timerAt {
@@ -250,10 +300,21 @@ func (b *Batch) DueTimers(ctx context.Context, wm, count int64, fired map[string
 	return due, nil
 }
 
+// changedTimer reports whether the batch set or cancelled the timer name; false for a nil batch.
+func (b *Batch) changedTimer(name string) bool {
+	if b == nil {
+		return false
+	}
+	_, set := b.timerAt[name]
+	return set || b.cancel[name]
+}
+
 // MinHold returns the earliest hold of the partition as the batch leaves it (committed holds, less
-// those it released or moved, with those it set), and false when there is none.
+// those it or the batch before it, Over, released or moved, with those they set), and false when
+// there is none.
 func (b *Batch) MinHold(ctx context.Context) (int64, bool, error) {
 	b.mu.Lock()
+	before := b.committing
 	changed := int64(len(b.holdAt) + len(b.release))
 	least, found := int64(0), false
 	for _, at := range b.holdAt {
@@ -261,8 +322,16 @@ func (b *Batch) MinHold(ctx context.Context) (int64, bool, error) {
 			least, found = at, true
 		}
 	}
+	if before != nil {
+		changed += int64(len(before.holdAt) + len(before.release))
+		for name, at := range before.holdAt {
+			if _, moved := b.holdAt[name]; !moved && !b.release[name] && (!found || at < least) {
+				least, found = at, true
+			}
+		}
+	}
 	b.mu.Unlock()
-	// The first committed hold that the batch left alone is among the first changed+1.
+	// The first committed hold that the batches left alone is among the first changed+1.
 	committed, err := b.store.Holds(ctx, b.keys.Holds, changed+1)
 	if err != nil {
 		if !redis.Unrecoverable(err) {
@@ -273,7 +342,7 @@ func (b *Batch) MinHold(ctx context.Context) (int64, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, h := range committed {
-		if _, moved := b.holdAt[h.Name]; moved || b.release[h.Name] {
+		if _, moved := b.holdAt[h.Name]; moved || b.release[h.Name] || before.changedHold(h.Name) {
 			continue
 		}
 		if !found || h.At < least {
@@ -282,6 +351,15 @@ func (b *Batch) MinHold(ctx context.Context) (int64, bool, error) {
 		break
 	}
 	return least, found, nil
+}
+
+// changedHold reports whether the batch set or released the hold name; false for a nil batch.
+func (b *Batch) changedHold(name string) bool {
+	if b == nil {
+		return false
+	}
+	_, set := b.holdAt[name]
+	return set || b.release[name]
 }
 
 // Attempt is one attempt's view of its batch's state: the stages.State that a stateful kind gets
@@ -480,6 +558,9 @@ func (a *Attempt) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		return v, true, nil
 	case deleted:
 		return nil, false, nil
+	case b.committing.wrote(key):
+		v, set := b.committing.set[key]
+		return v, set, nil
 	case fetched:
 		return ahead, ahead != nil, nil
 	}

@@ -244,3 +244,110 @@ func TestPutCopiesSmallValuesTogether(t *testing.T) {
 		t.Errorf("an empty value put reads as %q, %v; want nil, true, as it always did", v, found)
 	}
 }
+
+// TestABatchOverACommitReadsTheSameEitherWay: a batch processed while the batch before it commits
+// (Over) reads that batch's keys, timers and holds as it left them, whether Redis holds its commit
+// yet or not; its own writes come over both.
+func TestABatchOverACommitReadsTheSameEitherWay(t *testing.T) {
+	for _, applied := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before the commit", true: "after the commit"}[applied], func(t *testing.T) {
+			_, c := open(t)
+			ctx := context.Background()
+			rdb := c.Universal()
+			keys := Keys{Hash: "state", Timers: "timers", Holds: "holds"}
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(rdb.HSet(ctx, "state", "a", "1", "b", "2").Err())
+			must(rdb.ZAdd(ctx, "timers", goredis.Z{Score: 10, Member: "t1"}, goredis.Z{Score: 20, Member: "t2"},
+				goredis.Z{Score: 30, Member: "t3"}).Err())
+			must(rdb.ZAdd(ctx, "holds", goredis.Z{Score: 5, Member: "h1"}, goredis.Z{Score: 15, Member: "h2"}).Err())
+
+			before := NewBatch(c, keys, 0)
+			a := before.Attempt(0)
+			must(a.Put(ctx, "a", []byte("10")))
+			must(a.Delete(ctx, "b"))
+			must(a.Put(ctx, "c", []byte("3")))
+			must(a.SetTimer(ctx, "t4", time.UnixMilli(12)))
+			must(a.CancelTimer(ctx, "t1"))
+			must(a.SetTimer(ctx, "t2", time.UnixMilli(40)))
+			must(a.Release(ctx, "h1"))
+			must(a.Hold(ctx, "h3", time.UnixMilli(8)))
+			a.Join()
+			w := before.Writes()
+			if applied { // what the commit writes, as it writes it
+				for k, v := range w.Set {
+					must(rdb.HSet(ctx, "state", k, v).Err())
+				}
+				must(rdb.HDel(ctx, "state", w.Delete...).Err())
+				for name, at := range w.Timers {
+					must(rdb.ZAdd(ctx, "timers", goredis.Z{Score: float64(at), Member: name}).Err())
+				}
+				must(rdb.ZRem(ctx, "timers", "t1").Err())
+				for name, at := range w.Holds {
+					must(rdb.ZAdd(ctx, "holds", goredis.Z{Score: float64(at), Member: name}).Err())
+				}
+				must(rdb.ZRem(ctx, "holds", "h1").Err())
+			}
+
+			b := NewBatch(c, keys, 0)
+			b.Over(before)
+			b.Prefetch(ctx, []string{"a", "b", "c", "d"})
+			get := func(key string) string {
+				t.Helper()
+				a := b.Attempt(0)
+				v, found, err := a.Get(ctx, key)
+				must(err)
+				a.Join()
+				if !found {
+					return "-"
+				}
+				return string(v)
+			}
+			for key, want := range map[string]string{"a": "10", "b": "-", "c": "3", "d": "-"} {
+				if got := get(key); got != want {
+					t.Errorf("Get(%q) = %s, want %s", key, got, want)
+				}
+			}
+			due := func() string {
+				t.Helper()
+				timers, err := b.DueTimers(ctx, 35, 10, nil)
+				must(err)
+				var names []string
+				for _, tm := range timers {
+					names = append(names, tm.Name)
+				}
+				return strings.Join(names, ",")
+			}
+			if got := due(); got != "t4,t3" {
+				t.Errorf("due timers %s, want t4,t3", got)
+			}
+			if at, found, err := b.MinHold(ctx); err != nil || !found || at != 8 {
+				t.Errorf("MinHold = %d, %v, %v; want 8 (h3)", at, found, err)
+			}
+
+			// The batch's own writes come over the batch before's.
+			a = b.Attempt(0)
+			must(a.CancelTimer(ctx, "t4"))
+			must(a.SetTimer(ctx, "t2", time.UnixMilli(25)))
+			must(a.Release(ctx, "h3"))
+			must(a.Put(ctx, "b", []byte("4")))
+			a.Join()
+			if got := due(); got != "t2,t3" {
+				t.Errorf("due timers after the batch's own changes %s, want t2,t3", got)
+			}
+			if at, found, err := b.MinHold(ctx); err != nil || !found || at != 15 {
+				t.Errorf("MinHold after the batch's own release = %d, %v, %v; want 15 (h2)", at, found, err)
+			}
+			if got := get("b"); got != "4" {
+				t.Errorf("Get(b) after the batch's own write = %s, want 4", got)
+			}
+			if w := b.Writes(); len(w.Set) != 1 || string(w.Set["b"]) != "4" {
+				t.Errorf("the batch writes %v; want its own write only", w.Set)
+			}
+		})
+	}
+}
