@@ -45,6 +45,8 @@ type worker struct {
 	// tableWaits: timers of the unit wait for the watermark of a table (node.tableTime), which no
 	// entry of its input moves: each idle turn (every Options.Block) looks whether it has.
 	tableWaits bool
+	// lastReclaim is when the worker last took over what other consumers left pending.
+	lastReclaim time.Time
 	// mem is the memory of the last batch's messages, which the next reuses (worker_batch.go).
 	mem batchMemory
 	// committedState is a stateful stage's last committed batch state, whose memory the next
@@ -91,12 +93,21 @@ func (w *worker) run(ctx context.Context) error {
 			return err
 		}
 	}
-	lastReclaim := w.r.clock.Now()
+	w.lastReclaim = w.r.clock.Now()
 	args := redis.ReadArgs{Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID,
 		Count: n.readCount, Block: w.r.opts.Block}
 	var ahead *readResult // the next batch, read while the last one was committed
 	for ctx.Err() == nil {
-		if w.u.retryKey != "" && !w.r.clock.Now().Before(w.nextRetries) {
+		if ahead != nil && ahead.processed {
+			// Processed while the batch before committed: it commits before anything else is
+			// processed, which may read what it writes.
+			var err error
+			if ahead, err = w.commitProcessed(ctx, ahead.prepared, args); err != nil {
+				return err
+			}
+			continue
+		}
+		if w.retriesDue() {
 			handled, err := w.retryDue(ctx)
 			if err != nil {
 				return err
@@ -104,13 +115,6 @@ func (w *worker) run(ctx context.Context) error {
 			if handled {
 				continue // there may be more due
 			}
-		}
-		if ahead != nil && ahead.processed {
-			var err error
-			if ahead, err = w.commitProcessed(ctx, ahead.prepared, args); err != nil {
-				return err
-			}
-			continue
 		}
 		batch, recovered, err := w.read(ctx, args, &ahead)
 		if recovered {
@@ -131,8 +135,10 @@ func (w *worker) run(ctx context.Context) error {
 		} else if err := w.idleTurn(ctx); err != nil {
 			return err
 		}
-		if err := w.reclaimIdle(ctx, &lastReclaim); err != nil {
-			return err
+		if ahead == nil || !ahead.processed {
+			if err := w.reclaimIdle(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if ahead != nil && ahead.processed && ahead.prepared != nil {
@@ -194,15 +200,24 @@ func (w *worker) readFailed(ctx context.Context, err error) bool {
 // reclaimIdle takes over what another consumer left pending, once it has been idle long enough
 // that nobody is still working on it: a dead consumer of a partition without leases, or a process
 // that read a batch just before it noticed it had lost this partition's lease.
-func (w *worker) reclaimIdle(ctx context.Context, lastReclaim *time.Time) error {
-	n := w.u.node
-	if w.r.clock.Now().Sub(*lastReclaim) > n.claimIdle {
-		if err := w.reclaim(ctx, n.claimIdle); err != nil {
+func (w *worker) reclaimIdle(ctx context.Context) error {
+	if w.reclaimDue() {
+		if err := w.reclaim(ctx, w.u.node.claimIdle); err != nil {
 			return err
 		}
-		*lastReclaim = w.r.clock.Now()
+		w.lastReclaim = w.r.clock.Now()
 	}
 	return nil
+}
+
+// reclaimDue reports whether it is time to look for what other consumers left pending.
+func (w *worker) reclaimDue() bool {
+	return w.r.clock.Now().Sub(w.lastReclaim) > w.u.node.claimIdle
+}
+
+// retriesDue reports whether it is time to look at the unit's retry set.
+func (w *worker) retriesDue() bool {
+	return w.u.retryKey != "" && !w.r.clock.Now().Before(w.nextRetries)
 }
 
 // readArgs returns the arguments of the next read: args, taking the unit's share of the node's
@@ -243,7 +258,7 @@ func (w *worker) processReadingAhead(ctx context.Context, b redis.Batch, args re
 	if w.time != nil {
 		w.time.Begin()
 	}
-	return w.commitReadingAhead(ctx, w.prepare(ctx, b, nil, nil), args)
+	return w.commitReadingAhead(ctx, w.prepare(ctx, b, nil, nil, nil), args)
 }
 
 // commitProcessed commits a batch that the worker processed while the batch before committed
@@ -268,7 +283,7 @@ func (w *worker) commitReadingAhead(ctx context.Context, c *batchCommit, args re
 		b, err := w.r.rdb.ReadGroup(ctx, read)
 		ahead <- readResult{batch: b, err: err}
 	}()
-	if w.overlaps() {
+	if w.overlaps(c) {
 		return w.commitOverlapped(ctx, c, ahead)
 	}
 	err := w.commit(ctx, c)
@@ -287,23 +302,26 @@ func (w *worker) awaitRead(ahead <-chan readResult) readResult {
 	return <-ahead
 }
 
-// overlaps reports whether the worker processes the batch it read ahead while the batch before
-// commits (commitOverlapped): where a batch's processing depends on nothing the commit before it
-// writes, and delivers nothing outside Redis. That is a stateless stage's unit without watermarks,
-// at least once: a stateful stage reads the state the commit before writes, a sink delivers, and
-// effectively-once outputs are left as they are.
-func (w *worker) overlaps() bool {
+// overlaps reports whether the worker processes the batch it reads ahead while c commits
+// (commitOverlapped). A stage does, at least once: a sink delivers outside Redis, and
+// effectively-once outputs are left as they are. Not when a retry or a takeover of pending entries
+// is due next: the batch read ahead then waits for them, as it would without overlap, and a
+// stateful stage's retries and takeovers read the state c writes. Nor after a stop abandoned
+// some of c's messages: the batches after it are given up.
+func (w *worker) overlaps(c *batchCommit) bool {
 	n := w.u.node
 	_, stage := n.handler.(*stageHandler)
-	return stage && !n.stateful && w.time == nil && n.delivery != flow.EffectivelyOnce
+	return stage && n.delivery != flow.EffectivelyOnce && !c.abandoned && !w.retriesDue() && !w.reclaimDue()
 }
 
 // commitOverlapped commits c while it processes the batch that ahead brings: a unit's turns then
 // keep the process and Redis busy at once, where the commit's round trip left the process waiting
-// and processing left Redis idle. The batch's commit is sent after c's has ended well, as the next
-// turn's (its outputs after c's in every stream). When c's commit does not end well, the batch is
-// given up as a batch read ahead is: its entries are pending for this consumer, and the recovery
-// (or the partition's new owner) reads them again.
+// and processing left Redis idle. The batch starts from what c leaves: its watermarks from c's
+// (state.Watermarks.Ahead), and a stateful stage's state from c's writes over what Redis holds
+// (state.Batch.Over). Its commit is sent after c's has ended well, as the next turn's (its outputs
+// after c's in every stream). When c's commit does not end well, the batch is given up as a batch
+// read ahead is: its entries are pending for this consumer, and the recovery (or the partition's
+// new owner) reads them again; the watermarks go back to what they were before c.
 func (w *worker) commitOverlapped(ctx context.Context, c *batchCommit, ahead <-chan readResult) (*readResult, error) {
 	if err := w.admit(ctx, c.admits); err != nil {
 		<-ahead
@@ -324,9 +342,16 @@ func (w *worker) commitOverlapped(ctx context.Context, c *batchCommit, ahead <-c
 	select {
 	case next := <-ahead:
 		if next.err == nil && next.batch.Len() > 0 && !w.recover && ctx.Err() == nil {
-			next.processed, next.prepared = true, w.prepare(ctx, next.batch, nil, nil)
+			if w.time != nil {
+				c.timeBefore = w.time.Ahead()
+				w.time.Begin()
+			}
+			next.processed, next.prepared = true, w.prepare(ctx, next.batch, nil, nil, c)
 		}
-		if err := w.committed(ctx, c, <-sent); err != nil || w.recover {
+		// A batch processed over a commit that did not end well is given up, whatever comes of
+		// it: it started from what that commit would have written.
+		sentErr := <-sent
+		if err := w.committed(ctx, c, sentErr); err != nil || sentErr != nil || w.recover {
 			return nil, err
 		}
 		return &next, nil

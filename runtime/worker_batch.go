@@ -52,7 +52,7 @@ func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []r
 func (w *worker) processBegun(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
 	w.r.activity.add(1)
 	defer w.r.activity.add(-1)
-	c := w.prepare(ctx, b, due, badRetries)
+	c := w.prepare(ctx, b, due, badRetries, nil)
 	if c == nil {
 		return nil
 	}
@@ -67,6 +67,9 @@ type batchCommit struct {
 	// commit waits until each has room.
 	admits []*backpressure.Gate
 	state  *state.Batch // a stateful stage's, whose outcomes count once the batch is committed
+	// timeBefore is the unit's watermarks as they were before this batch's were made the next
+	// batch's start (state.Watermarks.Ahead), while it commits: nil when no batch ran ahead.
+	timeBefore *state.Watermarks
 	// counts are what the batch did, counted once it is committed (outcomes.go); counted says
 	// they were (commitOverlapped counts as soon as the commit ends).
 	counts  *batchCounts
@@ -77,7 +80,9 @@ type batchCommit struct {
 // nothing to commit or the batch must be delivered again. Its steps: the entries that cannot be
 // processed go to the dead letters; the messages are made, with their watermarks (worker_time.go)
 // and state; they are processed; the due timers fire; the watermarks go with the commit.
-func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) *batchCommit {
+// committing is the batch before, whose commit is in flight meanwhile (commitOverlapped); nil when
+// the batch before is committed.
+func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry, committing *batchCommit) *batchCommit {
 	w.uncertain.readAgain(b)
 	c := &batchCommit{counts: newBatchCounts(w.u.node)}
 	total := b.Len() + len(due) + len(badRetries)
@@ -87,7 +92,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
 	msgs := w.messagesOf(b, due)
-	if err := w.beginState(c, msgs, b.Len() > 0); err != nil {
+	if err := w.beginState(c, msgs, b.Len() > 0, committing); err != nil {
 		return w.again(ctx, "reading the watermark failed; the batch will be processed again", err)
 	}
 	retries := w.processMessages(ctx, c, msgs, &retryDone)
@@ -100,10 +105,11 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 }
 
 // beginState starts what a batch does to watermarks and state: each message's watermark, and a
-// stateful stage's batch state, with the keys its messages will read fetched at once. A batch
-// that was read is processed and committed whether or not the worker stops meanwhile: its reads
-// too, within the drain time (the runner's hard context).
-func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
+// stateful stage's batch state, over the state of the batch committing before it, with the keys
+// its messages will read fetched at once. A batch that was read is processed and committed
+// whether or not the worker stops meanwhile: its reads too, within the drain time (the runner's
+// hard context).
+func (w *worker) beginState(c *batchCommit, msgs []*message, read bool, committing *batchCommit) error {
 	n, hard := w.u.node, w.r.hard
 	// The kind names its keys first: it decodes and keeps the fields it reads of each message, and
 	// the event times that the watermarks read then decode nothing more.
@@ -121,6 +127,9 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool) error {
 		c.state.Reuse()
 	} else {
 		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
+	}
+	if committing != nil {
+		c.state.Over(committing.state)
 	}
 	for i, m := range msgs {
 		m.state, m.watermark = c.state, watermarks[i]
@@ -186,6 +195,7 @@ func (w *worker) waitingForTable(st *state.Batch) (int64, error) {
 // its deliveries cannot be made durable (it is delivered again).
 func (w *worker) finishBatch(ctx context.Context, c *batchCommit, retryDone, retries []redis.Retry) *batchCommit {
 	n := w.u.node
+	c.state.Settled() // the batch has read all it reads
 	c.args.State = c.state.Writes()
 	if raw := w.measured(); raw != nil {
 		if c.args.State == nil {

@@ -27,6 +27,9 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error {
 	n := w.u.node
 	r := w.r
+	if err != nil && c.timeBefore != nil {
+		w.time.Undo(c.timeBefore) // the batch processed meanwhile is given up (commitOverlapped)
+	}
 	for _, g := range c.admits {
 		if err == nil {
 			g.Written(1)
@@ -54,7 +57,10 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 		return nil
 	}
 	r.outage.OK()
-	if !c.abandoned {
+	switch {
+	case c.timeBefore != nil:
+		w.timeClosed(c.timeBefore.Closed()) // made the next batch's start already
+	case !c.abandoned:
 		w.timeCommitted()
 	}
 	if !c.counted {

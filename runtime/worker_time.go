@@ -200,6 +200,12 @@ func (w *worker) timeCommitted() {
 	}
 	wasClosed := w.time.Closed()
 	w.time.Commit()
+	w.timeClosed(wasClosed)
+}
+
+// timeClosed drains a job whose unit's input a commit closed: wasClosed says whether it was
+// closed before.
+func (w *worker) timeClosed(wasClosed bool) {
 	if w.time.Closed() && !wasClosed {
 		w.r.kickDrain()
 		_ = w.r.rdb.UnblockReads(context.Background()) // the units after it may close now

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -541,6 +542,27 @@ func (w *Watermarks) Commit() {
 		w.published[k] = v
 	}
 	w.written, w.reached = nil, false
+}
+
+// Ahead makes what the batch in progress did to the watermarks the start of the next batch before
+// its commit is done, for a worker that processes the next batch while the last one commits: as
+// Commit, but it returns the watermarks as they were, for Undo should that commit not end well.
+func (w *Watermarks) Ahead() *Watermarks {
+	saved := *w
+	saved.in, saved.idle = slices.Clone(w.in), slices.Clone(w.idle)
+	saved.next, saved.nextIdle = slices.Clone(w.next), slices.Clone(w.nextIdle)
+	saved.lastAllIdle = slices.Clone(w.lastAllIdle)
+	saved.written = maps.Clone(w.written)
+	w.Commit()
+	return &saved
+}
+
+// Undo takes the watermarks back to what Ahead returned: the commit it ran ahead of did not end
+// well, and the batch processed meanwhile is given up. Every mark is written again (Republish):
+// what was published may include the failed commit's marks, or may not.
+func (w *Watermarks) Undo(saved *Watermarks) {
+	*w = *saved
+	w.Republish()
 }
 
 // Republish forgets what was published, so that the next batch writes every mark again, and a
