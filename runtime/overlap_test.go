@@ -1,9 +1,11 @@
 package runtime_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,63 +29,21 @@ import (
 // stage's third commit's reply until the next batch reads its state, then fails it: unsent
 // (nothing applied), or sent (applied, its reply lost).
 func TestAFailedCommitGivesUpTheBatchProcessedOverIt(t *testing.T) {
+	const n = 200
+	want := map[int]int64{} // message -> its key's total with it
+	totals := map[string]int64{}
+	var msgs []string
+	for i := range n {
+		// Four messages a key: a batch of 10 reads a key the batch before wrote, and keys it is
+		// the first to read (message 32's, k8, signals the fourth batch).
+		key := "k" + strconv.Itoa(i/4)
+		totals[key]++
+		want[i] = totals[key]
+		msgs = append(msgs, fmt.Sprintf(`{"key":%q,"i":%d,"n":1}`, key, i))
+	}
 	for _, applied := range []bool{false, true} {
-		name := map[bool]string{false: "not applied", true: "applied, reply lost"}[applied]
-		t.Run(name, func(t *testing.T) {
-			const n, keys = 200, 13 // a batch of 10 reads some keys the batch before wrote, and some not
-			ctx := context.Background()
-			srv := redistest.Start(t)
-			c := openURLs(t, srv.URL())
-			run := fmt.Sprintf("overlap-%d", prefixes.Add(1))
-			plan := buildSource(t, `
-pipeline "overlap" {}
-topic "in" {
-  partitions = 1
-  key        = msg.key
-}
-topic "out" {}
-stage "total" {
-  kind   = "go"
-  func   = "test.running_total"
-  input  = topic.in
-  output = topic.out
-}
-sink "log" {
-  kind  = "stdout"
-  input = topic.out
-}
-`)
-			pub, err := runtime.NewPublisher(c, plan)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := map[int]int64{} // message -> its key's total with it
-			totals := map[string]int64{}
-			for i := range n {
-				key := "k" + strconv.Itoa(i%keys)
-				totals[key]++
-				want[i] = totals[key]
-				msg := fmt.Sprintf(`{"run":%q,"key":%q,"i":%d,"n":1}`, run, key, i)
-				if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(msg), nil)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := pub.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-
-			runner := openURLs(t, srv.URL())
-			hook := &failCommit{state: redis.Keys{Prefix: plan.KeyPrefix}.State("in", 0, "total"), nth: 3,
-				applied: applied, read: make(chan struct{})}
-			runner.Universal().AddHook(hook)
-			j := runJob(t, runner, plan, runtime.Options{BatchSize: 10})
-
-			if !hook.failed {
-				t.Fatal("no commit of the stage was failed")
-			}
-			if hook.notOverlapped {
-				t.Fatal("the next batch did not read its state while the batch before committed")
-			}
+		t.Run(map[bool]string{false: "not applied", true: "applied, reply lost"}[applied], func(t *testing.T) {
+			j, state := runWithAFailedCommit(t, applied, "test.running_total", "", `"i":29,`, "k8", msgs)
 			got := map[int][]int64{}
 			for _, line := range strings.Split(strings.TrimSpace(j.stdout), "\n") {
 				var m struct {
@@ -100,44 +60,145 @@ sink "log" {
 					t.Errorf("message %d came out with totals %v, want once with %d", i, got[i], want[i])
 				}
 			}
-			state, err := c.Universal().HGetAll(ctx, hook.state).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
 			for key, total := range totals {
 				if state[key] != strconv.FormatInt(total, 10) {
 					t.Errorf("the state holds %s = %q, want %d", key, state[key], total)
 				}
 			}
-			if !strings.Contains(j.log, "committing a batch failed") {
-				t.Errorf("the log does not say that a commit failed:\n%s", j.log)
+		})
+	}
+}
+
+// The same for a stage with timers and a watermark (test.minutes_at_end counts each key's messages
+// per minute of event time): the batch processed over the failed commit started from the
+// watermark that commit would have written, which goes back with it. Were it kept, the batch
+// before, processed again, would find its own messages of an earlier minute late.
+func TestAFailedCommitTakesTheWatermarkBack(t *testing.T) {
+	// Messages 5s of event time apart, the keys in turn: a batch of 10 spans 50s. The third batch
+	// (100s to 145s) spans the minute that ends at 120s and the next: it is the first to write
+	// k11@180000 (message 24's window), and the fourth the first to read k10@240000 (message 36's).
+	const n, keys, step = 200, 13, 5000
+	want := map[string]int{}
+	var msgs []string
+	for i := range n {
+		key, at := "k"+strconv.Itoa(i%keys), int64(i)*step
+		want[fmt.Sprintf("%s@%d", key, at-at%60_000+60_000)]++
+		msgs = append(msgs, fmt.Sprintf(`{"key":%q,"i":%d,"at":%d}`, key, i, at))
+	}
+	for _, applied := range []bool{false, true} {
+		t.Run(map[bool]string{false: "not applied", true: "applied, reply lost"}[applied], func(t *testing.T) {
+			j, _ := runWithAFailedCommit(t, applied, "test.minutes_at_end", "event_time = msg.at", "k11@180000", "k10@240000", msgs)
+			got := map[string]int{}
+			for _, line := range strings.Split(strings.TrimSpace(j.stdout), "\n") {
+				var m struct {
+					Key   string `json:"key"`
+					End   int64  `json:"end"`
+					Count int    `json:"count"`
+				}
+				if err := json.Unmarshal([]byte(line), &m); err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				window := fmt.Sprintf("%s@%d", m.Key, m.End)
+				if _, twice := got[window]; twice {
+					t.Errorf("%s reported twice", window)
+				}
+				got[window] = m.Count
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("reported %v\nwant %v", got, want)
+			}
+			if s := j.node(t, "s"); s.Late != 0 {
+				t.Errorf("%d messages found late, want none: %+v", s.Late, s)
 			}
 		})
 	}
 }
 
-// failCommit is a hook on the runner's connection that fails the stage's nth commit (a call that
-// writes its state hash) once the next batch has read the state: unsent, or (applied) sent at once
-// and its reply lost.
+// runWithAFailedCommit runs a job of a stage of fn over msgs, in batches of 10, failing the commit
+// of its third batch (messages 20 to 29, the first to write target) once the fourth batch has read
+// signal, a state key that no message before 30 has (failCommit), and returns the job and the
+// stage's state as the job left it.
+func runWithAFailedCommit(t *testing.T, applied bool, fn, attrs, target, signal string, msgs []string) (job, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := openURLs(t, srv.URL())
+	plan := buildSource(t, `
+pipeline "overlap" {}
+topic "in" {
+  partitions = 1
+  key        = msg.key
+}
+topic "out" {}
+stage "s" {
+  kind   = "go"
+  func   = "`+fn+`"
+  input  = topic.in
+  output = topic.out
+  `+attrs+`
+}
+sink "log" {
+  kind  = "stdout"
+  input = topic.out
+}
+`)
+	pub, err := runtime.NewPublisher(c, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(m), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runner := openURLs(t, srv.URL())
+	hook := newFailCommit(redis.Keys{Prefix: plan.KeyPrefix}.State("in", 0, "s"), signal, target, applied)
+	runner.Universal().AddHook(hook)
+	j := runJob(t, runner, plan, runtime.Options{BatchSize: 10})
+	if !hook.failed {
+		t.Fatal("no commit of the stage was failed")
+	}
+	if hook.notOverlapped {
+		t.Fatal("the next batch did not read its state while the batch before committed")
+	}
+	if !strings.Contains(j.log, "committing a batch failed") {
+		t.Errorf("the log does not say that a commit failed:\n%s", j.log)
+	}
+	state, err := c.Universal().HGetAll(ctx, hook.state).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, state
+}
+
+// failCommit is a hook on the runner's connection that fails the stage's first commit that writes
+// target (in an output or a state key), once the next batch has read the state of a key that it is the
+// first to read (signal): unsent, or (applied) sent at once and its reply lost.
 type failCommit struct {
-	state   string // the stage's state hash
-	nth     int
-	applied bool
-	read    chan struct{} // closed at the first read of the state while the nth commit is held
+	state, signal string // the stage's state hash, and a key of the batch after the target's
+	target        []byte // what the failed commit writes first
+	applied       bool
+	read          chan struct{} // closed when the signal's key is read
+	readOnce      sync.Once
 
 	mu            sync.Mutex
-	commits       int
-	holding       bool
 	failed        bool
 	notOverlapped bool // the next batch read nothing while the commit was held
+}
+
+func newFailCommit(state, signal, target string, applied bool) *failCommit {
+	return &failCommit{state: state, signal: signal, target: []byte(target), applied: applied, read: make(chan struct{})}
 }
 
 func (h *failCommit) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (h *failCommit) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if h.touchesState(cmd) && isStateRead(cmd) {
-			h.sawRead()
+		if h.readsSignal(cmd) {
+			h.readOnce.Do(func() { close(h.read) })
 		}
 		if h.isCommit([]goredis.Cmder{cmd}) {
 			return h.commit(ctx, []goredis.Cmder{cmd}, func() error { return next(ctx, cmd) })
@@ -155,12 +216,11 @@ func (h *failCommit) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 	}
 }
 
-// commit sends a commit, failing the nth as the hook says.
+// commit sends a commit, failing the target's as the hook says.
 func (h *failCommit) commit(ctx context.Context, cmds []goredis.Cmder, send func() error) error {
 	h.mu.Lock()
-	h.commits++
-	fail := h.commits == h.nth
-	h.holding = fail
+	fail := !h.failed && h.writes(cmds)
+	h.failed = h.failed || fail
 	h.mu.Unlock()
 	if !fail {
 		return send()
@@ -168,6 +228,10 @@ func (h *failCommit) commit(ctx context.Context, cmds []goredis.Cmder, send func
 	if h.applied {
 		// Sent at once: held, a transaction's WATCH would see the sink's reads and abort it.
 		if err := send(); err != nil {
+			// Not applied (a script not loaded yet, whose EVAL follows): the next call is the one.
+			h.mu.Lock()
+			h.failed = false
+			h.mu.Unlock()
 			return err
 		}
 	}
@@ -184,19 +248,30 @@ func (h *failCommit) commit(ctx context.Context, cmds []goredis.Cmder, send func
 	for _, cmd := range cmds {
 		cmd.SetErr(err)
 	}
-	h.mu.Lock()
-	h.holding, h.failed = false, true
-	h.mu.Unlock()
 	return err
 }
 
-func (h *failCommit) sawRead() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.holding {
-		h.holding = false
-		close(h.read)
+// writes reports whether cmds write the target's output.
+func (h *failCommit) writes(cmds []goredis.Cmder) bool {
+	for _, cmd := range cmds {
+		for _, arg := range cmd.Args() {
+			switch v := arg.(type) {
+			case []byte:
+				if bytes.Contains(v, h.target) {
+					return true
+				}
+			case string:
+				if strings.Contains(v, string(h.target)) {
+					return true
+				}
+			case *string:
+				if strings.Contains(*v, string(h.target)) {
+					return true
+				}
+			}
+		}
 	}
+	return false
 }
 
 // isCommit reports whether cmds are a commit of the stage: a transaction or script that names its
@@ -208,30 +283,16 @@ func (h *failCommit) isCommit(cmds []goredis.Cmder) bool {
 		case "exec", "evalsha", "eval":
 			names = true
 		}
-		state = state || h.touchesState(cmd)
+		state = state || slices.Contains(cmd.Args(), any(h.state))
 	}
 	return names && state
 }
 
-func (h *failCommit) touchesState(cmd goredis.Cmder) bool {
-	for _, arg := range cmd.Args() {
-		if s, ok := arg.(string); ok && s == h.state {
-			return true
-		}
-	}
-	return false
-}
-
-// isStateRead reports whether cmd reads a key's total (k0 to k12): a batch's own read, where the
-// runtime's reads of the state hash name its own fields.
-func isStateRead(cmd goredis.Cmder) bool {
+// readsSignal reports whether cmd reads the signal's key from the stage's state.
+func (h *failCommit) readsSignal(cmd goredis.Cmder) bool {
 	if name := cmd.Name(); name != "hget" && name != "hmget" {
 		return false
 	}
-	for _, arg := range cmd.Args()[2:] {
-		if s, ok := arg.(string); ok && strings.HasPrefix(s, "k") {
-			return true
-		}
-	}
-	return false
+	args := cmd.Args()
+	return len(args) > 2 && args[1] == any(h.state) && slices.Contains(args[2:], any(h.signal))
 }
