@@ -18,7 +18,6 @@ import (
 
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/runtime"
-	"github.com/flowrun/flowrun/stages"
 	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
@@ -142,18 +141,7 @@ sink "log" {
   input = topic.out
 }
 `)
-	pub, err := runtime.NewPublisher(c, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range msgs {
-		if err := pub.Publish(ctx, "in", stages.NewMessage("", []byte(m), nil)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pub.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	publishAll(t, c, plan, "in", msgs)
 	runner := openURLs(t, srv.URL())
 	hook := newFailCommit(redis.Keys{Prefix: plan.KeyPrefix}.State("in", 0, "s"), signal, target, applied)
 	runner.Universal().AddHook(hook)
