@@ -25,9 +25,10 @@ run: build
 	./$(BIN) run --until-drained $(RUN_FLAGS) $(EXAMPLE)
 
 # Every test, with the race detector. The tests start their own redis-server processes on free
-# loopback ports; tools checks that the programs they need are installed.
+# loopback ports; tools checks that the programs they need are installed. Most of the runtime
+# package's long tests wait on processes and brokers, and run four at a time (t.Parallel).
 test: tools lint
-	$(GO) test -race -timeout 20m ./...
+	$(GO) test -race -parallel 4 -timeout 20m ./...
 	$(GO) run ./cmd/flowrun test examples/pipelines/*
 
 # The long proof of stateful results: SOAK_DRAWS generated pipelines (internal/modeltest), each run

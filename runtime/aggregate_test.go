@@ -20,6 +20,7 @@ import (
 // An aggregate stage's job emits every window once, with exact counts and sums: those the watermark
 // closed while the job ran, and, once the input is drained, those still open.
 func TestAggregateJobEmitsEveryWindowOnce(t *testing.T) {
+	t.Parallel()
 	const n, customers = 300, 3
 	src := `
 pipeline "revenue" {}

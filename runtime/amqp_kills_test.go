@@ -35,6 +35,7 @@ func amqpKillCycles(soak int) (kills, n int) {
 // process runs until everything is there: each message once, keyed by its routing key and in its
 // order on it, and the queue empty.
 func TestAMQPSourceThroughKills(t *testing.T) {
+	t.Parallel()
 	kills, n := amqpKillCycles(100000)
 	kills++
 	name := amqpName(t)
@@ -214,6 +215,7 @@ func freePort(t *testing.T) int {
 // amqp source with effectively-once) takes once: so counted, each message is there once, and each
 // routing key's messages are in their order.
 func TestAMQPRoundTripThroughKillsAndARestart(t *testing.T) {
+	t.Parallel()
 	kills, n := amqpKillCycles(100000)
 	var url string
 	var restart func()

@@ -193,6 +193,7 @@ func TestAMQPSinkDeadLettersOnlyWhatTheBrokerRefuses(t *testing.T) {
 // everything: nothing dead-lettered, each message in the queue (a message the broker had taken
 // before the cut but not confirmed is there twice, with the same message_id).
 func TestAMQPSinkWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 500, 3000
 	name := amqpName(t)
 	amqpQueue(t, amqpURL(), name, nil)
@@ -397,6 +398,7 @@ func (p *stallProxy) stall() {
 // connection past its timeout, the batch fails transiently instead of hanging, and the next batch
 // goes through on a new connection.
 func TestAMQPSinkLeavesAHungConnection(t *testing.T) {
+	t.Parallel()
 	name := amqpName(t)
 	amqpQueue(t, amqpURL(), name, nil)
 	proxy := newStallProxy(t, amqpHost())

@@ -338,6 +338,7 @@ func TestAMQPSourceNeedsItsExchange(t *testing.T) {
 // message is in the topic once (effectively-once with message IDs: what was delivered and not
 // acknowledged before the cut is delivered again).
 func TestAMQPSourceWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 1000, 3000
 	name := amqpName(t)
 	amqpQueue(t, amqpURL(), name, nil)

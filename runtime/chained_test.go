@@ -21,6 +21,7 @@ import (
 // the first is late for the second and each second's total is every click of that second, on every
 // backend, as a job and as a service, fused or not.
 func TestAnAggregateOfAnAggregate(t *testing.T) {
+	t.Parallel()
 	const n, users = 600, 7
 	pipeline := func(secondEventTime, out string) string {
 		return `
@@ -160,6 +161,7 @@ func readFileIfAny(t *testing.T, path string) string {
 // watermark passed on waits at the earliest window not yet emitted, and the input closes only after
 // the last.
 func TestWindowsBeyondABatchsTimers(t *testing.T) {
+	t.Parallel()
 	const n, users = 2400, 60
 	src := `
 pipeline "many" {}

@@ -27,6 +27,7 @@ import (
 // the state holds exactly the keys whose time is not up, each with the time of its first message
 // and in a timer due when its time is up, and their count, and nothing else.
 func TestDedupeDropsDuplicatesAndForgetsKeysByTheirOwnTime(t *testing.T) {
+	t.Parallel()
 	const perJob, keys, partitions = 140, 7, 3
 	const step, within = int64(10_000), int64(5 * 60_000) // ms
 	src := `
@@ -294,6 +295,7 @@ sink "out" {
 // minute up: passed, remembered from 65s) and old2 (a duplicate). The state then holds exactly
 // the 60 keys, each with its first time and in a timer due a minute later, and their count.
 func TestDedupeGoesOnFromTimersOfAKeyEach(t *testing.T) {
+	t.Parallel()
 	const within = int64(60_000)
 	src := `
 pipeline "upgraded" {}

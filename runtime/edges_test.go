@@ -524,6 +524,7 @@ sink "slow" {
 // once: on a single server the checkpoint and the lines it covers are written in one transaction,
 // and with effectively_once the lines read again after the checkpoint leave no duplicate.
 func TestFileSourceResumesAfterItsProcessDies(t *testing.T) {
+	t.Parallel()
 	const n = 5000
 	bin := buildBinary(t, "./testdata/flowrun-faults")
 	for _, b := range []struct {
@@ -655,6 +656,7 @@ sink "out" {
 // dead-lettered, every message arrives once, and while the service was down the sink probed one
 // message at a time instead of retrying every message.
 func TestSinkPausesThroughAnOutage(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -756,6 +758,7 @@ func init() {
 // says "without limit" (max_attempts = 0, with a max_elapsed); with a limited policy, the messages
 // that probe the service still run out of attempts.
 func TestGoStageWaitsOutTransientFailures(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, retry string
 		limited     bool

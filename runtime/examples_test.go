@@ -33,6 +33,7 @@ import (
 const examples = "../examples/pipelines"
 
 func TestExamplesRunEndToEnd(t *testing.T) {
+	t.Parallel()
 	runs := []struct {
 		b    backend
 		name string

@@ -51,6 +51,7 @@ func init() {
 // read has all of them: the failed ones move to the retry set in the commit that writes the later
 // ones, which therefore arrive first, whatever the machine's speed.
 func TestDurableRetriesLetLaterMessagesPass(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	for _, b := range []backend{server, cluster} {
 		t.Run(b.name, func(t *testing.T) {
@@ -238,6 +239,7 @@ sink "out" {
 
 // TestHTTPSinkRetries sends to a service that fails a while, then to one that always fails.
 func TestHTTPSinkRetries(t *testing.T) {
+	t.Parallel()
 	src := `
 pipeline "http" {}
 variable "url" {}

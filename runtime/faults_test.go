@@ -130,6 +130,7 @@ sink "out" {
 // on a cluster with at_least_once, at most the entries the killed process had in flight. Its two
 // stages run fused in one hop, and again (unfused) in a hop each.
 func TestKilledProcessRestarts(t *testing.T) {
+	t.Parallel()
 	// 12000 messages over 4 partitions, 4 at a time each, 2ms apiece: at least 1.5s of work, of
 	// which the kill, after the first fifth has arrived, leaves most undone.
 	const n = 12000

@@ -87,6 +87,7 @@ func publishFusion(t *testing.T, pub *runtime.Publisher, run string, n, poisonSe
 // message's two parts arrive once each, and every stage counts what it did as if it ran alone. A
 // message the third stage dead-letters goes back to it alone when replayed.
 func TestAFusedStageRetriesFromItself(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	for _, b := range []backend{server, cluster} {
 		for _, delivery := range []string{"at_least_once", "effectively_once"} {

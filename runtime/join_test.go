@@ -246,6 +246,7 @@ func checkJoinRows(t *testing.T, c *redis.Client, out, lateStream string, vs, cs
 // TestJoinJobIsExact joins 2,000 views and 1,200 clicks as a job, on every backend: each row of the
 // reference comes out once, each late event goes to the late topic, and nothing else comes out.
 func TestJoinJobIsExact(t *testing.T) {
+	t.Parallel()
 	const views, clicks, ads = 2000, 1200, 150
 	for _, b := range allBackends {
 		t.Run(b.name, func(t *testing.T) {
@@ -268,6 +269,7 @@ func TestJoinJobIsExact(t *testing.T) {
 // processes that are killed mid-stream, over and over (10 times; 50 with -soak, on more events),
 // then to the end as a job: every row comes out exactly once, and every late event once.
 func TestJoinExactlyOnceThroughKillCycles(t *testing.T) {
+	t.Parallel()
 	views, clicks, ads, cycles := 4000, 2500, 200, 10
 	if *soakFlag {
 		views, clicks, ads, cycles = 20_000, 12_500, 400, 50

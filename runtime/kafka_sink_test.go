@@ -105,6 +105,7 @@ func kafkaOnce(t *testing.T, records []kafkaOut) (seen map[int]int, repeats int)
 // each such refusal comes after the client's own retries, seconds apart): only those are
 // dead-lettered, each with Kafka's reason, and every other message is in the topic once.
 func TestKafkaSinkDeadLettersOnlyWhatKafkaRefuses(t *testing.T) {
+	t.Parallel()
 	const n = 1000
 	big := func(i int) bool { return i%97 == 5 }
 	lost := func(i int) bool { return i%331 == 7 && !big(i) }
@@ -241,6 +242,7 @@ func checkEachOnceOf(t *testing.T, seen map[int]int, n int) {
 // rest is published to the pipeline; the sink pauses, dead-lettering nothing, and once kfake is
 // started again (on its state) produces everything: each message in the topic once.
 func TestKafkaSinkWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 500, 3000
 	k := startKfake(t, []string{"out:3"})
 	plan := buildSource(t, kafkaSinkPipeline("ignored", "at_least_once", k.addr, `"out"`, ""))
@@ -289,6 +291,7 @@ func kafkaRoundTripScale() int {
 // it came in with, exactly once: the pipeline is effectively-once, and the sink reads back what a
 // killed process produced and had not acknowledged rather than producing it again.
 func TestKafkaRoundTripThroughKills(t *testing.T) {
+	t.Parallel()
 	n := kafkaRoundTripScale()
 	k := startKfake(t, []string{"orders:4", "shipped:4"})
 	cl := kafkaClient(t, k.addr)
@@ -400,6 +403,7 @@ sink "shipped" {
 // delivery each message is in the topic exactly once; at least once, each is there at least once,
 // and a message there twice is the same entry produced again (the same flowrun-id).
 func TestKafkaSinkThroughKills(t *testing.T) {
+	t.Parallel()
 	for _, delivery := range []string{"effectively_once", "at_least_once"} {
 		t.Run(delivery, func(t *testing.T) { kafkaSinkThroughKills(t, delivery) })
 	}

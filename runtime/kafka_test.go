@@ -332,6 +332,7 @@ func TestKafkaSourceWritesEachRecordOnce(t *testing.T) {
 // every record is in the topic once (effectively-once: what was read and not committed before the
 // stop is delivered again).
 func TestKafkaSourceWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 1000, 3000
 	k := startKfake(t, []string{"orders:3"})
 	kafkaProduce(t, kafkaClient(t, k.addr), "orders", 0, first)
@@ -439,6 +440,7 @@ func kafkaKillCycles() (kills, n int) {
 // process runs until everything is there and committed: each record once, keyed by its record key,
 // each key in order.
 func TestKafkaSourceThroughKills(t *testing.T) {
+	t.Parallel()
 	kills, n := kafkaKillCycles()
 	k := startKfake(t, []string{"orders:4"})
 	cl := kafkaClient(t, k.addr)

@@ -83,6 +83,7 @@ func (s *countStage) Process(ctx context.Context, st stages.State, m *stages.Mes
 // cluster's commit would refuse keys of other slots), and keeps no write of a failed attempt: every
 // key's counts, over two jobs and with retried messages, are exactly 1 to 20 in order.
 func TestStatefulStageKeepsItsStateWithItsAcks(t *testing.T) {
+	t.Parallel()
 	const keys, perRun = 5, 60
 	src := `
 pipeline "count" {}

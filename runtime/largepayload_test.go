@@ -194,6 +194,7 @@ sink "out" {
 // payload key belongs to an entry (the topic is trimmed as the run goes); purging the dead letter
 // deletes its payload's key.
 func TestOffloadedPayloadsGoEverywhere(t *testing.T) {
+	t.Parallel()
 	for _, b := range allBackends {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -369,6 +370,7 @@ stage "stamp_once" {
 // with the field set, where it is offloaded as a reference to a persistent key in its entry's slot,
 // and no staging key is left behind.
 func TestLargeChangedPayloadThroughAMap(t *testing.T) {
+	t.Parallel()
 	for _, b := range allBackends {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -81,6 +81,7 @@ sink "mq_out" {
 // Each MQTT topic's messages arrive in order (of their first arrival), with their user
 // properties and traceparent.
 func TestMQTTRoundTripThroughKills(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		ids      bool

@@ -434,6 +434,7 @@ func TestMQTTSourceWritesEachMessageOnce(t *testing.T) {
 // gives IDs, so with effectively-once delivery each of 3000 is in the topic once, though what was
 // in flight at the stop is delivered again.
 func TestMQTTSourceWaitsOutABrokerRestart(t *testing.T) {
+	t.Parallel()
 	const first, n = 1000, 3000
 	broker := startMQTTBroker(t, "")
 	base, clientID := mqttName(t), mqttName(t)

@@ -30,6 +30,7 @@ func natsKillCycles() (kills, n int) {
 // the topic with effectively-once delivery, and SIGKILLs each after random progress; a last process
 // runs until everything is there: each message once, keyed by its subject.
 func TestNATSSourceThroughKills(t *testing.T) {
+	t.Parallel()
 	kills, n := natsKillCycles()
 	js := natsJS(t)
 	stream := natsName(t)
@@ -106,6 +107,7 @@ func TestNATSSourceThroughKills(t *testing.T) {
 // acknowledged; a last process runs until every entry is acknowledged: each message is in the
 // stream once, JetStream having dropped the repeats by their Nats-Msg-Id.
 func TestNATSSinkThroughKills(t *testing.T) {
+	t.Parallel()
 	kills, n := natsKillCycles()
 	js := natsJS(t)
 	stream := natsName(t)

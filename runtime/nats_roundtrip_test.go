@@ -243,6 +243,7 @@ func natsRoundTripSize() int {
 // its headers and trace context, and each subject's messages in the order they were published.
 // 4,000 messages; with -soak, 100,000.
 func TestNATSRoundTripThroughKillsAndARestart(t *testing.T) {
+	t.Parallel()
 	n := natsRoundTripSize()
 	ns := startNATSServer(t)
 	nc, err := nats.Connect(ns.url(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))

@@ -188,6 +188,7 @@ func TestNATSSinkDeadLettersOnlyWhatJetStreamRefuses(t *testing.T) {
 // everything: nothing dead-lettered, each message in the stream once (what JetStream had taken
 // before the cut and is published again, Nats-Msg-Id makes it store once).
 func TestNATSSinkWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 500, 3000
 	js := natsJS(t)
 	stream := natsName(t)

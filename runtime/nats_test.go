@@ -245,6 +245,7 @@ func TestNATSSourceNeedsItsStream(t *testing.T) {
 // in the topic once (effectively-once: what was delivered and not acknowledged before the cut is
 // delivered again).
 func TestNATSSourceWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 1000, 3000
 	js := natsJS(t)
 	stream := natsName(t)

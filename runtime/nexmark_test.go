@@ -80,6 +80,7 @@ func TestNexmarkQuery3(t *testing.T) {
 // TestNexmarkQuery8 runs query 8 on 20,000 events: each person with each auction they opened in
 // the 10-second window in which they joined comes out once.
 func TestNexmarkQuery8(t *testing.T) {
+	t.Parallel()
 	for _, b := range []backend{server, cluster} {
 		t.Run(b.name, func(t *testing.T) {
 			c := b.open(t)
@@ -113,6 +114,7 @@ func TestNexmarkQuery8(t *testing.T) {
 // jobs (5,000 under the race detector, which makes them four times slower), each compared with its
 // reference: every row once, with its values.
 func TestNexmarkBidQueries(t *testing.T) {
+	t.Parallel()
 	events := 20_000
 	if raceEnabled {
 		events = 5_000

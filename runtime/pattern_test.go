@@ -138,6 +138,7 @@ func referenceCardTesting(payments []cardPayment) (matches, late []string) {
 // then to the end as a job: every match of the reference comes out exactly once, every late
 // payment goes to the late topic once, and nothing else comes out.
 func TestPatternExactlyOnceThroughKillCycles(t *testing.T) {
+	t.Parallel()
 	payments, cards, cycles := 6000, 150, 10
 	if *soakFlag {
 		payments, cycles = 30_000, 50

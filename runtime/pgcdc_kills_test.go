@@ -32,6 +32,7 @@ import (
 // With -soak, as issue 24 asks: the writer goes on until it has made 50,000 changes, and the
 // process is killed every few hundred to 1,700 entries meanwhile.
 func TestPostgresCDCThroughKills(t *testing.T) {
+	t.Parallel()
 	const initial = 20000
 	cycles, changes, restartEvery := 5, 0, 3
 	if *soakFlag {

@@ -302,6 +302,7 @@ func checkCDCTopic(t *testing.T, c *redis.Client, prefix string, w *cdcWriter, i
 // rows, then a writer makes 300 transactions of 1 to 50 changes; the topic holds each row's
 // snapshot and then each change once, in commit order per row, with its values decoded.
 func TestPostgresCDCSnapshotThenChanges(t *testing.T) {
+	t.Parallel()
 	const initial, txs = 200, 300
 	pg := pgtest.Start(t)
 	w := newCDCWriter(t, pg, initial)
@@ -375,6 +376,7 @@ func TestPostgresCDCSnapshotThenChanges(t *testing.T) {
 // more while Redis is away, though the database goes on, and once Redis is back every change
 // arrives, once, in commit order per row.
 func TestPostgresCDCWaitsOutRedis(t *testing.T) {
+	t.Parallel()
 	const initial, txs = 100, 200
 	pg := pgtest.Start(t)
 	w := newCDCWriter(t, pg, initial)

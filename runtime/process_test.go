@@ -177,6 +177,7 @@ func pendingFor(t *testing.T, c *redis.Client, keys redis.Keys, topic string, pa
 // the entries the dead one had read, and every message arrives, once: on a single server a
 // process that is killed leaves no duplicate unless it had lost a lease.
 func TestProcessesSharePartitionsAndTakeOver(t *testing.T) {
+	t.Parallel()
 	const first, second, third, partitions = 2000, 2000, 1000, 8
 	const n = first + second + third
 	ctx := context.Background()

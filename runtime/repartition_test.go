@@ -14,6 +14,7 @@ import (
 // watermark the slowest writer's, no event is late and the job's windows are exact, on every
 // backend.
 func TestRepartitionedAggregateCountsExactly(t *testing.T) {
+	t.Parallel()
 	const n, customers, regions = 400, 5, 4
 	src := `
 pipeline "regions" {}

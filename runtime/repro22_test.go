@@ -169,6 +169,7 @@ func reproRuns(t *testing.T, run func(t *testing.T, b backend, opts runtime.Opti
 // dedupe drops every duplicate, and the aggregate finds nothing late: its windows are exactly the
 // distinct ids per user and minute.
 func TestIssue22DedupeThenWindows(t *testing.T) {
+	t.Parallel()
 	clicks := reproClicks()
 	distinct := map[string]bool{}
 	want := perUserMinute(clicks, func(c click) bool {
@@ -244,6 +245,7 @@ sink "late_out" {
 // windows are exactly the clicks per user and minute (duplicates too: nothing dedupes them, and
 // they are within grace).
 func TestIssue22DeclaredTopicThenWindows(t *testing.T) {
+	t.Parallel()
 	clicks := reproClicks()
 	want := perUserMinute(clicks, func(c click) bool { return c.Kind == "click" })
 	inWindows := 0

@@ -67,6 +67,7 @@ func countBy(t *testing.T, msgs []map[string]any, field string) map[int]int {
 // works on eight messages of a partition at once, and checks that every message arrives exactly once
 // and that each key's messages keep their order.
 func TestPerKeyOrderUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	const messages, keys = 3000, 37
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.jsonl")

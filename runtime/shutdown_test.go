@@ -487,6 +487,7 @@ func stoppedCleanly(t *testing.T, svc *stoppable) {
 // their batches are finished and acknowledged, and nothing else is read. The job that runs next
 // delivers the rest, and no message arrives twice.
 func TestStopFinishesDeliveriesInFlight(t *testing.T) {
+	t.Parallel()
 	const n = 400
 	for _, via := range stopKinds {
 		t.Run(via.name, func(t *testing.T) {
@@ -547,6 +548,7 @@ func TestStopFinishesDeliveriesInFlight(t *testing.T) {
 // dead-lettered nor moved to the retry set, while everything that succeeded is acknowledged. The
 // job that runs next delivers each of them once, and keeps each key's order.
 func TestStopLeavesWaitingRetriesPending(t *testing.T) {
+	t.Parallel()
 	const n = 400
 	failing := func(i int) bool { return i < 4 } // the first message of each partition
 	type variant struct {
@@ -628,6 +630,7 @@ func TestStopLeavesWaitingRetriesPending(t *testing.T) {
 // pending, neither acknowledged nor dead-lettered, while the 40 are acknowledged. Once the service
 // is back, the job that runs next delivers every message once.
 func TestStopLeavesMessagesPausedAtTheBreaker(t *testing.T) {
+	t.Parallel()
 	const n = 400
 	for _, node := range []struct {
 		name     string
@@ -693,6 +696,7 @@ func TestStopLeavesMessagesPausedAtTheBreaker(t *testing.T) {
 // runs next delivers every message; a message arrives twice only if the stop had delivered it
 // and left it unacknowledged with its batch.
 func TestStopPastTheDrainTimeoutAbandonsDeliveries(t *testing.T) {
+	t.Parallel()
 	const n = 400
 	for _, via := range stopKinds {
 		t.Run(via.name, func(t *testing.T) {

@@ -193,6 +193,7 @@ func runServiceUntil(t *testing.T, c *redis.Client, plan *flow.Plan, done func()
 // published. The sink pauses, probes until the proxy has refused it a few times, and once the
 // database is back writes everything: nothing dead-lettered, each row once with its values.
 func TestSQLSinkWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
 	const first, n = 500, 3000
 	sqltest.Each(t, func(t *testing.T, db *sqltest.DB) {
 		db.Exec(t, ordersTable(db.Driver))
@@ -379,6 +380,7 @@ func (h *heldRow) release() { _ = h.tx.Rollback() }
 // test holds the row of a published order, waits until the sink's INSERT of it waits for the
 // test's transaction, and kills the process then, with that batch read and unacknowledged.
 func TestSQLSinkExactlyOnceThroughKills(t *testing.T) {
+	t.Parallel()
 	n, cycles := 20000, 6
 	if *soakFlag {
 		n, cycles = 200000, 30

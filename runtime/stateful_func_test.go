@@ -101,6 +101,7 @@ func init() {
 // refused with its acks, and the process that takes the partition over continues from the committed
 // state, with nothing to restore. Every running total is exact, and every message arrives once.
 func TestStatefulFunctionStateMovesWithTheLease(t *testing.T) {
+	t.Parallel()
 	for _, b := range []backend{server, cluster} {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -253,6 +254,7 @@ sink "log" {
 // with the deletion of its state. A job's end fires the timers that are not due only when the
 // function asks for it (FireAtEnd); otherwise they stay, with their state, for the next run.
 func TestStatefulFunctionTimersFire(t *testing.T) {
+	t.Parallel()
 	for _, b := range allBackends {
 		for _, fn := range []string{"test.minutes", "test.minutes_at_end"} {
 			t.Run(b.name+"/"+fn, func(t *testing.T) {

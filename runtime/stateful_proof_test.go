@@ -297,6 +297,7 @@ var processBackends = []struct {
 // commits write a batch's outputs before its acks: the crash window that effectively-once markers
 // close.
 func TestAggregateCountsExactlyThroughKillCycles(t *testing.T) {
+	t.Parallel()
 	cycles := map[string]int{"server": 100, "cluster": 100}
 	bin := flowrunBinary(t)
 	for _, b := range processBackends {
@@ -423,6 +424,7 @@ func jobSummary(t *testing.T, log string) map[string]runtime.NodeSummary {
 // state was in Redis all along, with nothing to restore. The results equal those of one process
 // that counts everything, and the computation in the test.
 func TestTakeoverContinuesOpenWindows(t *testing.T) {
+	t.Parallel()
 	// The split falls in the middle of a window, 105s into the input.
 	const n, split = 2000, 1050
 	bin := flowrunBinary(t)
@@ -637,6 +639,7 @@ sink "hook" {
 // same way. (examples/pipelines/revenue/tests/idle.flowtest.hcl shows the same on the embedded Redis
 // and a virtual clock.)
 func TestIdlePartitionsCloseTheirLastWindows(t *testing.T) {
+	t.Parallel()
 	const base = int64(1_577_836_800_000) // 2020-01-01T00:00:00Z
 	// Two keys in each partition.
 	var keyNames []string

@@ -101,6 +101,7 @@ func (s *windowStage) Process(ctx context.Context, st stages.State, m *stages.Me
 // succeeds instead of coming back late. Retries longer than RetryInPlaceUpTo (shortened here)
 // would otherwise wait in Redis while later messages went on.
 func TestStatefulRetriesWaitInPlace(t *testing.T) {
+	t.Parallel()
 	src := `
 pipeline "retries" {}
 variable "out" {}

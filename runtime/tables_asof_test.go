@@ -203,6 +203,7 @@ func consumed(t *testing.T, c *redis.Client, plan *flow.Plan, topic string, part
 // ahead of the versions. Each time, each order comes out once with the version that held at its
 // created_at.
 func TestLookupAsOfIsExactWhateverTheArrivalOrder(t *testing.T) {
+	t.Parallel()
 	d := newAsOfData(t, 3000, 7)
 	arrivals := []struct {
 		name    string
@@ -262,6 +263,7 @@ func TestLookupAsOfIsExactWhateverTheArrivalOrder(t *testing.T) {
 // with the version that held at its created_at. 6,000 orders and 20 cycles; 50,000 and 50 with
 // -soak (make soak).
 func TestLookupAsOfExactlyOnceThroughKillCycles(t *testing.T) {
+	t.Parallel()
 	orders, cycles := 6000, 20
 	if *soakFlag {
 		orders, cycles = 50_000, 50
@@ -414,6 +416,7 @@ func TestTableHistoryIsTrimmed(t *testing.T) {
 // key fails); every other order comes out once with its version, and the counters add up, the
 // dead letters counted as absorbed (where the orders were when they came).
 func TestLookupAsOfDeadLettersWhatItCannotAnswer(t *testing.T) {
+	t.Parallel()
 	d := newAsOfData(t, 600, 11)
 	bad := []string{`{"order_id":"nokey1","created_at":1700000050000}`, `{"order_id":"nokey2","created_at":1700000060000}`}
 	for _, b := range []backend{server, cluster} {

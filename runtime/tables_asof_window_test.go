@@ -17,6 +17,7 @@ import (
 // at its earliest waiting order, so none comes late to the windows, and every window's count
 // equals the one computed here from the versions that held at each order's created_at.
 func TestAWindowAfterALookupAsOfIsExact(t *testing.T) {
+	t.Parallel()
 	const windowMS = 10_000
 	rng := rand.New(rand.NewPCG(23, 5))
 	var versions, orders []string

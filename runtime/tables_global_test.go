@@ -18,6 +18,7 @@ import (
 // and deletes) whose topic has 3 partitions, as a job, on a server and a cluster: each order once
 // with its customer's latest row or null, and every row in the one state hash of the table.
 func TestGlobalTableJobIsExact(t *testing.T) {
+	t.Parallel()
 	const customers, orders, referenced = 500, 5000, 550
 	for _, b := range []backend{server, cluster} {
 		t.Run(b.name, func(t *testing.T) {

@@ -230,6 +230,7 @@ func (p *lookupProof) check(t *testing.T, got []map[string]any) {
 // TestLookupAtProcessingTimeIsExact runs the proof in this process as a service, on every backend:
 // 1,500 orders in 6 rounds (50,000 in 50 rounds of 1,000 against 2,000 customers with -soak).
 func TestLookupAtProcessingTimeIsExact(t *testing.T) {
+	t.Parallel()
 	for _, b := range allBackends {
 		t.Run(b.name, func(t *testing.T) {
 			c := b.open(t)
@@ -261,6 +262,7 @@ func TestLookupAtProcessingTimeIsExact(t *testing.T) {
 // the partitions over when the killed one's leases expire, catches the table up again and goes on. Every order must come out
 // exactly once, with its row. 6 kills on each backend; 50 with -soak (a round each).
 func TestLookupAtProcessingTimeThroughKills(t *testing.T) {
+	t.Parallel()
 	bin := flowrunBinary(t)
 	for _, b := range processBackends {
 		t.Run(b.name, func(t *testing.T) {

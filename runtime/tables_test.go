@@ -179,6 +179,7 @@ func normalise(t *testing.T, v any) any {
 // order comes out once, with its customer's latest row or null. The table keyed like its topic
 // reads it directly; keyed otherwise, through a repartition topic, the catch-up waits hop by hop.
 func TestLookupJobIsExact(t *testing.T) {
+	t.Parallel()
 	const customers, orders, referenced = 500, 5000, 550
 	for _, b := range []backend{server, cluster} {
 		for _, v := range []struct {
@@ -347,6 +348,7 @@ stage "marked" {
 // processes that are killed mid-stream, over and over, then to the end as a job: every order comes
 // out exactly once, with its customer's row.
 func TestLookupExactlyOnceThroughKillCycles(t *testing.T) {
+	t.Parallel()
 	bin := flowrunBinary(t)
 	for _, v := range []struct{ name, table string }{{"partitioned", ""}, {"global", "global = true"}} {
 		for _, b := range processBackends {
