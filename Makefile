@@ -35,7 +35,7 @@ test: tools lint
 # as a job on the embedded Redis and on a redis-server, and as flowrun processes with their SIGKILLs
 # and second processes on a redis-server and a 3-master cluster, all compared with the reference
 # model. make test runs 32 of them, 4 with kills. Without the race detector, to draw more in the
-# time; 30 to 40 minutes for 500 on 2 cores. A failure prints its seed; SOAK_SEED=N replays it.
+# time; 25 to 40 minutes for 500 on 2 cores. A failure prints its seed; SOAK_SEED=N replays it.
 # Then the proofs of issue 23 at full scale (a few minutes): 50,000 orders looked up in a changing
 # table on every backend and through 50 SIGKILLs, a rate limit's pace across three processes, and
 # a join and a pattern through 50 SIGKILLs each.
