@@ -76,7 +76,9 @@ func runChild(args []string) error {
 	case "pub-flowrun":
 		return report(publishFlowrun(ctx, *addr, *pipeline, *topic, *n, *g, *async))
 	case "raw-q0":
-		return rawNexmarkQ0(ctx, *addr, *in, *out)
+		var err error
+		sigprof.Window(func() { err = rawNexmarkQ0(ctx, *addr, *in, *out) }) // with -profile
+		return err
 	case "busy":
 		return busyLoop(*g)
 	}

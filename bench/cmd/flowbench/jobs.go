@@ -112,7 +112,8 @@ func (h *harness) runFlowrunJob(ctx context.Context, sc scenario, n int) result 
 	}
 	logPath := h.logPath(sc)
 	t0 := time.Now()
-	c, err := startChild(sc.name, logPath, h.flowrunEnv, h.flowrun, "run", "--until-drained", path, "--redis", h.srv.url())
+	bin, env := h.flowrunJob(sc)
+	c, err := startChild(sc.name, logPath, env, bin, "run", "--until-drained", path, "--redis", h.srv.url())
 	if err != nil {
 		return result{failed: err.Error()}
 	}

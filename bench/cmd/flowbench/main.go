@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -298,7 +299,12 @@ func (h *harness) runProfiles(ctx context.Context, filter *regexp.Regexp) error 
 			errs = append(errs, fmt.Errorf("%s: %s", sc.name, r.failed))
 			continue
 		}
-		fmt.Printf("         go tool pprof -top %s/cpu.pprof\n", h.profilePath(sc))
+		cpu := filepath.Join(h.profilePath(sc), "cpu.pprof")
+		if _, err := os.Stat(cpu); err != nil {
+			errs = append(errs, fmt.Errorf("%s: ran, but its runner wrote no profile (%w)", sc.name, err))
+			continue
+		}
+		fmt.Printf("         go tool pprof -top %s\n", cpu)
 	}
 	fmt.Println("logs of the child processes:", h.tmp)
 	return errors.Join(errs...)

@@ -106,13 +106,14 @@ func (h *harness) runNexmark(_ context.Context, sc scenario) result {
 	if err != nil {
 		return result{failed: err.Error()}
 	}
-	bin, args := h.flowrun, append([]string{"run", "--until-drained", pipeline, "--redis", h.srv.url(), "--var", "output=" + out}, vars[sc.pipeline]...)
+	bin, env := h.flowrunJob(sc)
+	args := append([]string{"run", "--until-drained", pipeline, "--redis", h.srv.url(), "--var", "output=" + out}, vars[sc.pipeline]...)
 	if sc.impl == implRaw {
 		out += ".raw"
 		bin, args = h.self, []string{"child", "raw-q0", "-addr", h.srv.addr(), "-in", filepath.Join(h.tmp, "nexmark", "bids.jsonl"), "-out", out}
 	}
 	t0 := time.Now()
-	c, err := startChild(sc.name, h.logPath(sc), h.flowrunEnv, bin, args...)
+	c, err := startChild(sc.name, h.logPath(sc), env, bin, args...)
 	if err != nil {
 		return result{failed: err.Error()}
 	}

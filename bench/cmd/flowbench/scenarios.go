@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -277,6 +278,17 @@ func (h *harness) startSystem(sc scenario, streams []string) (*child, string, er
 	}
 	c, err := startChild(sc.name, h.logPath(sc), env, bin, args...)
 	return c, httpAddr, err
+}
+
+// flowrunJob returns the binary and environment of a flowrun process that runs to its end (a job,
+// a Nexmark query): with -profile, the profiling wrapper, which profiles the whole run. The raw
+// q0 child profiles its work with the same environment.
+func (h *harness) flowrunJob(sc scenario) (bin string, env []string) {
+	if h.profileDir == "" {
+		return h.flowrun, h.flowrunEnv
+	}
+	env = append(slices.Clip(h.flowrunEnv), sigprof.EnvDir+"="+h.profilePath(sc), sigprof.EnvWhole+"=1")
+	return h.pprofBin, env
 }
 
 func (h *harness) profilePath(sc scenario) string {
