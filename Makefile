@@ -65,7 +65,8 @@ soak-connectors:
 	@$(GO) test ./runtime -run '^($(CONNECTOR_PROOFS))$$' -count=1 -timeout 1h -soak -v > bin/soak-connectors.log 2>&1; status=$$?; \
 		grep -E '^ +(--- FAIL|[a-z_]+_test.go:[0-9]+:)' bin/soak-connectors.log; tail -n 2 bin/soak-connectors.log; exit $$status
 
-# gofmt, go vet, golangci-lint (.golangci.yml) and flowrun fmt on the examples. golangci-lint is a
+# gofmt, go vet, golangci-lint (.golangci.yml) and flowrun fmt on the examples; go vet and
+# golangci-lint on the benchmark harness too, a module of its own (bench/). golangci-lint is a
 # tool of a module of its own (tools/golangci, which pins its version), so that the main module
 # does not depend on it; go tool builds it once into its cache (a few minutes, after downloading
 # it the first time), and both it and golangci-lint's own cache make later runs take seconds.
@@ -74,6 +75,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
+	cd bench && $(GO) vet ./... && $(GO) tool -modfile=../tools/golangci/go.mod golangci-lint run ./...
 	$(GO) run ./cmd/flowrun fmt --check examples/pipelines/* examples/plugins/pipeline
 
 fmt:

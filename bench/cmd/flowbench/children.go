@@ -68,7 +68,7 @@ func runChild(args []string) error {
 	case "pub-raw":
 		return report(measure(func() (int, error) {
 			rdb := goredis.NewClient(&goredis.Options{Addr: *addr})
-			defer rdb.Close()
+			defer func() { _ = rdb.Close() }() // the publishing is over
 			return *n, publishParallel(ctx, rdb, *stream, formatPlain, phasePublish, *n, *g)
 		}))
 	case "fw-run":
@@ -122,7 +122,7 @@ func rawHops(ctx context.Context, addr string, streams []string) error {
 		return errors.New("raw-hops: need at least an input and an output stream")
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }() // the child is done
 	var wg sync.WaitGroup
 	errs := make(chan error, len(streams))
 	for i := 1; i < len(streams); i++ {

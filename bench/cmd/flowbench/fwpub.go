@@ -24,7 +24,7 @@ func publishFlowrun(ctx context.Context, addr, pipeline, topic string, n, g int,
 	if err != nil {
 		return pubReport{}, err
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }() // the publishing is over
 	pub, err := runtime.NewPublisher(client, plan)
 	if err != nil {
 		return pubReport{}, err
@@ -85,7 +85,7 @@ func runFlowrunInProcess(ctx context.Context, addr, pipeline string, batch int) 
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }() // the publishing is over
 	_, err = runtime.Run(ctx, plan, runtime.Options{Redis: client, BatchSize: batch})
 	return err
 }

@@ -150,7 +150,7 @@ func jobLogTimes(path string) (starting, done time.Time, err error) {
 	if err != nil {
 		return starting, done, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {

@@ -190,7 +190,7 @@ func run() error {
 	}
 	defer h.srv.stop()
 	h.rdb = goredis.NewClient(&goredis.Options{Addr: h.srv.addr(), PoolSize: 32})
-	defer h.rdb.Close()
+	defer func() { _ = h.rdb.Close() }() // the harness is done
 
 	m := describeMachine(ctx, h)
 	fmt.Print(m.text())

@@ -79,12 +79,12 @@ func writeJSONLines(path string, events []map[string]any) error {
 	enc := json.NewEncoder(w)
 	for _, e := range events {
 		if err := enc.Encode(e); err != nil {
-			f.Close()
+			_ = f.Close() // the write failed already
 			return err
 		}
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
+		_ = f.Close() // the write failed already
 		return err
 	}
 	return f.Close()

@@ -345,8 +345,10 @@ func (h *harness) runHops(ctx context.Context, sc scenario) (res result) {
 		case countDistinct:
 			got, last, err := cons.receive(ctx, distinct(n), phase, deadline, on)
 			return inputsOf(got, n), last, err
+		case countArrivals:
+			return cons.receive(ctx, n, phase, deadline, on)
 		}
-		return cons.receive(ctx, n, phase, deadline, on)
+		return 0, time.Time{}, fmt.Errorf("%s: unknown counting %d", sc.name, sc.counting)
 	}
 
 	// Warm-up: the process is up, its groups exist, its connections are open.
@@ -484,7 +486,7 @@ func scrape(url string) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || len(body) == 0 {
 		return fmt.Errorf("GET %s: %s, %d bytes", url, resp.Status, len(body))

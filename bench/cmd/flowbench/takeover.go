@@ -157,7 +157,7 @@ func (h *harness) runTakeover(ctx context.Context, sc scenario) (res result) {
 		return result{failed: err.Error()}
 	}
 	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }() // the scenario is done
 	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return m.FlushAll(ctx).Err() }); err != nil {
 		return result{failed: "FLUSHALL: " + err.Error()}
 	}
