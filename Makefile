@@ -70,12 +70,12 @@ soak-connectors:
 # tool of a module of its own (tools/golangci, which pins its version), so that the main module
 # does not depend on it; go tool builds it once into its cache (a few minutes, after downloading
 # it the first time), and both it and golangci-lint's own cache make later runs take seconds.
-GOLANGCI_LINT := $(GO) tool -modfile=tools/golangci/go.mod golangci-lint
+GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/tools/golangci/go.mod golangci-lint
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
-	cd bench && $(GO) vet ./... && $(GO) tool -modfile=../tools/golangci/go.mod golangci-lint run ./...
+	cd bench && $(GO) vet ./... && $(GOLANGCI_LINT) run ./...
 	$(GO) run ./cmd/flowrun fmt --check examples/pipelines/* examples/plugins/pipeline
 
 fmt:

@@ -85,7 +85,7 @@ func runFlowrunInProcess(ctx context.Context, addr, pipeline string, batch int) 
 	if err != nil {
 		return err
 	}
-	defer func() { _ = client.Close() }() // the publishing is over
+	defer func() { _ = client.Close() }() // the run is over
 	_, err = runtime.Run(ctx, plan, runtime.Options{Redis: client, BatchSize: batch})
 	return err
 }
