@@ -380,3 +380,91 @@ sink "out" {
 		})
 	}
 }
+
+// The owner of a partition knows which keys its state cannot hold (state.HeldKeys), and a dedupe
+// reads none of them: a job of new keys reads the state only until those keys are loaded. A second
+// job, in a new process (a new lease) with keys of the first again, drops every one of them, and
+// passes its new keys: the keys are loaded afresh, and what the state holds is never taken for
+// absent.
+func TestDedupeReadsOnlyKeysItMayHold(t *testing.T) {
+	t.Parallel()
+	const perJob = 20_000
+	src := `
+pipeline "dedupe_reads" {}
+variable "from" {}
+topic "in" {
+  partitions = 1
+  key        = msg.id
+}
+topic "out" {
+  partitions = 1
+}
+source "gen" {
+  kind     = "generate"
+  count    = ` + strconv.Itoa(perJob) + `
+  output   = topic.in
+  template = {
+    id = "k${index + tonumber(var.from)}"
+    at = 1000 + index
+  }
+}
+stage "once" {
+  kind       = "dedupe"
+  input      = topic.in
+  output     = topic.out
+  key        = msg.id
+  within     = "24h"
+  event_time = msg.at
+}
+`
+	srv := redistest.Start(t) // its own: the test counts the commands the run sends
+	c := openURLs(t, srv.URL())
+	ctx := context.Background()
+	hmgets := func() int64 {
+		t.Helper()
+		stats, err := c.Universal().Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(stats, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_hmget:calls="); ok {
+				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		return 0
+	}
+
+	first := buildSource(t, src, "from=0")
+	j := runJob(t, c, first, runtime.Options{})
+	if n := j.node(t, "once"); n.In != perJob || n.Out != perJob || n.Duplicates != 0 {
+		t.Fatalf("job 1: once: %+v, want %d in and out", n, perJob)
+	}
+	// A batch reads ahead its keys at once (one HMGET), and none of a batch of keys known to be new.
+	batches := int64(perJob / 1000)
+	if n := hmgets(); n > 3 {
+		t.Fatalf("job 1 read the state %d times in about %d batches of new keys, want at most 3 (until the keys are loaded)", n, batches)
+	}
+
+	// Job 2: the second half of job 1's keys, then as many new ones.
+	second := buildSource(t, src, "from="+strconv.Itoa(perJob/2))
+	second.KeyPrefix = first.KeyPrefix
+	before := hmgets()
+	j = runJob(t, c, second, runtime.Options{})
+	if n := j.node(t, "once"); n.In != perJob || n.Out != perJob/2 || n.Duplicates != perJob/2 {
+		t.Fatalf("job 2: once: %+v, want %d in, %d out and %d duplicates", n, perJob, perJob/2, perJob/2)
+	}
+	if n := hmgets() - before; n < batches/2-1 || n > batches/2+3 {
+		t.Fatalf("job 2 read the state %d times; want one read per batch of keys it held (about %d), and none of new keys", n, batches/2)
+	}
+	held, err := c.Universal().HLen(ctx, redis.Keys{Prefix: first.KeyPrefix}.State("in", 0, "once")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(perJob + perJob/2 + 2); held != want { // the keys, their count and the watermark
+		t.Fatalf("the state holds %d fields, want %d", held, want)
+	}
+}

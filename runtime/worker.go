@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sourcegraph/conc"
+
 	"github.com/flowrun/flowrun/flow"
 	"github.com/flowrun/flowrun/runtime/state"
 	redis "github.com/flowrun/flowrun/transport/redis"
@@ -52,6 +54,13 @@ type worker struct {
 	// committedState is a stateful stage's last committed batch state, whose memory the next
 	// batch's reuses (beginState); nil after a commit that did not end well.
 	committedState *state.Batch
+	// held is what a stateful stage knows of the keys its partition's state holds, for this
+	// lease (state.HeldKeys): loaded by a scan in the background (loads, ended with the worker
+	// by stopLoads), and kept by the worker's commits.
+	held      *state.HeldKeys
+	loads     conc.WaitGroup
+	loadCtx   context.Context
+	stopLoads context.CancelFunc
 }
 
 func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
@@ -65,6 +74,7 @@ func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
 	case n.stateful:
 		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name),
 			Timers: r.keys.Timers(n.input.Name, u.partition, n.name), Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
+		w.held = state.NewHeldKeys()
 	case w.time != nil && w.time.Measures() && n.input != nil:
 		// What it measures is kept in a state hash of its own (state.Watermarks.Resume).
 		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name)}
@@ -80,6 +90,9 @@ func (w *worker) run(ctx context.Context) error {
 	n := w.u.node
 	leave := n.reads.join()
 	defer leave()
+	w.loadCtx, w.stopLoads = context.WithCancel(ctx)
+	defer w.loads.Wait()
+	defer w.stopLoads()
 	if !w.ensureGroup(ctx) {
 		return nil
 	}

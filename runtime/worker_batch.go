@@ -126,8 +126,9 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool, committi
 	if c.state, w.committedState = w.committedState, nil; c.state != nil {
 		c.state.Reuse()
 	} else {
-		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition)
+		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition, w.held)
 	}
+	w.loadHeldKeys()
 	if committing != nil {
 		c.state.Over(committing.state)
 	}
@@ -138,6 +139,22 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool, committi
 		c.state.Prefetch(hard, keys)
 	}
 	return nil
+}
+
+// loadHeldKeys starts loading the keys the partition's state holds (state.HeldKeys), when they
+// were not loaded in this lease, were forgotten, or filled their filter. The load runs beside the
+// batches, which read the state as before until it is done; one that fails is tried again at a
+// later batch.
+func (w *worker) loadHeldKeys() {
+	if !w.held.Wants() {
+		return
+	}
+	w.loads.Go(func() {
+		if err := w.held.Load(w.loadCtx, w.r.rdb, w.stateKeys.Hash); err != nil && w.loadCtx.Err() == nil {
+			w.u.node.log.Debug("reading the keys of the state failed; it is read key by key meanwhile",
+				"stream", w.u.stream, "err", err)
+		}
+	})
 }
 
 // endState ends it, once the batch's messages are processed: the writers' minimum read before the

@@ -27,6 +27,9 @@ func (w *worker) commit(ctx context.Context, c *batchCommit) error {
 func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error {
 	n := w.u.node
 	r := w.r
+	if err != nil {
+		w.held.Forget() // the batch's keys may be in the state, or not
+	}
 	if err != nil && c.timeBefore != nil {
 		w.time.Undo(c.timeBefore) // the batch processed meanwhile is given up (commitOverlapped)
 	}
@@ -65,6 +68,9 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 	}
 	if !c.counted {
 		w.counted(c)
+	}
+	if c.args.State != nil {
+		w.held.Committed(c.args.State.Set, c.args.State.Delete)
 	}
 	w.committedState = c.state // written: the next batch may reuse its memory
 	if c.abandoned {

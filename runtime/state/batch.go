@@ -44,6 +44,8 @@ type Batch struct {
 	store     Store
 	keys      Keys
 	partition int
+	// held knows which keys the committed state cannot hold: those are not read.
+	held *HeldKeys
 
 	mu      sync.Mutex // the lanes of a batch would write concurrently (the stateful ones do not)
 	set     map[string][]byte
@@ -77,9 +79,10 @@ type Batch struct {
 	committing *Batch
 }
 
-// NewBatch starts the state of a batch on a partition.
-func NewBatch(store Store, keys Keys, partition int) *Batch {
-	return &Batch{store: store, keys: keys, partition: partition}
+// NewBatch starts the state of a batch on a partition, whose owner knows of its keys what held
+// does (nil: nothing).
+func NewBatch(store Store, keys Keys, partition int, held *HeldKeys) *Batch {
+	return &Batch{store: store, keys: keys, partition: partition, held: held}
 }
 
 // Reuse empties a committed batch for the next batch of its partition, keeping its maps' memory:
@@ -134,7 +137,8 @@ func (b *Batch) Outcomes() (late, duplicates int64) {
 // (stages.StatePrefetcher, stages.TimerStatePrefetcher) in one round trip. The partition's lease
 // keeps every other process from writing its state, so the values stay committed ones until the
 // batch commits its own writes, which Get reads first. A failed read is no error: Get then reads
-// each key when it is asked. Called while no attempt of the batch runs: before its messages, and
+// each key when it is asked. A key that the partition's owner knows the state cannot hold
+// (HeldKeys) is not read, nor one of its own entries that the owner wrote. Called while no attempt of the batch runs: before its messages, and
 // before each round of its timers.
 func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	if b.fetched == nil {
@@ -149,8 +153,11 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 			continue // read from the batch before (Get)
 		}
 		if _, ahead := b.fetched[k]; !ahead {
-			b.fetched[k] = nil
-			wanted = append(wanted, k)
+			v, own := b.held.Own(k)
+			b.fetched[k] = v
+			if !own && !b.held.Absent(k) {
+				wanted = append(wanted, k)
+			}
 		}
 	}
 	if len(wanted) == 0 {
@@ -563,6 +570,12 @@ func (a *Attempt) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		return v, set, nil
 	case fetched:
 		return ahead, ahead != nil, nil
+	}
+	if v, own := b.held.Own(key); own {
+		return v, true, nil
+	}
+	if b.held.Absent(key) {
+		return nil, false, nil
 	}
 	v, found, err := b.store.ReadState(ctx, b.keys.Hash, key)
 	if err != nil && !redis.Unrecoverable(err) {

@@ -377,13 +377,14 @@ func (a *Access) StateFingerprint(who, record string, state []string) {
 }
 
 // State adds what a stateful stage's unit sends on its partition's state hash and timer set: the
-// reads (ReadState, ReadStates, ReadWatermarks, DueTimers), and the checks and writes that the
-// settle script makes (Settle with the same keys).
+// reads (ReadState, ReadStates, ScanStateKeys, ReadWatermarks, DueTimers), and the
+// checks and writes that the settle script makes (Settle with the same keys).
 func (a *Access) State(who, hash, timers string) {
 	a.add(who, hash, 1, "type", hash)
 	a.add(who, timers, 1, "type", timers)
 	a.add(who, hash, 1, "hget", hash, "field")
 	a.add(who, hash, 1, "hmget", hash, "field")
+	a.add(who, hash, 1, "hscan", hash, "0", "count", "1000")
 	a.add(who, timers, 1, "zrangebyscore", timers, "-inf", "0", "withscores", "limit", "0", "1")
 	a.add(who, hash, 1, "hset", hash, "field", "value")
 	a.add(who, hash, 1, "hdel", hash, "field")

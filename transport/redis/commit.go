@@ -143,6 +143,21 @@ func (c *Client) ReadStates(ctx context.Context, hash string, keys []string) ([]
 	return out, nil
 }
 
+// ScanStateKeys returns a page of the keys of a state hash from cursor on (HSCAN, about count at a
+// time), and the cursor of the next page: 0 after the last. A scan from 0 to 0 returns every key
+// that the hash held throughout, and may return some twice.
+func (c *Client) ScanStateKeys(ctx context.Context, hash string, cursor uint64, count int64) ([]string, uint64, error) {
+	pairs, next, err := c.rdb.HScan(ctx, hash, cursor, "", count).Result()
+	if err != nil {
+		return nil, 0, wrap(classify(err), "reading state in", hash)
+	}
+	keys := pairs[:0]
+	for i := 0; i+1 < len(pairs); i += 2 { // field, value: HSCAN NOVALUES needs Redis 7.4
+		keys = append(keys, pairs[i])
+	}
+	return keys, next, nil
+}
+
 // ReadStatesOf returns the values of keys[i] in the state hash hashes[i], for every i, in one
 // pipeline (on a cluster, one per node): out[i][j] is keys[i][j]'s value, nil where hashes[i]
 // holds none.
