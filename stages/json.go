@@ -228,16 +228,22 @@ func (d *decoder) skip() {
 	}
 }
 
-// skipString moves past the string at d.i.
+// skipString moves past the string at d.i. It looks for the quote that may end it, then for a
+// backslash before that quote, each with IndexByte (bytes.IndexAny of both went a byte at a time);
+// q is kept until an escape takes it, so that each byte is looked at about twice at most.
 func (d *decoder) skipString() {
 	d.i++ // "
+	q := -1 // the next quote at or after d.i, once found
 	for {
-		d.i += bytes.IndexAny(d.data[d.i:], `"\`)
-		if d.data[d.i] == '"' {
-			d.i++
+		if q < d.i {
+			q = d.i + bytes.IndexByte(d.data[d.i:], '"')
+		}
+		b := bytes.IndexByte(d.data[d.i:q], '\\')
+		if b < 0 {
+			d.i = q + 1
 			return
 		}
-		d.i += 2 // a backslash and the character it escapes
+		d.i += b + 2 // a backslash and the character it escapes
 	}
 }
 
