@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"encoding/json"
 	"math"
 	"sync/atomic"
 
@@ -52,20 +51,14 @@ func validate(t *flow.Topic, m *stages.Message) error {
 func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partition int, err error) {
 	key = m.Key
 	if t.Key != nil && !(key != "" && m.IsNull()) {
-		fields, lent, err := m.BorrowFields(t.Key.Fields())
-		if err != nil {
-			return "", 0, err
-		}
 		var plain bool
 		if name, ok := t.Key.Field(); ok {
-			key, plain = plainKey(fields[name])
+			key, plain = m.PlainField(name) // read from the payload as it came, decoding nothing
 		}
 		if !plain {
-			key, err = t.Key.EvalString(&expr.Env{Msg: fields})
-		}
-		stages.ReturnFields(lent)
-		if err != nil {
-			return "", 0, stages.Permanent(err)
+			if key, err = keyOf(t, m); err != nil {
+				return "", 0, err
+			}
 		}
 	}
 	if key == "" {
@@ -77,32 +70,25 @@ func route(t *flow.Topic, m *stages.Message, fallback int) (key string, partitio
 	return key, redis.Partition(key, t.Partitions), nil
 }
 
-// plainKey returns the key that a topic keyed by a field (key = msg.NAME) gets from the field's
-// decoded value v, when that is v itself: a string, or the JSON text of an integer that a number
-// prints as (no sign but a minus, no leading zero, at most 15 digits: exact in a float64, which
-// prints it with the same digits). Anything else (other numbers, a missing field, null, a bool, a
-// list) is for the expression to convert or refuse. It spares a keyed source's every message an
-// evaluation, a parse of its number, and the number's digits made again.
-func plainKey(v any) (string, bool) {
-	switch v := v.(type) {
-	case string:
-		return v, true
-	case json.Number:
-		digits := string(v)
-		if len(digits) > 0 && digits[0] == '-' {
-			digits = digits[1:]
-		}
-		if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && (len(digits) > 1 || len(v) > 1) {
-			return "", false // "0" is plain; "-0" prints as "0", "007" as "7"
-		}
-		for i := 0; i < len(digits); i++ {
-			if digits[i] < '0' || digits[i] > '9' {
-				return "", false
-			}
-		}
-		return string(v), true
+// keyOf evaluates the key expression of topic t on m's fields.
+func keyOf(t *flow.Topic, m *stages.Message) (string, error) {
+	fields, lent, err := m.BorrowFields(t.Key.Fields())
+	if err != nil {
+		return "", err
 	}
-	return "", false
+	var key string
+	var plain bool
+	if name, ok := t.Key.Field(); ok {
+		key, plain = stages.PlainKey(fields[name])
+	}
+	if !plain {
+		key, err = t.Key.EvalString(&expr.Env{Msg: fields})
+	}
+	stages.ReturnFields(lent)
+	if err != nil {
+		return "", stages.Permanent(err)
+	}
+	return key, nil
 }
 
 // entryOf encodes a message as a stream entry.

@@ -116,12 +116,12 @@ sink "s" {
 			t.Fatal(v, err)
 		}
 		want, wantErr := in.Key.EvalString(&expr.Env{Msg: fields})
-		got, ok := plainKey(fields["k"])
+		got, ok := stages.PlainKey(fields["k"])
 		stages.ReturnFields(lent)
 		if ok {
 			plain++
 			if wantErr != nil || got != want {
-				t.Errorf("plainKey(%s) = %q; the expression makes %q (%v)", v, got, want, wantErr)
+				t.Errorf("PlainKey(%s) = %q; the expression makes %q (%v)", v, got, want, wantErr)
 			}
 		}
 		m = stages.NewEntryMessage("", payload, nil)
@@ -132,5 +132,19 @@ sink "s" {
 	}
 	if plain != 11 {
 		t.Errorf("%d values taken plain; want 11: the strings and the plain integers", plain)
+	}
+	// Read from the payload as it came (Message.PlainField), the key is the one decoding finds:
+	// the last of a name given twice, a name written with escapes included.
+	for payload, want := range map[string]string{
+		`{"k":"a","k":"b"}`:            "b",
+		`{"\u006b":"x"}`:               "x",
+		`{"k":"a","\u006b":"b"}`:       "b",
+		`{"k":7,"j":{"k":"inner"}}`:    "7",
+		`{"j":"k","k":"a\"b","z":[1]}`: `a"b`,
+	} {
+		m := stages.NewEntryMessage("", []byte(payload), nil)
+		if routed, _, err := route(in, &m, 0); err != nil || routed != want {
+			t.Errorf("key of %s: routed as %q (%v), want %q", payload, routed, err, want)
+		}
 	}
 }

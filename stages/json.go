@@ -232,7 +232,7 @@ func (d *decoder) skip() {
 // backslash before that quote, each with IndexByte (bytes.IndexAny of both went a byte at a time);
 // q is kept until an escape takes it, so that each byte is looked at about twice at most.
 func (d *decoder) skipString() {
-	d.i++ // "
+	d.i++   // "
 	q := -1 // the next quote at or after d.i, once found
 	for {
 		if q < d.i {

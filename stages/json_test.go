@@ -438,3 +438,33 @@ func TestBorrowFieldsAsFields(t *testing.T) {
 		t.Fatalf("BorrowFields of a message decoded in part = %#v, %v, lent %v", got, err, lent)
 	}
 }
+
+// FuzzPlainField checks that a field read from the payload as it came (PlainField) is the key that
+// decoding the payload finds (PlainKey of the decoded field), whenever PlainField says it can tell.
+func FuzzPlainField(f *testing.F) {
+	for _, s := range codecSeeds {
+		f.Add([]byte(s), "a")
+	}
+	f.Add([]byte(`{"k":"a","k":"b"}`), "k")
+	f.Add([]byte(`{"k":"a","\u006b":-12}`), "k")
+	f.Add([]byte(`{"k":007,"j":{"k":"x"}}`), "k")
+	f.Add([]byte(`{"k":"a\"b","k":1.5}`), "k")
+	f.Fuzz(func(t *testing.T, p []byte, name string) {
+		m := NewEntryMessage("", p, nil)
+		if !m.checked || jsonscan.Check(p) != nil || !gjson.ValidBytes(p) {
+			return // reading an entry refuses it first
+		}
+		got, ok := m.PlainField(name)
+		if !ok {
+			return
+		}
+		whole := NewMessage("", p, nil)
+		if err := whole.Decode(); err != nil {
+			t.Fatalf("PlainField(%q) of %q = %q, but the payload does not decode: %v", name, p, got, err)
+		}
+		want, plain := PlainKey(whole.Value[name])
+		if !plain || got != want {
+			t.Fatalf("PlainField(%q) of %q = %q; decoded, the field is %#v (PlainKey %q, %v)", name, p, got, whole.Value[name], want, plain)
+		}
+	})
+}

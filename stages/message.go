@@ -255,6 +255,56 @@ func scannedStateKey(e, at *expr.Program, reads []string, m *Message) (string, e
 	return m.keyOf, nil
 }
 
+// PlainKey returns the key that a topic keyed by a field (key = msg.NAME) gets from the field's
+// decoded value v, when that is v itself: a string, or the JSON text of an integer that a number
+// prints as (no sign but a minus, no leading zero, at most 15 digits: exact in a float64, which
+// prints it with the same digits). Anything else (other numbers, a missing field, null, a bool, a
+// list) is for the expression to convert or refuse. It spares a keyed source's every message an
+// evaluation, a parse of its number, and the number's digits made again.
+func PlainKey(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case json.Number:
+		digits := string(v)
+		if len(digits) > 0 && digits[0] == '-' {
+			digits = digits[1:]
+		}
+		if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' && (len(digits) > 1 || len(v) > 1) {
+			return "", false // "0" is plain; "-0" prints as "0", "007" as "7"
+		}
+		for i := 0; i < len(digits); i++ {
+			if digits[i] < '0' || digits[i] > '9' {
+				return "", false
+			}
+		}
+		return string(v), true
+	}
+	return "", false
+}
+
+// PlainField is PlainKey of a top-level field of the payload as it came, read without decoding it
+// (scanFields): the text between the quotes of a string without escapes, or a plain integer's
+// digits. False when it cannot tell so (the message was decoded or changed, its payload is not an
+// object or names a field with escapes, or the field is missing or holds anything else): the
+// caller decodes the field.
+func (m *Message) PlainField(name string) (string, bool) {
+	if !m.checked || m.Value != nil || len(m.raw) == 0 {
+		return "", false
+	}
+	var raw [1][]byte
+	if !scanFields(m.raw, []string{name}, raw[:]) || raw[0] == nil {
+		return "", false
+	}
+	if isPlainString(raw[0]) {
+		return string(raw[0][1 : len(raw[0])-1]), true
+	}
+	if c := raw[0][0]; c != '-' && (c < '0' || c > '9') {
+		return "", false
+	}
+	return PlainKey(json.Number(raw[0]))
+}
+
 // scanFields finds top-level fields of a payload that reading checked (NewEntryMessage), decoding
 // nothing (decoder.rawMembers); false when the payload is no object, or a field's name has escapes.
 func scanFields(payload []byte, names []string, values [][]byte) bool {
