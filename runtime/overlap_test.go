@@ -25,8 +25,8 @@ import (
 // state writes before Redis has them. When the commit then fails, whether Redis applied it or not,
 // the batch processed over it is given up and processed again from what Redis holds: every running
 // total is exact and every message comes out once. A hook on the runner's connection holds the
-// stage's third commit's reply until the next batch reads its state, then fails it: unsent
-// (nothing applied), or sent (applied, its reply lost).
+// stage's third commit's reply until the next batch reads its state from Redis, then fails it:
+// unsent (nothing applied), or sent (applied, its reply lost).
 func TestAFailedCommitGivesUpTheBatchProcessedOverIt(t *testing.T) {
 	const n = 200
 	want := map[int]int64{} // message -> its key's total with it
@@ -34,15 +34,20 @@ func TestAFailedCommitGivesUpTheBatchProcessedOverIt(t *testing.T) {
 	var msgs []string
 	for i := range n {
 		// Four messages a key: a batch of 10 reads a key the batch before wrote, and keys it is
-		// the first to read (message 32's, k8, signals the fourth batch).
+		// the first to read, which the owner knows the state does not hold yet (state.HeldKeys).
+		// Message 32, of the fourth batch, is of k0 again, which only the first batch wrote:
+		// that batch reads it from Redis, the signal that it runs over the third's commit.
 		key := "k" + strconv.Itoa(i/4)
+		if i == 32 {
+			key = "k0"
+		}
 		totals[key]++
 		want[i] = totals[key]
 		msgs = append(msgs, fmt.Sprintf(`{"key":%q,"i":%d,"n":1}`, key, i))
 	}
 	for _, applied := range []bool{false, true} {
 		t.Run(map[bool]string{false: "not applied", true: "applied, reply lost"}[applied], func(t *testing.T) {
-			j, state := runWithAFailedCommit(t, applied, "test.running_total", "", `"i":29,`, "k8", msgs)
+			j, state := runWithAFailedCommit(t, applied, "test.running_total", "", `"i":29,`, msgs)
 			got := map[int][]int64{}
 			for _, line := range strings.Split(strings.TrimSpace(j.stdout), "\n") {
 				var m struct {
@@ -75,7 +80,9 @@ func TestAFailedCommitGivesUpTheBatchProcessedOverIt(t *testing.T) {
 func TestAFailedCommitTakesTheWatermarkBack(t *testing.T) {
 	// Messages 5s of event time apart, the keys in turn: a batch of 10 spans 50s. The third batch
 	// (100s to 145s) spans the minute that ends at 120s and the next: it is the first to write
-	// k11@180000 (message 24's window), and the fourth the first to read k10@240000 (message 36's).
+	// k11@180000 (message 24's window). The fourth's windows are the third's or new ones, which
+	// the owner knows the state does not hold (state.HeldKeys): it reads the timers due (those of
+	// the minute that ends at 180s), the signal that it runs over the third's commit.
 	const n, keys, step = 200, 13, 5000
 	want := map[string]int{}
 	var msgs []string
@@ -86,7 +93,7 @@ func TestAFailedCommitTakesTheWatermarkBack(t *testing.T) {
 	}
 	for _, applied := range []bool{false, true} {
 		t.Run(map[bool]string{false: "not applied", true: "applied, reply lost"}[applied], func(t *testing.T) {
-			j, _ := runWithAFailedCommit(t, applied, "test.minutes_at_end", "event_time = msg.at", "k11@180000", "k10@240000", msgs)
+			j, _ := runWithAFailedCommit(t, applied, "test.minutes_at_end", "event_time = msg.at", "k11@180000", msgs)
 			got := map[string]int{}
 			for _, line := range strings.Split(strings.TrimSpace(j.stdout), "\n") {
 				var m struct {
@@ -115,9 +122,9 @@ func TestAFailedCommitTakesTheWatermarkBack(t *testing.T) {
 
 // runWithAFailedCommit runs a job of a stage of fn over msgs, in batches of 10, failing the commit
 // of its third batch (messages 20 to 29, the first to write target) once the fourth batch has read
-// signal, a state key that no message before 30 has (failCommit), and returns the job and the
-// stage's state as the job left it.
-func runWithAFailedCommit(t *testing.T, applied bool, fn, attrs, target, signal string, msgs []string) (job, map[string]string) {
+// the stage's state or timers from Redis (failCommit), and returns the job and the stage's state as
+// the job left it.
+func runWithAFailedCommit(t *testing.T, applied bool, fn, attrs, target string, msgs []string) (job, map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	srv := redistest.Start(t)
@@ -143,7 +150,8 @@ sink "log" {
 `)
 	publishAll(t, c, plan, "in", msgs)
 	runner := openURLs(t, srv.URL())
-	hook := newFailCommit(redis.Keys{Prefix: plan.KeyPrefix}.State("in", 0, "s"), signal, target, applied)
+	keys := redis.Keys{Prefix: plan.KeyPrefix}
+	hook := newFailCommit(keys.State("in", 0, "s"), keys.Timers("in", 0, "s"), target, applied)
 	runner.Universal().AddHook(hook)
 	j := runJob(t, runner, plan, runtime.Options{BatchSize: 10})
 	if !hook.failed {
@@ -163,35 +171,43 @@ sink "log" {
 }
 
 // failCommit is a hook on the runner's connection that fails the stage's first commit that writes
-// target (in an output or a state key), once the next batch has read the state of a key that it is the
-// first to read (signal): unsent, or (applied) sent at once and its reply lost.
+// target (in an output or a state key), once the next batch, processed meanwhile, has read the
+// stage's state or timers (after the stage's fourth read of its input, the batch after the
+// target's): unsent, or (applied) sent at once and its reply lost.
 type failCommit struct {
-	state, signal string // the stage's state hash, and a key of the batch after the target's
+	state, timers string // the stage's state hash and timer set
 	target        []byte // what the failed commit writes first
 	applied       bool
-	read          chan struct{} // closed when the signal's key is read
+	read          chan struct{} // closed when the state is read while the commit is held
 	readOnce      sync.Once
 
 	mu            sync.Mutex
+	reads         int // of the stage's input (XREADGROUP) so far
 	failed        bool
 	notOverlapped bool // the next batch read nothing while the commit was held
 }
 
-func newFailCommit(state, signal, target string, applied bool) *failCommit {
-	return &failCommit{state: state, signal: signal, target: []byte(target), applied: applied, read: make(chan struct{})}
+func newFailCommit(state, timers, target string, applied bool) *failCommit {
+	return &failCommit{state: state, timers: timers, target: []byte(target), applied: applied, read: make(chan struct{})}
 }
 
 func (h *failCommit) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (h *failCommit) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if h.readsSignal(cmd) {
+		if h.fourthRead() && h.readsState(cmd) {
 			h.readOnce.Do(func() { close(h.read) })
 		}
 		if h.isCommit([]goredis.Cmder{cmd}) {
 			return h.commit(ctx, []goredis.Cmder{cmd}, func() error { return next(ctx, cmd) })
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if args := cmd.Args(); err == nil && cmd.Name() == "xreadgroup" && len(args) > 2 && args[2] == any("s") {
+			h.mu.Lock()
+			h.reads++
+			h.mu.Unlock()
+		}
+		return err
 	}
 }
 
@@ -276,11 +292,27 @@ func (h *failCommit) isCommit(cmds []goredis.Cmder) bool {
 	return names && state
 }
 
-// readsSignal reports whether cmd reads the signal's key from the stage's state.
-func (h *failCommit) readsSignal(cmd goredis.Cmder) bool {
-	if name := cmd.Name(); name != "hget" && name != "hmget" {
-		return false
-	}
+// fourthRead reports whether the stage's fourth read of its input returned (the batch after the
+// target's, read while the target's commit is sent): what reads the stage's state then is that
+// batch, until the commit fails.
+func (h *failCommit) fourthRead() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads >= 4
+}
+
+// readsState reports whether cmd reads the stage's state (a key of its own, not the runtime's
+// fields, such as the watermark the run reads to tell whether it is drained) or its timers.
+func (h *failCommit) readsState(cmd goredis.Cmder) bool {
 	args := cmd.Args()
-	return len(args) > 2 && args[1] == any(h.state) && slices.Contains(args[2:], any(h.signal))
+	switch cmd.Name() {
+	case "hget", "hmget":
+		return len(args) > 2 && args[1] == any(h.state) && slices.ContainsFunc(args[2:], func(field any) bool {
+			s, ok := field.(string)
+			return ok && !strings.HasPrefix(s, "\x00")
+		})
+	case "zrangebyscore", "zrange":
+		return len(args) > 1 && args[1] == any(h.timers)
+	}
+	return false
 }
