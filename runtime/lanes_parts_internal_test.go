@@ -40,7 +40,7 @@ func TestAnInlineStagesBatchInPartsIsTheBatchInOne(t *testing.T) {
 			}
 			r := &processing{activity: &Activity{}, hard: context.Background()}
 			counted := &batchCounts{nodes: make([]counts, 1)}
-			results := r.processAll(n, msgs, pass{counts: counted})
+			results := r.processAll(n, msgs, pass{counts: counted}, nil)
 			done := batch
 			if abandonAt >= 0 {
 				done = abandonAt

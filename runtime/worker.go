@@ -49,8 +49,12 @@ type worker struct {
 	tableWaits bool
 	// lastReclaim is when the worker last took over what other consumers left pending.
 	lastReclaim time.Time
-	// mem is the memory of the last batch's messages, which the next reuses (worker_batch.go).
-	mem batchMemory
+	// mem is the memory of the last batch's messages, which the next reuses (worker_batch.go);
+	// lanes that of its results and outputs (lanes.go), and spare that of the outputs and acks of
+	// the last batch committed (commitMemory). Made afresh, these were most of a hop's allocations.
+	mem   batchMemory
+	lanes laneMemory
+	spare redis.CommitArgs
 	// committedState is a stateful stage's last committed batch state, whose memory the next
 	// batch's reuses (beginState); nil after a commit that did not end well.
 	committedState *state.Batch

@@ -88,7 +88,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	total := b.Len() + len(due) + len(badRetries)
 	// One allocation each for the batch's outputs (most stages write one per input), acks and
 	// messages: the steady state allocates per batch, not per message.
-	c.args = redis.CommitArgs{Outputs: make([]redis.Output, 0, w.u.node.outputsPer(total)), IDs: make([]string, 0, total)}
+	c.args = w.commitMemory(w.u.node.outputsPer(total), total)
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
 	msgs := w.messagesOf(b, due)
@@ -312,6 +312,29 @@ func (w *worker) messagesOf(b redis.Batch, due []redis.Retry) []*message {
 	return msgs
 }
 
+// commitMemory returns the outputs and acks of a batch's commit, empty, with room for the given
+// counts: those of the last batch committed, when they have it.
+func (w *worker) commitMemory(outputs, ids int) redis.CommitArgs {
+	a := redis.CommitArgs{Outputs: w.spare.Outputs, IDs: w.spare.IDs}
+	w.spare = redis.CommitArgs{}
+	if cap(a.Outputs) < outputs {
+		a.Outputs = make([]redis.Output, 0, outputs)
+	}
+	if cap(a.IDs) < ids {
+		a.IDs = make([]string, 0, ids)
+	}
+	return a
+}
+
+// keepCommitMemory keeps the outputs and acks of a batch whose commit ended well for a later
+// batch's (commitMemory), emptied so that they keep no payload alive. Nothing reads them any more:
+// only a commit of unknown outcome is kept (uncertainCommits).
+func (w *worker) keepCommitMemory(c *batchCommit) {
+	clear(c.args.Outputs)
+	clear(c.args.IDs)
+	w.spare = redis.CommitArgs{Outputs: c.args.Outputs[:0], IDs: c.args.IDs[:0]}
+}
+
 // batchMemory is the memory of a worker's last batch of messages, which the next batch reuses.
 // A worker processes and commits one batch at a time, and nothing holds a node's messages once
 // their batch is committed: its outputs, dead letters and retries are copies, a stateful stage's
@@ -356,7 +379,7 @@ func (w *worker) processMessages(ctx context.Context, c *batchCommit, msgs []*me
 	case *stageHandler:
 		h.readBatch(r.hard, msgs) // a lookup reads its batch's rows at once
 	}
-	for i, res := range r.processAll(n, msgs, p) {
+	for i, res := range r.processAll(n, msgs, p, &w.lanes) {
 		m := msgs[i]
 		if res.abandoned {
 			c.abandoned = true

@@ -73,6 +73,7 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 		w.held.Committed(c.args.State.Set, c.args.State.Delete)
 	}
 	w.committedState = c.state // written: the next batch may reuse its memory
+	w.keepCommitMemory(c)
 	if c.abandoned {
 		w.recover, w.recovery = true, ""
 	}
