@@ -210,9 +210,15 @@ func (w *worker) readFailed(ctx context.Context, err error) bool {
 	// The read may have delivered entries whose reply was lost with the connection: they
 	// are in this consumer's pending list, so read that again before anything new.
 	w.recover, w.recovery = true, ""
+	w.redisWentAway()
 	w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 	return true
 }
+
+// redisWentAway forgets what the worker knows of its partition's state (state.HeldKeys) when a
+// command failed: Redis may have restarted and lost its last writes (the last second of an
+// append-only file), which the worker would still take for the state's.
+func (w *worker) redisWentAway() { w.held.Forget() }
 
 // reclaimIdle takes over what another consumer left pending, once it has been idle long enough
 // that nobody is still working on it: a dead consumer of a partition without leases, or a process
@@ -433,6 +439,7 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 				return nil
 			}
 			w.recover, w.recovery = true, "" // a lost reply may have claimed entries for this consumer
+			w.redisWentAway()
 			w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 			continue
 		}

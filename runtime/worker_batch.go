@@ -248,6 +248,7 @@ func (w *worker) again(ctx context.Context, why string, err error) *batchCommit 
 		w.r.log.Warn(why, "node", w.u.node.name, "err", err)
 	}
 	w.recover, w.recovery = true, ""
+	w.redisWentAway() // what failed reads Redis
 	w.backoff.wait(ctx, w.r.clock, &w.r.jitter)
 	return nil
 }

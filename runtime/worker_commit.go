@@ -28,7 +28,7 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 	n := w.u.node
 	r := w.r
 	if err != nil {
-		w.held.Forget() // the batch's keys may be in the state, or not
+		w.redisWentAway() // and the batch's keys may be in the state, or not
 	}
 	if err != nil && c.timeBefore != nil {
 		w.time.Undo(c.timeBefore) // the batch processed meanwhile is given up (commitOverlapped)
