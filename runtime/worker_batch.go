@@ -142,7 +142,7 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool, committi
 }
 
 // loadHeldKeys starts loading the keys the partition's state holds (state.HeldKeys), when they
-// were not loaded in this lease, were forgotten, or filled their filter. The load runs beside the
+// were not loaded in this lease, were forgotten, or hold too many deleted keys. The load runs beside the
 // batches, which read the state as before until it is done; one that fails is tried again at a
 // later batch.
 func (w *worker) loadHeldKeys() {

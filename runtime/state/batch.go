@@ -138,8 +138,8 @@ func (b *Batch) Outcomes() (late, duplicates int64) {
 // keeps every other process from writing its state, so the values stay committed ones until the
 // batch commits its own writes, which Get reads first. A failed read is no error: Get then reads
 // each key when it is asked. A key that the partition's owner knows the state cannot hold
-// (HeldKeys) is not read, nor one of its own entries that the owner wrote. Called while no attempt of the batch runs: before its messages, and
-// before each round of its timers.
+// (HeldKeys) is not read, nor one of its own entries that the owner wrote. Called while no attempt
+// of the batch runs: before its messages, and before each round of its timers.
 func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	if b.fetched == nil {
 		b.fetched = make(map[string][]byte, len(keys))
