@@ -445,10 +445,11 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 		}
 		if res.Len() > 0 {
 			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Len())
-			// process counts itself as work: a wait inside it (a paused sink's probe) lets go of
-			// one count, which must then be all there is.
-			w.r.activity.add(-1)
-			if err := w.process(ctx, res.Batch, nil, nil); err != nil {
+			// The batch keeps the count: were it to drop to zero before the batch counts itself,
+			// a job's end test could run in between, find nothing pending, and end the job before
+			// the dead letters of the deleted entries are made. It is the batch's only count, so
+			// that a wait inside it (a paused sink's probe) lets go of all there is.
+			if err := w.processCounted(ctx, res.Batch, nil, nil); err != nil {
 				return err
 			}
 		} else {

@@ -42,15 +42,23 @@ func (w *worker) entryMessage(e redis.Entry, read bool) stages.Message {
 // decoded go to the dead-letter stream; messages that wait for a later retry go to the retry set;
 // messages abandoned by a shutdown stay where they were for another process.
 func (w *worker) process(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
+	w.r.activity.add(1)
+	return w.processCounted(ctx, b, due, badRetries)
+}
+
+// processCounted is process for a batch that its caller counted as work already, from before the
+// reply that brought it (reclaim).
+func (w *worker) processCounted(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
 	if w.time != nil {
 		w.time.Begin()
 	}
 	return w.processBegun(ctx, b, due, badRetries)
 }
 
-// processBegun is process once the batch's watermarks have begun (an idle turn moved them).
+// processBegun is processCounted once the batch's watermarks have begun (an idle turn moved them).
+// It lets go of the batch's count of work (activity) once the batch is committed: its caller added
+// it.
 func (w *worker) processBegun(ctx context.Context, b redis.Batch, due, badRetries []redis.Retry) error {
-	w.r.activity.add(1)
 	defer w.r.activity.add(-1)
 	c := w.prepare(ctx, b, due, badRetries, nil)
 	if c == nil {

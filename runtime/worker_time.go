@@ -189,6 +189,7 @@ func (w *worker) idleTurn(ctx context.Context) error {
 	if !changed && !w.timersDue && !w.tableWaits {
 		return nil
 	}
+	w.r.activity.add(1)
 	return w.processBegun(ctx, redis.Batch{}, nil, nil)
 }
 
