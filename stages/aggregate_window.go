@@ -170,6 +170,9 @@ func (s *aggregateStage) loadGroup(ctx context.Context, st State, group string) 
 	if err != nil || !found {
 		return nil, err
 	}
+	if g := s.groups.take(st.Partition(), groupPrefix+group, b); g != nil {
+		return g, nil
+	}
 	if g, ok := parseGroupState(b); ok {
 		return g, nil
 	}
@@ -211,60 +214,66 @@ func (s *aggregateStage) putGroup(ctx context.Context, st State, group string, g
 		}
 	}
 	slices.SortFunc(g.Windows, func(a, b openWindow) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.ID, b.ID)) })
-	return st.Put(ctx, groupPrefix+group, g.appendJSON(nil))
+	b := g.appendJSON(nil)
+	if err := st.Put(ctx, groupPrefix+group, b); err != nil {
+		return err
+	}
+	s.groups.keep(st.Partition(), groupPrefix+group, b, g)
+	return nil
 }
 
-// windowCache keeps the windows that the stage encoded last, each with the bytes it wrote, so that
-// the next message of a window whose state still holds those bytes takes the window as it is
-// instead of decoding its JSON again: a window is decoded once per process, not once per message.
-// The bytes are compared, so the cache cannot be out of date, whatever the state went through (a
-// failed attempt, another process); a window taken out is the taker's to change, and is kept again
-// only once written. A window is kept by its name, with its partition.
-type windowCache struct {
-	mu      sync.Mutex
-	windows map[string]cachedWindow
+// decodedCache keeps the state values (windows, groups' indexes) that the stage encoded last, each
+// with the bytes it wrote, so that the next message of a window or group whose state still holds
+// those bytes takes the value as it is instead of decoding its JSON again: a value is decoded once
+// per process, not once per message. The bytes are compared, so the cache cannot be out of date,
+// whatever the state went through (a failed attempt, another process); a value taken out is the
+// taker's to change, and is kept again only once written. A value is kept by its state key, with
+// its partition.
+type decodedCache[T any] struct {
+	mu     sync.Mutex
+	values map[string]cachedValue[T]
 }
 
-type cachedWindow struct {
+type cachedValue[T any] struct {
 	partition int
 	raw       []byte
-	w         *windowState
+	v         *T
 }
 
-// maxCachedWindows bounds the cache; past it, it starts again empty.
-const maxCachedWindows = 1 << 16
+// maxCachedValues bounds a cache; past it, it starts again empty.
+const maxCachedValues = 1 << 16
 
-// take returns the window that raw encodes, if the cache has it, and forgets it.
-func (c *windowCache) take(partition int, name string, raw []byte) *windowState {
+// take returns the value that raw encodes, if the cache has it, and forgets it.
+func (c *decodedCache[T]) take(partition int, name string, raw []byte) *T {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cw, ok := c.windows[name]
+	cv, ok := c.values[name]
 	if !ok {
 		return nil
 	}
-	delete(c.windows, name)
-	if cw.partition != partition || !bytes.Equal(cw.raw, raw) {
+	delete(c.values, name)
+	if cv.partition != partition || !bytes.Equal(cv.raw, raw) {
 		return nil
 	}
-	return cw.w
+	return cv.v
 }
 
-// keep remembers the window w that raw encodes, as written to the state.
-func (c *windowCache) keep(partition int, name string, raw []byte, w *windowState) {
+// keep remembers the value v that raw encodes, as written to the state.
+func (c *decodedCache[T]) keep(partition int, name string, raw []byte, v *T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.windows == nil || len(c.windows) >= maxCachedWindows {
-		c.windows = make(map[string]cachedWindow)
+	if c.values == nil || len(c.values) >= maxCachedValues {
+		c.values = make(map[string]cachedValue[T])
 	}
-	c.windows[name] = cachedWindow{partition: partition, raw: raw, w: w}
+	c.values[name] = cachedValue[T]{partition: partition, raw: raw, v: v}
 }
 
-// holds reports whether the cache has a window of that name, which is then most likely open: it
-// was written, and a window that closed is never written again.
-func (c *windowCache) holds(name string) bool {
+// holds reports whether the cache has a value of that name: for a window, most likely open (it
+// was written, and a window that closed is never written again).
+func (c *decodedCache[T]) holds(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.windows[name]
+	_, ok := c.values[name]
 	return ok
 }
 

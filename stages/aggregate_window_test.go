@@ -160,3 +160,43 @@ func TestWindowsKeepTimersOfTheirOwn(t *testing.T) {
 		wantWindows(t, "their timers", windows(t, outs, "n", "total"), "a [0, 1) n=1 total=1\nb [0, 1) n=1 total=2")
 	}
 }
+
+// TestDecodedCacheGivesOnlyWhatTheStateHolds: a value kept with the bytes written is taken back only
+// with those same bytes and partition, once; the state changed since (another process, a failed
+// attempt) or another partition's value of the name is decoded instead.
+func TestDecodedCacheGivesOnlyWhatTheStateHolds(t *testing.T) {
+	var c decodedCache[groupState]
+	g := &groupState{Windows: []openWindow{{ID: 1, Start: 0, End: 10}}}
+	raw := g.appendJSON(nil)
+	c.keep(0, "\x00g:u", raw, g)
+	if !c.holds("\x00g:u") {
+		t.Fatal("the cache does not hold what it kept")
+	}
+	if got := c.take(0, "\x00g:u", append([]byte(nil), raw...)); got != g {
+		t.Fatalf("the same bytes gave %v", got)
+	}
+	if got := c.take(0, "\x00g:u", raw); got != nil {
+		t.Errorf("a value taken out was given again: %v", got)
+	}
+
+	c.keep(0, "\x00g:u", raw, g)
+	changed := (&groupState{Windows: []openWindow{{ID: 2, Start: 10, End: 20}}}).appendJSON(nil)
+	if got := c.take(0, "\x00g:u", changed); got != nil {
+		t.Errorf("bytes the state holds since gave the kept value %v", got)
+	}
+	if got := c.take(0, "\x00g:u", raw); got != nil {
+		t.Errorf("a value whose bytes differed once was kept: %v", got)
+	}
+
+	c.keep(1, "\x00g:u", raw, g)
+	if got := c.take(0, "\x00g:u", raw); got != nil {
+		t.Errorf("partition 1's value was given for partition 0: %v", got)
+	}
+
+	for i := range maxCachedValues + 1 {
+		c.keep(0, strconv.Itoa(i), raw, g)
+	}
+	if n := len(c.values); n > maxCachedValues {
+		t.Errorf("the cache holds %d values, past its bound of %d", n, maxCachedValues)
+	}
+}

@@ -226,7 +226,8 @@ type aggregateStage struct {
 	onUpdate      bool
 	fields        []aggregateField
 	keys          keyLimit // max_keys: groups with open windows
-	decoded       windowCache
+	decoded       decodedCache[windowState]
+	groups        decodedCache[groupState] // the groups' indexes, as decoded likewise
 	// noArguments are the arguments of every message, read only, when no field has one (count()).
 	noArguments []any
 	// reads are the fields of a message that the stage's expressions read: the others are not
