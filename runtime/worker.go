@@ -424,8 +424,9 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 	n := w.u.node
 	start := "0-0"
 	for ctx.Err() == nil {
-		// The entries it takes are work from the reply on: those deleted while pending leave the
-		// pending list with it, and only this batch holds them until their dead letters commit.
+		// The entries it takes are work from the reply on, without a gap: those deleted while
+		// pending leave the pending list with it, and only this batch holds them until their dead
+		// letters commit (a job's end test that found nothing pending meanwhile would end the job).
 		w.r.activity.add(1)
 		res, err := w.r.rdb.Reclaim(ctx, redis.ReclaimArgs{
 			Stream: w.u.stream, Group: n.group, Consumer: w.r.opts.ProcessID, MinIdle: minIdle, Start: start,
@@ -445,10 +446,8 @@ func (w *worker) reclaim(ctx context.Context, minIdle time.Duration) error {
 		}
 		if res.Len() > 0 {
 			w.r.log.Info("took over pending entries", "node", n.name, "stream", w.u.stream, "entries", res.Len())
-			// The batch keeps the count: were it to drop to zero before the batch counts itself,
-			// a job's end test could run in between, find nothing pending, and end the job before
-			// the dead letters of the deleted entries are made. It is the batch's only count, so
-			// that a wait inside it (a paused sink's probe) lets go of all there is.
+			// The batch takes the count over (see above): it is the batch's only one, so that a
+			// wait inside it (a paused sink's probe) lets go of all there is.
 			if err := w.processCounted(ctx, res.Batch, nil, nil); err != nil {
 				return err
 			}

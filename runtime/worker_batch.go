@@ -94,8 +94,8 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	w.uncertain.readAgain(b)
 	c := &batchCommit{counts: newBatchCounts(w.u.node)}
 	total := b.Len() + len(due) + len(badRetries)
-	// One allocation each for the batch's outputs (most stages write one per input), acks and
-	// messages: the steady state allocates per batch, not per message.
+	// The batch's outputs (most stages write one per input) and acks reuse the memory of the last
+	// batch committed, and its messages that of the last batch: the steady state makes none afresh.
 	c.args = w.commitMemory(w.u.node.outputsPer(total), total)
 	var retryDone []redis.Retry
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
@@ -150,9 +150,9 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool, committi
 }
 
 // loadHeldKeys starts loading the keys the partition's state holds (state.HeldKeys), when they
-// were not loaded in this lease, were forgotten, or hold too many deleted keys. The load runs beside the
-// batches, which read the state as before until it is done; one that fails is tried again at a
-// later batch.
+// were not loaded in this lease, were forgotten, or hold too many deleted keys. The load runs
+// beside the batches, which read the state as before until it is done; one that fails is tried
+// again at a later batch.
 func (w *worker) loadHeldKeys() {
 	if !w.held.Wants() {
 		return
