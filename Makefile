@@ -147,6 +147,7 @@ fuzz:
 	$(GO) test ./stages -run '^$$' -fuzz '^FuzzPayloadCodec$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./stages -run '^$$' -fuzz '^FuzzFields$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/jsonscan -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runtime/state -run '^$$' -fuzz '^FuzzPackedRecord$$' -fuzztime $(FUZZTIME)
 
 # Regenerate the files derived from the languages' registries (packages flow and flow/testfile) and
 # the golden graphs.

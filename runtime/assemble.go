@@ -57,6 +57,7 @@ func (r *runner) addStage(s *flow.Stage) error {
 		h.stateful, impl = compiled.Processor, compiled.Processor
 		n.timers, n.fireAtEnd, n.absorbs = compiled.TimerHandler, compiled.FireAtEnd, compiled.Absorbs
 		n.prefetch, n.outputWatermark = compiled.StatePrefetcher, compiled.OutputWatermarker
+		n.packsKeys = compiled.PacksKeys
 		if compiled.TableTime != "" {
 			if n.tableTime = r.tableClock(compiled.TableTime); n.tableTime == nil {
 				return &ConfigError{"stage " + s.Name + ": no table " + compiled.TableTime + " to follow the watermark of"}

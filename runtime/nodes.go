@@ -46,6 +46,8 @@ type node struct {
 	// prefetch names the state keys of a batch's messages, to read them in one round trip
 	// (stages.StatePrefetcher); nil for kinds that cannot tell.
 	prefetch stages.StatePrefetcher
+	// packsKeys: the stage's keys are packed, and its workers keep them all (state.PackedKeys).
+	packsKeys bool
 	// outputWatermark says what the watermark of a kind's results is (stages.OutputWatermarker);
 	// nil for kinds that pass on the messages they read.
 	outputWatermark stages.OutputWatermarker

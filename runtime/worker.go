@@ -60,8 +60,11 @@ type worker struct {
 	committedState *state.Batch
 	// held is what a stateful stage knows of the keys its partition's state holds, for this
 	// lease (state.HeldKeys): loaded by a scan in the background (loads, ended with the worker
-	// by stopLoads), and kept by the worker's commits.
+	// by stopLoads), and kept by the worker's commits. A stage that packs its keys has packed
+	// instead (state.PackedKeys): all its keys, read before the first batch of the lease and
+	// again after a failed commit. Each is nil for the other.
 	held      *state.HeldKeys
+	packed    *state.PackedKeys
 	loads     conc.WaitGroup
 	loadCtx   context.Context
 	stopLoads context.CancelFunc
@@ -78,7 +81,11 @@ func newWorker(r *runner, u *unit, lease *redis.Lease) *worker {
 	case n.stateful:
 		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name),
 			Timers: r.keys.Timers(n.input.Name, u.partition, n.name), Holds: r.keys.Holds(n.input.Name, u.partition, n.name)}
-		w.held = state.NewHeldKeys()
+		if n.packsKeys {
+			w.packed = state.NewPackedKeys()
+		} else {
+			w.held = state.NewHeldKeys()
+		}
 	case w.time != nil && w.time.Measures() && n.input != nil:
 		// What it measures is kept in a state hash of its own (state.Watermarks.Resume).
 		w.stateKeys = state.Keys{Hash: r.keys.State(n.input.Name, u.partition, n.name)}
@@ -215,10 +222,13 @@ func (w *worker) readFailed(ctx context.Context, err error) bool {
 	return true
 }
 
-// redisWentAway forgets what the worker knows of its partition's state (state.HeldKeys) when a
-// command failed: Redis may have restarted and lost its last writes (the last second of an
-// append-only file), which the worker would still take for the state's.
-func (w *worker) redisWentAway() { w.held.Forget() }
+// redisWentAway forgets what the worker knows of its partition's state (state.HeldKeys,
+// state.PackedKeys) when a command failed: Redis may have restarted and lost its last writes (the
+// last second of an append-only file), which the worker would still take for the state's.
+func (w *worker) redisWentAway() {
+	w.held.Forget()
+	w.packed.Forget()
+}
 
 // reclaimIdle takes over what another consumer left pending, once it has been idle long enough
 // that nobody is still working on it: a dead consumer of a partition without leases, or a process

@@ -101,7 +101,7 @@ func (w *worker) prepare(ctx context.Context, b redis.Batch, due, badRetries []r
 	w.deadLetterUnreadable(c, b, badRetries, &retryDone)
 	msgs := w.messagesOf(b, due)
 	if err := w.beginState(c, msgs, b.Len() > 0, committing); err != nil {
-		return w.again(ctx, "reading the watermark failed; the batch will be processed again", err)
+		return w.again(ctx, "reading the watermark or the state's keys failed; the batch will be processed again", err)
 	}
 	retries := w.processMessages(ctx, c, msgs, &retryDone)
 	if !c.abandoned {
@@ -134,7 +134,10 @@ func (w *worker) beginState(c *batchCommit, msgs []*message, read bool, committi
 	if c.state, w.committedState = w.committedState, nil; c.state != nil {
 		c.state.Reuse()
 	} else {
-		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition, w.held)
+		c.state = state.NewBatch(w.r.rdb, w.stateKeys, w.u.partition, w.held, w.packed)
+	}
+	if err := w.packed.Load(hard, w.r.rdb, w.stateKeys.Hash); err != nil {
+		return err
 	}
 	w.loadHeldKeys()
 	if committing != nil {

@@ -71,6 +71,7 @@ func (w *worker) committed(ctx context.Context, c *batchCommit, err error) error
 	}
 	if c.args.State != nil {
 		w.held.Committed(c.args.State.Set, c.args.State.Delete)
+		c.state.Committed()
 	}
 	w.committedState = c.state // written: the next batch may reuse its memory
 	w.keepCommitMemory(c)

@@ -264,6 +264,12 @@ type StatefulStage struct {
 	// StatePrefetcher names the state keys a batch's messages will read, to read them at once;
 	// nil: Process's reads go one by one.
 	StatePrefetcher StatePrefetcher
+	// PacksKeys says that the partition's owner keeps the stage's keys and their values in memory,
+	// and that a batch's commit writes the keys it set and deleted as one record (a field of the
+	// state hash) rather than a field each: for a kind whose messages mostly bring new keys of small
+	// values that it forgets in time (dedupe). The owner reads every record when it takes the
+	// partition (docs/design/state.md). The state's own entries (KeyCountKey) stay fields.
+	PacksKeys bool
 	// OutputWatermarker says how late the stage's results can be, for a kind whose outputs are
 	// results of its own (flow.Kind.Results, which it then sets too); nil for a kind that passes
 	// on the messages it read, and with them its input's watermark.

@@ -46,6 +46,10 @@ type Batch struct {
 	partition int
 	// held knows which keys the committed state cannot hold: those are not read.
 	held *HeldKeys
+	// packed holds the keys of a stage that packs them (PackedKeys), nil for another; packedWrite
+	// is what the batch's commit writes of them.
+	packed      *PackedKeys
+	packedWrite packedWrite
 
 	mu      sync.Mutex // the lanes of a batch would write concurrently (the stateful ones do not)
 	set     map[string][]byte
@@ -80,9 +84,9 @@ type Batch struct {
 }
 
 // NewBatch starts the state of a batch on a partition, whose owner knows of its keys what held
-// does (nil: nothing).
-func NewBatch(store Store, keys Keys, partition int, held *HeldKeys) *Batch {
-	return &Batch{store: store, keys: keys, partition: partition, held: held}
+// does (nil: nothing), and keeps them all in packed for a stage that packs them (nil for another).
+func NewBatch(store Store, keys Keys, partition int, held *HeldKeys, packed *PackedKeys) *Batch {
+	return &Batch{store: store, keys: keys, partition: partition, held: held, packed: packed}
 }
 
 // Reuse empties a committed batch for the next batch of its partition, keeping its maps' memory:
@@ -104,6 +108,7 @@ func (b *Batch) Reuse() *Batch {
 	b.committing = nil
 	b.watermark, b.moved = 0, false
 	b.late, b.duplicates = 0, 0
+	b.packedWrite = packedWrite{}
 	return b
 }
 
@@ -138,8 +143,9 @@ func (b *Batch) Outcomes() (late, duplicates int64) {
 // keeps every other process from writing its state, so the values stay committed ones until the
 // batch commits its own writes, which Get reads first. A failed read is no error: Get then reads
 // each key when it is asked. A key that the partition's owner knows the state cannot hold
-// (HeldKeys) is not read, nor one of its own entries that the owner wrote. Called while no attempt
-// of the batch runs: before its messages, and before each round of its timers.
+// (HeldKeys) is not read, nor one of its own entries that the owner wrote; a stage that packs its
+// keys reads none, but takes them from its owner's (PackedKeys). Called while no attempt of the
+// batch runs: before its messages, and before each round of its timers.
 func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	if b.fetched == nil {
 		b.fetched = make(map[string][]byte, len(keys))
@@ -147,6 +153,10 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	// Each key once, and none read ahead already: a batch names a busy group's keys many times.
 	// A key goes into fetched as it is taken (a map is cheaper than sorting the names), and out
 	// again if the read fails.
+	if b.packed != nil {
+		b.packed.lookAhead(keys, b.fetched) // its owner holds them all
+		return
+	}
 	wanted := keys[:0]
 	for _, k := range keys {
 		if b.committing.wrote(k) {
@@ -215,11 +225,15 @@ func (b *Batch) Writes() *redis.StateWrites {
 	}
 	w := &redis.StateWrites{Key: b.keys.Hash, TimersKey: b.keys.Timers, HoldsKey: b.keys.Holds, Set: b.set,
 		Timers: b.timerAt, Holds: b.holdAt}
+	if b.packed != nil {
+		b.pack(w)
+	} else {
+		for k := range b.del {
+			w.Delete = append(w.Delete, k)
+		}
+	}
 	if b.moved {
 		w.Set = put(w.Set, redis.WatermarkField, []byte(strconv.FormatInt(b.watermark, 10)))
-	}
-	for k := range b.del {
-		w.Delete = append(w.Delete, k)
 	}
 	for k := range b.cancel {
 		w.Cancel = append(w.Cancel, k)
@@ -228,6 +242,37 @@ func (b *Batch) Writes() *redis.StateWrites {
 		w.Release = append(w.Release, k)
 	}
 	return w
+}
+
+// pack makes w's keys set and deleted those of a stage that packs its keys: the keys go into a
+// record, and the state's own entries into fields, as for another stage. b.set keeps them all: the
+// batch after this one reads them there while this one commits (Over), and Committed takes them.
+func (b *Batch) pack(w *redis.StateWrites) {
+	b.packedWrite = b.packed.write(b.set, b.del)
+	w.Set = map[string][]byte{}
+	for k, v := range b.set {
+		if isOwnEntry(k) {
+			w.Set[k] = v
+		}
+	}
+	if b.packedWrite.record > 0 {
+		w.Set[recordField(b.packedWrite.record)] = b.packedWrite.value
+	}
+	for k := range b.del {
+		if isOwnEntry(k) {
+			w.Delete = append(w.Delete, k)
+		}
+	}
+	w.Delete = append(w.Delete, b.packedWrite.deletes...)
+}
+
+// Committed tells the batch that its commit ended well: the owner's packed keys take in what it
+// wrote (PackedKeys). Nothing for a stage that does not pack its keys.
+func (b *Batch) Committed() {
+	if b == nil || b.packed == nil {
+		return
+	}
+	b.packed.committed(b.packedWrite, b.del)
 }
 
 // LoadWatermark reads the partition's own watermark as committed (redis.WatermarkField), in Unix
@@ -570,6 +615,9 @@ func (a *Attempt) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		return v, set, nil
 	case fetched:
 		return ahead, ahead != nil, nil
+	case b.packed != nil:
+		v, found := b.packed.get(key)
+		return v, found, nil
 	}
 	if v, own := b.held.Own(key); own {
 		return v, true, nil

@@ -38,7 +38,7 @@ func BenchmarkBatchDedupeMessage(b *testing.B) {
 	b.ResetTimer()
 	for start := 0; start < b.N; start += batch {
 		n := min(batch, b.N-start)
-		st := NewBatch(storeOfNothing{}, Keys{Hash: "h", Timers: "t"}, 0, nil)
+		st := NewBatch(storeOfNothing{}, Keys{Hash: "h", Timers: "t"}, 0, nil, nil)
 		keys = keys[:0]
 		for i := range n {
 			keys = append(keys, ids[(start+i)%len(ids)], stages.KeyCountKey)

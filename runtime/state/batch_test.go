@@ -36,7 +36,7 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 	if err := c.Universal().HSet(ctx, "state", "a", "1", "b", "2").Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := NewBatch(c, Keys{Hash: "state"}, 0, nil)
+	b := NewBatch(c, Keys{Hash: "state"}, 0, nil, nil)
 	before := srv.CommandCount()
 	b.Prefetch(ctx, []string{"a", "b", "c", "a"})
 	read := func(key string) (string, bool) {
@@ -71,7 +71,7 @@ func TestPrefetchReadsABatchsKeysAtOnce(t *testing.T) {
 // own entries that begin with a NUL byte (stages.KeyCountKey) are theirs to write.
 func TestStateRefusesTheRuntimesFields(t *testing.T) {
 	ctx := context.Background()
-	a := NewBatch(nil, Keys{}, 0, nil).Attempt(0)
+	a := NewBatch(nil, Keys{}, 0, nil, nil).Attempt(0)
 	if err := a.Put(ctx, redis.WatermarkField, []byte("0")); !stages.IsPermanent(err) {
 		t.Errorf("Put of the runtime's field: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestDueTimersPageOnPastFired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := NewBatch(c, Keys{Hash: "state", Timers: "timers"}, 0, nil)
+	b := NewBatch(c, Keys{Hash: "state", Timers: "timers"}, 0, nil, nil)
 	fired := map[string]bool{}
 	var order []string
 	for page := 0; page < 10; page++ {
@@ -132,7 +132,7 @@ func TestDueTimersPageOnPastFired(t *testing.T) {
 // only the batch's writes, none of the finished attempt's own, nor its outcomes.
 func TestAnAttemptReusedStartsEmpty(t *testing.T) {
 	ctx := context.Background()
-	b := NewBatch(nil, Keys{}, 0, nil)
+	b := NewBatch(nil, Keys{}, 0, nil, nil)
 	a := b.Attempt(0)
 	if err := a.Put(ctx, "a", []byte("1")); err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestAnAttemptReusedStartsEmpty(t *testing.T) {
 func TestTimerMembersShareATimer(t *testing.T) {
 	_, c := open(t)
 	ctx := context.Background()
-	b := NewBatch(c, Keys{Hash: "state", Timers: "timers", Holds: "holds"}, 0, nil)
+	b := NewBatch(c, Keys{Hash: "state", Timers: "timers", Holds: "holds"}, 0, nil, nil)
 	add := func(join bool, adds ...any) {
 		a := b.Attempt(0)
 		for i := 0; i < len(adds); i += 2 {
@@ -220,7 +220,7 @@ func TestTimerMembersShareATimer(t *testing.T) {
 // caller's later change to its value nor an append to another copy reaches it.
 func TestPutCopiesSmallValuesTogether(t *testing.T) {
 	ctx := context.Background()
-	b := NewBatch(storeOfNothing{}, Keys{Hash: "h"}, 0, nil)
+	b := NewBatch(storeOfNothing{}, Keys{Hash: "h"}, 0, nil, nil)
 	a := b.Attempt(0)
 	value := []byte("1764478823000")
 	if n := testing.AllocsPerRun(100, func() { _ = a.Put(ctx, "k", value) }); n >= 1 {
@@ -266,7 +266,7 @@ func TestABatchOverACommitReadsTheSameEitherWay(t *testing.T) {
 				goredis.Z{Score: 30, Member: "t3"}).Err())
 			must(rdb.ZAdd(ctx, "holds", goredis.Z{Score: 5, Member: "h1"}, goredis.Z{Score: 15, Member: "h2"}).Err())
 
-			before := NewBatch(c, keys, 0, nil)
+			before := NewBatch(c, keys, 0, nil, nil)
 			a := before.Attempt(0)
 			must(a.Put(ctx, "a", []byte("10")))
 			must(a.Delete(ctx, "b"))
@@ -293,7 +293,7 @@ func TestABatchOverACommitReadsTheSameEitherWay(t *testing.T) {
 				must(rdb.ZRem(ctx, "holds", "h1").Err())
 			}
 
-			b := NewBatch(c, keys, 0, nil)
+			b := NewBatch(c, keys, 0, nil, nil)
 			b.Over(before)
 			b.Prefetch(ctx, []string{"a", "b", "c", "d"})
 			get := func(key string) string {

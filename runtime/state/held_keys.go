@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // A batch reads ahead the state keys its messages will read (Batch.Prefetch). For a kind whose
@@ -112,6 +114,9 @@ func (h *HeldKeys) Committed(set map[string][]byte, deleted []string) {
 		}
 	}
 	for k, v := range set {
+		if strings.HasPrefix(k, redis.PackedKeysField) {
+			continue // a record of keys (PackedKeys), which no batch reads
+		}
 		if isOwnEntry(k) {
 			if h.own == nil {
 				h.own = map[string][]byte{}
@@ -161,9 +166,9 @@ func (h *HeldKeys) Wants() bool {
 	return true
 }
 
-// KeyStore is what Load reads: the keys of a state hash. *redis.Client is one.
+// KeyStore is what Load reads: the fields of a state hash. *redis.Client is one.
 type KeyStore interface {
-	ScanStateKeys(ctx context.Context, hash string, cursor uint64, count int64) ([]string, uint64, error)
+	ScanState(ctx context.Context, hash string, cursor uint64, count int64) ([]redis.StateEntry, uint64, error)
 }
 
 // Load reads every key of hash into a new set, which then replaces the one in use, if any: the
@@ -182,14 +187,14 @@ func (h *HeldKeys) Load(ctx context.Context, store KeyStore, hash string) error 
 	h.mu.Unlock()
 	var cursor uint64
 	for {
-		keys, next, err := store.ScanStateKeys(ctx, hash, cursor, scanPage)
+		entries, next, err := store.ScanState(ctx, hash, cursor, scanPage)
 		if err != nil {
 			h.drop(f)
 			return err
 		}
-		fps := make([]uint64, len(keys))
-		for i, k := range keys {
-			fps[i] = maphash.String(h.seed, k)
+		fps := make([]uint64, len(entries))
+		for i, e := range entries {
+			fps[i] = maphash.String(h.seed, e.Key)
 		}
 		h.mu.Lock()
 		if h.next != f {

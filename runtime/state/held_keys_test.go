@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	redis "github.com/flowrun/flowrun/transport/redis"
 )
 
 // TestKnownAbsentKeysAreNotRead: once the keys of the state are loaded, a batch reads ahead only
@@ -29,7 +31,7 @@ func TestKnownAbsentKeysAreNotRead(t *testing.T) {
 		t.Fatal("loaded keys want loading again")
 	}
 
-	b := NewBatch(c, Keys{Hash: "state"}, 0, held)
+	b := NewBatch(c, Keys{Hash: "state"}, 0, held, nil)
 	before := srv.CommandCount()
 	b.Prefetch(ctx, []string{"x", "y"})
 	if n := srv.CommandCount() - before; n != 0 {
@@ -60,7 +62,7 @@ func TestKnownAbsentKeysAreNotRead(t *testing.T) {
 	// a commit of unknown outcome.
 	count := "\x00keys"
 	held.Committed(map[string][]byte{count: []byte("2")}, nil)
-	b = NewBatch(c, Keys{Hash: "state"}, 0, held)
+	b = NewBatch(c, Keys{Hash: "state"}, 0, held, nil)
 	before = srv.CommandCount()
 	b.Prefetch(ctx, []string{count})
 	if v, found, err := b.Attempt(0).Get(ctx, count); err != nil || !found || string(v) != "2" {
@@ -210,7 +212,7 @@ type pagedKeys struct {
 	scanning []string
 }
 
-func (s *pagedKeys) ScanStateKeys(_ context.Context, _ string, cursor uint64, count int64) ([]string, uint64, error) {
+func (s *pagedKeys) ScanState(_ context.Context, _ string, cursor uint64, count int64) ([]redis.StateEntry, uint64, error) {
 	if s.fail != nil {
 		return nil, 0, s.fail
 	}
@@ -225,7 +227,11 @@ func (s *pagedKeys) ScanStateKeys(_ context.Context, _ string, cursor uint64, co
 	if end == uint64(len(s.scanning)) {
 		next = 0
 	}
-	return s.scanning[cursor:end], next, nil
+	var page []redis.StateEntry
+	for _, k := range s.scanning[cursor:end] {
+		page = append(page, redis.StateEntry{Key: k})
+	}
+	return page, next, nil
 }
 
 // TestKeySetHasWhatWasAdded: the table of hashes has every hash added (0 included) as it grows,

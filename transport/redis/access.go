@@ -362,7 +362,7 @@ func (a *Access) StatePartitions(who, record string, hashes, timers []string) {
 	a.add(who, record, 1, "set", record, "1")
 	for i := range hashes {
 		a.add(who, timers[i], 1, "zcard", timers[i])
-		a.add(who, hashes[i], 1, "hscan", hashes[i], "0", "match", kindFields, "count", "100")
+		a.add(who, hashes[i], 1, "hscan", hashes[i], "0", "count", "100")
 	}
 }
 
@@ -377,7 +377,7 @@ func (a *Access) StateFingerprint(who, record string, state []string) {
 }
 
 // State adds what a stateful stage's unit sends on its partition's state hash and timer set: the
-// reads (ReadState, ReadStates, ScanStateKeys, ReadWatermarks, DueTimers), and the
+// reads (ReadState, ReadStates, ScanState, ReadWatermarks, DueTimers), and the
 // checks and writes that the settle script makes (Settle with the same keys).
 func (a *Access) State(who, hash, timers string) {
 	a.add(who, hash, 1, "type", hash)

@@ -143,19 +143,24 @@ func (c *Client) ReadStates(ctx context.Context, hash string, keys []string) ([]
 	return out, nil
 }
 
-// ScanStateKeys returns a page of the keys of a state hash from cursor on (HSCAN, about count at a
-// time), and the cursor of the next page: 0 after the last. A scan from 0 to 0 returns every key
-// that the hash held throughout, and may return some twice.
-func (c *Client) ScanStateKeys(ctx context.Context, hash string, cursor uint64, count int64) ([]string, uint64, error) {
+// StateEntry is a field of a state hash and its value.
+type StateEntry struct {
+	Key, Value string
+}
+
+// ScanState returns a page of the fields of a state hash from cursor on, with their values (HSCAN,
+// about count at a time), and the cursor of the next page: 0 after the last. A scan from 0 to 0
+// returns every field that the hash held throughout, and may return some twice.
+func (c *Client) ScanState(ctx context.Context, hash string, cursor uint64, count int64) ([]StateEntry, uint64, error) {
 	pairs, next, err := c.rdb.HScan(ctx, hash, cursor, "", count).Result()
 	if err != nil {
 		return nil, 0, wrap(classify(err), "reading state in", hash)
 	}
-	keys := pairs[:0]
-	for i := 0; i+1 < len(pairs); i += 2 { // field, value: HSCAN NOVALUES needs Redis 7.4
-		keys = append(keys, pairs[i])
+	entries := make([]StateEntry, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		entries = append(entries, StateEntry{Key: pairs[i], Value: pairs[i+1]})
 	}
-	return keys, next, nil
+	return entries, next, nil
 }
 
 // ReadStatesOf returns the values of keys[i] in the state hash hashes[i], for every i, in one
@@ -187,6 +192,11 @@ func (c *Client) ReadStatesOf(ctx context.Context, hashes []string, keys [][]str
 // WatermarkField is the field of a state hash (StateWrites.Key) that holds the partition's
 // watermark, in Unix ms: the fields that begin with a NUL byte are the runtime's, not the kind's.
 const WatermarkField = "\x00watermark"
+
+// PackedKeysField begins the name of each field of a state hash that holds a batch's keys of a kind
+// whose owner keeps its keys in memory (a dedupe's): the field is PackedKeysField and the record's
+// number in decimal, and its value the keys the batch set and deleted (docs/redis-keys.md).
+const PackedKeysField = "\x00packed:"
 
 // MeasuredField is the field of a unit's state hash that holds the watermarks that a unit which
 // measures its input (nothing of the pipeline writes it) has measured, as of its last commit, so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -41,8 +42,9 @@ func (c *Client) RecordPartitions(ctx context.Context, key string, partitions in
 
 // StateHeld reports, for each partition's state hash and timer set (hashes[i] and timers[i]),
 // whether it holds state: a timer, or a field of the hash other than flowrun's own, whose names
-// begin with a NUL byte (the watermark, the idle mark, a kind's count of its keys). Each command is
-// on one key; a hash is scanned (HSCAN) only up to its first such field.
+// begin with a NUL byte (the watermark, the idle mark, a kind's count of its keys), but for a
+// record of keys. Each command is on one key; a hash is scanned (HSCAN) only up to its first such
+// field.
 func (c *Client) StateHeld(ctx context.Context, hashes, timers []string) ([]bool, error) {
 	pipe := c.rdb.Pipeline()
 	cards := make([]*goredis.IntCmd, len(timers))
@@ -66,19 +68,19 @@ func (c *Client) StateHeld(ctx context.Context, hashes, timers []string) ([]bool
 	return held, nil
 }
 
-// kindFields matches the fields of a state hash that are not flowrun's own.
-const kindFields = "[^\x00]*"
-
-// hasKindFields reports whether a state hash has a field that is not flowrun's own.
+// hasKindFields reports whether a state hash has a field that is not flowrun's own, or a record of
+// keys (PackedKeysField), which holds a kind's keys.
 func (c *Client) hasKindFields(ctx context.Context, hash string) (bool, error) {
 	var cursor uint64
 	for {
-		fields, next, err := c.rdb.HScan(ctx, hash, cursor, kindFields, 100).Result()
+		pairs, next, err := c.rdb.HScan(ctx, hash, cursor, "", 100).Result()
 		if err != nil {
 			return false, wrap(classify(err), "reading state", hash)
 		}
-		if len(fields) > 0 {
-			return true, nil
+		for i := 0; i < len(pairs); i += 2 { // field, value
+			if !strings.HasPrefix(pairs[i], "\x00") || strings.HasPrefix(pairs[i], PackedKeysField) {
+				return true, nil
+			}
 		}
 		if cursor = next; cursor == 0 {
 			return false, nil

@@ -24,11 +24,12 @@ func TestStatePartitionsAndHeldState(t *testing.T) {
 			t.Fatalf("the record: %d, %v, %v; want 3", n, found, err)
 		}
 
-		hashes := []string{k.State("in", 0, "count"), k.State("in", 1, "count"), k.State("in", 2, "count"), k.State("in", 3, "count")}
-		timers := []string{k.Timers("in", 0, "count"), k.Timers("in", 1, "count"), k.Timers("in", 2, "count"), k.Timers("in", 3, "count")}
+		hashes := []string{k.State("in", 0, "count"), k.State("in", 1, "count"), k.State("in", 2, "count"), k.State("in", 3, "count"), k.State("in", 4, "count")}
+		timers := []string{k.Timers("in", 0, "count"), k.Timers("in", 1, "count"), k.Timers("in", 2, "count"), k.Timers("in", 3, "count"), k.Timers("in", 4, "count")}
 		u := c.Universal()
 		// 0: keys of the kind besides flowrun's own fields; 1: only flowrun's own fields (a drained
-		// aggregate's: its watermark, idle mark and count of keys, 0); 2: a timer alone; 3: nothing.
+		// aggregate's: its watermark, idle mark and count of keys, 0); 2: a timer alone; 3: nothing;
+		// 4: a record of keys (a dedupe's, whose timers fired) beside flowrun's own fields.
 		if err := u.HSet(ctx, hashes[0], WatermarkField, "1000", "\x00keys", "1", "a", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -38,11 +39,14 @@ func TestStatePartitionsAndHeldState(t *testing.T) {
 		if err := u.ZAdd(ctx, timers[2], goredis.Z{Score: 60_000, Member: "close:a"}).Err(); err != nil {
 			t.Fatal(err)
 		}
+		if err := u.HSet(ctx, hashes[4], WatermarkField, "1000", "\x00keys", "1", PackedKeysField+"7", "+\x01a\x011").Err(); err != nil {
+			t.Fatal(err)
+		}
 		held, err := c.StateHeld(ctx, hashes, timers)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []bool{true, false, true, false}; !slices.Equal(held, want) {
+		if want := []bool{true, false, true, false, true}; !slices.Equal(held, want) {
 			t.Errorf("StateHeld = %v, want %v", held, want)
 		}
 	})
