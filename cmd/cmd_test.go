@@ -136,17 +136,19 @@ sink "b" {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	perKey := stages.DedupeBytesPerKey(stages.DedupeAssumedKeyLength)
+	inProcess := stages.DedupeProcessBytesPerKey(stages.DedupeAssumedKeyLength)
 	want := []stateEstimate{
 		{Stage: "bounded", Kind: "dedupe", Partitions: 3, BytesPerKey: perKey, KeyBytes: stages.DedupeAssumedKeyLength,
-			Formula: stages.DedupeBytesPerKeyFormula, MaxKeys: 1000, MaxBytesPerPartition: 1000 * perKey, MaxBytes: 3000 * perKey},
+			Formula: stages.DedupeBytesPerKeyFormula, MaxKeys: 1000, MaxBytesPerPartition: 1000 * perKey, MaxBytes: 3000 * perKey,
+			ProcessBytesPerKey: inProcess, ProcessFormula: stages.DedupeProcessBytesPerKeyFormula, MaxProcessBytesPerPartition: 1000 * inProcess},
 		{Stage: "unbounded", Kind: "dedupe", Partitions: 3, BytesPerKey: perKey, KeyBytes: stages.DedupeAssumedKeyLength,
-			Formula: stages.DedupeBytesPerKeyFormula},
+			Formula: stages.DedupeBytesPerKeyFormula, ProcessBytesPerKey: inProcess, ProcessFormula: stages.DedupeProcessBytesPerKeyFormula},
 	}
 	if got := report.Pipelines[0].State; !reflect.DeepEqual(got, want) {
 		t.Fatalf("state estimates:\n%+v\nwant\n%+v", got, want)
 	}
-	if perKey != 252 || !strings.Contains(out, `"max_bytes": 756000`) {
-		t.Fatalf("a 36-byte key takes 180 + 2 * 36 bytes, 1000 of them in 3 partitions 756000:\n%s", out)
+	if perKey != 192 || !strings.Contains(out, `"max_bytes": 576000`) || inProcess != 107 {
+		t.Fatalf("a 36-byte key takes 120 + 2 * 36 bytes in Redis, 1000 of them in 3 partitions 576000, and 71 + 36 in the process:\n%s", out)
 	}
 }
 

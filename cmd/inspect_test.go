@@ -385,8 +385,9 @@ sink "out" {
 	keys := int64(0)
 	for _, s := range r.State {
 		// Each key is remembered for 5 minutes of event time; a pair comes every minute, so a
-		// partition remembers the keys of its last few minutes, each with its timer.
-		if s.Stage != "once" || s.Watermark == "" || s.Keys == 0 || s.Timers != s.Keys || s.Entries != s.Keys || s.MaxKeys != 100 || s.Bytes <= 0 {
+		// partition remembers the keys of its last few minutes, each with its timer, in records of
+		// the keys of a batch each (entries).
+		if s.Stage != "once" || s.Watermark == "" || s.Keys == 0 || s.Timers != s.Keys || s.Entries < 1 || s.Entries > s.Keys || s.MaxKeys != 100 || s.Bytes <= 0 {
 			t.Errorf("partition %d: %+v", s.Partition, s)
 		}
 		keys += s.Keys

@@ -102,7 +102,7 @@ type validatedPipeline struct {
 	Name  string   `json:"name,omitempty"`
 	Valid bool     `json:"valid"`
 	Tests []string `json:"tests,omitempty"` // the test files checked with it
-	// State estimates the Redis memory of the state of its dedupe stages.
+	// State estimates the memory of the state of its dedupe stages, in Redis and in the processes.
 	State []stateEstimate `json:"state,omitempty"`
 	// Watermarks say how each stateful stage's input gets its watermarks (flow.WatermarkRule).
 	Watermarks []flow.WatermarkRule `json:"watermarks,omitempty"`
@@ -110,7 +110,8 @@ type validatedPipeline struct {
 
 // stateEstimate is what a dedupe stage's state takes in Redis, estimated from the pipeline alone:
 // per remembered key (stages.DedupeBytesPerKey, for keys of an assumed length, since their length
-// is the data's) and, with max_keys, at most per partition and in all.
+// is the data's) and, with max_keys, at most per partition and in all; and what it takes in the
+// memory of the process that owns a partition (stages.DedupeProcessBytesPerKey).
 type stateEstimate struct {
 	Stage       string `json:"stage"`
 	Kind        string `json:"kind"`
@@ -122,6 +123,11 @@ type stateEstimate struct {
 	// MaxBytesPerPartition is max_keys keys' bytes; MaxBytes that for every partition.
 	MaxBytesPerPartition int64 `json:"max_bytes_per_partition,omitempty"`
 	MaxBytes             int64 `json:"max_bytes,omitempty"`
+	// ProcessBytesPerKey is a remembered key's bytes in the memory of the partition's owner, and
+	// MaxProcessBytesPerPartition max_keys keys'.
+	ProcessBytesPerKey          int64  `json:"process_bytes_per_key"`
+	ProcessFormula              string `json:"process_formula"`
+	MaxProcessBytesPerPartition int64  `json:"max_process_bytes_per_partition,omitempty"`
 }
 
 func estimateState(p *flow.Plan) []stateEstimate {
@@ -134,10 +140,13 @@ func estimateState(p *flow.Plan) []stateEstimate {
 			Stage: s.Name, Kind: s.Kind, Partitions: s.Input.Partitions,
 			BytesPerKey: stages.DedupeBytesPerKey(stages.DedupeAssumedKeyLength), KeyBytes: stages.DedupeAssumedKeyLength,
 			Formula: stages.DedupeBytesPerKeyFormula, MaxKeys: stages.MaxKeys(s),
+			ProcessBytesPerKey: stages.DedupeProcessBytesPerKey(stages.DedupeAssumedKeyLength),
+			ProcessFormula:     stages.DedupeProcessBytesPerKeyFormula,
 		}
 		if e.MaxKeys > 0 {
 			e.MaxBytesPerPartition = e.MaxKeys * e.BytesPerKey
 			e.MaxBytes = e.MaxBytesPerPartition * int64(e.Partitions)
+			e.MaxProcessBytesPerPartition = e.MaxKeys * e.ProcessBytesPerKey
 		}
 		out = append(out, e)
 	}

@@ -66,7 +66,8 @@ func init() {
 			d.reads = fieldsRead(d.key, d.eventTime)
 			d.duplicates, _ = s.Config.TopicOrChoice(dedupeFieldDuplicates)
 			// Its timers forget keys: they do not fire at a job's end, and stay for the next run.
-			return StatefulStage{Processor: d, TimerHandler: d, StatePrefetcher: d}, nil
+			// Its keys are packed: a field per new key cost Redis as much as an output's XADD.
+			return StatefulStage{Processor: d, TimerHandler: d, StatePrefetcher: d, PacksKeys: true}, nil
 		},
 	})
 }
@@ -198,17 +199,17 @@ func absDuration(d time.Duration) time.Duration {
 	return d
 }
 
-// The memory of a dedupe stage's state, for flowrun validate --json. Each remembered key is a field
-// of the state hash (the key, and its first event time in 13 digits) and a member of the timer set
-// ("key:" and the key, scored by its due time) or, where the first messages of several keys in a
-// batch came at the same time (to the millisecond), a part of the one member they share (the key and
-// its length, TimerGroupName). Measured with MEMORY USAGE on Redis 7.0 (jemalloc), a partition of
-// more than 128 keys of their own times, whose hash and sorted set are then a hash table and a skip
-// list, takes about 180 bytes per key besides twice the key's length; a smaller one (listpacks), or
-// keys that share timers, take less. The keys' length is the pipeline's data, unknown to the
-// estimate: it assumes a UUID's.
+// The memory of a dedupe stage's state, for flowrun validate --json. Each remembered key is a
+// member of the timer set ("key:" and the key, scored by its due time) or, where the first messages
+// of several keys in a batch came at the same time (to the millisecond), a part of the one member
+// they share (the key and its length, TimerGroupName); and it is in a record of keys, with its first
+// event time in 13 digits and their lengths (state.PackedKeys). Measured with MEMORY USAGE on
+// Redis 7.0 (jemalloc), a partition of more than 128 keys of their own times, whose sorted set is
+// then a skip list, takes about 120 bytes per key besides twice the key's length; keys that share
+// timers take less. The keys' length is the pipeline's data, unknown to the estimate: it assumes a
+// UUID's. The owner of the partition holds the keys in its memory too (DedupeProcessBytesPerKey).
 const (
-	dedupeBytesPerKeyBase  = 180
+	dedupeBytesPerKeyBase  = 120
 	DedupeAssumedKeyLength = 36
 )
 
@@ -216,7 +217,17 @@ const (
 // remembered key of keyLength bytes (DedupeBytesPerKeyFormula).
 func DedupeBytesPerKey(keyLength int) int64 { return dedupeBytesPerKeyBase + 2*int64(keyLength) }
 
+// DedupeProcessBytesPerKey estimates the bytes of memory that the owner of a dedupe stage's
+// partition takes per remembered key of keyLength bytes: the key's entry in a record, as in Redis
+// (its length and 16 for the time and the lengths), and its place in the map that finds it, 35 to 55
+// bytes as the map grows (measured at 100,000 and a million keys: state.PackedKeys).
+func DedupeProcessBytesPerKey(keyLength int) int64 { return 55 + 16 + int64(keyLength) }
+
 // DedupeBytesPerKeyFormula is DedupeBytesPerKey in words, for flowrun validate --json.
-const DedupeBytesPerKeyFormula = "180 + 2 * the key's length in bytes, per remembered key: a field of the state hash and a " +
-	"member of the timer set, as Redis 7 stores them past 128 keys a partition (fewer take less, and so do keys " +
-	"whose first messages share a time, which share a timer)"
+const DedupeBytesPerKeyFormula = "120 + 2 * the key's length in bytes, per remembered key: a member of the timer set, " +
+	"as Redis 7 stores them past 128 keys a partition, and the key in a record of keys (keys whose first messages " +
+	"share a time share a timer, and take less)"
+
+// DedupeProcessBytesPerKeyFormula is DedupeProcessBytesPerKey in words, for flowrun validate --json.
+const DedupeProcessBytesPerKeyFormula = "71 + the key's length in bytes, per remembered key, in the process that owns the " +
+	"partition: the key in a record, as in Redis, and its place in the map that finds it"

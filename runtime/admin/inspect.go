@@ -47,7 +47,7 @@ type StateReport struct {
 	// MaxKeys is the stage's max_keys; 0: no limit.
 	MaxKeys int64 `json:"max_keys,omitempty"`
 	// Entries are the fields of the kind's state, the runtime's and the key count left out (an
-	// aggregate's windows and the index of each group's).
+	// aggregate's windows and the index of each group's; a dedupe's records, of a batch's keys each).
 	Entries   int64  `json:"entries"`
 	Timers    int64  `json:"timers"` // timers set, and when the next is due (RFC 3339)
 	NextTimer string `json:"next_timer,omitempty"`
