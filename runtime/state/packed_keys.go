@@ -45,8 +45,8 @@ import (
 // concurrently; a nil *PackedKeys is of a stage that does not pack its keys.
 //
 // It keeps the records as they are in Redis, and finds a key's value in them by the key's hash
-// (index): a map of a key and a value each took twice the memory, and the garbage collector went
-// through all of it at every cycle.
+// (keyIndex): a map of a key and a value each took twice the memory, and the garbage collector
+// went through all of it at every cycle.
 type PackedKeys struct {
 	mu sync.Mutex
 	// loaded: what it holds is what Redis holds, but for the commits that ended since. stale: a
@@ -57,10 +57,13 @@ type PackedKeys struct {
 	seed          maphash.Seed
 	// sameHash gives every key the hash 1: tests make the keys collide so.
 	sameHash bool
-	// index finds each key of a record by its hash; collided holds the keys whose hash a key in
-	// index has already (a 64-bit hash: next to never).
-	index    map[uint64]keyAt
-	collided map[string]keyAt
+	// index finds each key of a record by its hash. hashes and entries are lookAhead's and
+	// apply's memory; touched keeps
+	// what keyIndex.touch read, so that the reads are not left out.
+	index   keyIndex
+	hashes  []uint64
+	entries []packedEntry
+	touched uint64
 	// fields are the fields of a key each: the state's own entries, and the keys an earlier
 	// flowrun wrote (oldFields of them).
 	fields    map[string][]byte
@@ -93,7 +96,7 @@ type packedRecord struct {
 func NewPackedKeys() *PackedKeys { return newPackedKeys(false) }
 
 func newPackedKeys(sameHash bool) *PackedKeys {
-	return &PackedKeys{seed: maphash.MakeSeed(), sameHash: sameHash, index: map[uint64]keyAt{},
+	return &PackedKeys{seed: maphash.MakeSeed(), sameHash: sameHash, index: newKeyIndex(),
 		fields: map[string][]byte{}, numbered: map[uint64]*packedRecord{}}
 }
 
@@ -125,7 +128,7 @@ func (p *PackedKeys) Load(ctx context.Context, store KeyStore, hash string) erro
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loaded, p.stale = true, p.forgets != forgets
-	p.seed, p.index, p.collided, p.fields, p.oldFields = read.seed, read.index, read.collided, read.fields, read.oldFields
+	p.seed, p.index, p.fields, p.oldFields = read.seed, read.index, read.fields, read.oldFields
 	p.records, p.numbered, p.committedUntil, p.dropping = read.records, read.numbered, read.next, read.dropping
 	// A number written once is not written again, though Redis may not hold its record: a commit
 	// whose outcome was not known might yet come to be applied, and would overwrite another's.
@@ -160,33 +163,33 @@ func (p *PackedKeys) get(key string) ([]byte, bool) {
 func (p *PackedKeys) lookAhead(keys []string, values map[string][]byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.hashes = p.hashes[:0]
 	for _, k := range keys {
-		v, _ := p.value(k)
-		values[k] = v
+		p.hashes = append(p.hashes, p.hash(k))
+	}
+	p.touched += p.index.touch(p.hashes)
+	for i, k := range keys {
+		values[k], _ = p.valueOf(k, p.hashes[i])
 	}
 }
 
 // value returns the value of key, and false when the state does not hold it.
-func (p *PackedKeys) value(key string) ([]byte, bool) {
+func (p *PackedKeys) value(key string) ([]byte, bool) { return p.valueOf(key, p.hash(key)) }
+
+// valueOf is value, for a key whose hash is h.
+func (p *PackedKeys) valueOf(key string, h uint64) ([]byte, bool) {
 	if !isOwnEntry(key) {
-		if at, found := p.find(p.hash(key), key); found {
-			return p.valueAt(at), true
+		if i, found := p.findHashed(key, h); found {
+			return p.valueAt(p.index.slots[i].at), true
 		}
 	}
 	v, found := p.fields[key]
 	return v, found
 }
 
-// find returns where key, of hash h, is set in a record.
-func (p *PackedKeys) find(h uint64, key string) (keyAt, bool) {
-	if at, found := p.index[h]; found && p.keyAt(at) == key {
-		return at, true
-	}
-	if len(p.collided) > 0 {
-		at, found := p.collided[key]
-		return at, found
-	}
-	return keyAt{}, false
+// findHashed returns the slot of key, of hash h, in the index, or the empty slot where it would go.
+func (p *PackedKeys) findHashed(key string, h uint64) (int, bool) {
+	return p.index.find(h, func(at keyAt) bool { return p.keyAt(at) == key })
 }
 
 // keyAt returns the key of an entry; valueAt its value.
@@ -309,17 +312,18 @@ func (p *PackedKeys) committed(w packedWrite, deleted map[string]bool) {
 	if !w.recordsDeletes {
 		for k := range deleted {
 			if !isOwnEntry(k) {
-				p.deleteKey(k)
+				p.deleteKey(k, p.hash(k))
 			}
 		}
 	}
 	p.dropDead()
 }
 
-// apply sets and deletes the keys of a record, the newest of those applied.
+// apply sets and deletes the keys of a record, the newest of those applied. It reads the record's
+// entries first, and the index's slots for all of them at once (keyIndex.touch), then applies them.
 func (p *PackedKeys) apply(r *packedRecord) error {
-	b := r.data
-	for len(b) > 0 {
+	p.entries, p.hashes = p.entries[:0], p.hashes[:0]
+	for b := r.data; len(b) > 0; {
 		offset := len(r.data) - len(b)
 		op := b[0]
 		if op != '+' && op != '-' {
@@ -329,58 +333,55 @@ func (p *PackedKeys) apply(r *packedRecord) error {
 		if err != nil {
 			return fmt.Errorf("at byte %d: %w", offset, err)
 		}
-		if op == '-' {
-			p.deleteKey(unsafeString(key))
-			b = rest
-			continue
+		if op == '+' {
+			if _, rest, err = packedBytes(rest); err != nil {
+				return fmt.Errorf("at byte %d: %w", offset, err)
+			}
 		}
-		if _, rest, err = packedBytes(rest); err != nil {
-			return fmt.Errorf("at byte %d: %w", offset, err)
-		}
-		p.setKey(key, keyAt{record: r.number, offset: uint32(offset)})
+		p.entries = append(p.entries, packedEntry{key: unsafeString(key), offset: uint32(offset), set: op == '+'})
+		p.hashes = append(p.hashes, p.hash(unsafeString(key)))
 		b = rest
+	}
+	p.touched += p.index.touch(p.hashes)
+	for i, e := range p.entries {
+		if e.set {
+			p.setKey(e.key, p.hashes[i], keyAt{record: r.number, offset: e.offset})
+		} else {
+			p.deleteKey(e.key, p.hashes[i])
+		}
 	}
 	return nil
 }
 
-// setKey makes at where key is set.
-func (p *PackedKeys) setKey(key []byte, at keyAt) {
-	k := unsafeString(key)
-	h := p.hash(k)
-	held, taken := p.index[h]
-	switch {
-	case taken && p.keyAt(held) == k:
-		p.index[h] = at
-		p.numbered[held.record].keys--
-	case len(p.collided) > 0 && p.collided[k] != keyAt{}:
-		p.numbered[p.collided[k].record].keys--
-		p.collided[k] = at
-	case taken: // another key has its hash
-		if p.collided == nil {
-			p.collided = map[string]keyAt{}
-		}
-		p.collided[string(key)] = at
-	default:
-		p.index[h] = at
+// packedEntry is an entry of a record: a key set (and where) or deleted.
+type packedEntry struct {
+	key    string
+	offset uint32
+	set    bool
+}
+
+// setKey makes at where key, of hash h, is set.
+func (p *PackedKeys) setKey(key string, h uint64, at keyAt) {
+	if i, found := p.findHashed(key, h); found {
+		p.numbered[p.index.slots[i].at.record].keys--
+		p.index.slots[i].at = at
+	} else {
+		p.index.insert(i, h, at)
 	}
 	p.numbered[at.record].keys++
 	if p.oldFields > 0 {
-		if _, found := p.fields[k]; found {
-			delete(p.fields, k)
+		if _, found := p.fields[key]; found {
+			delete(p.fields, key)
 			p.oldFields--
 		}
 	}
 }
 
-// deleteKey forgets key, and the record that set it holds one key less.
-func (p *PackedKeys) deleteKey(key string) {
-	h := p.hash(key)
-	if at, found := p.index[h]; found && p.keyAt(at) == key {
-		delete(p.index, h)
-		p.numbered[at.record].keys--
-	} else if at, found := p.collided[key]; found {
-		delete(p.collided, key)
-		p.numbered[at.record].keys--
+// deleteKey forgets key, of hash h, and the record that set it holds one key less.
+func (p *PackedKeys) deleteKey(key string, h uint64) {
+	if i, found := p.findHashed(key, h); found {
+		p.numbered[p.index.slots[i].at.record].keys--
+		p.index.remove(i)
 	}
 	if p.oldFields > 0 {
 		if _, found := p.fields[key]; found {
@@ -404,13 +405,8 @@ func (p *PackedKeys) dropDead() {
 func (p *PackedKeys) Keys() map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]string, len(p.index)+len(p.collided)+p.oldFields)
-	for _, at := range p.index {
-		out[p.keyAt(at)] = string(p.valueAt(at))
-	}
-	for k, at := range p.collided {
-		out[k] = string(p.valueAt(at))
-	}
+	out := make(map[string]string, p.index.size()+p.oldFields)
+	p.index.each(func(at keyAt) { out[p.keyAt(at)] = string(p.valueAt(at)) })
 	for k, v := range p.fields {
 		if !isOwnEntry(k) {
 			out[k] = string(v)
