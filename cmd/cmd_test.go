@@ -147,8 +147,8 @@ sink "b" {
 	if got := report.Pipelines[0].State; !reflect.DeepEqual(got, want) {
 		t.Fatalf("state estimates:\n%+v\nwant\n%+v", got, want)
 	}
-	if perKey != 192 || !strings.Contains(out, `"max_bytes": 576000`) || inProcess != 107 {
-		t.Fatalf("a 36-byte key takes 120 + 2 * 36 bytes in Redis, 1000 of them in 3 partitions 576000, and 71 + 36 in the process:\n%s", out)
+	if perKey != 192 || !strings.Contains(out, `"max_bytes": 576000`) || inProcess != 116 {
+		t.Fatalf("a 36-byte key takes 120 + 2 * 36 bytes in Redis, 1000 of them in 3 partitions 576000, and 80 + 36 in the process:\n%s", out)
 	}
 }
 

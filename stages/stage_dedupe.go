@@ -219,9 +219,9 @@ func DedupeBytesPerKey(keyLength int) int64 { return dedupeBytesPerKeyBase + 2*i
 
 // DedupeProcessBytesPerKey estimates the bytes of memory that the owner of a dedupe stage's
 // partition takes per remembered key of keyLength bytes: the key's entry in a record, as in Redis
-// (its length and 16 for the time and the lengths), and its place in the map that finds it, 35 to 55
-// bytes as the map grows (measured at 100,000 and a million keys: state.PackedKeys).
-func DedupeProcessBytesPerKey(keyLength int) int64 { return 55 + 16 + int64(keyLength) }
+// (its length and 16 for the time and the lengths), and its slot in the index that finds it, 24
+// bytes in a table a quarter to three quarters full: at most 64 (state.PackedKeys).
+func DedupeProcessBytesPerKey(keyLength int) int64 { return 64 + 16 + int64(keyLength) }
 
 // DedupeBytesPerKeyFormula is DedupeBytesPerKey in words, for flowrun validate --json.
 const DedupeBytesPerKeyFormula = "120 + 2 * the key's length in bytes, per remembered key: a member of the timer set, " +
@@ -229,5 +229,5 @@ const DedupeBytesPerKeyFormula = "120 + 2 * the key's length in bytes, per remem
 	"share a time share a timer, and take less)"
 
 // DedupeProcessBytesPerKeyFormula is DedupeProcessBytesPerKey in words, for flowrun validate --json.
-const DedupeProcessBytesPerKeyFormula = "71 + the key's length in bytes, per remembered key, in the process that owns the " +
-	"partition: the key in a record, as in Redis, and its place in the map that finds it"
+const DedupeProcessBytesPerKeyFormula = "80 + the key's length in bytes, per remembered key, in the process that owns the " +
+	"partition, at most: the key in a record, as in Redis, and its slot in the index that finds it"
