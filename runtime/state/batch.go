@@ -150,13 +150,13 @@ func (b *Batch) Prefetch(ctx context.Context, keys []string) {
 	if b.fetched == nil {
 		b.fetched = make(map[string][]byte, len(keys))
 	}
-	// Each key once, and none read ahead already: a batch names a busy group's keys many times.
-	// A key goes into fetched as it is taken (a map is cheaper than sorting the names), and out
-	// again if the read fails.
 	if b.packed != nil {
 		b.packed.lookAhead(keys, b.fetched) // its owner holds them all
 		return
 	}
+	// Each key once, and none read ahead already: a batch names a busy group's keys many times.
+	// A key goes into fetched as it is taken (a map is cheaper than sorting the names), and out
+	// again if the read fails.
 	wanted := keys[:0]
 	for _, k := range keys {
 		if b.committing.wrote(k) {
@@ -246,7 +246,7 @@ func (b *Batch) Writes() *redis.StateWrites {
 
 // pack makes w's keys set and deleted those of a stage that packs its keys: the keys go into a
 // record, and the state's own entries into fields, as for another stage. b.set keeps them all: the
-// batch after this one reads them there while this one commits (Over), and Committed takes them.
+// batch after this one reads them there while this one commits (Over).
 func (b *Batch) pack(w *redis.StateWrites) {
 	b.packedWrite = b.packed.write(b.set, b.del)
 	w.Set = map[string][]byte{}
