@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -153,7 +154,7 @@ func (p *PackedKeys) Forget() {
 func (p *PackedKeys) get(key string) ([]byte, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.value(key)
+	return p.valueOf(key, p.hash(key))
 }
 
 // lookAhead puts the values of keys into values (nil for a key the state does not hold), for a
@@ -173,10 +174,7 @@ func (p *PackedKeys) lookAhead(keys []string, values map[string][]byte) {
 	}
 }
 
-// value returns the value of key, and false when the state does not hold it.
-func (p *PackedKeys) value(key string) ([]byte, bool) { return p.valueOf(key, p.hash(key)) }
-
-// valueOf is value, for a key whose hash is h.
+// valueOf returns the value of key, whose hash is h, and false when the state does not hold it.
 func (p *PackedKeys) valueOf(key string, h uint64) ([]byte, bool) {
 	if !isOwnEntry(key) {
 		if i, found := p.findHashed(key, h); found {
@@ -415,13 +413,6 @@ func (p *PackedKeys) Keys() map[string]string {
 	return out
 }
 
-// Records counts the records that hold a key, or follow one that does.
-func (p *PackedKeys) Records() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.records)
-}
-
 // recordField is the field of the state hash that holds record n.
 func recordField(n uint64) string {
 	return redis.PackedKeysField + strconv.FormatUint(n, 10)
@@ -478,7 +469,7 @@ func readPackedKeys(ctx context.Context, store KeyStore, hash string, sameHash b
 		}
 		cursor = next
 	}
-	slices.SortFunc(records, func(a, b *packedRecord) int { return cmpUint(a.number, b.number) })
+	slices.SortFunc(records, func(a, b *packedRecord) int { return cmp.Compare(a.number, b.number) })
 	for _, r := range records {
 		p.records = append(p.records, r)
 		if err := p.apply(r); err != nil {
@@ -490,16 +481,6 @@ func readPackedKeys(ctx context.Context, store KeyStore, hash string, sameHash b
 	p.loaded = true
 	p.dropDead()
 	return p, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // packedScanPage is how many fields a page of ReadPackedKeys's scan asks for: records are each a
